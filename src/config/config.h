@@ -1,0 +1,109 @@
+// The resolved run configuration: plain structs, one per config section.
+// The JSON defaults in config/defaults.cpp are the schema: every key a user may set
+// exists there with its default value and type. README "Config reference" lists them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace gnmr {
+
+struct ModelConfig {
+  std::string name = "tiny";
+  int dim = 64;            // hidden size
+  int n_layers = 2;
+  int n_heads = 4;
+  int n_kv_heads = 4;      // grouped-query attention when < n_heads
+  int ffn_dim = 172;       // SwiGLU inner size
+  int vocab_size = 4096;
+  int max_seq_len = 256;   // upper bound for data.seq_len (rotary table size)
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  float init_std = 0.02f;
+  int head_dim() const { return dim / n_heads; }
+};
+
+struct DataConfig {
+  std::string train;       // glob of train shards, e.g. data/brown/train_*.bin
+  std::string val;         // glob of validation shards
+  std::string tokenizer;   // sentencepiece .model used to make the shards
+  int seq_len = 128;
+  std::string sampling = "random";  // random | sequential
+};
+
+struct TrainConfig {
+  int64_t steps = 200;
+  double lr = 3e-3;
+  double min_lr_ratio = 0.1;  // cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = 20;
+  int64_t global_batch_tokens = 4096;  // tokens per optimizer step across all ranks
+  int micro_batch = 8;                 // sequences per forward/backward on one rank
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;              // global-norm clip; 0 disables
+  uint64_t seed = 1234;
+  int max_nonfinite_steps = 3;         // consecutive non-finite steps before the run stops
+  std::string gemm_precision = "fp32"; // fp32 | bf16 (bf16-rounded inputs, fp32 accumulation)
+};
+
+struct EvalConfig {
+  int64_t every = 100;     // steps between validations; 0 = only at the end
+  int64_t tokens = 32768;  // validation token budget
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;       // steps between checkpoints; 0 = only at the end
+  int keep = 3;            // keep the newest K checkpoints
+};
+
+struct LogConfig {
+  int64_t every = 10;      // steps between human log lines (metrics.jsonl gets every step)
+  std::string level = "info";
+};
+
+struct PrecisionConfig {
+  std::string recipe = "fp32";       // fp32 | bf16 | actq | fp8mix | int8
+  nlohmann::json paths;              // recipe-specific low/recovery path parameters
+};
+
+struct GnmrConfig {
+  std::string controller = "static_high";  // gnmr | static_low | static_high | random | topk_norm | gnmr_no_delta | gnmr_no_lock
+  double max_active = 4;   // count (>= 1) or fraction of units (< 1)
+  double alpha = 1.5;
+  double beta = 1.5;
+  int window = 8;          // δ
+  int lock_steps = 10;     // T_lock
+  int warmup_steps = 20;
+  nlohmann::json options;  // open choices of the paper (see README "Controller")
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  PrecisionConfig precision;
+  GnmrConfig gnmr;
+  std::string backend = "cpu";  // cpu | cuda
+  nlohmann::json resolved;      // the full resolved JSON (what config.json in a run dir holds)
+};
+
+// Loads FILE (following "include" chains, relative to each including file), applies
+// each "key.path=value" override, validates, and returns the typed config.
+// Throws Error(Config) naming the key path on any problem.
+RunConfig load_run_config(const std::string& file, const std::vector<std::string>& overrides);
+
+// The same from an already-resolved JSON (e.g. a checkpoint's config.json).
+RunConfig run_config_from_json(const nlohmann::json& resolved);
+
+// The schema with all defaults.
+const nlohmann::json& default_config_json();
+
+}  // namespace gnmr

@@ -1,0 +1,93 @@
+#include "util/atomic_file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace gnmr {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd, p, bytes);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw Error(ErrorKind::Runtime, "write " + path + ": " + errno_text());
+    }
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(ErrorKind::Runtime, "open " + path + " for fsync: " + errno_text());
+  int rc = ::fsync(fd);
+  ::close(fd);
+  if (rc != 0) throw Error(ErrorKind::Runtime, "fsync " + path + ": " + errno_text());
+}
+
+void write_file_atomic(const std::string& path, const void* data, size_t bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw Error(ErrorKind::Runtime, "create " + tmp + ": " + errno_text());
+  try {
+    write_all(fd, data, bytes, tmp);
+    if (::fsync(fd) != 0) throw Error(ErrorKind::Runtime, "fsync " + tmp + ": " + errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Runtime, "rename " + tmp + " -> " + path + ": " + errno_text());
+  }
+  fs::path parent = fs::path(path).parent_path();
+  fsync_path(parent.empty() ? "." : parent.string());
+}
+
+void write_file_atomic(const std::string& path, const std::string& text) {
+  write_file_atomic(path, text.data(), text.size());
+}
+
+void publish_directory(const std::string& tmp_dir, const std::string& final_dir) {
+  if (fs::exists(final_dir)) {
+    throw Error(ErrorKind::Checkpoint, "refusing to replace existing directory " + final_dir);
+  }
+  for (const auto& entry : fs::recursive_directory_iterator(tmp_dir)) {
+    if (entry.is_regular_file()) fsync_path(entry.path().string());
+  }
+  fsync_path(tmp_dir);
+  if (::rename(tmp_dir.c_str(), final_dir.c_str()) != 0) {
+    throw Error(ErrorKind::Runtime, "rename " + tmp_dir + " -> " + final_dir + ": " + errno_text());
+  }
+  fs::path parent = fs::path(final_dir).parent_path();
+  fsync_path(parent.empty() ? "." : parent.string());
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(ErrorKind::Runtime, "cannot open " + path + ": " + errno_text());
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace gnmr

@@ -1,0 +1,20 @@
+// Logging: spdlog to stderr (human, coloured on a terminal) and, once a run directory
+// exists, also to RUN_DIR/log.txt. Every module logs through spdlog's default logger.
+#pragma once
+
+#include <spdlog/spdlog.h>
+
+#include <string>
+
+namespace gnmr {
+
+// Sets up the default logger to stderr. level: "trace"…"off".
+void init_logging(const std::string& level);
+
+// Adds RUN_DIR/log.txt (appending) to the default logger.
+void add_log_file(const std::string& path);
+
+// True when stderr is a terminal (progress bars are drawn only then).
+bool stderr_is_terminal();
+
+}  // namespace gnmr
