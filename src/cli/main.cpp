@@ -1,1 +1,54 @@
-int main() { return 0; }
+// gnmr: LLaMA-2 pretraining with a GNMR runtime precision controller.
+// Entry point: parses the subcommand and maps every failure to a documented exit code.
+#include <spdlog/spdlog.h>
+
+#include <iostream>
+#include <vector>
+
+#include "cli/commands.h"
+#include "util/error.h"
+#include "util/log.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gnmr — LLaMA-2 pretraining with a GNMR runtime precision controller"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", GNMR_VERSION);
+  std::string log_level = "info";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
+      ->capture_default_str();
+
+  std::vector<std::pair<CLI::App*, gnmr::CommandAction>> commands;
+  auto add = [&](const char* name, const char* help, auto adder) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    commands.emplace_back(sub, adder(*sub));
+  };
+  add("train", "Pretrain a model from a config", gnmr::add_train_command);
+  add("prepare", "Tokenize text / JSONL (optionally gzip) into token shards", gnmr::add_prepare_command);
+  add("tokenizer", "Tokenizer tools (train a sentencepiece BPE model)", gnmr::add_tokenizer_command);
+  add("eval", "Perplexity of a checkpoint or exported model on shards or a text file", gnmr::add_eval_command);
+  add("export", "Write a checkpoint as a Hugging Face LlamaForCausalLM folder", gnmr::add_export_command);
+  add("bench", "Measure training throughput, MFU and memory for a config", gnmr::add_bench_command);
+  add("config", "Config tools (show the fully resolved config)", gnmr::add_config_command);
+  add("version", "Print the version and build features", gnmr::add_version_command);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : static_cast<int>(gnmr::ErrorKind::Usage);
+  }
+
+  try {
+    gnmr::init_logging(log_level);
+    for (auto& [sub, action] : commands) {
+      if (sub->parsed()) action();
+    }
+  } catch (const gnmr::Error& e) {
+    std::cerr << "gnmr: error: " << e.what() << "\n";
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::cerr << "gnmr: error: " << e.what() << "\n";
+    return static_cast<int>(gnmr::ErrorKind::Runtime);
+  }
+  return 0;
+}

@@ -49,6 +49,7 @@ struct TrainConfig {
   uint64_t seed = 1234;
   int max_nonfinite_steps = 3;         // consecutive non-finite steps before the run stops
   std::string gemm_precision = "fp32"; // fp32 | bf16 (bf16-rounded inputs, fp32 accumulation)
+  int threads = 0;                     // CPU threads; 0 = all cores
 };
 
 struct EvalConfig {
@@ -68,7 +69,7 @@ struct LogConfig {
 
 struct PrecisionConfig {
   std::string recipe = "fp32";       // fp32 | bf16 | actq | fp8mix | int8
-  nlohmann::json paths;              // recipe-specific low/recovery path parameters
+  nlohmann::json section;            // the whole resolved "precision" section
 };
 
 struct GnmrConfig {
@@ -79,7 +80,7 @@ struct GnmrConfig {
   int window = 8;          // δ
   int lock_steps = 10;     // T_lock
   int warmup_steps = 20;
-  nlohmann::json options;  // open choices of the paper (see README "Controller")
+  nlohmann::json section;  // the whole resolved "gnmr" section (controller options)
 };
 
 struct RunConfig {

@@ -1,0 +1,51 @@
+// The tokenizer: a thin wrapper over a sentencepiece model, plus training a new one.
+// Any sentencepiece model works where a tokenizer is taken — the bundled
+// data/brown/tokenizer.model, or LLaMA-2's 32000-piece tokenizer.model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+}
+
+namespace gnmr {
+
+class Tokenizer {
+ public:
+  // Throws Error(ErrorKind::Data) naming MODEL_PATH if it is missing or not a model.
+  static Tokenizer load(const std::string& model_path);
+
+  // Thread-safe: prepare's workers share one Tokenizer. No BOS/EOS is added.
+  std::vector<int32_t> encode(const std::string& text) const;
+  std::string decode(const std::vector<int32_t>& ids) const;
+
+  int vocab_size() const;
+  int bos_id() const;  // -1 when the model has no BOS piece
+  int eos_id() const;  // -1 when the model has no EOS piece
+  const std::string& model_path() const { return model_path_; }
+
+ private:
+  std::shared_ptr<const sentencepiece::SentencePieceProcessor> processor_;
+  std::string model_path_;
+};
+
+struct TokenizerTrainOptions {
+  std::vector<std::string> inputs;  // .txt, .jsonl ("text" field), or .gz of either
+  int vocab_size = 0;
+  std::string out_prefix;  // writes OUT_PREFIX.model and OUT_PREFIX.vocab
+  int threads = 0;         // 0 = hardware concurrency
+  // sentencepiece holds its training sentences in memory; beyond this many lines it keeps a
+  // uniform random sample (reservoir sampling, fixed seed so training is reproducible).
+  int64_t max_sentences = 10'000'000;
+};
+
+// Trains a BPE sentencepiece model with LLaMA-2's options (byte fallback, split digits,
+// identity normalization, unk=0 bos=1 eos=2, no pad). Throws Error(ErrorKind::Data) for a
+// missing or unreadable input, or a vocab size the corpus cannot fill.
+void train_tokenizer(const TokenizerTrainOptions& options);
+
+}  // namespace gnmr

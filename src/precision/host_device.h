@@ -1,0 +1,34 @@
+// GNMR_HOST_DEVICE: marks a function callable from host code and, when compiled by nvcc,
+// from device code. The number formats and per-element quantizers in src/precision use it
+// so the CPU reference and the CUDA kernels (kernels/) run the same code bit for bit.
+#pragma once
+
+#if defined(__CUDACC__)
+#define GNMR_HOST_DEVICE __host__ __device__
+#else
+#define GNMR_HOST_DEVICE
+#endif
+
+// A function defined in a header and shared by host and device code.
+#define GNMR_HD_INLINE GNMR_HOST_DEVICE inline
+
+#include <cstdint>
+#include <cstring>
+
+namespace gnmr {
+
+// Reinterpret float <-> uint32 bits (memcpy is the defined way in C++17 and is folded to a
+// register move by gcc and nvcc).
+GNMR_HD_INLINE uint32_t float_bits(float value) {
+  uint32_t bits;
+  memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
+GNMR_HD_INLINE float float_from_bits(uint32_t bits) {
+  float value;
+  memcpy(&value, &bits, sizeof(value));
+  return value;
+}
+
+}  // namespace gnmr
