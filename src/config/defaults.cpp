@@ -69,6 +69,12 @@ const nlohmann::json& default_config_json() {
       "window": 8,
       "lock_steps": 10,
       "warmup_steps": 20
+    },
+    "debug": {
+      "nonfinite_grad_steps": [],
+      "spike_unit": -1,
+      "spike_steps": [],
+      "spike_scale": 100.0
     }
   })"_json;
   return defaults;

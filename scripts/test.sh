@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Builds the release preset and runs the test suite (ctest). Tests labelled `gpu` compare
+# each CUDA kernel with the CPU backend and skip when no GPU is present.
+#   scripts/test.sh            release build + all tests
+#   scripts/test.sh asan       the CPU suite under ASan + UBSan
+set -euo pipefail
+cd "$(dirname "$0")/.."
+preset="${1:-release}"
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+cmake --preset "$preset"
+cmake --build --preset "$preset" -j "$(nproc)"
+if [ "$preset" = asan ]; then
+  ctest --preset asan -L cpu -j "$(nproc)"
+else
+  ctest --preset "$preset" -j "$(nproc)"
+fi

@@ -1,0 +1,37 @@
+// `gnmr train --config FILE [--set K=V]... [--out DIR] [--resume auto|CKPT] [--force]
+//             [--backend cpu|cuda] [--steps N] [--init HF_DIR|CKPT]`
+#include <spdlog/spdlog.h>
+
+#include "cli/commands.h"
+#include "cli/config_flags.h"
+#include "train/trainer.h"
+
+namespace gnmr {
+
+CommandAction add_train_command(CLI::App& app) {
+  auto flags = add_config_flags(app);
+  auto options = std::make_shared<TrainOptions>();
+  auto backend = std::make_shared<std::string>();
+  auto steps = std::make_shared<int64_t>(0);
+  options->out_dir = "runs/latest";
+  app.add_option("--out", options->out_dir, "Run directory (config.json, log.txt, metrics.jsonl, checkpoints/)")
+      ->capture_default_str();
+  app.add_option("--resume", options->resume, "Continue a run: 'auto' (newest checkpoint in --out) or a checkpoint dir");
+  app.add_flag("--force", options->force, "Replace a run directory that already holds a run");
+  app.add_option("--backend", *backend, "cpu or cuda (overrides the config's backend)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--steps", *steps, "Number of optimizer steps (overrides train.steps)")->check(CLI::PositiveNumber);
+  app.add_option("--init", options->init, "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
+  return [flags, options, backend, steps] {
+    ConfigFlags resolved = *flags;
+    if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
+    if (*steps > 0) resolved.overrides.push_back("train.steps=" + std::to_string(*steps));
+    RunConfig config = resolved.load();
+    if (config.log.level != "info") spdlog::set_level(spdlog::level::from_str(config.log.level));
+    TrainSummary summary = run_training(config, *options);
+    spdlog::info("done: {} steps, final loss {:.4f}, final val loss {:.4f}", summary.steps_done, summary.final_loss,
+                 summary.final_val_loss);
+  };
+}
+
+}  // namespace gnmr

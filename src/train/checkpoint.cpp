@@ -1,0 +1,184 @@
+#include "train/checkpoint.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "train/safetensors.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace gnmr {
+
+namespace {
+
+constexpr int kCheckpointFormat = 1;
+
+std::vector<float> tensor_to_host(Backend& backend, const Tensor& t) {
+  std::vector<float> host(size_t(t.numel()));
+  backend.copy_to_host(t, host.data());
+  return host;
+}
+
+std::vector<int64_t> checkpoint_steps(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (!fs::exists(dir)) return steps;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() == 13 && name.rfind("step_", 0) == 0 && entry.is_directory()) {
+      steps.push_back(std::stoll(name.substr(5)));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+void check_same_model(const json& saved, const json& current, const std::string& dir) {
+  for (auto it = current.begin(); it != current.end(); ++it) {
+    if (it.key() == "name") continue;
+    if (!saved.contains(it.key()) || saved[it.key()] != *it) {
+      throw Error(ErrorKind::Checkpoint,
+                  "checkpoint " + dir + " was trained with model." + it.key() + "=" +
+                      (saved.contains(it.key()) ? saved[it.key()].dump() : "(absent)") +
+                      ", the config says " + it->dump());
+    }
+  }
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+std::vector<std::vector<float>> model_weights_to_host(Backend& backend, const LlamaModel& model) {
+  std::vector<std::vector<float>> out;
+  for (const auto& p : model.params()) out.push_back(tensor_to_host(backend, p.weight));
+  return out;
+}
+
+std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
+                            const LlamaModel& model, AdamW& optimizer, const TrainerState& state) {
+  fs::path root = fs::path(run_dir) / "checkpoints";
+  fs::create_directories(root);
+  fs::path final_dir = root / checkpoint_dir_name(state.step);
+  fs::path tmp_dir = root / (".tmp_" + checkpoint_dir_name(state.step) + "_" + std::to_string(::getpid()));
+  fs::remove_all(tmp_dir);
+  fs::create_directories(tmp_dir);
+
+  const auto& params = model.params();
+  std::vector<std::vector<float>> weights = model_weights_to_host(backend, model);
+  std::vector<SafetensorsTensor> model_tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    model_tensors.push_back({params[i].name, "F32", params[i].shape, weights[i].data()});
+  }
+  std::map<std::string, std::string> meta = {{"format", "gnmr-checkpoint"},
+                                             {"step", std::to_string(state.step)}};
+  write_safetensors((tmp_dir / "model.safetensors").string(), model_tensors, meta);
+
+  std::vector<std::vector<float>> moments;
+  std::vector<SafetensorsTensor> moment_tensors;
+  moments.reserve(2 * params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    moments.push_back(tensor_to_host(backend, optimizer.first_moment(i)));
+    moment_tensors.push_back({"m." + params[i].name, "F32", params[i].shape, moments.back().data()});
+    moments.push_back(tensor_to_host(backend, optimizer.second_moment(i)));
+    moment_tensors.push_back({"v." + params[i].name, "F32", params[i].shape, moments.back().data()});
+  }
+  write_safetensors((tmp_dir / "optimizer.safetensors").string(), moment_tensors, meta);
+
+  json trainer = {{"format", kCheckpointFormat},
+                  {"step", state.step},
+                  {"tokens_seen", state.tokens_seen},
+                  {"consecutive_nonfinite", state.consecutive_nonfinite},
+                  {"skipped_steps", state.skipped_steps}};
+  write_file_atomic((tmp_dir / "trainer.json").string(), trainer.dump(2) + "\n");
+  write_file_atomic((tmp_dir / "controller.bin").string(), state.controller_state.data(),
+                    state.controller_state.size());
+  write_file_atomic((tmp_dir / "config.json").string(), config.resolved.dump(2) + "\n");
+  if (!config.data.tokenizer.empty() && fs::exists(config.data.tokenizer)) {
+    fs::copy_file(config.data.tokenizer, tmp_dir / "tokenizer.model");
+  }
+
+  if (fs::exists(final_dir)) {
+    // Only a resumed run that re-reaches a saved step gets here; the old one is identical
+    // by the bit-exact resume guarantee, but keep it rather than replace it.
+    fs::remove_all(tmp_dir);
+  } else {
+    publish_directory(tmp_dir.string(), final_dir.string());
+  }
+
+  std::vector<int64_t> steps = checkpoint_steps(run_dir);
+  while (int(steps.size()) > config.checkpoint.keep) {
+    fs::remove_all(root / checkpoint_dir_name(steps.front()));
+    steps.erase(steps.begin());
+  }
+  spdlog::info("checkpoint {}", final_dir.string());
+  return final_dir.string();
+}
+
+std::string find_latest_checkpoint(const std::string& run_dir) {
+  std::vector<int64_t> steps = checkpoint_steps(run_dir);
+  if (steps.empty()) return "";
+  return (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(steps.back())).string();
+}
+
+json read_checkpoint_config(const std::string& checkpoint_dir) {
+  fs::path path = fs::path(checkpoint_dir) / "config.json";
+  if (!fs::exists(path)) {
+    throw Error(ErrorKind::Checkpoint, checkpoint_dir + " is not a gnmr checkpoint (no config.json)");
+  }
+  json j = json::parse(read_file(path.string()), nullptr, false);
+  if (j.is_discarded()) throw Error(ErrorKind::Checkpoint, path.string() + ": invalid JSON");
+  return j;
+}
+
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config, Backend& backend,
+                             LlamaModel& model, AdamW& optimizer) {
+  json saved_config = read_checkpoint_config(checkpoint_dir);
+  if (!saved_config.contains("model")) {
+    throw Error(ErrorKind::Checkpoint, checkpoint_dir + "/config.json has no model section");
+  }
+  check_same_model(saved_config["model"], config.resolved["model"], checkpoint_dir);
+
+  fs::path trainer_path = fs::path(checkpoint_dir) / "trainer.json";
+  json trainer = json::parse(read_file(trainer_path.string()), nullptr, false);
+  if (trainer.is_discarded() || trainer.value("format", 0) != kCheckpointFormat) {
+    throw Error(ErrorKind::Checkpoint, trainer_path.string() + ": missing or unsupported format");
+  }
+
+  SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());
+  SafetensorsFile moments((fs::path(checkpoint_dir) / "optimizer.safetensors").string());
+  const auto& params = model.params();
+  std::vector<float> host;
+  for (size_t i = 0; i < params.size(); ++i) {
+    host.resize(size_t(params[i].weight.numel()));
+    weights.read_f32(params[i].name, params[i].shape, host.data());
+    Tensor w = params[i].weight;
+    backend.copy_from_host(w, host.data());
+    moments.read_f32("m." + params[i].name, params[i].shape, host.data());
+    backend.copy_from_host(optimizer.first_moment(i), host.data());
+    moments.read_f32("v." + params[i].name, params[i].shape, host.data());
+    backend.copy_from_host(optimizer.second_moment(i), host.data());
+  }
+
+  TrainerState state;
+  state.step = trainer.at("step");
+  state.tokens_seen = trainer.at("tokens_seen");
+  state.consecutive_nonfinite = trainer.at("consecutive_nonfinite");
+  state.skipped_steps = trainer.at("skipped_steps");
+  std::string controller = read_file((fs::path(checkpoint_dir) / "controller.bin").string());
+  state.controller_state.assign(controller.begin(), controller.end());
+  return state;
+}
+
+}  // namespace gnmr

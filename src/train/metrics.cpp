@@ -1,0 +1,40 @@
+#include "train/metrics.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace gnmr {
+
+void MetricsWriter::open(const std::string& path, int64_t keep_through_step) {
+  if (std::filesystem::exists(path)) {
+    std::ifstream in(path);
+    std::ostringstream kept;
+    std::string line;
+    while (std::getline(in, line)) {
+      auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded()) continue;  // a torn last line from a crash
+      if (j.contains("step") && j["step"].get<int64_t>() > keep_through_step) continue;
+      kept << line << "\n";
+    }
+    write_file_atomic(path, kept.str());
+  }
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_) throw Error(ErrorKind::Runtime, "cannot open " + path + " for appending");
+}
+
+void MetricsWriter::write(const nlohmann::json& line) {
+  if (!file_) return;
+  std::string text = line.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), file_);
+  std::fflush(file_);
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+}  // namespace gnmr

@@ -1,0 +1,27 @@
+// metrics.jsonl: one JSON object per line, flushed per line so a crash loses at most one.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+
+namespace gnmr {
+
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  // Opens PATH for appending. On resume, lines of steps after `keep_through_step` (written
+  // by the interrupted run after its last checkpoint) are dropped first, so the file reads
+  // as if the run had never stopped.
+  void open(const std::string& path, int64_t keep_through_step);
+  void write(const nlohmann::json& line);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+}  // namespace gnmr

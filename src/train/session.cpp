@@ -1,0 +1,173 @@
+#include "train/session.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "backend/cpu/cpu_backend.h"
+#include "train/lr_schedule.h"
+#include "util/error.h"
+
+using nlohmann::json;
+
+namespace gnmr {
+
+namespace {
+
+double elapsed_ms(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+}
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+DebugHooks debug_hooks_from(const json& section) {
+  DebugHooks h;
+  try {
+    h.nonfinite_grad_steps = section.at("nonfinite_grad_steps").get<std::vector<int64_t>>();
+    h.spike_unit = section.at("spike_unit");
+    h.spike_steps = section.at("spike_steps").get<std::vector<int64_t>>();
+    h.spike_scale = section.at("spike_scale");
+  } catch (const json::exception&) {
+    throw Error(ErrorKind::Config, "config: \"debug\" step lists must hold integers");
+  }
+  return h;
+}
+
+bool contains(const std::vector<int64_t>& list, int64_t value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+}  // namespace
+
+TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
+    : config_(config), synthetic_data_(synthetic_data) {
+  debug_ = debug_hooks_from(config.resolved.at("debug"));
+  if (config.backend != "cpu") {
+    throw Error(ErrorKind::NotBuilt, "backend \"" + config.backend + "\" is not built yet; use backend=cpu");
+  }
+  backend_ = make_cpu_backend(config.train.threads);
+  backend_->set_gemm_precision(config.train.gemm_precision == "bf16" ? GemmPrecision::BF16
+                                                                     : GemmPrecision::FP32);
+  const int seq_len = config.data.seq_len;
+  const int micro_batch = config.train.micro_batch;
+  accumulation_steps_ = int(config.train.global_batch_tokens / (int64_t(micro_batch) * seq_len));
+  model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len);
+  model_->init_weights(config.train.seed);
+  optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
+  for (const auto& p : model_->params()) grads_.push_back(p.grad);
+  grad_sum_squares_.resize(grads_.size());
+  tokens_.resize(size_t(micro_batch) * seq_len);
+  targets_.resize(tokens_.size());
+
+  if (!synthetic_data_) {
+    if (config.data.train.empty()) throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
+    train_loader_ = std::make_unique<TokenLoader>(config.data.train, seq_len, config.model.vocab_size,
+                                                  config.data.sampling, config.train.seed, 0, 1);
+    if (!config.data.val.empty()) {
+      val_loader_ = std::make_unique<TokenLoader>(config.data.val, seq_len, config.model.vocab_size,
+                                                  "sequential", config.train.seed, 0, 1);
+    }
+  }
+}
+
+int64_t TrainingSession::tokens_per_step() const { return config_.train.global_batch_tokens; }
+
+void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
+  if (train_loader_) {
+    train_loader_->next_batch_at(step_index, micro_step, config_.train.micro_batch, tokens_.data(),
+                                 targets_.data());
+    return;
+  }
+  // Synthetic tokens for throughput measurement: values do not change the work done.
+  const uint64_t base = splitmix64(uint64_t(step_index) * 1000003u + uint64_t(micro_step));
+  const int vocab = config_.model.vocab_size;
+  for (size_t i = 0; i < tokens_.size(); ++i) tokens_[i] = int32_t(splitmix64(base + i) % uint64_t(vocab));
+  for (size_t i = 0; i < tokens_.size(); ++i) targets_[i] = tokens_[(i + 1) % tokens_.size()];
+}
+
+StepResult TrainingSession::run_step(int64_t step_index) {
+  StepResult r;
+  r.step = step_index + 1;
+  r.lr = learning_rate_at(config_.train, step_index);
+
+  auto t0 = std::chrono::steady_clock::now();
+  model_->zero_grads();
+  double loss_sum = 0;
+  const float loss_scale = 1.0f / float(accumulation_steps_);
+  for (int m = 0; m < accumulation_steps_; ++m) {
+    fill_batch(step_index, m);
+    loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), loss_scale);
+  }
+  r.loss = loss_sum / accumulation_steps_;
+  if (contains(debug_.nonfinite_grad_steps, r.step)) backend_->scale(grads_[0], NAN);
+  const auto& units = model_->units();
+  if (debug_.spike_unit >= 0 && contains(debug_.spike_steps, r.step)) {
+    if (debug_.spike_unit >= int(units.size())) {
+      throw Error(ErrorKind::Config, "config: \"debug.spike_unit\" is not a unit id (model has " +
+                                         std::to_string(units.size()) + ")");
+    }
+    backend_->scale(grads_[size_t(units[size_t(debug_.spike_unit)].param_index)], float(debug_.spike_scale));
+  }
+  r.forward_backward_ms = elapsed_ms(t0);
+
+  // One fused pass gives every parameter's squared gradient norm: the global norm for
+  // clipping and each projection unit's norm for the controller come from it.
+  t0 = std::chrono::steady_clock::now();
+  backend_->sum_squares(grads_, grad_sum_squares_.data());
+  double total = 0;
+  for (double s : grad_sum_squares_) total += s;
+  r.grad_norm = std::sqrt(total);
+  r.unit_grad_norms.resize(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    r.unit_grad_norms[u] = float(std::sqrt(grad_sum_squares_[size_t(units[u].param_index)]));
+  }
+  r.norms_ms = elapsed_ms(t0);
+
+  state_.step = r.step;
+  state_.tokens_seen += tokens_per_step();
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    r.skipped = true;
+    state_.consecutive_nonfinite += 1;
+    state_.skipped_steps += 1;
+    return r;
+  }
+  state_.consecutive_nonfinite = 0;
+
+  t0 = std::chrono::steady_clock::now();
+  const double clip = config_.train.grad_clip;
+  const float clip_factor = (clip > 0 && r.grad_norm > clip) ? float(clip / r.grad_norm) : 1.0f;
+  optimizer_->step(r.lr, clip_factor, r.step);
+  backend_->synchronize();
+  r.optimizer_ms = elapsed_ms(t0);
+  return r;
+}
+
+double TrainingSession::evaluate(int64_t token_budget) {
+  if (!val_loader_) return NAN;
+  const int micro_batch = config_.train.micro_batch;
+  const int64_t batch_tokens = int64_t(micro_batch) * config_.data.seq_len;
+  // Whole batches only: the model's shapes are fixed at construction.
+  int64_t batches = std::min(token_budget / batch_tokens, val_loader_->num_eval_windows() / micro_batch);
+  if (batches < 1) {
+    throw Error(ErrorKind::Data, "validation shards " + config_.data.val + " hold fewer than one batch (" +
+                                     std::to_string(batch_tokens) + " tokens) of windows");
+  }
+  double loss_sum = 0;
+  for (int64_t b = 0; b < batches; ++b) {
+    for (int row = 0; row < micro_batch; ++row) {
+      const size_t offset = size_t(row) * size_t(config_.data.seq_len);
+      val_loader_->eval_window(b * micro_batch + row, tokens_.data() + offset, targets_.data() + offset);
+    }
+    loss_sum += model_->forward_loss(tokens_.data(), targets_.data());
+  }
+  return loss_sum / double(batches);
+}
+
+}  // namespace gnmr

@@ -1,0 +1,71 @@
+// A training session: everything one optimizer step needs (backend, model, optimizer,
+// loaders, controller), built once from the config. `gnmr train` and `gnmr bench` both
+// drive it; the step itself (DESIGN §2) lives in run_step.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "data/loader.h"
+#include "model/llama.h"
+#include "train/checkpoint.h"
+#include "train/optimizer.h"
+
+namespace gnmr {
+
+struct StepResult {
+  int64_t step = 0;        // 1-based index of the step just taken
+  double loss = 0;         // mean training loss over the global batch
+  double lr = 0;
+  double grad_norm = 0;    // global L2 norm before clipping
+  bool skipped = false;    // non-finite loss or gradient: no update
+  double forward_backward_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
+  std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
+};
+
+// Test hooks (config section "debug"): make a step's gradient non-finite, or scale one
+// projection unit's gradient, so the failure paths can be exercised end to end.
+struct DebugHooks {
+  std::vector<int64_t> nonfinite_grad_steps;  // 1-based steps
+  int spike_unit = -1;
+  std::vector<int64_t> spike_steps;
+  double spike_scale = 100.0;
+};
+
+class TrainingSession {
+ public:
+  // synthetic_data: train on counter-hashed random tokens instead of shards (bench only).
+  TrainingSession(const RunConfig& config, bool synthetic_data);
+
+  StepResult run_step(int64_t step_index /* 0-based */);
+  double evaluate(int64_t token_budget);  // mean validation loss
+
+  Backend& backend() { return *backend_; }
+  LlamaModel& model() { return *model_; }
+  AdamW& optimizer() { return *optimizer_; }
+  TrainerState& state() { return state_; }
+  const RunConfig& config() const { return config_; }
+  int accumulation_steps() const { return accumulation_steps_; }
+  int64_t tokens_per_step() const;
+
+ private:
+  void fill_batch(int64_t step_index, int micro_step);
+
+  RunConfig config_;
+  bool synthetic_data_;
+  DebugHooks debug_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<LlamaModel> model_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<TokenLoader> train_loader_;
+  std::unique_ptr<TokenLoader> val_loader_;
+  TrainerState state_;
+  int accumulation_steps_ = 1;
+  std::vector<int32_t> tokens_, targets_;
+  std::vector<Tensor> grads_;
+  std::vector<double> grad_sum_squares_;
+};
+
+}  // namespace gnmr

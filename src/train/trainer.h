@@ -1,0 +1,27 @@
+// `gnmr train`: the run directory contract (DESIGN §10), resume, periodic evaluation and
+// checkpoints, metrics lines, and clean stops on SIGTERM/SIGUSR1 (SLURM pre-emption).
+#pragma once
+
+#include <string>
+
+#include "config/config.h"
+
+namespace gnmr {
+
+struct TrainOptions {
+  std::string out_dir;   // the run directory
+  std::string resume;    // "" (fresh run), "auto" (newest checkpoint in out_dir) or a checkpoint dir
+  bool force = false;    // replace a run directory that already holds a run
+  std::string init;      // initialise weights from an HF folder or a gnmr checkpoint
+};
+
+struct TrainSummary {
+  int64_t steps_done = 0;
+  double final_loss = 0;
+  double final_val_loss = 0;
+  bool stopped_by_signal = false;
+};
+
+TrainSummary run_training(const RunConfig& config, const TrainOptions& options);
+
+}  // namespace gnmr
