@@ -24,6 +24,8 @@ GNMR_HD_INLINE float decode_bf16(uint16_t code) {
 }
 
 // Emulate a bf16 store and load: the nearest bf16 value, as a float.
-GNMR_HD_INLINE float round_to_bf16(float value) { return decode_bf16(encode_bf16(value)); }
+GNMR_HD_INLINE float round_to_bf16(float value) {
+  return decode_bf16(encode_bf16(value));
+}
 
 }  // namespace gnmr

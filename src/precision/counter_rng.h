@@ -29,8 +29,10 @@ GNMR_HD_INLINE Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint3
   for (int round = 0; round < 10; ++round) {
     const uint64_t product0 = static_cast<uint64_t>(kMul0) * counter.v[0];
     const uint64_t product1 = static_cast<uint64_t>(kMul1) * counter.v[2];
-    const uint32_t hi0 = static_cast<uint32_t>(product0 >> 32), lo0 = static_cast<uint32_t>(product0);
-    const uint32_t hi1 = static_cast<uint32_t>(product1 >> 32), lo1 = static_cast<uint32_t>(product1);
+    const uint32_t hi0 = static_cast<uint32_t>(product0 >> 32),
+                   lo0 = static_cast<uint32_t>(product0);
+    const uint32_t hi1 = static_cast<uint32_t>(product1 >> 32),
+                   lo1 = static_cast<uint32_t>(product1);
     counter = Philox4x32{{hi1 ^ counter.v[1] ^ key0, lo1, hi0 ^ counter.v[3] ^ key1, lo0}};
     key0 += kWeyl0;
     key1 += kWeyl1;
@@ -42,10 +44,10 @@ GNMR_HD_INLINE Philox4x32 philox4x32_10(Philox4x32 counter, uint32_t key0, uint3
 // consecutive elements (counter = index / 4, lane = index % 4).
 GNMR_HD_INLINE uint32_t counter_rng_bits(const RngKey& key, uint64_t index) {
   const uint64_t block = index >> 2;
-  const Philox4x32 counter{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
-                            key.step, key.unit}};
-  const Philox4x32 out =
-      philox4x32_10(counter, static_cast<uint32_t>(key.seed), static_cast<uint32_t>(key.seed >> 32));
+  const Philox4x32 counter{
+      {static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), key.step, key.unit}};
+  const Philox4x32 out = philox4x32_10(counter, static_cast<uint32_t>(key.seed),
+                                       static_cast<uint32_t>(key.seed >> 32));
   return out.v[index & 3];
 }
 

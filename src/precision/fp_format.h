@@ -19,11 +19,16 @@ enum class FpFormat : int { kE4M3 = 0, kE5M2 = 1, kE3M2 = 2, kE2M3 = 3, kE2M1 = 
 
 GNMR_HD_INLINE float fp_format_max(FpFormat format) {
   switch (format) {
-    case FpFormat::kE4M3: return kFp8E4m3Max;
-    case FpFormat::kE5M2: return kFp8E5m2Max;
-    case FpFormat::kE3M2: return kFp6E3m2Max;
-    case FpFormat::kE2M3: return kFp6E2m3Max;
-    case FpFormat::kE2M1: return kFp4E2m1Max;
+    case FpFormat::kE4M3:
+      return kFp8E4m3Max;
+    case FpFormat::kE5M2:
+      return kFp8E5m2Max;
+    case FpFormat::kE3M2:
+      return kFp6E3m2Max;
+    case FpFormat::kE2M3:
+      return kFp6E2m3Max;
+    case FpFormat::kE2M1:
+      return kFp4E2m1Max;
   }
   return 0.0f;
 }
@@ -31,11 +36,16 @@ GNMR_HD_INLINE float fp_format_max(FpFormat format) {
 // The value `value` takes after a saturating round-to-nearest-even into `format`.
 GNMR_HD_INLINE float round_to_fp_format(FpFormat format, float value) {
   switch (format) {
-    case FpFormat::kE4M3: return decode_fp8_e4m3(encode_fp8_e4m3(value));
-    case FpFormat::kE5M2: return decode_fp8_e5m2(encode_fp8_e5m2_satfinite(value));
-    case FpFormat::kE3M2: return decode_fp6_e3m2(encode_fp6_e3m2(value));
-    case FpFormat::kE2M3: return decode_fp6_e2m3(encode_fp6_e2m3(value));
-    case FpFormat::kE2M1: return decode_fp4_e2m1(encode_fp4_e2m1(value));
+    case FpFormat::kE4M3:
+      return decode_fp8_e4m3(encode_fp8_e4m3(value));
+    case FpFormat::kE5M2:
+      return decode_fp8_e5m2(encode_fp8_e5m2_satfinite(value));
+    case FpFormat::kE3M2:
+      return decode_fp6_e3m2(encode_fp6_e3m2(value));
+    case FpFormat::kE2M3:
+      return decode_fp6_e2m3(encode_fp6_e2m3(value));
+    case FpFormat::kE2M1:
+      return decode_fp4_e2m1(encode_fp4_e2m1(value));
   }
   return value;
 }
@@ -44,9 +54,12 @@ GNMR_HD_INLINE float round_to_fp_format(FpFormat format, float value) {
 // (for fp6/fp4 the e4m3 code of the fp6/fp4-rounded value; the re-encoding is exact).
 GNMR_HD_INLINE uint8_t encode_fp_storage(FpFormat format, float value) {
   switch (format) {
-    case FpFormat::kE4M3: return encode_fp8_e4m3(value);
-    case FpFormat::kE5M2: return encode_fp8_e5m2_satfinite(value);
-    default: return encode_fp8_e4m3(round_to_fp_format(format, value));
+    case FpFormat::kE4M3:
+      return encode_fp8_e4m3(value);
+    case FpFormat::kE5M2:
+      return encode_fp8_e5m2_satfinite(value);
+    default:
+      return encode_fp8_e4m3(round_to_fp_format(format, value));
   }
 }
 
@@ -57,18 +70,23 @@ GNMR_HD_INLINE float decode_fp_storage(FpFormat format, uint8_t code) {
 // Config spelling: "e4m3", "e5m2", "e3m2", "e2m3", "e2m1".
 inline const char* fp_format_name(FpFormat format) {
   switch (format) {
-    case FpFormat::kE4M3: return "e4m3";
-    case FpFormat::kE5M2: return "e5m2";
-    case FpFormat::kE3M2: return "e3m2";
-    case FpFormat::kE2M3: return "e2m3";
-    case FpFormat::kE2M1: return "e2m1";
+    case FpFormat::kE4M3:
+      return "e4m3";
+    case FpFormat::kE5M2:
+      return "e5m2";
+    case FpFormat::kE3M2:
+      return "e3m2";
+    case FpFormat::kE2M3:
+      return "e2m3";
+    case FpFormat::kE2M1:
+      return "e2m1";
   }
   return "?";
 }
 
 inline FpFormat parse_fp_format(const std::string& name) {
-  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3,
-                          FpFormat::kE2M1}) {
+  for (FpFormat format :
+       {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3, FpFormat::kE2M1}) {
     if (name == fp_format_name(format)) return format;
   }
   throw Error(ErrorKind::Config, "precision: unknown floating-point format \"" + name +

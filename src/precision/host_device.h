@@ -12,6 +12,14 @@
 // A function defined in a header and shared by host and device code.
 #define GNMR_HD_INLINE GNMR_HOST_DEVICE inline
 
+// Host loops over independent rows: OpenMP splits them when the including target is
+// compiled with OpenMP (gnmr_precision links it for C++); nvcc-compiled files get a plain loop.
+#if defined(_OPENMP)
+#define GNMR_PRECISION_PARALLEL_FOR _Pragma("omp parallel for schedule(static)")
+#else
+#define GNMR_PRECISION_PARALLEL_FOR
+#endif
+
 #include <cstdint>
 #include <cstring>
 

@@ -1,0 +1,30 @@
+// Max-reductions of non-negative floats within a warp and a thread block (kernel helpers).
+// fmaxf is exact and order-independent, so any reduction tree gives the CPU loop's result.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace gnmr::cuda {
+
+__device__ inline float warp_max(float value) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
+  }
+  return value;
+}
+
+// Every thread of the block must call it; all get the block's maximum.
+// blockDim.x must be a multiple of 32 and at most 1024.
+__device__ inline float block_max(float value) {
+  __shared__ float warp_results[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  value = warp_max(value);
+  __syncthreads();  // warp_results may still be read by a previous call
+  if (lane == 0) warp_results[warp] = value;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  value = lane < warps ? warp_results[lane] : 0.0f;
+  return warp_max(value);
+}
+
+}  // namespace gnmr::cuda

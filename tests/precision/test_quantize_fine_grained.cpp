@@ -1,0 +1,206 @@
+// Fine-grained (DeepSeek-V3 style) fp quantization (src/precision/quantize_fine_grained.h,
+// fp_format.h).
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "precision/quantize_fine_grained.h"
+
+namespace gnmr {
+namespace {
+
+const FpFormat kAllFormats[] = {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3,
+                                FpFormat::kE2M1};
+
+struct FormatShape {
+  int mantissa_bits;
+  float smallest_subnormal;
+};
+
+// From the OFP8 / OCP MX definitions: 2^(1 - bias - M) is the smallest subnormal.
+FormatShape shape_of(FpFormat format) {
+  switch (format) {
+    case FpFormat::kE4M3:
+      return {3, std::ldexp(1.0f, -9)};
+    case FpFormat::kE5M2:
+      return {2, std::ldexp(1.0f, -16)};
+    case FpFormat::kE3M2:
+      return {2, std::ldexp(1.0f, -4)};
+    case FpFormat::kE2M3:
+      return {3, std::ldexp(1.0f, -3)};
+    case FpFormat::kE2M1:
+      return {1, std::ldexp(1.0f, -1)};
+  }
+  return {0, 0.0f};
+}
+
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(rows * cols);
+  for (float& v : x) v = normal(rng);
+  for (int64_t i = 0; i < rows * cols; i += 97) x[i] *= 50.0f;  // outliers, as activations have
+  return x;
+}
+
+TEST(FineGrainedFormats, EverySixAndFourBitValueIsExactlyAnE4m3Value) {
+  for (int code = 0; code < 64; ++code) {
+    for (float value : {decode_fp6_e3m2(code), decode_fp6_e2m3(code)}) {
+      EXPECT_EQ(decode_fp8_e4m3(encode_fp8_e4m3(value)), value) << "fp6 code " << code;
+    }
+  }
+  for (int code = 0; code < 16; ++code) {
+    const float value = decode_fp4_e2m1(code);
+    EXPECT_EQ(decode_fp8_e4m3(encode_fp8_e4m3(value)), value) << "fp4 code " << code;
+  }
+}
+
+TEST(FineGrainedFormats, StorageCodesDecodeToTheFormatRoundedValue) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-500.0f, 500.0f);
+  for (int i = 0; i < 20000; ++i) {
+    const float x = uniform(rng) * std::ldexp(1.0f, -(i % 12));
+    EXPECT_EQ(decode_fp_storage(FpFormat::kE3M2, encode_fp_storage(FpFormat::kE3M2, x)),
+              decode_fp6_e3m2(encode_fp6_e3m2(x)));
+    EXPECT_EQ(decode_fp_storage(FpFormat::kE2M3, encode_fp_storage(FpFormat::kE2M3, x)),
+              decode_fp6_e2m3(encode_fp6_e2m3(x)));
+    EXPECT_EQ(decode_fp_storage(FpFormat::kE2M1, encode_fp_storage(FpFormat::kE2M1, x)),
+              decode_fp4_e2m1(encode_fp4_e2m1(x)));
+    EXPECT_EQ(encode_fp_storage(FpFormat::kE4M3, x), encode_fp8_e4m3(x));
+    EXPECT_EQ(encode_fp_storage(FpFormat::kE5M2, x), encode_fp8_e5m2_satfinite(x));
+  }
+}
+
+TEST(FineGrainedFormats, NamesParseAndUnknownNamesAreConfigErrors) {
+  for (FpFormat format : kAllFormats) EXPECT_EQ(parse_fp_format(fp_format_name(format)), format);
+  try {
+    parse_fp_format("fp6");
+    ADD_FAILURE() << "accepted fp6";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Config);
+    EXPECT_NE(std::string(e.what()).find("e3m2"), std::string::npos);
+  }
+}
+
+TEST(QuantizeFineGrained, TileScaleMapsTheTileAbsmaxExactlyToTheFormatMax) {
+  const int64_t rows = 4, cols = 384;
+  const std::vector<float> x = random_matrix(rows, cols, 1);
+  for (FpFormat format : kAllFormats) {
+    std::vector<uint8_t> codes(rows * cols);
+    std::vector<float> scales(rows * 3);
+    quantize_fp_tile_1x128(x.data(), rows, cols, format, codes.data(), scales.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < 3; ++t) {
+        int64_t at = r * cols + t * 128;
+        for (int64_t c = t * 128; c < (t + 1) * 128; ++c) {
+          if (std::fabs(x[r * cols + c]) > std::fabs(x[at])) at = r * cols + c;
+        }
+        const float scale = scales[r * 3 + t];
+        EXPECT_EQ(scale, std::fabs(x[at]) / fp_format_max(format));
+        EXPECT_EQ(std::fabs(decode_fp_storage(format, codes[at])), fp_format_max(format))
+            << fp_format_name(format) << " row " << r << " tile " << t;
+      }
+    }
+  }
+}
+
+TEST(QuantizeFineGrained, ErrorIsWithinHalfAnUlpOfTheFormat) {
+  const int64_t rows = 8, cols = 256;
+  const std::vector<float> x = random_matrix(rows, cols, 2);
+  for (FpFormat format : kAllFormats) {
+    const FormatShape shape = shape_of(format);
+    std::vector<float> restored(rows * cols);
+    fake_quantize_fp_tile_1x128(x.data(), rows, cols, format, restored.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t t = 0; t < 2; ++t) {
+        float absmax = 0.0f;
+        for (int64_t c = t * 128; c < (t + 1) * 128; ++c)
+          absmax = std::fmax(absmax, std::fabs(x[r * cols + c]));
+        const float scale = absmax / fp_format_max(format);
+        for (int64_t c = t * 128; c < (t + 1) * 128; ++c) {
+          const float xi = x[r * cols + c];
+          // Normal range: relative error <= 2^-(M+1); subnormal range: absolute error <= half
+          // the smallest subnormal (times the scale); plus a few fp32 ulp for x / s and q * s.
+          const float bound = std::fmax(std::ldexp(std::fabs(xi), -(shape.mantissa_bits + 1)),
+                                        0.5f * shape.smallest_subnormal * scale) +
+                              4.0f * FLT_EPSILON * std::fabs(xi);
+          ASSERT_LE(std::fabs(xi - restored[r * cols + c]), bound)
+              << fp_format_name(format) << " x=" << xi;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizeFineGrained, FakeQuantizeEqualsDequantizeOfQuantizeAndWorksInPlace) {
+  const int64_t rows = 130, cols = 200;
+  const std::vector<float> x = random_matrix(rows, cols, 3);
+  for (FpFormat format : kAllFormats) {
+    std::vector<uint8_t> codes(rows * cols);
+    std::vector<float> scales(fp_blockwise_scale_count(rows, cols, 128, 128));
+    std::vector<float> restored(rows * cols);
+    quantize_fp_block_128x128(x.data(), rows, cols, format, codes.data(), scales.data());
+    dequantize_fp_block_128x128(codes.data(), scales.data(), rows, cols, format, restored.data());
+    std::vector<float> in_place = x;
+    fake_quantize_fp_block_128x128(in_place.data(), rows, cols, format, in_place.data());
+    EXPECT_EQ(in_place, restored) << fp_format_name(format);
+
+    std::vector<float> tile_codes_restored(rows * cols), tile_fake(rows * cols);
+    std::vector<float> tile_scales(fp_blockwise_scale_count(rows, cols, 1, 128));
+    quantize_fp_tile_1x128(x.data(), rows, cols, format, codes.data(), tile_scales.data());
+    dequantize_fp_tile_1x128(codes.data(), tile_scales.data(), rows, cols, format,
+                             tile_codes_restored.data());
+    fake_quantize_fp_tile_1x128(x.data(), rows, cols, format, tile_fake.data());
+    EXPECT_EQ(tile_fake, tile_codes_restored) << fp_format_name(format);
+  }
+}
+
+TEST(QuantizeFineGrained, PartialTilesAndBlocksGetTheirOwnScales) {
+  // Tiles: cols = 300 -> 128, 128, 44. Blocks: rows = 200, cols = 300 -> 2 x 3, the last
+  // row of blocks 72 tall and the last column 44 wide.
+  const int64_t rows = 200, cols = 300;
+  std::vector<float> x(rows * cols, 1.0f);
+  x[0] = 1000.0f;              // in tile (0, 0) and block (0, 0) only
+  x[5 * cols + 299] = -8.0f;   // last partial tile of row 5, block (0, 2)
+  x[199 * cols + 299] = 3.0f;  // last partial block (1, 2)
+  std::vector<uint8_t> codes(rows * cols);
+  std::vector<float> tile_scales(fp_blockwise_scale_count(rows, cols, 1, 128));
+  ASSERT_EQ(tile_scales.size(), size_t(rows * 3));
+  quantize_fp_tile_1x128(x.data(), rows, cols, FpFormat::kE4M3, codes.data(), tile_scales.data());
+  EXPECT_EQ(tile_scales[0], 1000.0f / 448.0f);
+  EXPECT_EQ(tile_scales[1], 1.0f / 448.0f);
+  EXPECT_EQ(tile_scales[5 * 3 + 2], 8.0f / 448.0f);
+  EXPECT_EQ(tile_scales[6 * 3 + 2], 1.0f / 448.0f);
+  EXPECT_EQ(codes[5 * cols + 299], 0xFE);  // -448
+
+  std::vector<float> block_scales(fp_blockwise_scale_count(rows, cols, 128, 128));
+  ASSERT_EQ(block_scales.size(), 6u);
+  quantize_fp_block_128x128(x.data(), rows, cols, FpFormat::kE3M2, codes.data(),
+                            block_scales.data());
+  EXPECT_EQ(block_scales[0], 1000.0f / 28.0f);
+  EXPECT_EQ(block_scales[1], 1.0f / 28.0f);
+  EXPECT_EQ(block_scales[2], 8.0f / 28.0f);
+  EXPECT_EQ(block_scales[3], 1.0f / 28.0f);
+  EXPECT_EQ(block_scales[5], 3.0f / 28.0f);
+  EXPECT_EQ(decode_fp8_e4m3(codes[199 * cols + 299]), 28.0f);  // stored as the e4m3 code of 28
+}
+
+TEST(QuantizeFineGrained, AllZeroTileHasZeroScaleAndZeroCodes) {
+  std::vector<float> x(256, 0.0f);
+  x[200] = 2.0f;
+  std::vector<uint8_t> codes(256, 0xAA);
+  std::vector<float> scales(2, -1.0f);
+  quantize_fp_tile_1x128(x.data(), 1, 256, FpFormat::kE4M3, codes.data(), scales.data());
+  EXPECT_EQ(scales[0], 0.0f);
+  for (int i = 0; i < 128; ++i) EXPECT_EQ(codes[i], 0);
+  std::vector<float> restored(256);
+  dequantize_fp_tile_1x128(codes.data(), scales.data(), 1, 256, FpFormat::kE4M3, restored.data());
+  EXPECT_EQ(restored, x);
+}
+
+}  // namespace
+}  // namespace gnmr
