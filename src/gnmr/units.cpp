@@ -1,6 +1,7 @@
 #include "gnmr/units.h"
 
 #include <cmath>
+#include <limits>
 
 namespace gnmr {
 

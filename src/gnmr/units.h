@@ -29,7 +29,9 @@ std::string projection_kind_list();
 inline UnitId unit_id(int layer, ProjectionKind kind) {
   return layer * kKindsPerLayer + static_cast<int>(kind);
 }
-inline int unit_layer(UnitId unit) { return unit / kKindsPerLayer; }
+inline int unit_layer(UnitId unit) {
+  return unit / kKindsPerLayer;
+}
 inline ProjectionKind unit_kind(UnitId unit) {
   return static_cast<ProjectionKind>(unit % kKindsPerLayer);
 }

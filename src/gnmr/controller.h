@@ -1,0 +1,105 @@
+// Controller: the one interface the trainer talks to (DESIGN.md §2 step 5, §3).
+//
+// Each step the trainer passes the L2 norm of every projection unit's weight gradient
+// (after accumulation and all-reduce, before clipping) and gets the routing plan for the
+// next step. The controller kind (GNMR, its ablations, or a baseline) is a strategy inside;
+// monitor, budget, telemetry and state are shared, so every kind runs under the same budget
+// and reports the same telemetry.
+//
+//   gnmr            GNMR + Δ-GNMR candidates, budgeted, with locks (policy.h)
+//   gnmr_no_delta   β = ∞: Δ-GNMR neither makes candidates nor enters the risk
+//   gnmr_no_lock    T_lock = 0: only currently risky units are recovered
+//   static_low      always all Low
+//   static_high     always all Recovery, regardless of the budget and caps
+//   random          `budget` random units per step, from (seed, step) (baselines.h)
+//   topk_norm       the `budget` largest raw norms
+// Dynamic controllers return all-Low plans until step >= warmup_steps; GNMR kinds also wait
+// for each unit's GNMR and Δ-GNMR to be defined (its (δ+2)-th valid norm); an invalid norm
+// (NaN/Inf) after warm-up makes its unit a candidate of risk +inf (monitor.h).
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <ostream>
+#include <vector>
+
+#include "gnmr/controller_options.h"
+#include "gnmr/monitor.h"
+#include "gnmr/policy.h"
+#include "gnmr/routing_plan.h"
+#include "gnmr/telemetry.h"
+#include "gnmr/units.h"
+
+namespace gnmr {
+
+class Controller {
+ public:
+  // n_layers >= 1; n_units = 7 * n_layers. Throws std::invalid_argument for invalid options.
+  Controller(const ControllerOptions& options, int n_layers);
+
+  // The plan for the first step, before any observation: all Recovery for static_high,
+  // all Low otherwise.
+  RoutingPlan initial_plan() const;
+
+  // Observes step `step`'s norms ([n_units], indexed by UnitId) and returns the plan for
+  // step + 1. Steps must increase strictly (std::invalid_argument otherwise).
+  RoutingPlan observe(int64_t step, const float* unit_grad_norms);
+  RoutingPlan observe(int64_t step, const std::vector<float>& unit_grad_norms);
+
+  // The plan last returned by observe (initial_plan() before the first observation, and the
+  // restored plan after load_state).
+  const RoutingPlan& current_plan() const { return current_plan_; }
+  const StepTelemetry& last_telemetry() const { return step_telemetry_; }
+  const RunTelemetry& run_telemetry() const { return run_telemetry_; }
+  // run_telemetry().summary() plus "controller", "units", "budget".
+  nlohmann::json summary() const;
+  // The compact per-unit trace of the last observation (telemetry.h).
+  void write_trace_line(std::ostream& out) const;
+
+  // A versioned, self-checking binary blob of everything the controller knows (monitor
+  // sums/counts/windows, locks, current plan, last step, run telemetry accumulators): a
+  // controller restored from it continues bit-exactly. load_state throws
+  // std::invalid_argument naming the mismatch for a blob from another unit count or other
+  // options, or a damaged blob. (controller_state.cpp)
+  std::vector<uint8_t> save_state() const;
+  void load_state(const std::vector<uint8_t>& blob);
+
+  const ControllerOptions& options() const { return options_; }
+  ControllerKind kind() const { return kind_; }
+  int n_layers() const { return units_.n_layers(); }
+  int n_units() const { return units_.n_units(); }
+  int budget() const { return budget_; }  // in projection units
+  const DecisionUnits& decision_units() const { return units_; }
+  // Lock of each decision unit after the last observation.
+  const std::vector<int32_t>& locks() const { return locks_; }
+
+ private:
+  RoutingPlan all_paths(Path path) const;
+  bool uses_gnmr_policy() const;
+
+  ControllerOptions options_;
+  ControllerKind kind_;
+  RankingKey ranking_;
+  HistoryMode history_;
+  DecisionUnits units_;
+  int budget_;
+  std::array<int, kKindsPerLayer> per_kind_cap_;
+
+  // State (saved and restored).
+  RiskMonitor monitor_;
+  std::vector<int32_t> locks_;  // [n_decision_units]
+  RoutingPlan current_plan_;
+  int64_t observations_ = 0;
+  int64_t last_step_ = 0;
+  RunTelemetry run_telemetry_;
+
+  // Per-step results and scratch, rebuilt by every observe.
+  StepTelemetry step_telemetry_;
+  std::vector<UnitScores> scores_;
+  std::vector<double> decision_norms_;
+  std::vector<uint8_t> eligible_;
+  std::vector<int> order_;
+  PolicyResult policy_;
+};
+
+}  // namespace gnmr

@@ -1,0 +1,121 @@
+// The `gnmr` config section: defaults, round trip, and errors that name the key.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "gnmr/controller_options.h"
+#include "gnmr/policy.h"
+
+namespace gnmr {
+namespace {
+
+using nlohmann::json;
+
+std::string error_of(const json& section) {
+  try {
+    controller_options_from_json(section);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ControllerOptionsJson, DefaultsParseToTheDefaultStruct) {
+  const ControllerOptions parsed = controller_options_from_json(controller_options_defaults());
+  EXPECT_EQ(controller_options_to_json(parsed), controller_options_to_json(ControllerOptions{}));
+  EXPECT_TRUE(std::isnan(parsed.alpha_final));  // null = same as alpha
+  const ControllerOptions empty = controller_options_from_json(json::object());
+  EXPECT_EQ(empty.controller, "gnmr");
+  EXPECT_EQ(empty.window, 8);
+  EXPECT_EQ(empty.lock_steps, 10);
+  EXPECT_EQ(empty.warmup_steps, 20);
+  EXPECT_EQ(empty.alpha, 1.5);
+  EXPECT_EQ(empty.beta, 1.5);
+}
+
+TEST(ControllerOptionsJson, EveryKeyRoundTrips) {
+  const json section = {{"controller", "random"},
+                        {"max_active", 0.25},
+                        {"alpha", 2.0},
+                        {"beta", 3.0},
+                        {"window", 4},
+                        {"lock_steps", 0},
+                        {"warmup_steps", 5},
+                        {"threshold_schedule", "cosine"},
+                        {"alpha_final", 1.2},
+                        {"beta_final", 1.1},
+                        {"schedule_steps", 1000},
+                        {"ranking", "sum_ratio"},
+                        {"history", "capped"},
+                        {"granularity", "group"},
+                        {"per_kind_cap", {{"down", 2}, {"q", 0}}},
+                        {"seed", 42}};
+  const ControllerOptions o = controller_options_from_json(section);
+  EXPECT_EQ(controller_options_to_json(o), section);
+  EXPECT_EQ(o.per_kind_cap.at("down"), 2);
+  EXPECT_EQ(o.seed, 42u);
+  EXPECT_EQ(controller_options_from_json(json{{"window", 8.0}}).window, 8);  // integral float
+}
+
+TEST(ControllerOptionsJson, ErrorsNameTheKey) {
+  EXPECT_NE(error_of({{"bogus", 1}}).find("gnmr.bogus: unknown key"), std::string::npos);
+  EXPECT_EQ(error_of({{"max_active", -1}}), "gnmr.max_active: must be >= 0 (got -1)");
+  EXPECT_NE(error_of({{"max_active", 2.5}}).find("gnmr.max_active"), std::string::npos);
+  EXPECT_NE(error_of({{"alpha", 0}}).find("gnmr.alpha: must be > 0"), std::string::npos);
+  EXPECT_NE(error_of({{"beta", -2}}).find("gnmr.beta"), std::string::npos);
+  EXPECT_NE(error_of({{"window", 0}}).find("gnmr.window: must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of({{"window", 8.5}}).find("gnmr.window: must be an integer"), std::string::npos);
+  EXPECT_NE(error_of({{"window", "8"}}).find("gnmr.window"), std::string::npos);
+  EXPECT_NE(error_of({{"lock_steps", -1}}).find("gnmr.lock_steps"), std::string::npos);
+  EXPECT_NE(error_of({{"warmup_steps", -3}}).find("gnmr.warmup_steps"), std::string::npos);
+  EXPECT_NE(error_of({{"controller", "gnmrr"}}).find("gnmr.controller: must be one of"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"ranking", 3}}).find("gnmr.ranking"), std::string::npos);
+  EXPECT_NE(error_of({{"threshold_schedule", "linear"}}).find("gnmr.schedule_steps: must be >= 1"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"per_kind_cap", {{"downn", 1}}}}).find("gnmr.per_kind_cap.downn"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"per_kind_cap", {{"down", -1}}}}).find("gnmr.per_kind_cap.down"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"per_kind_cap", 2}}).find("gnmr.per_kind_cap"), std::string::npos);
+  EXPECT_NE(error_of({{"seed", -1}}).find("gnmr.seed"), std::string::npos);
+  EXPECT_NE(error_of({{"controller", "gnmr_no_delta"}, {"ranking", "delta"}}).find("gnmr.ranking"),
+            std::string::npos);
+  EXPECT_NE(error_of(json::array()).find("gnmr"), std::string::npos);
+}
+
+TEST(ControllerOptionsBudget, FractionsRoundDownAndCountsClampToTheUnitCount) {
+  EXPECT_EQ(resolve_budget(0.0, 14), 0);
+  EXPECT_EQ(resolve_budget(0.1, 28), 2);  // floor(2.8): the active fraction never exceeds 0.1
+  EXPECT_EQ(resolve_budget(0.25, 14), 3);
+  EXPECT_EQ(resolve_budget(0.05, 14), 0);
+  EXPECT_EQ(resolve_budget(1.0, 14), 1);
+  EXPECT_EQ(resolve_budget(3.0, 14), 3);
+  EXPECT_EQ(resolve_budget(100.0, 14), 14);
+}
+
+TEST(ThresholdSchedule, ConstantLinearAndCosineMoveFromStartToFinal) {
+  ControllerOptions o;
+  o.alpha = 2.0;
+  o.beta = 3.0;
+  o.alpha_final = 1.0;
+  o.beta_final = 1.0;
+  o.schedule_steps = 100;
+  EXPECT_EQ(thresholds_at(o, 50).alpha, 2.0);  // constant ignores the finals
+  o.threshold_schedule = "linear";
+  EXPECT_EQ(thresholds_at(o, 0).alpha, 2.0);
+  EXPECT_DOUBLE_EQ(thresholds_at(o, 25).alpha, 1.75);
+  EXPECT_DOUBLE_EQ(thresholds_at(o, 50).beta, 2.0);
+  EXPECT_EQ(thresholds_at(o, 100).alpha, 1.0);
+  EXPECT_EQ(thresholds_at(o, 5000).alpha, 1.0);  // clamped after the schedule
+  o.threshold_schedule = "cosine";
+  EXPECT_DOUBLE_EQ(thresholds_at(o, 0).alpha, 2.0);
+  EXPECT_DOUBLE_EQ(thresholds_at(o, 50).alpha, 1.5);
+  EXPECT_DOUBLE_EQ(thresholds_at(o, 100).beta, 1.0);
+  EXPECT_GT(thresholds_at(o, 25).alpha, 1.75);  // cosine moves slowly at first
+}
+
+}  // namespace
+}  // namespace gnmr
