@@ -238,7 +238,6 @@ void validate(const RunConfig& c) {
   require_one_of("log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
   require_one_of("precision.recipe", c.precision.recipe, {"fp32", "bf16", "actq", "fp8mix", "int8"});
-  require(c.gnmr.max_active >= 0, "gnmr.max_active", "must be >= 0");
 }
 
 }  // namespace
@@ -291,15 +290,11 @@ RunConfig run_config_from_json(const json& resolved) {
     c.log.level = full["log"]["level"];
     c.precision.recipe = full["precision"]["recipe"];
     c.precision.section = full["precision"];
-    const json& g = full["gnmr"];
-    c.gnmr.controller = g["controller"];
-    c.gnmr.max_active = g["max_active"];
-    c.gnmr.alpha = g["alpha"];
-    c.gnmr.beta = g["beta"];
-    c.gnmr.window = g["window"];
-    c.gnmr.lock_steps = g["lock_steps"];
-    c.gnmr.warmup_steps = g["warmup_steps"];
-    c.gnmr.section = g;
+    try {
+      c.gnmr = controller_options_from_json(full["gnmr"]);
+    } catch (const std::invalid_argument& e) {
+      config_error(e.what());
+    }
     c.backend = full["backend"];
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gnmr/controller_options.h"
+
 namespace gnmr {
 
 struct ModelConfig {
@@ -72,16 +74,6 @@ struct PrecisionConfig {
   nlohmann::json section;            // the whole resolved "precision" section
 };
 
-struct GnmrConfig {
-  std::string controller = "static_high";  // gnmr | static_low | static_high | random | topk_norm | gnmr_no_delta | gnmr_no_lock
-  double max_active = 4;   // count (>= 1) or fraction of units (< 1)
-  double alpha = 1.5;
-  double beta = 1.5;
-  int window = 8;          // δ
-  int lock_steps = 10;     // T_lock
-  int warmup_steps = 20;
-  nlohmann::json section;  // the whole resolved "gnmr" section (controller options)
-};
 
 struct RunConfig {
   ModelConfig model;
@@ -91,7 +83,7 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   LogConfig log;
   PrecisionConfig precision;
-  GnmrConfig gnmr;
+  ControllerOptions gnmr;  // section "gnmr" (src/gnmr/controller_options.h)
   std::string backend = "cpu";  // cpu | cuda
   nlohmann::json resolved;      // the full resolved JSON (what config.json in a run dir holds)
 };

@@ -5,8 +5,9 @@
 
 namespace gnmr {
 
-const nlohmann::json& default_config_json() {
-  static const nlohmann::json defaults = R"({
+namespace {
+nlohmann::json make_defaults() {
+  nlohmann::json defaults = R"({
     "description": "",
     "backend": "cpu",
     "model": {
@@ -61,15 +62,6 @@ const nlohmann::json& default_config_json() {
     "precision": {
       "recipe": "fp32"
     },
-    "gnmr": {
-      "controller": "static_high",
-      "max_active": 4.0,
-      "alpha": 1.5,
-      "beta": 1.5,
-      "window": 8,
-      "lock_steps": 10,
-      "warmup_steps": 20
-    },
     "debug": {
       "nonfinite_grad_steps": [],
       "spike_unit": -1,
@@ -77,6 +69,14 @@ const nlohmann::json& default_config_json() {
       "spike_scale": 100.0
     }
   })"_json;
+  // The controller owns its section's schema (src/gnmr depends on nothing else).
+  defaults["gnmr"] = controller_options_defaults();
+  return defaults;
+}
+}  // namespace
+
+const nlohmann::json& default_config_json() {
+  static const nlohmann::json defaults = make_defaults();
   return defaults;
 }
 

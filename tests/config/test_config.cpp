@@ -104,7 +104,7 @@ TEST(ConfigErrors, ImpossibleValuesNameTheField) {
   expect_config_error(path, {"model.n_heads=5"}, "\"model.n_heads\" (5) must divide model.dim (64)");
   expect_config_error(path, {"model.n_kv_heads=3"}, "\"model.n_kv_heads\" (3) must divide model.n_heads");
   expect_config_error(path, {"data.seq_len=512"}, "\"data.seq_len\" (512) must be <= model.max_seq_len (256)");
-  expect_config_error(path, {"gnmr.max_active=-1"}, "\"gnmr.max_active\" must be >= 0");
+  expect_config_error(path, {"gnmr.max_active=-1"}, "gnmr.max_active: must be >= 0");
   expect_config_error(path, {"train.global_batch_tokens=1000"}, "\"train.global_batch_tokens\"");
   expect_config_error(path, {"data.sampling=shuffled"}, "\"data.sampling\" is \"shuffled\", must be one of");
   expect_config_error(path, {"train.steps=0"}, "\"train.steps\" must be > 0");
