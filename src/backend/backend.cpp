@@ -1,0 +1,69 @@
+// Backend-neutral helpers: dtype sizes, tensor views, precision names.
+#include "backend/backend.h"
+
+#include <sstream>
+
+#include "util/error.h"
+
+namespace gnmr {
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::BF16:
+      return 2;
+    case DType::U8:
+      return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
+    case DType::I32:
+      return "i32";
+    case DType::U8:
+      return "u8";
+  }
+  return "?";
+}
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string Tensor::shape_string() const {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < shape.size(); ++i) out << (i ? ", " : "") << shape[i];
+  out << "]";
+  return out.str();
+}
+
+Tensor tensor_view(const Tensor& base, std::vector<int64_t> shape, int64_t offset) {
+  Tensor view;
+  view.dtype = base.dtype;
+  view.shape = std::move(shape);
+  GNMR_CHECK(offset >= 0 && offset + view.numel() <= base.numel(),
+             "tensor_view " + view.shape_string() + " at offset " + std::to_string(offset) +
+                 " does not fit in " + base.shape_string());
+  view.data = static_cast<char*>(base.data) + offset * static_cast<int64_t>(dtype_size(base.dtype));
+  return view;
+}
+
+GemmPrecision parse_gemm_precision(const std::string& name) {
+  if (name == "fp32") return GemmPrecision::FP32;
+  if (name == "bf16") return GemmPrecision::BF16;
+  throw Error(ErrorKind::Config,
+              "config: train.gemm_precision \"" + name + "\" is not one of fp32, bf16");
+}
+
+}  // namespace gnmr

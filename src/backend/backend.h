@@ -1,0 +1,151 @@
+// Backend: the seam between the model's math and the hardware (DESIGN.md §6).
+//
+// A Tensor is a handle to memory the backend owns (host memory for cpu, device memory for
+// cuda); model code passes handles around and never dereferences `data`. Every op is
+// enqueued: on a GPU it returns before the work is done. Only the explicitly named readbacks
+// (copy_to_host, sum_squares) hand numbers to the host, and they synchronize.
+// Memory is planned once (the model allocates everything at construction); no op allocates
+// a Tensor during a step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gnmr {
+
+enum class DType { F32, BF16, I32, U8 };
+
+size_t dtype_size(DType dtype);
+const char* dtype_name(DType dtype);
+
+struct Tensor {
+  void* data = nullptr;  // backend-owned; host code other than the backend must not read it
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+
+  int64_t numel() const;
+  size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype); }
+  int64_t dim(int i) const { return shape.at(static_cast<size_t>(i)); }
+  std::string shape_string() const;  // "[4, 256, 512]"
+};
+
+// A view of `numel(shape)` elements of `base` starting `offset` elements in (no copy).
+// Pointer arithmetic only, so it is valid for device memory too.
+Tensor tensor_view(const Tensor& base, std::vector<int64_t> shape, int64_t offset = 0);
+
+// Numerics of the projection GEMMs (matmul_*). train.gemm_precision in the config.
+// BF16: both GEMM inputs rounded to bf16 (round-to-nearest-even), products accumulated in
+// fp32, output fp32. The attention core, norms, loss and optimizer always run fp32.
+enum class GemmPrecision { FP32, BF16 };
+
+GemmPrecision parse_gemm_precision(const std::string& name);  // "fp32" | "bf16", else Error(Config)
+
+// One AdamW step as torch.optim.AdamW computes it (decoupled weight decay):
+//   g = grad * grad_scale;  p -= lr * weight_decay * p
+//   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
+//   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
+struct AdamWStep {
+  float lr = 0.0f;
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  float grad_scale = 1.0f;  // e.g. the global-norm clip factor, folded in
+  int64_t step = 1;         // 1-based, for bias correction
+};
+
+// Shapes below: N = tokens = batch * seq, D = model dim, F = ffn dim, V = vocab,
+// B = batch, T = seq, H = heads, Hkv = key/value heads, hd = head dim. All float tensors F32;
+// token ids and targets I32. "+=" marks an output that is accumulated into, not overwritten.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory ----
+  virtual Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype) = 0;
+  virtual size_t allocated_bytes() const = 0;
+  virtual size_t peak_allocated_bytes() const = 0;
+  virtual void copy_to_host(const Tensor& src, void* host) = 0;  // readback: synchronizes
+  virtual void copy_from_host(Tensor& dst, const void* host) = 0;
+  virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same numel and dtype
+  virtual void fill_zero(Tensor& t) = 0;
+  virtual void synchronize() = 0;
+
+  void set_gemm_precision(GemmPrecision precision) { gemm_precision_ = precision; }
+  GemmPrecision gemm_precision() const { return gemm_precision_; }
+
+  // ---- model ops ----
+  // tokens: [N] i32 (0 <= id < V, checked by the caller); table: [V, D]; out: [N, D]
+  virtual void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) = 0;
+  // dtable[tokens[i]] += dout[i]
+  virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) = 0;
+
+  // out = weight * x / sqrt(mean(x^2) + eps) per row. x, out: [N, D]; weight: [D]; rstd: [N]
+  virtual void rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                               Tensor& rstd) = 0;
+  // dx += d/dx, dweight += d/dweight (rstd from the forward)
+  virtual void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                const Tensor& dout, Tensor& dx, Tensor& dweight) = 0;
+
+  // y = x W^T. x: [N, in]; weight: [out, in] (Hugging Face layout); y: [N, out]
+  virtual void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y) = 0;
+  // dx = dy W (or dx += dy W when accumulate). dy: [N, out]; dx: [N, in]
+  virtual void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx,
+                                     bool accumulate) = 0;
+  // dweight += dy^T x, fp32. x is the input the forward read (or the unit's saved view of it)
+  virtual void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight) = 0;
+  void matmul_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, Tensor& dx,
+                       Tensor& dweight, bool accumulate_dx) {
+    matmul_backward_input(dy, weight, dx, accumulate_dx);
+    matmul_backward_weight(x, dy, dweight);
+  }
+
+  // Rotary embedding in place, Hugging Face rotate-half convention.
+  // x: [B, T, heads, hd]; cos, sin: [max_seq, hd / 2] (see rope_table.h); position = t.
+  virtual void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
+  // The transpose rotation, in place on the gradient.
+  virtual void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) = 0;
+
+  // Causal softmax attention with scale 1/sqrt(hd); query head h reads kv head h / (H / Hkv).
+  // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; probs: [B, H, T, T] (saved for backward)
+  virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                                 Tensor& probs) = 0;
+  // dq, dk, dv overwritten.
+  virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& probs, const Tensor& dout, Tensor& dq, Tensor& dk,
+                                  Tensor& dv) = 0;
+
+  // out = silu(gate) * up. gate, up, out: [N, F]
+  virtual void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
+                               Tensor& dgate, Tensor& dup) = 0;
+
+  // out = a + b (same shape)
+  virtual void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+
+  // losses[i] = logsumexp(logits[i]) - logits[i, targets[i]]; 0 where targets[i] < 0.
+  // logits: [N, V]; targets: [N] i32; losses: [N]
+  virtual void cross_entropy_forward(const Tensor& logits, const Tensor& targets,
+                                     Tensor& losses) = 0;
+  // The same, and in the same pass logits is overwritten with
+  // dloss * (softmax(logits) - onehot(target)) (zero rows where targets[i] < 0).
+  virtual void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
+                                              float dloss) = 0;
+
+  // ---- trainer ops ----
+  // out_per_tensor[i] = sum of squares of tensors[i], accumulated in double, one fused pass.
+  // A readback point (synchronizes). Deterministic: fixed chunking, fixed reduction order.
+  virtual void sum_squares(const std::vector<Tensor>& tensors, double* out_per_tensor) = 0;
+  virtual void scale(Tensor& t, float factor) = 0;  // t *= factor
+  // param, grad, m, v: same shape, F32
+  virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                            const AdamWStep& s) = 0;
+
+ private:
+  GemmPrecision gemm_precision_ = GemmPrecision::FP32;
+};
+
+}  // namespace gnmr

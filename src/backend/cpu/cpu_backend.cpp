@@ -1,0 +1,281 @@
+// CpuBackend: Backend over host memory; each op checks shapes and calls its loop in ops.h.
+#include "backend/cpu/cpu_backend.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backend/cpu/ops.h"
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+float* f32(const Tensor& t) {
+  GNMR_CHECK(t.dtype == DType::F32,
+             "expected an f32 tensor, got " + std::string(dtype_name(t.dtype)));
+  return static_cast<float*>(t.data);
+}
+
+const int32_t* i32(const Tensor& t) {
+  GNMR_CHECK(t.dtype == DType::I32,
+             "expected an i32 tensor, got " + std::string(dtype_name(t.dtype)));
+  return static_cast<const int32_t*>(t.data);
+}
+
+void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
+  GNMR_CHECK(a.numel() == b.numel(), std::string(what) + ": shapes " + a.shape_string() + " and " +
+                                         b.shape_string() + " differ");
+}
+
+// Rows and columns of a tensor seen as a matrix [numel / last, last].
+int64_t cols(const Tensor& t) {
+  return t.shape.empty() ? 1 : t.shape.back();
+}
+int64_t rows(const Tensor& t) {
+  return t.numel() / std::max<int64_t>(1, cols(t));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+    // One BLAS thread: the backend parallelizes GEMMs itself (gemm_parallel), and the
+    // per-(batch, head) attention GEMMs run inside OpenMP regions.
+    openblas_set_num_threads(1);
+  }
+
+  ~CpuBackend() override {
+    for (void* block : blocks_) std::free(block);
+  }
+
+  std::string name() const override { return "cpu"; }
+
+  Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype) override {
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    for (int64_t s : t.shape) {
+      GNMR_CHECK(s >= 0, "allocate " + name + ": negative extent in " + t.shape_string());
+    }
+    const size_t bytes = std::max<size_t>(64, (t.bytes() + 63) / 64 * 64);
+    void* block = std::aligned_alloc(64, bytes);
+    if (block == nullptr) {
+      throw Error(ErrorKind::Runtime, "cpu backend: out of memory allocating " + name + " " +
+                                          t.shape_string() + " (" + std::to_string(bytes) +
+                                          " bytes, " + std::to_string(allocated_bytes()) +
+                                          " already allocated)");
+    }
+    std::memset(block, 0, bytes);
+    blocks_.push_back(block);
+    t.data = block;
+    tensor_bytes_ += bytes;
+    return t;
+  }
+
+  size_t allocated_bytes() const override { return tensor_bytes_ + workspace_bytes(); }
+  size_t peak_allocated_bytes() const override { return allocated_bytes(); }  // nothing is freed
+
+  void copy_to_host(const Tensor& src, void* host) override {
+    std::memcpy(host, src.data, src.bytes());
+  }
+  void copy_from_host(Tensor& dst, const void* host) override {
+    std::memcpy(dst.data, host, dst.bytes());
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    GNMR_CHECK(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy: tensors differ");
+    std::memcpy(dst.data, src.data, src.bytes());
+  }
+  void fill_zero(Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
+  void synchronize() override {}
+
+  void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
+    const int64_t n = tokens.numel(), d = cols(table);
+    GNMR_CHECK(out.numel() == n * d, "embedding_forward: out " + out.shape_string());
+    cpu::embedding_forward(i32(tokens), f32(table), f32(out), n, d, threads_);
+  }
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) override {
+    const int64_t n = tokens.numel(), d = cols(dtable);
+    GNMR_CHECK(dout.numel() == n * d, "embedding_backward: dout " + dout.shape_string());
+    cpu::embedding_backward(i32(tokens), f32(dout), f32(dtable), n, d, threads_);
+  }
+
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                       Tensor& rstd) override {
+    const int64_t n = rows(x), d = cols(x);
+    GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "rmsnorm_forward: shapes");
+    check_same_shape(x, out, "rmsnorm_forward");
+    cpu::rmsnorm_forward(f32(x), f32(weight), eps, f32(out), f32(rstd), n, d, threads_);
+  }
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                        const Tensor& dout, Tensor& dx, Tensor& dweight) override {
+    const int64_t n = rows(x), d = cols(x);
+    GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
+               "rmsnorm_backward: shapes");
+    check_same_shape(x, dout, "rmsnorm_backward");
+    check_same_shape(x, dx, "rmsnorm_backward");
+    float* ws = workspace(workspace_rmsnorm_, cpu::rmsnorm_backward_workspace(n, d));
+    cpu::rmsnorm_backward(f32(x), f32(weight), f32(rstd), f32(dout), f32(dx), f32(dweight), n, d,
+                          ws, threads_);
+  }
+
+  void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y) override {
+    const int64_t n = rows(x), in = cols(x), out = rows(weight);
+    GNMR_CHECK(cols(weight) == in && y.numel() == n * out, "matmul_forward: x " + x.shape_string() +
+                                                               ", W " + weight.shape_string() +
+                                                               ", y " + y.shape_string());
+    const float* xp = gemm_input(f32(x), x.numel(), workspace_a_);
+    const float* wp = gemm_input(f32(weight), weight.numel(), workspace_b_);
+    cpu::matmul_forward(xp, wp, f32(y), n, in, out, threads_);
+  }
+  void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx,
+                             bool accumulate) override {
+    const int64_t n = rows(dy), out = cols(dy), in = cols(weight);
+    GNMR_CHECK(rows(weight) == out && dx.numel() == n * in,
+               "matmul_backward_input: dy " + dy.shape_string() + ", W " + weight.shape_string() +
+                   ", dx " + dx.shape_string());
+    const float* dyp = gemm_input(f32(dy), dy.numel(), workspace_a_);
+    const float* wp = gemm_input(f32(weight), weight.numel(), workspace_b_);
+    cpu::matmul_backward_input(dyp, wp, f32(dx), n, in, out, accumulate, threads_);
+  }
+  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight) override {
+    const int64_t n = rows(x), in = cols(x), out = cols(dy);
+    GNMR_CHECK(rows(dy) == n && dweight.numel() == out * in,
+               "matmul_backward_weight: x " + x.shape_string() + ", dy " + dy.shape_string() +
+                   ", dW " + dweight.shape_string());
+    const float* xp = gemm_input(f32(x), x.numel(), workspace_a_);
+    const float* dyp = gemm_input(f32(dy), dy.numel(), workspace_b_);
+    cpu::matmul_backward_weight(xp, dyp, f32(dweight), n, in, out, threads_);
+  }
+
+  void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
+    GNMR_CHECK(x.shape.size() == 4 && cos.dim(0) >= x.dim(1) && cos.dim(1) * 2 == x.dim(3),
+               "rope_forward: x " + x.shape_string() + " vs table " + cos.shape_string());
+    cpu::rope_forward(f32(x), f32(cos), f32(sin), x.dim(0), x.dim(1), x.dim(2), x.dim(3), threads_);
+  }
+  void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
+    GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
+               "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
+    cpu::rope_backward(f32(dx), f32(cos), f32(sin), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3),
+                       threads_);
+  }
+
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                         Tensor& probs) override {
+    const cpu::AttentionShape s = attention_shape(q, k);
+    check_same_shape(k, v, "attention_forward");
+    check_same_shape(q, out, "attention_forward");
+    GNMR_CHECK(probs.numel() == s.batch * s.heads * s.seq * s.seq,
+               "attention_forward: probs " + probs.shape_string());
+    cpu::attention_forward(f32(q), f32(k), f32(v), f32(out), f32(probs), s, threads_);
+  }
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
+                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+    const cpu::AttentionShape s = attention_shape(q, k);
+    check_same_shape(q, dq, "attention_backward");
+    check_same_shape(q, dout, "attention_backward");
+    check_same_shape(k, dk, "attention_backward");
+    check_same_shape(v, dv, "attention_backward");
+    float* ws = workspace(workspace_attention_, cpu::attention_backward_workspace(s, threads_));
+    cpu::attention_backward(f32(q), f32(k), f32(v), f32(probs), f32(dout), f32(dq), f32(dk),
+                            f32(dv), s, ws, threads_);
+  }
+
+  void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    check_same_shape(gate, up, "swiglu_forward");
+    check_same_shape(gate, out, "swiglu_forward");
+    cpu::swiglu_forward(f32(gate), f32(up), f32(out), gate.numel(), threads_);
+  }
+  void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                       Tensor& dup) override {
+    check_same_shape(gate, dout, "swiglu_backward");
+    check_same_shape(gate, dgate, "swiglu_backward");
+    check_same_shape(up, dup, "swiglu_backward");
+    cpu::swiglu_backward(f32(gate), f32(up), f32(dout), f32(dgate), f32(dup), gate.numel(),
+                         threads_);
+  }
+
+  void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+    check_same_shape(a, b, "residual_forward");
+    check_same_shape(a, out, "residual_forward");
+    cpu::residual_forward(f32(a), f32(b), f32(out), a.numel(), threads_);
+  }
+
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
+    const int64_t n = rows(logits), vocab = cols(logits);
+    GNMR_CHECK(targets.numel() == n && losses.numel() == n, "cross_entropy_forward: shapes");
+    cpu::cross_entropy_forward(f32(logits), i32(targets), f32(losses), n, vocab, threads_);
+  }
+  void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
+                                      float dloss) override {
+    const int64_t n = rows(logits), vocab = cols(logits);
+    GNMR_CHECK(targets.numel() == n && losses.numel() == n,
+               "cross_entropy_forward_backward: shapes");
+    cpu::cross_entropy_forward_backward(f32(logits), i32(targets), f32(losses), dloss, n, vocab,
+                                        threads_);
+  }
+
+  void sum_squares(const std::vector<Tensor>& tensors, double* out_per_tensor) override {
+    std::vector<const float*> pointers;
+    std::vector<int64_t> counts;
+    for (const Tensor& t : tensors) {
+      pointers.push_back(f32(t));
+      counts.push_back(t.numel());
+    }
+    cpu::sum_squares(pointers.data(), counts.data(), static_cast<int64_t>(tensors.size()),
+                     out_per_tensor, threads_);
+  }
+  void scale(Tensor& t, float factor) override { cpu::scale(f32(t), factor, t.numel(), threads_); }
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
+                    const AdamWStep& s) override {
+    check_same_shape(param, grad, "adamw_update");
+    check_same_shape(param, m, "adamw_update");
+    check_same_shape(param, v, "adamw_update");
+    GNMR_CHECK(s.step >= 1, "adamw_update: step is 1-based");
+    cpu::adamw_update(f32(param), f32(grad), f32(m), f32(v), param.numel(), s, threads_);
+  }
+
+ private:
+  static cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k) {
+    GNMR_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && q.dim(0) == k.dim(0) &&
+                   q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && k.dim(2) > 0 &&
+                   q.dim(2) % k.dim(2) == 0,
+               "attention: q " + q.shape_string() + " and k " + k.shape_string() +
+                   " are not [B, T, H, hd] and [B, T, Hkv, hd] with Hkv dividing H");
+    return cpu::AttentionShape{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  }
+
+  // In bf16 mode a GEMM input is rounded into a scratch copy; in fp32 mode it is used as is.
+  const float* gemm_input(const float* src, int64_t count, std::vector<float>& scratch) {
+    if (gemm_precision() == GemmPrecision::FP32) return src;
+    float* dst = workspace(scratch, count);
+    cpu::round_to_bf16_copy(src, dst, count, threads_);
+    return dst;
+  }
+
+  // Scratch that grows to its high-water mark during the first step, then stays.
+  static float* workspace(std::vector<float>& buffer, int64_t count) {
+    if (static_cast<int64_t>(buffer.size()) < count) buffer.resize(static_cast<size_t>(count));
+    return buffer.data();
+  }
+  size_t workspace_bytes() const {
+    return sizeof(float) * (workspace_rmsnorm_.size() + workspace_attention_.size() +
+                            workspace_a_.size() + workspace_b_.size());
+  }
+
+  int threads_;
+  std::vector<void*> blocks_;
+  size_t tensor_bytes_ = 0;
+  std::vector<float> workspace_rmsnorm_, workspace_attention_, workspace_a_, workspace_b_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) {
+  return std::make_unique<CpuBackend>(threads);
+}
+
+}  // namespace gnmr

@@ -1,0 +1,16 @@
+// The CPU backend: the numerical reference and the default without a GPU.
+// OpenMP across `threads` cores for the fused row-wise ops; GEMMs through OpenBLAS, which
+// this backend sets to one thread and drives from its own OpenMP threads (see gemm.cpp).
+// Deterministic for a fixed thread count: no float atomics, fixed reduction orders.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+
+namespace gnmr {
+
+// threads: OpenMP threads for every op; 0 = omp_get_max_threads() (OMP_NUM_THREADS).
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
+
+}  // namespace gnmr

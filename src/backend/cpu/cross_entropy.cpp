@@ -1,0 +1,67 @@
+// Fused softmax cross-entropy over the vocabulary: the loss per token and, in the same pass,
+// the logits gradient written over the logits (no second [tokens, vocab] buffer).
+// Targets < 0 are ignored (loss 0, zero gradient row). CUDA twin: kernels/cross_entropy.cu.
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/ops.h"
+#include "backend/cpu/vector_math.h"
+
+namespace gnmr {
+namespace cpu {
+
+template <typename T>
+void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, int64_t n,
+                           int64_t vocab, int threads) {
+  // logits: [n, vocab]; losses[i] = logsumexp(logits[i]) - logits[i, target]
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    if (targets[i] < 0) {
+      losses[i] = T(0);
+      continue;
+    }
+    const T* row = logits + i * vocab;
+    const T max_logit = row_max(row, vocab);
+    // exp values go to a stack block, only their sum is kept
+    constexpr int64_t kChunk = 2048;
+    T scratch[kChunk];
+    double sum = 0.0;
+    for (int64_t j0 = 0; j0 < vocab; j0 += kChunk) {
+      const int64_t count = std::min(kChunk, vocab - j0);
+      sum += exp_shifted_sum(row + j0, max_logit, scratch, count);
+    }
+    losses[i] = static_cast<T>(std::log(sum) + static_cast<double>(max_logit - row[targets[i]]));
+  }
+}
+
+template <typename T>
+void cross_entropy_forward_backward(T* logits, const int32_t* targets, T* losses, T dloss,
+                                    int64_t n, int64_t vocab, int threads) {
+  // logits[i] <- dloss * (softmax(logits[i]) - onehot(target))
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    T* row = logits + i * vocab;
+    if (targets[i] < 0) {
+      losses[i] = T(0);
+      std::fill(row, row + vocab, T(0));
+      continue;
+    }
+    const T max_logit = row_max(row, vocab);
+    const T target_logit = row[targets[i]];
+    const double sum = exp_shifted_sum(row, max_logit, row, vocab);
+    losses[i] = static_cast<T>(std::log(sum) + static_cast<double>(max_logit - target_logit));
+    const T factor = static_cast<T>(static_cast<double>(dloss) / sum);
+    for (int64_t j = 0; j < vocab; ++j) row[j] *= factor;
+    row[targets[i]] -= dloss;
+  }
+}
+
+#define GNMR_INSTANTIATE(T)                                                                    \
+  template void cross_entropy_forward<T>(const T*, const int32_t*, T*, int64_t, int64_t, int); \
+  template void cross_entropy_forward_backward<T>(T*, const int32_t*, T*, T, int64_t, int64_t, int);
+GNMR_INSTANTIATE(float)
+GNMR_INSTANTIATE(double)
+#undef GNMR_INSTANTIATE
+
+}  // namespace cpu
+}  // namespace gnmr

@@ -1,0 +1,120 @@
+// CPU reference ops: plain loops over raw row-major arrays, OpenMP across `threads`.
+// Each is named as its CUDA twin in kernels/ and instantiated for float (what the backend
+// runs) and double (what the gradient-check tests run). Shapes as in backend/backend.h.
+// Determinism: every output element and every reduction is computed by one thread in a fixed
+// order; partial sums are taken over fixed-size chunks and combined in chunk order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace gnmr {
+namespace cpu {
+
+// ---- gemm.cpp: row-major C = alpha op(A) op(B) + beta C through the BLAS ----
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+          int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc);
+// The same, rows of C split into one contiguous block per thread (single-threaded BLAS
+// calls inside). Each element's k-order is the BLAS's, so the split changes no bits.
+template <typename T>
+void gemm_parallel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
+                   int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, int threads);
+
+// ---- matmul.cpp (kernels/matmul.cu) ----
+// x: [n, in]; w: [out, in]; y: [n, out] = x w^T
+template <typename T>
+void matmul_forward(const T* x, const T* w, T* y, int64_t n, int64_t in, int64_t out, int threads);
+// dx: [n, in] = dy w (+= when accumulate)
+template <typename T>
+void matmul_backward_input(const T* dy, const T* w, T* dx, int64_t n, int64_t in, int64_t out,
+                           bool accumulate, int threads);
+// dw: [out, in] += dy^T x
+template <typename T>
+void matmul_backward_weight(const T* x, const T* dy, T* dw, int64_t n, int64_t in, int64_t out,
+                            int threads);
+// dst[i] = nearest bf16 of src[i], as a float (emulated bf16 GEMM inputs).
+void round_to_bf16_copy(const float* src, float* dst, int64_t count, int threads);
+
+// ---- rmsnorm.cpp (kernels/rmsnorm.cu) ----
+// x, out: [n, d]; w: [d]; rstd: [n]
+template <typename T>
+void rmsnorm_forward(const T* x, const T* w, T eps, T* out, T* rstd, int64_t n, int64_t d,
+                     int threads);
+// Rows per partial-sum chunk of dw; workspace holds ceil(n / kRmsnormChunkRows) * d values.
+constexpr int64_t kRmsnormChunkRows = 32;
+int64_t rmsnorm_backward_workspace(int64_t n, int64_t d);
+// dx += ..., dw += ...
+template <typename T>
+void rmsnorm_backward(const T* x, const T* w, const T* rstd, const T* dout, T* dx, T* dw, int64_t n,
+                      int64_t d, T* workspace, int threads);
+
+// ---- rope.cpp (kernels/rope.cu) ----
+// x: [b, t, heads, hd] in place; cos, sin: [>= t, hd / 2]
+template <typename T>
+void rope_forward(T* x, const float* cos, const float* sin, int64_t b, int64_t t, int64_t heads,
+                  int64_t hd, int threads);
+template <typename T>
+void rope_backward(T* dx, const float* cos, const float* sin, int64_t b, int64_t t, int64_t heads,
+                   int64_t hd, int threads);
+
+// ---- attention.cpp (kernels/attention.cu) ----
+struct AttentionShape {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+};
+// q, out: [b, t, h, hd]; k, v: [b, t, hkv, hd]; probs: [b, h, t, t]
+template <typename T>
+void attention_forward(const T* q, const T* k, const T* v, T* out, T* probs,
+                       const AttentionShape& s, int threads);
+// workspace: attention_backward_workspace(s, threads) values
+int64_t attention_backward_workspace(const AttentionShape& s, int threads);
+template <typename T>
+void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq,
+                        T* dk, T* dv, const AttentionShape& s, T* workspace, int threads);
+
+// ---- swiglu.cpp (kernels/swiglu.cu) ----
+template <typename T>
+void swiglu_forward(const T* gate, const T* up, T* out, int64_t count, int threads);
+template <typename T>
+void swiglu_backward(const T* gate, const T* up, const T* dout, T* dgate, T* dup, int64_t count,
+                     int threads);
+
+// ---- embedding.cpp (kernels/embedding.cu) ----
+// tokens: [n]; table: [vocab, d]; out: [n, d]
+template <typename T>
+void embedding_forward(const int32_t* tokens, const T* table, T* out, int64_t n, int64_t d,
+                       int threads);
+template <typename T>
+void embedding_backward(const int32_t* tokens, const T* dout, T* dtable, int64_t n, int64_t d,
+                        int threads);
+
+// ---- cross_entropy.cpp (kernels/cross_entropy.cu) ----
+// logits: [n, vocab]; targets: [n]; losses: [n]
+template <typename T>
+void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, int64_t n,
+                           int64_t vocab, int threads);
+// logits overwritten with dloss * (softmax - onehot)
+template <typename T>
+void cross_entropy_forward_backward(T* logits, const int32_t* targets, T* losses, T dloss,
+                                    int64_t n, int64_t vocab, int threads);
+
+// ---- elementwise.cpp (kernels/elementwise.cu) ----
+template <typename T>
+void residual_forward(const T* a, const T* b, T* out, int64_t count, int threads);
+template <typename T>
+void scale(T* x, T factor, int64_t count, int threads);
+
+// ---- norms.cpp (kernels/norms.cu) ----
+// Elements per partial sum; the result does not depend on the thread count.
+constexpr int64_t kSumSquaresChunk = 1 << 16;
+void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num_tensors,
+                 double* out_per_tensor, int threads);
+
+// ---- adamw.cpp (kernels/adamw.cu) ----
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
+                  const AdamWStep& s, int threads);
+
+}  // namespace cpu
+}  // namespace gnmr

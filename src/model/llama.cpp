@@ -1,0 +1,283 @@
+#include "model/llama.h"
+
+#include <string>
+
+#include "backend/rope_table.h"
+#include "model/init.h"
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(ErrorKind::Config, "config: " + message);
+}
+
+void validate(const ModelConfig& c, int micro_batch, int seq_len) {
+  const auto str = [](auto v) { return std::to_string(v); };
+  require(c.dim > 0, "model.dim must be positive (got " + str(c.dim) + ")");
+  require(c.n_layers > 0, "model.n_layers must be positive (got " + str(c.n_layers) + ")");
+  require(c.n_heads > 0, "model.n_heads must be positive (got " + str(c.n_heads) + ")");
+  require(c.n_kv_heads > 0, "model.n_kv_heads must be positive (got " + str(c.n_kv_heads) + ")");
+  require(c.ffn_dim > 0, "model.ffn_dim must be positive (got " + str(c.ffn_dim) + ")");
+  require(c.vocab_size > 0, "model.vocab_size must be positive (got " + str(c.vocab_size) + ")");
+  require(c.dim % c.n_heads == 0,
+          "model.n_heads (" + str(c.n_heads) + ") must divide model.dim (" + str(c.dim) + ")");
+  require(c.head_dim() % 2 == 0, "model.dim / model.n_heads (" + str(c.head_dim()) +
+                                     ") must be even for rotary embeddings");
+  require(c.n_heads % c.n_kv_heads == 0, "model.n_kv_heads (" + str(c.n_kv_heads) +
+                                             ") must divide model.n_heads (" + str(c.n_heads) +
+                                             ")");
+  require(c.norm_eps > 0.0f, "model.norm_eps must be positive");
+  require(c.rope_theta > 0.0f, "model.rope_theta must be positive");
+  require(micro_batch > 0, "train.micro_batch must be positive (got " + str(micro_batch) + ")");
+  require(seq_len > 0, "data.seq_len must be positive (got " + str(seq_len) + ")");
+  require(seq_len <= c.max_seq_len, "data.seq_len (" + str(seq_len) +
+                                        ") exceeds model.max_seq_len (" + str(c.max_seq_len) +
+                                        "); raise model.max_seq_len or shorten data.seq_len");
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len)
+    : config_(config), backend_(backend), micro_batch_(micro_batch), seq_len_(seq_len) {
+  validate(config, micro_batch, seq_len);
+  table_ = build_param_table(config);
+  flat_weights_ = backend_.allocate("weights", {table_.flat_size}, DType::F32);
+  flat_grads_ = backend_.allocate("grads", {table_.flat_size}, DType::F32);
+  for (ParamInfo& p : table_.params) {
+    p.weight = tensor_view(flat_weights_, p.shape, p.offset);
+    p.grad = tensor_view(flat_grads_, p.shape, p.offset);
+  }
+
+  const int64_t n = tokens_per_micro_batch(), d = config.dim, f = config.ffn_dim;
+  const int64_t hd = config.head_dim(), kv = static_cast<int64_t>(config.n_kv_heads) * hd;
+  const int64_t b = micro_batch, t = seq_len, h = config.n_heads;
+  auto f32 = [&](const std::string& name, std::vector<int64_t> shape) {
+    return backend_.allocate(name, std::move(shape), DType::F32);
+  };
+  act_.tokens = backend_.allocate("tokens", {n}, DType::I32);
+  act_.targets = backend_.allocate("targets", {n}, DType::I32);
+  for (int l = 0; l <= config.n_layers; ++l) {
+    act_.residual.push_back(f32("residual." + std::to_string(l), {n, d}));
+  }
+  for (int l = 0; l < config.n_layers; ++l) {
+    const std::string p = "layer." + std::to_string(l) + ".";
+    LayerActivations a;
+    a.xn_attn = f32(p + "xn_attn", {n, d});
+    a.rstd_attn = f32(p + "rstd_attn", {n});
+    a.q = f32(p + "q", {n, d});
+    a.k = f32(p + "k", {n, kv});
+    a.v = f32(p + "v", {n, kv});
+    a.probs = f32(p + "probs", {b, h, t, t});
+    a.att = f32(p + "att", {n, d});
+    a.h = f32(p + "h", {n, d});
+    a.xn_mlp = f32(p + "xn_mlp", {n, d});
+    a.rstd_mlp = f32(p + "rstd_mlp", {n});
+    a.gate = f32(p + "gate", {n, f});
+    a.up = f32(p + "up", {n, f});
+    a.act = f32(p + "act", {n, f});
+    act_.layers.push_back(a);
+  }
+  act_.xn_final = f32("xn_final", {n, d});
+  act_.rstd_final = f32("rstd_final", {n});
+  act_.logits = f32("logits", {n, config.vocab_size});
+  act_.losses = f32("losses", {n});
+
+  std::vector<float> cos, sin;
+  compute_rope_table(config.rope_theta, static_cast<int>(hd), seq_len, cos, sin);
+  act_.rope_cos = f32("rope_cos", {seq_len, hd / 2});
+  act_.rope_sin = f32("rope_sin", {seq_len, hd / 2});
+  backend_.copy_from_host(act_.rope_cos, cos.data());
+  backend_.copy_from_host(act_.rope_sin, sin.data());
+
+  scratch_.d_residual = f32("d_residual", {n, d});
+  scratch_.d_normed = f32("d_normed", {n, d});
+  scratch_.d_att = f32("d_att", {n, d});
+  scratch_.dq = f32("dq", {n, d});
+  scratch_.dk = f32("dk", {n, kv});
+  scratch_.dv = f32("dv", {n, kv});
+  scratch_.d_gate = f32("d_gate", {n, f});
+  scratch_.d_up = f32("d_up", {n, f});
+  scratch_.d_act = f32("d_act", {n, f});
+
+  saved_input_.resize(table_.units.size());
+  host_targets_.resize(static_cast<size_t>(n));
+  host_losses_.resize(static_cast<size_t>(n));
+}
+
+int64_t LlamaModel::num_params() const {
+  int64_t total = 0;
+  for (const ParamInfo& p : table_.params) total += p.weight.numel();
+  return total;
+}
+
+void LlamaModel::init_weights(uint64_t seed) {
+  std::vector<float> host;
+  for (size_t i = 0; i < table_.params.size(); ++i) {
+    ParamInfo& p = table_.params[i];
+    host.assign(static_cast<size_t>(p.weight.numel()), 1.0f);
+    if (p.shape.size() >= 2) {
+      fill_normal_counter_based(seed, i, config_.init_std, host.data(), p.weight.numel());
+    }
+    backend_.copy_from_host(p.weight, host.data());
+  }
+}
+
+void LlamaModel::zero_grads() {
+  backend_.fill_zero(flat_grads_);
+}
+
+int64_t LlamaModel::flops_per_token() const {
+  int64_t matmul_params = 0;
+  for (size_t i = 0; i < table_.params.size(); ++i) {
+    const ParamInfo& p = table_.params[i];
+    if (p.unit >= 0 || static_cast<int>(i) == table_.lm_head) matmul_params += p.weight.numel();
+  }
+  return 6 * matmul_params +
+         12 * static_cast<int64_t>(config_.n_layers) * config_.dim * static_cast<int64_t>(seq_len_);
+}
+
+const ProjectionUnit& LlamaModel::unit(int layer, ProjectionKind kind) const {
+  return table_.units[static_cast<size_t>(unit_id(layer, kind))];
+}
+
+Tensor LlamaModel::heads_view(const Tensor& t, int heads) const {
+  return tensor_view(t, {micro_batch_, seq_len_, heads, config_.head_dim()});
+}
+
+void LlamaModel::project_forward(const ProjectionUnit& u, const Tensor& x, Tensor& y) {
+  backend_.matmul_forward(x, table_.params[static_cast<size_t>(u.param_index)].weight, y);
+  saved_input_[static_cast<size_t>(u.id)] = x;
+}
+
+void LlamaModel::project_backward(const ProjectionUnit& u, const Tensor& dy, Tensor& dx,
+                                  bool accumulate_dx) {
+  ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
+  backend_.matmul_backward_weight(saved_input_[static_cast<size_t>(u.id)], dy, p.grad);
+  backend_.matmul_backward_input(dy, p.weight, dx, accumulate_dx);
+}
+
+int LlamaModel::upload_batch(const int32_t* tokens, const int32_t* targets) {
+  const int64_t n = tokens_per_micro_batch();
+  int valid = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab_size) {
+      throw Error(ErrorKind::Data, "token " + std::to_string(tokens[i]) + " at position " +
+                                       std::to_string(i) + " is outside model.vocab_size " +
+                                       std::to_string(config_.vocab_size));
+    }
+    if (targets[i] >= config_.vocab_size || targets[i] < -1) {
+      throw Error(ErrorKind::Data, "target " + std::to_string(targets[i]) + " at position " +
+                                       std::to_string(i) + " is outside model.vocab_size " +
+                                       std::to_string(config_.vocab_size) +
+                                       " (-1 marks an ignored position)");
+    }
+    valid += targets[i] >= 0 ? 1 : 0;
+  }
+  if (valid == 0) throw Error(ErrorKind::Data, "micro-batch has no targets (all are -1)");
+  backend_.copy_from_host(act_.tokens, tokens);
+  backend_.copy_from_host(act_.targets, targets);
+  return valid;
+}
+
+float LlamaModel::read_mean_loss(int valid_targets) {
+  backend_.copy_to_host(act_.losses, host_losses_.data());
+  double sum = 0.0;
+  for (float loss : host_losses_) sum += loss;
+  return static_cast<float>(sum / valid_targets);
+}
+
+float LlamaModel::forward_loss(const int32_t* tokens, const int32_t* targets) {
+  const int valid = upload_batch(tokens, targets);
+  forward();
+  backend_.cross_entropy_forward(act_.logits, act_.targets, act_.losses);
+  return read_mean_loss(valid);
+}
+
+float LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets,
+                                   float loss_scale) {
+  const int valid = upload_batch(tokens, targets);
+  forward();
+  // d(mean loss)/d(loss_i) = 1 / valid, times the caller's scale (e.g. 1 / micro-steps).
+  backend_.cross_entropy_forward_backward(act_.logits, act_.targets, act_.losses,
+                                          loss_scale / static_cast<float>(valid));
+  backward();
+  return read_mean_loss(valid);
+}
+
+void LlamaModel::forward() {
+  Backend& be = backend_;
+  const auto& P = table_.params;
+  const int h = config_.n_heads, hkv = config_.n_kv_heads;
+  be.embedding_forward(act_.tokens, P[table_.embedding].weight, act_.residual[0]);
+  for (int l = 0; l < config_.n_layers; ++l) {
+    const LayerParamIndex& idx = table_.layers[l];
+    LayerActivations& a = act_.layers[l];
+    Tensor& x = act_.residual[l];
+    // attention block
+    be.rmsnorm_forward(x, P[idx.input_norm].weight, config_.norm_eps, a.xn_attn, a.rstd_attn);
+    project_forward(unit(l, ProjectionKind::Q), a.xn_attn, a.q);
+    project_forward(unit(l, ProjectionKind::K), a.xn_attn, a.k);
+    project_forward(unit(l, ProjectionKind::V), a.xn_attn, a.v);
+    Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
+    Tensor att4 = heads_view(a.att, h);
+    be.rope_forward(q4, act_.rope_cos, act_.rope_sin);
+    be.rope_forward(k4, act_.rope_cos, act_.rope_sin);
+    be.attention_forward(q4, k4, v4, att4, a.probs);
+    // o_proj output goes to d_att as scratch before the residual add
+    project_forward(unit(l, ProjectionKind::O), a.att, scratch_.d_att);
+    be.residual_forward(x, scratch_.d_att, a.h);
+    // MLP block
+    be.rmsnorm_forward(a.h, P[idx.post_norm].weight, config_.norm_eps, a.xn_mlp, a.rstd_mlp);
+    project_forward(unit(l, ProjectionKind::Gate), a.xn_mlp, a.gate);
+    project_forward(unit(l, ProjectionKind::Up), a.xn_mlp, a.up);
+    be.swiglu_forward(a.gate, a.up, a.act);
+    project_forward(unit(l, ProjectionKind::Down), a.act, scratch_.d_att);
+    be.residual_forward(a.h, scratch_.d_att, act_.residual[l + 1]);
+  }
+  be.rmsnorm_forward(act_.residual[config_.n_layers], P[table_.final_norm].weight, config_.norm_eps,
+                     act_.xn_final, act_.rstd_final);
+  be.matmul_forward(act_.xn_final, P[table_.lm_head].weight, act_.logits);
+}
+
+void LlamaModel::backward() {
+  Backend& be = backend_;
+  auto& P = table_.params;
+  const int h = config_.n_heads, hkv = config_.n_kv_heads;
+  GradientScratch& s = scratch_;
+  const int L = config_.n_layers;
+  // lm_head and final norm; logits now hold dloss/dlogits
+  be.matmul_backward(act_.xn_final, P[table_.lm_head].weight, act_.logits, s.d_normed,
+                     P[table_.lm_head].grad, /*accumulate_dx=*/false);
+  be.fill_zero(s.d_residual);
+  be.rmsnorm_backward(act_.residual[L], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
+                      s.d_residual, P[table_.final_norm].grad);
+  for (int l = L - 1; l >= 0; --l) {
+    const LayerParamIndex& idx = table_.layers[l];
+    LayerActivations& a = act_.layers[l];
+    // MLP block: residual[l+1] = h + down(swiglu(gate(xn), up(xn))), xn = norm(h)
+    project_backward(unit(l, ProjectionKind::Down), s.d_residual, s.d_act, false);
+    be.swiglu_backward(a.gate, a.up, s.d_act, s.d_gate, s.d_up);
+    project_backward(unit(l, ProjectionKind::Gate), s.d_gate, s.d_normed, false);
+    project_backward(unit(l, ProjectionKind::Up), s.d_up, s.d_normed, true);
+    be.rmsnorm_backward(a.h, P[idx.post_norm].weight, a.rstd_mlp, s.d_normed, s.d_residual,
+                        P[idx.post_norm].grad);
+    // attention block: h = x + o(attention(rope(q(xn)), rope(k(xn)), v(xn))), xn = norm(x)
+    project_backward(unit(l, ProjectionKind::O), s.d_residual, s.d_att, false);
+    Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
+    Tensor dq4 = heads_view(s.dq, h), dk4 = heads_view(s.dk, hkv), dv4 = heads_view(s.dv, hkv);
+    be.attention_backward(q4, k4, v4, a.probs, heads_view(s.d_att, h), dq4, dk4, dv4);
+    be.rope_backward(dq4, act_.rope_cos, act_.rope_sin);
+    be.rope_backward(dk4, act_.rope_cos, act_.rope_sin);
+    project_backward(unit(l, ProjectionKind::Q), s.dq, s.d_normed, false);
+    project_backward(unit(l, ProjectionKind::K), s.dk, s.d_normed, true);
+    project_backward(unit(l, ProjectionKind::V), s.dv, s.d_normed, true);
+    be.rmsnorm_backward(act_.residual[l], P[idx.input_norm].weight, a.rstd_attn, s.d_normed,
+                        s.d_residual, P[idx.input_norm].grad);
+  }
+  be.embedding_backward(act_.tokens, s.d_residual, P[table_.embedding].grad);
+}
+
+}  // namespace gnmr

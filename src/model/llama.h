@@ -1,0 +1,83 @@
+// LlamaModel: LLaMA-2 exactly as Hugging Face LlamaForCausalLM computes it, forward and
+// backward over a Backend. Embedding -> L x [RMSNorm -> q,k,v -> RoPE -> causal GQA attention
+// -> o -> residual -> RMSNorm -> gate,up -> SwiGLU -> down -> residual] -> RMSNorm -> lm_head
+// (untied) -> fused softmax cross-entropy. All memory is allocated in the constructor.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "config/config.h"
+#include "model/activations.h"
+#include "model/param_table.h"
+
+namespace gnmr {
+
+class LlamaModel {
+ public:
+  // Validates the shapes (Error(Config) naming the field) and allocates weights, gradients,
+  // activations and scratch on `backend`, which must outlive the model.
+  LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len);
+
+  const ModelConfig& config() const { return config_; }
+  Backend& backend() { return backend_; }
+  int micro_batch() const { return micro_batch_; }
+  int seq_len() const { return seq_len_; }
+  int64_t tokens_per_micro_batch() const { return static_cast<int64_t>(micro_batch_) * seq_len_; }
+
+  const std::vector<ParamInfo>& params() const { return table_.params; }
+  const std::vector<ProjectionUnit>& units() const { return table_.units; }  // 7 per layer
+  int64_t num_params() const;                                                // without padding
+  // All weights / all gradients as one fp32 tensor each (params are views into them at
+  // ParamInfo::offset; padding between them stays zero). For all-reduce and checkpoints.
+  const Tensor& flat_weights() const { return flat_weights_; }
+  const Tensor& flat_grads() const { return flat_grads_; }
+
+  // normal(0, init_std) for matrices, 1 for norm gains; counter-based from (seed, param
+  // index, element), so independent of thread count.
+  void init_weights(uint64_t seed);
+
+  // tokens, targets: host int32 [micro_batch * seq_len]; target -1 = ignored position.
+  // Forward and backward; ADDS loss_scale * d(mean loss)/d(theta) to the gradients.
+  // Returns the mean loss over the non-ignored targets (a readback).
+  float forward_backward(const int32_t* tokens, const int32_t* targets, float loss_scale);
+  // Mean loss, gradients untouched (evaluation).
+  float forward_loss(const int32_t* tokens, const int32_t* targets);
+  void zero_grads();
+
+  // Training FLOPs per token: 6 * (matmul params, lm_head included, embedding excluded)
+  // + 12 * n_layers * dim * seq_len for q k^T and P v (forward + backward, the full T x T
+  // products, no causal discount — the PaLM appendix-B convention used for MFU).
+  int64_t flops_per_token() const;
+
+ private:
+  // The one path every projection unit takes: y = x W_u^T. The unit's weight gradient is
+  // computed from saved_input_[u.id], the unit's own view of its input, so a later precision
+  // recipe can give each unit its own saved (e.g. quantized) copy without touching callers.
+  void project_forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y);
+  // dW_u += dy^T saved_input; dx = dy W_u (dx += when accumulate_dx).
+  void project_backward(const ProjectionUnit& unit, const Tensor& dy, Tensor& dx,
+                        bool accumulate_dx);
+
+  int upload_batch(const int32_t* tokens, const int32_t* targets);  // returns valid targets
+  void forward();                                                   // through the logits
+  void backward();                                                  // from the dlogits in logits
+  Tensor heads_view(const Tensor& t, int heads) const;  // [N, heads*hd] -> [B, T, heads, hd]
+  const ProjectionUnit& unit(int layer, ProjectionKind kind) const;
+  float read_mean_loss(int valid_targets);
+
+  ModelConfig config_;
+  Backend& backend_;
+  int micro_batch_;
+  int seq_len_;
+  ParamTable table_;
+  Tensor flat_weights_, flat_grads_;
+  Activations act_;
+  GradientScratch scratch_;
+  std::vector<Tensor> saved_input_;  // by unit id
+  std::vector<int32_t> host_targets_;
+  std::vector<float> host_losses_;
+};
+
+}  // namespace gnmr
