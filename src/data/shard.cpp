@@ -26,8 +26,12 @@ Error shard_error(const std::string& path, const std::string& what) {
   return Error(ErrorKind::Data, "shard " + path + ": " + what);
 }
 
-void put_u32(unsigned char* p, uint32_t v) { std::memcpy(p, &v, 4); }
-void put_u64(unsigned char* p, uint64_t v) { std::memcpy(p, &v, 8); }
+void put_u32(unsigned char* p, uint32_t v) {
+  std::memcpy(p, &v, 4);
+}
+void put_u64(unsigned char* p, uint64_t v) {
+  std::memcpy(p, &v, 8);
+}
 uint32_t get_u32(const unsigned char* p) {
   uint32_t v;
   std::memcpy(&v, p, 4);
@@ -72,7 +76,9 @@ ShardDtype shard_dtype_for_vocab(int vocab_size) {
   return vocab_size <= 65536 ? ShardDtype::UInt16 : ShardDtype::UInt32;
 }
 
-size_t shard_dtype_bytes(ShardDtype dtype) { return dtype == ShardDtype::UInt16 ? 2 : 4; }
+size_t shard_dtype_bytes(ShardDtype dtype) {
+  return dtype == ShardDtype::UInt16 ? 2 : 4;
+}
 
 // ---------------------------------------------------------------------------------------------
 // ShardWriter
@@ -187,7 +193,8 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   try {
     const auto* header = static_cast<const unsigned char*>(mapping_);
     if (std::memcmp(header, kShardMagic, sizeof(kShardMagic)) != 0) {
-      throw shard_error(path, "bad magic (not a gnmr token shard; write shards with `gnmr prepare`)");
+      throw shard_error(path,
+                        "bad magic (not a gnmr token shard; write shards with `gnmr prepare`)");
     }
     const uint32_t version = get_u32(header + 8);
     if (version != kShardVersion) {
@@ -198,7 +205,8 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
     const uint32_t dtype = get_u32(header + 12);
     if (dtype != static_cast<uint32_t>(ShardDtype::UInt16) &&
         dtype != static_cast<uint32_t>(ShardDtype::UInt32)) {
-      throw shard_error(path, "unknown dtype " + std::to_string(dtype) + " (1 = uint16, 2 = uint32)");
+      throw shard_error(path,
+                        "unknown dtype " + std::to_string(dtype) + " (1 = uint16, 2 = uint32)");
     }
     dtype_ = static_cast<ShardDtype>(dtype);
     const uint64_t header_vocab = get_u32(header + 24);
@@ -245,7 +253,9 @@ ShardReader::ShardReader(const std::string& path) : path_(path) {
   }
 }
 
-ShardReader::~ShardReader() { release(); }
+ShardReader::~ShardReader() {
+  release();
+}
 
 void ShardReader::release() {
   if (mapping_ != nullptr) ::munmap(mapping_, mapping_bytes_);
@@ -254,7 +264,9 @@ void ShardReader::release() {
   tokens_ = nullptr;
 }
 
-ShardReader::ShardReader(ShardReader&& other) noexcept { *this = std::move(other); }
+ShardReader::ShardReader(ShardReader&& other) noexcept {
+  *this = std::move(other);
+}
 
 ShardReader& ShardReader::operator=(ShardReader&& other) noexcept {
   if (this != &other) {

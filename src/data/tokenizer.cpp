@@ -11,15 +11,16 @@ namespace gnmr {
 Tokenizer Tokenizer::load(const std::string& model_path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(model_path, ec)) {
-    throw Error(ErrorKind::Data, "tokenizer " + model_path +
-                                     ": file not found (train one with `gnmr tokenizer train`, or "
-                                     "pass a sentencepiece .model such as data/brown/tokenizer.model)");
+    throw Error(ErrorKind::Data,
+                "tokenizer " + model_path +
+                    ": file not found (train one with `gnmr tokenizer train`, or "
+                    "pass a sentencepiece .model such as data/brown/tokenizer.model)");
   }
   auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto status = processor->Load(model_path);
   if (!status.ok()) {
-    throw Error(ErrorKind::Data, "tokenizer " + model_path +
-                                     ": not a valid sentencepiece model (" + status.ToString() + ")");
+    throw Error(ErrorKind::Data, "tokenizer " + model_path + ": not a valid sentencepiece model (" +
+                                     status.ToString() + ")");
   }
   Tokenizer tokenizer;
   tokenizer.processor_ = std::move(processor);
@@ -31,8 +32,8 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
   std::vector<int> ids;
   const auto status = processor_->Encode(text, &ids);
   if (!status.ok()) {
-    throw Error(ErrorKind::Data, "tokenizer " + model_path_ + ": encode failed (" +
-                                     status.ToString() + ")");
+    throw Error(ErrorKind::Data,
+                "tokenizer " + model_path_ + ": encode failed (" + status.ToString() + ")");
   }
   return std::vector<int32_t>(ids.begin(), ids.end());
 }
@@ -49,14 +50,20 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   const auto status = processor_->Decode(std::vector<int>(ids.begin(), ids.end()), &text);
   if (!status.ok()) {
-    throw Error(ErrorKind::Data, "tokenizer " + model_path_ + ": decode failed (" +
-                                     status.ToString() + ")");
+    throw Error(ErrorKind::Data,
+                "tokenizer " + model_path_ + ": decode failed (" + status.ToString() + ")");
   }
   return text;
 }
 
-int Tokenizer::vocab_size() const { return processor_->GetPieceSize(); }
-int Tokenizer::bos_id() const { return processor_->bos_id(); }
-int Tokenizer::eos_id() const { return processor_->eos_id(); }
+int Tokenizer::vocab_size() const {
+  return processor_->GetPieceSize();
+}
+int Tokenizer::bos_id() const {
+  return processor_->bos_id();
+}
+int Tokenizer::eos_id() const {
+  return processor_->eos_id();
+}
 
 }  // namespace gnmr

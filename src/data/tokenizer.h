@@ -29,6 +29,8 @@ class Tokenizer {
   const std::string& model_path() const { return model_path_; }
 
  private:
+  Tokenizer() = default;  // only load() makes one, so a Tokenizer always holds a model
+
   std::shared_ptr<const sentencepiece::SentencePieceProcessor> processor_;
   std::string model_path_;
 };

@@ -1,0 +1,132 @@
+#include "data/document_reader.h"
+
+#include <zlib.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool is_blank(const std::string& line) {
+  return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
+}
+
+}  // namespace
+
+DocumentFormat document_format_for(const std::string& path) {
+  std::string name = path;
+  if (ends_with(name, ".gz")) name.resize(name.size() - 3);
+  if (ends_with(name, ".jsonl") || ends_with(name, ".json") || ends_with(name, ".ndjson")) {
+    return DocumentFormat::JsonLines;
+  }
+  return DocumentFormat::PlainText;
+}
+
+void check_inputs_readable(const std::vector<std::string>& inputs) {
+  for (const auto& input : inputs) {
+    std::error_code ec;
+    if (!std::filesystem::exists(input, ec)) {
+      throw Error(ErrorKind::Data, "input " + input + ": file not found");
+    }
+    if (!std::filesystem::is_regular_file(input, ec)) {
+      throw Error(ErrorKind::Data, "input " + input + ": not a regular file");
+    }
+  }
+}
+
+DocumentReader::DocumentReader(const std::string& path)
+    : path_(path), format_(document_format_for(path)), chunk_(1 << 16) {
+  check_inputs_readable({path});
+  file_ = gzopen(path.c_str(), "rb");
+  if (file_ == nullptr) {
+    throw Error(ErrorKind::Data, "input " + path + ": cannot open (" + std::strerror(errno) + ")");
+  }
+  gzbuffer(file_, 1 << 18);
+}
+
+DocumentReader::~DocumentReader() {
+  if (file_ != nullptr) gzclose(file_);
+}
+
+int64_t DocumentReader::bytes_consumed() const {
+  return file_ ? gzoffset(file_) : 0;
+}
+
+// One line without its '\n' (and without a trailing '\r'); false at end of file.
+bool DocumentReader::read_line(std::string& line) {
+  line.clear();
+  bool got_any = false;
+  while (gzgets(file_, chunk_.data(), static_cast<int>(chunk_.size())) != nullptr) {
+    got_any = true;
+    const size_t n = std::strlen(chunk_.data());
+    if (n > 0 && chunk_[n - 1] == '\n') {
+      line.append(chunk_.data(), n - 1);
+      break;
+    }
+    line.append(chunk_.data(), n);
+  }
+  int zerr = Z_OK;
+  const char* message = gzerror(file_, &zerr);
+  if (zerr != Z_OK && zerr != Z_STREAM_END) {
+    throw Error(ErrorKind::Data, "input " + path_ + ": read failed after line " +
+                                     std::to_string(line_number_) + " (" + message +
+                                     "; truncated or corrupt gzip?)");
+  }
+  if (!got_any) return false;
+  ++line_number_;
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  return true;
+}
+
+bool DocumentReader::next(std::string& text) {
+  return format_ == DocumentFormat::JsonLines ? next_json_document(text) : next_text_document(text);
+}
+
+bool DocumentReader::next_json_document(std::string& text) {
+  std::string line;
+  while (read_line(line)) {
+    if (is_blank(line)) continue;
+    const std::string where = path_ + ":" + std::to_string(line_number_);
+    auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded()) {
+      throw Error(ErrorKind::Data, where +
+                                       ": not valid JSON (JSON Lines input needs one object "
+                                       "per line)");
+    }
+    auto field = record.is_object() ? record.find("text") : record.end();
+    if (!record.is_object() || field == record.end() || !field->is_string()) {
+      throw Error(ErrorKind::Data, where +
+                                       ": no string \"text\" field (JSON Lines input needs "
+                                       "{\"text\": \"...\"} on every line)");
+    }
+    text = field->get<std::string>();
+    if (!text.empty()) return true;
+  }
+  return false;
+}
+
+bool DocumentReader::next_text_document(std::string& text) {
+  text.clear();
+  std::string line;
+  while (read_line(line)) {
+    if (is_blank(line)) {
+      if (!text.empty()) return true;
+      continue;
+    }
+    if (!text.empty()) text.push_back('\n');
+    text += line;
+  }
+  return !text.empty();
+}
+
+}  // namespace gnmr

@@ -1,0 +1,47 @@
+// `gnmr prepare`: corpus files -> tokenized train/val shards.
+//
+// Documents (see document_reader.h) are encoded as BOS + tokens + EOS. Document i (counted
+// over all inputs in order) goes to the validation split iff
+// hash(seed, i) / 2^64 < val_fraction — explicit and deterministic. Each split is cut into
+// shards of about shard_tokens tokens without splitting a document (a document longer than
+// shard_tokens gets a shard of its own): OUT/train_000000.bin, ..., OUT/val_000000.bin, ...,
+// plus OUT/prepare.json describing the run.
+//
+// Reading, tokenizing and writing run as a pipeline (one reader, `threads` tokenizing
+// workers, an in-order writer) with a bounded number of batches in flight, so memory stays
+// constant on a corpus of any size and the output is byte-identical for any thread count.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gnmr {
+
+struct PrepareOptions {
+  std::string tokenizer;  // sentencepiece .model
+  std::string out_dir;    // created if missing; must not already hold shards
+  std::vector<std::string> inputs;
+  double val_fraction = 0.005;
+  uint64_t seed = 0;
+  int threads = 0;  // tokenizing workers; 0 = hardware concurrency
+  int64_t shard_tokens = 100'000'000;
+  bool progress = true;  // a live line on a terminal, else periodic log lines
+};
+
+struct PrepareSummary {
+  int64_t documents = 0;
+  int64_t train_documents = 0;
+  int64_t val_documents = 0;
+  int64_t train_tokens = 0;
+  int64_t val_tokens = 0;
+  std::vector<std::string> train_shards;  // paths, in order
+  std::vector<std::string> val_shards;
+};
+
+// Errors (all Error(ErrorKind::Data) unless noted): a missing input or tokenizer, an
+// out_dir that already holds shards, a malformed JSON Lines record (naming file:line);
+// bad option values are ErrorKind::Usage. On failure the shards written so far are removed.
+PrepareSummary run_prepare(const PrepareOptions& options);
+
+}  // namespace gnmr

@@ -1,0 +1,244 @@
+// prepare: corpus -> shards. On the bundled Brown corpus: counts, BOS/EOS framing, a
+// disjoint split, thread-count independence, and a loader over the result. On small
+// made-up gz inputs: document boundaries. And the refusals.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "data/loader.h"
+#include "data/prepare.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+#include "data_test_helpers.h"
+#include "test_paths.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kBrownCorpus = "data/brown/brown.jsonl.gz";
+const std::string kBrownTokenizer = "data/brown/tokenizer.model";
+constexpr int kBrownVocab = 4096;
+
+gnmr::PrepareOptions brown_options(const std::string& out_dir, int threads) {
+  gnmr::PrepareOptions options;
+  options.tokenizer = gnmr_test::source_path(kBrownTokenizer);
+  options.out_dir = out_dir;
+  options.inputs = {gnmr_test::source_path(kBrownCorpus)};
+  options.val_fraction = 0.05;  // ~25 of 500 documents, so val has several shards' worth
+  options.seed = 7;
+  options.threads = threads;
+  options.shard_tokens = 300'000;  // several train shards from ~1.5M tokens
+  options.progress = false;
+  return options;
+}
+
+std::vector<int32_t> all_tokens(const std::string& path) {
+  gnmr::ShardReader reader(path);
+  std::vector<int32_t> tokens(reader.token_count());
+  reader.copy_tokens(0, reader.token_count(), tokens.data());
+  return tokens;
+}
+
+// Splits a shard's tokens into documents, checking each is exactly BOS ... EOS.
+std::vector<std::vector<int32_t>> documents_of(const std::string& path) {
+  const auto tokens = all_tokens(path);
+  std::vector<std::vector<int32_t>> documents;
+  size_t i = 0;
+  while (i < tokens.size()) {
+    EXPECT_EQ(tokens[i], 1) << path << ": token " << i << " should open a document with BOS";
+    size_t end = i + 1;
+    while (end < tokens.size() && tokens[end] != 2) {
+      EXPECT_NE(tokens[end], 1) << path << ": BOS inside a document at " << end;
+      ++end;
+    }
+    EXPECT_LT(end, tokens.size()) << path << ": last document has no EOS";
+    documents.emplace_back(tokens.begin() + i + 1, tokens.begin() + std::min(end, tokens.size()));
+    i = end + 1;
+  }
+  return documents;
+}
+
+class PrepareBrown : public ::testing::Test {
+ protected:
+  // One prepare run shared by the tests below (the expensive part).
+  // ctest runs each test in its own process, several at once: the pid keeps their
+  // output directories apart.
+  static void SetUpTestSuite() {
+    out_dir_ =
+        new std::string(gnmr_test::scratch_dir("prepare_brown_t2_" + std::to_string(::getpid())));
+    summary_ = new gnmr::PrepareSummary(gnmr::run_prepare(brown_options(*out_dir_, 2)));
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*out_dir_);
+    delete out_dir_;
+    delete summary_;
+  }
+  static std::string* out_dir_;
+  static gnmr::PrepareSummary* summary_;
+};
+std::string* PrepareBrown::out_dir_ = nullptr;
+gnmr::PrepareSummary* PrepareBrown::summary_ = nullptr;
+
+}  // namespace
+
+TEST_F(PrepareBrown, TokenCountsInPrepareJsonEqualTheSumOverShards) {
+  const auto record = nlohmann::json::parse(gnmr_test::read_bytes(*out_dir_ + "/prepare.json"));
+  EXPECT_EQ(record["documents"].get<int64_t>(), 500);  // one per Brown file
+  EXPECT_EQ(record["vocab_size"].get<int>(), kBrownVocab);
+  ASSERT_GE(summary_->train_shards.size(), 3u);
+  ASSERT_GE(summary_->val_shards.size(), 1u);
+  int64_t train_tokens = 0, val_tokens = 0;
+  for (const auto& name : record["train_shards"]) {
+    gnmr::ShardReader shard(*out_dir_ + "/" + name.get<std::string>());
+    EXPECT_EQ(shard.vocab_size(), kBrownVocab);
+    train_tokens += shard.token_count();
+  }
+  for (const auto& name : record["val_shards"]) {
+    val_tokens += gnmr::ShardReader(*out_dir_ + "/" + name.get<std::string>()).token_count();
+  }
+  EXPECT_EQ(record["train_tokens"].get<int64_t>(), train_tokens);
+  EXPECT_EQ(record["val_tokens"].get<int64_t>(), val_tokens);
+  EXPECT_EQ(summary_->train_tokens, train_tokens);
+  EXPECT_EQ(summary_->val_tokens, val_tokens);
+  EXPECT_GT(train_tokens, 1'000'000);  // the Brown corpus is ~1M words
+}
+
+TEST_F(PrepareBrown, EveryDocumentIsBosTokensEosAndTheSplitIsDisjoint) {
+  const auto tokenizer = gnmr::Tokenizer::load(gnmr_test::source_path(kBrownTokenizer));
+  std::set<std::string> train_texts, val_texts;
+  for (const auto& path : summary_->train_shards) {
+    for (const auto& doc : documents_of(path)) train_texts.insert(tokenizer.decode(doc));
+  }
+  for (const auto& path : summary_->val_shards) {
+    for (const auto& doc : documents_of(path)) val_texts.insert(tokenizer.decode(doc));
+  }
+  EXPECT_EQ(static_cast<int64_t>(train_texts.size()), summary_->train_documents);
+  EXPECT_EQ(static_cast<int64_t>(val_texts.size()), summary_->val_documents);
+  EXPECT_EQ(summary_->train_documents + summary_->val_documents, 500);
+  EXPECT_GT(summary_->val_documents, 5);  // 5% of 500, give or take the hash
+  for (const auto& text : val_texts) EXPECT_EQ(train_texts.count(text), 0u) << "leaked: " << text;
+  EXPECT_EQ(train_texts.count(""), 0u);
+}
+
+TEST_F(PrepareBrown, OutputIsByteIdenticalWithOneThread) {
+  const std::string one_thread =
+      gnmr_test::scratch_dir("prepare_brown_t1_" + std::to_string(::getpid()));
+  gnmr::run_prepare(brown_options(one_thread, 1));
+  std::set<std::string> names_two, names_one;
+  for (const auto& e : fs::directory_iterator(*out_dir_)) names_two.insert(e.path().filename());
+  for (const auto& e : fs::directory_iterator(one_thread)) names_one.insert(e.path().filename());
+  EXPECT_EQ(names_one, names_two);
+  for (const auto& name : names_two) {
+    EXPECT_TRUE(gnmr_test::read_bytes(*out_dir_ + "/" + name) ==
+                gnmr_test::read_bytes(one_thread + "/" + name))
+        << name << " differs between threads=1 and threads=2";
+  }
+  fs::remove_all(one_thread);
+}
+
+TEST_F(PrepareBrown, LoaderReadsTheShardsItWrote) {
+  constexpr int seq_len = 64, micro_batch = 4;
+  gnmr::TokenLoader loader(*out_dir_ + "/train_*.bin", seq_len, kBrownVocab, "random", 1, 0, 1);
+  EXPECT_EQ(loader.total_tokens(), summary_->train_tokens);
+  std::vector<int32_t> tokens(micro_batch * seq_len), targets(micro_batch * seq_len);
+  loader.next_batch_at(0, 0, micro_batch, tokens.data(), targets.data());
+  for (int r = 0; r < micro_batch; ++r) {
+    for (int t = 0; t + 1 < seq_len; ++t) {
+      EXPECT_EQ(targets[r * seq_len + t], tokens[r * seq_len + t + 1]);
+    }
+  }
+  gnmr::TokenLoader val(*out_dir_ + "/val_*.bin", seq_len, kBrownVocab, "sequential", 1, 0, 1);
+  EXPECT_EQ(val.total_tokens(), summary_->val_tokens);
+  EXPECT_GT(val.num_eval_windows(), 0);
+}
+
+TEST_F(PrepareBrown, RefusesAnOutDirThatAlreadyHoldsShards) {
+  const std::string before = gnmr_test::read_bytes(summary_->train_shards.front());
+  gnmr_test::expect_data_error([&] { gnmr::run_prepare(brown_options(*out_dir_, 2)); },
+                               {*out_dir_, "already holds"});
+  EXPECT_TRUE(gnmr_test::read_bytes(summary_->train_shards.front()) == before);
+}
+
+TEST(Prepare, SplitsGzippedPlainTextIntoDocumentsAtBlankLines) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_text_gz");
+  const std::vector<std::string> documents = {"First document.\nIt has two lines.",
+                                              "Second document after three blank lines.",
+                                              "Third, with   inner  spaces kept."};
+  gnmr_test::write_gzip(dir + "/corpus.txt.gz",
+                        documents[0] + "\n\n" + documents[1] + "\n\n\n\n" + documents[2] + "\n\n");
+  gnmr::PrepareOptions options;
+  options.tokenizer = gnmr_test::source_path(kBrownTokenizer);
+  options.out_dir = dir + "/out";
+  options.inputs = {dir + "/corpus.txt.gz"};
+  options.val_fraction = 0.0;
+  options.progress = false;
+  const auto summary = gnmr::run_prepare(options);
+  EXPECT_EQ(summary.documents, 3);
+  EXPECT_EQ(summary.val_tokens, 0);
+  EXPECT_TRUE(summary.val_shards.empty());
+  ASSERT_EQ(summary.train_shards.size(), 1u);
+  const auto tokenizer = gnmr::Tokenizer::load(options.tokenizer);
+  const auto decoded = documents_of(summary.train_shards[0]);
+  ASSERT_EQ(decoded.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(tokenizer.decode(decoded[i]), documents[i]);
+}
+
+TEST(Prepare, ReadsJsonlGzWithAnExplicitSplit) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_jsonl_gz");
+  std::string jsonl;
+  for (int i = 0; i < 60; ++i) {
+    jsonl += nlohmann::json{{"text", "Record number " + std::to_string(i) + " says hello."},
+                            {"url", "https://example.com/" + std::to_string(i)}}
+                 .dump() +
+             "\n";
+  }
+  gnmr_test::write_gzip(dir + "/c4-like.jsonl.gz", jsonl);
+  gnmr::PrepareOptions options;
+  options.tokenizer = gnmr_test::source_path(kBrownTokenizer);
+  options.out_dir = dir + "/out";
+  options.inputs = {dir + "/c4-like.jsonl.gz"};
+  options.val_fraction = 0.3;
+  options.threads = 3;
+  options.progress = false;
+  const auto summary = gnmr::run_prepare(options);
+  EXPECT_EQ(summary.documents, 60);
+  EXPECT_GT(summary.val_documents, 5);
+  EXPECT_GT(summary.train_documents, 20);
+  const auto tokenizer = gnmr::Tokenizer::load(options.tokenizer);
+  std::set<std::string> seen;
+  for (const auto* shards : {&summary.train_shards, &summary.val_shards}) {
+    for (const auto& path : *shards) {
+      for (const auto& doc : documents_of(path)) seen.insert(tokenizer.decode(doc));
+    }
+  }
+  EXPECT_EQ(seen.size(), 60u);
+  EXPECT_EQ(seen.count("Record number 17 says hello."), 1u);
+}
+
+TEST(Prepare, JsonlLineWithoutTextIsADataErrorNamingFileAndLine) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_no_text");
+  gnmr_test::write_text(dir + "/bad.jsonl", "{\"text\": \"fine\"}\n{\"body\": \"no text\"}\n");
+  gnmr::PrepareOptions options;
+  options.tokenizer = gnmr_test::source_path(kBrownTokenizer);
+  options.out_dir = dir + "/out";
+  options.inputs = {dir + "/bad.jsonl"};
+  options.progress = false;
+  gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); },
+                               {dir + "/bad.jsonl:2", "\"text\""});
+  EXPECT_TRUE(fs::is_empty(dir + "/out")) << "a failed prepare must leave no shards behind";
+}
+
+TEST(Prepare, MissingInputIsADataErrorNamingIt) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_missing");
+  gnmr::PrepareOptions options;
+  options.tokenizer = gnmr_test::source_path(kBrownTokenizer);
+  options.out_dir = dir + "/out";
+  options.inputs = {dir + "/nowhere.jsonl.gz"};
+  gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); }, {dir + "/nowhere.jsonl.gz"});
+}

@@ -1,0 +1,98 @@
+// Tokenizer: training a LLaMA-style BPE model from jsonl.gz / text, encode/decode round
+// trips, the bundled Brown model, and errors for missing or invalid models.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "data/tokenizer.h"
+#include "data_test_helpers.h"
+#include "test_paths.h"
+
+using gnmr::Tokenizer;
+
+namespace {
+
+// A few hundred varied sentences; enough for a 400-piece BPE model to fill its vocabulary.
+std::string generated_corpus(bool as_jsonl) {
+  const char* subjects[] = {"The cat", "A river", "Our teacher", "The old machine", "Every child"};
+  const char* verbs[] = {"watched", "carried", "remembered", "painted", "followed"};
+  const char* objects[] = {"the quiet harbour", "seven bright lanterns", "a winding road",
+                           "the morning train", "their neighbours"};
+  std::string out;
+  for (int i = 0; i < 600; ++i) {
+    std::string sentence = std::string(subjects[i % 5]) + " " + verbs[(i / 5) % 5] + " " +
+                           objects[(i / 25) % 5] + " in " + std::to_string(1900 + i) + ".";
+    out += as_jsonl ? "{\"text\": \"" + sentence + "\"}\n" : sentence + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Tokenizer, TrainsLlamaStyleBpeFromJsonlGzAndRoundTrips) {
+  const std::string dir = gnmr_test::scratch_dir("tokenizer_train");
+  gnmr_test::write_gzip(dir + "/corpus.jsonl.gz", generated_corpus(true));
+  gnmr_test::write_text(dir + "/extra.txt", generated_corpus(false));
+
+  gnmr::TokenizerTrainOptions options;
+  options.inputs = {dir + "/corpus.jsonl.gz", dir + "/extra.txt"};
+  options.vocab_size = 400;
+  options.out_prefix = dir + "/tok";
+  options.threads = 2;
+  gnmr::train_tokenizer(options);
+  ASSERT_TRUE(std::filesystem::exists(dir + "/tok.model"));
+  ASSERT_TRUE(std::filesystem::exists(dir + "/tok.vocab"));
+
+  const Tokenizer tokenizer = Tokenizer::load(dir + "/tok.model");
+  EXPECT_EQ(tokenizer.vocab_size(), 400);
+  EXPECT_EQ(tokenizer.bos_id(), 1);
+  EXPECT_EQ(tokenizer.eos_id(), 2);
+
+  const std::string text = "The cat followed the morning train in 1987.";
+  const auto ids = tokenizer.encode(text);
+  EXPECT_FALSE(ids.empty());
+  EXPECT_EQ(tokenizer.decode(ids), text);
+
+  // split_digits: a number is one piece per digit.
+  const auto digits = tokenizer.encode("2024");
+  EXPECT_EQ(digits.size(), 5u) << "expected ▁ + one piece per digit";
+  // byte_fallback: characters never seen in training still round-trip exactly.
+  const std::string unseen = "naïve 日本 ✓";
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode(unseen)), unseen);
+}
+
+TEST(Tokenizer, LoadsTheBundledBrownModel) {
+  const Tokenizer tokenizer = Tokenizer::load(gnmr_test::source_path("data/brown/tokenizer.model"));
+  EXPECT_EQ(tokenizer.vocab_size(), 4096);
+  EXPECT_EQ(tokenizer.bos_id(), 1);
+  EXPECT_EQ(tokenizer.eos_id(), 2);
+  const std::string text = "The Fulton County Grand Jury said Friday, \"no evidence\" in 1961.";
+  const auto ids = tokenizer.encode(text);
+  for (int32_t id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, 4096);
+  }
+  EXPECT_LT(ids.size(), text.size() / 2) << "a trained BPE model should compress English";
+  EXPECT_EQ(tokenizer.decode(ids), text);
+}
+
+TEST(Tokenizer, MissingModelIsADataErrorNamingIt) {
+  const std::string path = gnmr_test::scratch_dir("tokenizer_missing") + "/none.model";
+  gnmr_test::expect_data_error([&] { Tokenizer::load(path); }, {path, "not found"});
+}
+
+TEST(Tokenizer, GarbageModelIsADataErrorNamingIt) {
+  const std::string path = gnmr_test::scratch_dir("tokenizer_garbage") + "/bad.model";
+  gnmr_test::write_text(path, "this is not a protobuf");
+  gnmr_test::expect_data_error([&] { Tokenizer::load(path); }, {path, "sentencepiece"});
+}
+
+TEST(Tokenizer, TrainingOnAMissingInputIsADataErrorNamingIt) {
+  const std::string dir = gnmr_test::scratch_dir("tokenizer_missing_input");
+  gnmr::TokenizerTrainOptions options;
+  options.inputs = {dir + "/absent.txt"};
+  options.vocab_size = 400;
+  options.out_prefix = dir + "/tok";
+  gnmr_test::expect_data_error([&] { gnmr::train_tokenizer(options); }, {dir + "/absent.txt"});
+}
