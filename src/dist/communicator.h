@@ -1,0 +1,61 @@
+// Communicator: the data-parallel seam (DESIGN.md §7). The trainer sums gradients and loss
+// totals across ranks through it and never sees MPI or NCCL.
+//
+// Implementations: `local` (one process, every call a no-op) in local_communicator.h,
+// `mpi` (CPU ranks) in mpi_communicator.h; `nccl` (GPU ranks) is not written yet and
+// make_communicator("nccl") reports ErrorKind::NotBuilt.
+//
+// Every call is a collective: all ranks must make the same calls in the same order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace gnmr {
+
+struct LaunchEnv;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual std::string name() const = 0;  // "local" | "mpi"
+
+  virtual int rank() const = 0;        // 0 .. world_size() - 1
+  virtual int world_size() const = 0;  // number of data-parallel ranks
+  virtual int local_rank() const = 0;  // rank among the processes on this node (GPU index)
+
+  // tensor = sum over ranks of tensor, in place. F32 only. The result is bit-identical on
+  // every rank (replicated weights must never drift apart); how each implementation
+  // guarantees that is written next to it. The memory must be what the implementation can
+  // read: host memory for mpi (pair it with the cpu backend).
+  virtual void allreduce_sum(Tensor& tensor) = 0;
+  // values[0..count) = sum over ranks, in place, host doubles (loss sums, token counts).
+  // Bit-identical on every rank, as above.
+  virtual void allreduce_sum(double* values, size_t count) = 0;
+  // Copies `bytes` bytes of host memory from rank `root` to every other rank.
+  virtual void broadcast(void* host_bytes, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // True on every rank when every rank passed the same value (e.g. a config hash), false
+  // on every rank otherwise; lets a launch with mismatched inputs stop on all ranks at once.
+  virtual bool all_agree(uint64_t value) = 0;
+
+  // Ends every process of the job with `exit_code`. Use it when this rank failed while
+  // others may be blocked in a collective: a plain exit would leave them waiting (and, for
+  // MPI, MPI_Finalize itself waits for them).
+  [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+// kind: "auto" | "local" | "mpi" | "nccl". "auto" is mpi when the launcher started more
+// than one process (launch_env.h), else local. Refuses, as ErrorKind::Usage, a launch whose
+// environment and communicator disagree (e.g. `local` under a 4-process mpirun, or an
+// srun step whose processes did not find each other through MPI), since every rank would
+// otherwise train its own model in silence. "nccl" is ErrorKind::NotBuilt in this build.
+std::unique_ptr<Communicator> make_communicator(const std::string& kind);
+// The same for a given launch environment (tests; a caller that already read it).
+std::unique_ptr<Communicator> make_communicator(const std::string& kind, const LaunchEnv& env);
+
+}  // namespace gnmr

@@ -1,0 +1,116 @@
+#include "dist/mpi_communicator.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+#include "dist/mpi_check.h"
+#include "dist/mpi_runtime.h"
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+const char* const kCollectiveHint =
+    "every rank must make the same communicator calls in the same order; a rank that "
+    "failed or skipped one leaves the others mismatched";
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(size_t max_elements_per_call)
+    : max_elements_per_call_(max_elements_per_call) {
+  GNMR_CHECK(max_elements_per_call_ >= 1 &&
+                 max_elements_per_call_ <= static_cast<size_t>(std::numeric_limits<int>::max()),
+             "max_elements_per_call must be in [1, INT_MAX] because MPI counts are int");
+  MpiRuntime::ensure_initialized();
+  GNMR_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "");
+  GNMR_MPI_CHECK(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "");
+  GNMR_MPI_CHECK(MPI_Comm_rank(comm_, &rank_), "");
+  GNMR_MPI_CHECK(MPI_Comm_size(comm_, &world_size_), "");
+  // The local rank is the rank among the processes that share this node's memory: it is
+  // what picks the GPU, and asking MPI avoids trusting launcher variables for it.
+  MPI_Comm node_comm = MPI_COMM_NULL;
+  GNMR_MPI_CHECK(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &node_comm),
+                 "");
+  GNMR_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_), "");
+  GNMR_MPI_CHECK(MPI_Comm_free(&node_comm), "");
+}
+
+// A destructor cannot report errors, and after MPI_Finalize no MPI call is allowed, so the
+// communicator is released only while MPI is still up and the return code is dropped.
+MpiCommunicator::~MpiCommunicator() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+// Why reduce-then-broadcast and not MPI_Allreduce: MPI_Allreduce in common implementations
+// does hand every rank the same bits, but the MPI standard does not promise it (each rank
+// may combine the partial sums in its own order, and float addition is not associative).
+// Summing at rank 0 and broadcasting its buffer makes every rank hold a copy of the same
+// bytes by construction, so replicated weights cannot drift apart. The price is about twice
+// the traffic of a ring allreduce, small beside CPU compute; the nccl communicator will
+// make its own choice. The summation order at rank 0 is fixed by the MPI library's
+// algorithm for a given world size and message size, so reruns of a launch reproduce.
+void MpiCommunicator::sum_in_place(void* data, size_t count, MPI_Datatype datatype,
+                                   size_t element_bytes) {
+  auto* bytes = static_cast<char*>(data);
+  for (size_t first = 0; first < count; first += max_elements_per_call_) {
+    const int n = static_cast<int>(std::min(max_elements_per_call_, count - first));
+    void* chunk = bytes + first * element_bytes;
+    if (rank_ == 0) {
+      GNMR_MPI_CHECK(MPI_Reduce(MPI_IN_PLACE, chunk, n, datatype, MPI_SUM, 0, comm_),
+                     kCollectiveHint);
+    } else {
+      GNMR_MPI_CHECK(MPI_Reduce(chunk, nullptr, n, datatype, MPI_SUM, 0, comm_), kCollectiveHint);
+    }
+    GNMR_MPI_CHECK(MPI_Bcast(chunk, n, datatype, 0, comm_), kCollectiveHint);
+  }
+}
+
+void MpiCommunicator::allreduce_sum(Tensor& tensor) {
+  GNMR_CHECK(tensor.dtype == DType::F32,
+             std::string("allreduce_sum takes F32 tensors, got ") + dtype_name(tensor.dtype));
+  const auto count = static_cast<size_t>(tensor.numel());
+  if (count == 0) return;
+  GNMR_CHECK(tensor.data != nullptr, "allreduce_sum of an unallocated tensor");
+  sum_in_place(tensor.data, count, MPI_FLOAT, sizeof(float));
+}
+
+void MpiCommunicator::allreduce_sum(double* values, size_t count) {
+  if (count == 0) return;
+  sum_in_place(values, count, MPI_DOUBLE, sizeof(double));
+}
+
+void MpiCommunicator::broadcast(void* host_bytes, size_t bytes, int root) {
+  GNMR_CHECK(root >= 0 && root < world_size_, "broadcast root " + std::to_string(root) +
+                                                  " is not a rank of a world of " +
+                                                  std::to_string(world_size_));
+  auto* data = static_cast<char*>(host_bytes);
+  for (size_t first = 0; first < bytes; first += max_elements_per_call_) {
+    const int n = static_cast<int>(std::min(max_elements_per_call_, bytes - first));
+    GNMR_MPI_CHECK(MPI_Bcast(data + first, n, MPI_BYTE, root, comm_), kCollectiveHint);
+  }
+}
+
+void MpiCommunicator::barrier() {
+  GNMR_MPI_CHECK(MPI_Barrier(comm_), kCollectiveHint);
+}
+
+// One collective answers both "what is the largest value" and "what is the smallest":
+// max(~v) over ranks is ~min(v), so all values agree exactly when max(v) == ~max(~v).
+// Integer max is exact, so every rank reaches the same answer.
+bool MpiCommunicator::all_agree(uint64_t value) {
+  uint64_t extremes[2] = {value, ~value};
+  GNMR_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, extremes, 2, MPI_UINT64_T, MPI_MAX, comm_),
+                 kCollectiveHint);
+  return extremes[0] == ~extremes[1];
+}
+
+void MpiCommunicator::abort(int exit_code) {
+  MPI_Abort(comm_, exit_code);
+  std::_Exit(exit_code);  // MPI_Abort should not return; if it does, still end this rank
+}
+
+}  // namespace gnmr

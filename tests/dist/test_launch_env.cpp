@@ -1,0 +1,128 @@
+// parse_launch_env: each launcher's variables, their precedence, and bad launches.
+#include <gtest/gtest.h>
+
+#include "dist/launch_env.h"
+#include "tests/dist/env_map.h"
+#include "util/error.h"
+
+namespace gnmr {
+namespace {
+
+using gnmr_test::env_map;
+
+// Expects parse_launch_env to throw a Usage error whose message contains `needle`.
+void expect_usage_error(std::map<std::string, std::string> variables, const std::string& needle) {
+  try {
+    parse_launch_env(env_map(std::move(variables)));
+    ADD_FAILURE() << "expected a Usage error mentioning " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(LaunchEnv, NoLauncherVariablesMeansOneProcess) {
+  LaunchEnv env = parse_launch_env(env_map({{"HOME", "/root"}}));
+  EXPECT_EQ(env.source, "single");
+  EXPECT_EQ(env.rank, 0);
+  EXPECT_EQ(env.world_size, 1);
+  EXPECT_EQ(env.local_rank, 0);
+}
+
+TEST(LaunchEnv, ReadsOpenMpiVariables) {
+  LaunchEnv env = parse_launch_env(env_map({{"OMPI_COMM_WORLD_RANK", "5"},
+                                            {"OMPI_COMM_WORLD_SIZE", "8"},
+                                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  EXPECT_EQ(env.source, "mpi");
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.world_size, 8);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.world_size_variable, "OMPI_COMM_WORLD_SIZE");
+}
+
+TEST(LaunchEnv, ReadsPmiVariablesWithEitherLocalRankName) {
+  LaunchEnv env =
+      parse_launch_env(env_map({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"MPI_LOCALRANKID", "3"}}));
+  EXPECT_EQ(env.source, "mpi");
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 3);
+  env = parse_launch_env(env_map({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"PMI_LOCAL_RANK", "0"}}));
+  EXPECT_EQ(env.local_rank, 0);
+}
+
+TEST(LaunchEnv, MissingLocalRankIsMinusOne) {
+  LaunchEnv env = parse_launch_env(env_map({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
+  EXPECT_EQ(env.local_rank, -1);
+}
+
+TEST(LaunchEnv, ReadsSlurmVariables) {
+  LaunchEnv env = parse_launch_env(
+      env_map({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "2"}}));
+  EXPECT_EQ(env.source, "slurm");
+  EXPECT_EQ(env.rank, 6);
+  EXPECT_EQ(env.world_size, 16);
+  EXPECT_EQ(env.local_rank, 2);
+  EXPECT_EQ(env.world_size_variable, "SLURM_NTASKS");
+}
+
+// Inside an allocation of 16 tasks an `srun -n 4` step has SLURM_NTASKS of the allocation
+// on some SLURM versions; the step's own count is the world.
+TEST(LaunchEnv, SlurmStepTaskCountWinsOverJobTaskCount) {
+  LaunchEnv env = parse_launch_env(env_map({{"SLURM_PROCID", "3"},
+                                            {"SLURM_NTASKS", "16"},
+                                            {"SLURM_STEP_NUM_TASKS", "4"},
+                                            {"SLURM_LOCALID", "3"}}));
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.world_size_variable, "SLURM_STEP_NUM_TASKS");
+}
+
+// mpirun inside a SLURM allocation: the SLURM variables describe the allocation (every
+// process may see SLURM_PROCID=0), the MPI ones describe this process.
+TEST(LaunchEnv, MpiVariablesWinOverSlurmVariables) {
+  LaunchEnv env = parse_launch_env(env_map({{"SLURM_PROCID", "0"},
+                                            {"SLURM_NTASKS", "1"},
+                                            {"SLURM_LOCALID", "0"},
+                                            {"OMPI_COMM_WORLD_RANK", "1"},
+                                            {"OMPI_COMM_WORLD_SIZE", "2"},
+                                            {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}}));
+  EXPECT_EQ(env.source, "mpi");
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 2);
+}
+
+TEST(LaunchEnv, RankNotBelowWorldSizeIsAUsageErrorNamingBothVariables) {
+  expect_usage_error({{"SLURM_PROCID", "4"}, {"SLURM_NTASKS", "4"}, {"SLURM_LOCALID", "0"}},
+                     "SLURM_PROCID=4 is not below SLURM_NTASKS=4");
+  expect_usage_error({{"OMPI_COMM_WORLD_RANK", "9"}, {"OMPI_COMM_WORLD_SIZE", "2"}},
+                     "OMPI_COMM_WORLD_RANK=9");
+}
+
+TEST(LaunchEnv, LocalRankNotBelowWorldSizeIsAUsageError) {
+  expect_usage_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "2"}},
+                     "SLURM_LOCALID=2");
+}
+
+TEST(LaunchEnv, NonNumbersAreUsageErrorsNamingTheVariable) {
+  for (const char* bad : {"abc", "1x", "-1", "", " 1", "99999999999999999999"}) {
+    SCOPED_TRACE(bad);
+    expect_usage_error({{"SLURM_PROCID", bad}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"}},
+                       "SLURM_PROCID=\"" + std::string(bad) + "\" is not a non-negative integer");
+  }
+  expect_usage_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "two"}},
+                     "OMPI_COMM_WORLD_SIZE=\"two\"");
+  expect_usage_error({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "0.5"}},
+                     "MPI_LOCALRANKID=\"0.5\"");
+}
+
+TEST(LaunchEnv, RankWithoutWorldSizeIsAUsageError) {
+  expect_usage_error({{"OMPI_COMM_WORLD_RANK", "0"}}, "OMPI_COMM_WORLD_SIZE is not");
+  expect_usage_error({{"SLURM_PROCID", "0"}, {"SLURM_LOCALID", "0"}}, "SLURM_STEP_NUM_TASKS");
+}
+
+TEST(LaunchEnv, WorldSizeZeroIsAUsageError) {
+  expect_usage_error({{"PMI_RANK", "0"}, {"PMI_SIZE", "0"}}, "PMI_SIZE=0");
+}
+
+}  // namespace
+}  // namespace gnmr

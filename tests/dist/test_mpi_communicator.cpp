@@ -1,0 +1,187 @@
+// MpiCommunicator across the ranks of `mpirun -np 2` (any world of two or more works).
+// Every test is a collective sequence: each rank runs the same calls in the same order, and
+// checks use EXPECT (not ASSERT) between collectives so a failure cannot desynchronize ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "dist/launch_env.h"
+#include "dist/mpi_communicator.h"
+#include "tests/dist/world.h"
+#include "util/error.h"
+
+namespace gnmr {
+namespace {
+
+Tensor host_tensor(std::vector<float>& values) {
+  Tensor t;
+  t.data = values.data();
+  t.dtype = DType::F32;
+  t.shape = {static_cast<int64_t>(values.size())};
+  return t;
+}
+
+// A value that differs per rank and per element and has no short binary expansion, so the
+// float sum rounds (a sum that only adds small integers would hide a wrong order).
+float rank_value(int rank, size_t i) {
+  return std::sin(0.37f * float(i) + 1.3f * float(rank)) * float(1 + rank) * 1e3f / float(1 + i);
+}
+
+class MpiCommunicatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (gnmr_test::world().world_size() < 2) {
+      GTEST_SKIP() << "needs two ranks: run under mpirun -np 2 (ctest dist.mpi_two_ranks)";
+    }
+  }
+  Communicator& world() { return gnmr_test::world(); }
+  int rank() { return world().rank(); }
+  int world_size() { return world().world_size(); }
+
+  // True on every rank when `bytes` are identical on every rank: rank 0's copy is
+  // broadcast and compared, then the verdicts are combined.
+  bool identical_on_every_rank(const void* bytes, size_t size) {
+    std::vector<char> root_copy(static_cast<const char*>(bytes),
+                                static_cast<const char*>(bytes) + size);
+    world().broadcast(root_copy.data(), size, 0);
+    const bool same_here = std::memcmp(root_copy.data(), bytes, size) == 0;
+    return world().all_agree(same_here ? 1 : 0) && same_here;
+  }
+};
+
+TEST_F(MpiCommunicatorTest, RanksAreDistinctAndLocalRanksInRange) {
+  EXPECT_EQ(world().name(), "mpi");
+  std::vector<double> one_hot(static_cast<size_t>(world_size()), 0.0);
+  one_hot[static_cast<size_t>(rank())] = 1.0;
+  world().allreduce_sum(one_hot.data(), one_hot.size());
+  for (double v : one_hot) EXPECT_EQ(v, 1.0);
+  EXPECT_GE(world().local_rank(), 0);
+  EXPECT_LT(world().local_rank(), world_size());
+}
+
+TEST_F(MpiCommunicatorTest, LaunchEnvironmentMatchesWhatMpiSees) {
+  LaunchEnv env = read_launch_env();
+  EXPECT_EQ(env.source, "mpi");
+  EXPECT_EQ(env.rank, rank());
+  EXPECT_EQ(env.world_size, world_size());
+  EXPECT_EQ(env.local_rank, world().local_rank());  // all ranks of the test share a node
+}
+
+TEST_F(MpiCommunicatorTest, TensorAllreduceEqualsTheSumComputedLocally) {
+  const size_t n = 1000;
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = rank_value(rank(), i);
+  Tensor t = host_tensor(values);
+  world().allreduce_sum(t);
+  for (size_t i = 0; i < n; ++i) {
+    float expected = 0.0f;
+    double magnitude = 0.0;
+    for (int r = 0; r < world_size(); ++r) {
+      expected += rank_value(r, i);
+      magnitude += std::fabs(rank_value(r, i));
+    }
+    if (world_size() == 2) {
+      // Two addends: a + b == b + a exactly in IEEE arithmetic, whatever order MPI used.
+      EXPECT_EQ(values[i], expected) << "element " << i;
+    } else {
+      // More addends may be summed in another order: each addition rounds by <= 2^-24.
+      EXPECT_NEAR(values[i], expected, magnitude * world_size() * 0x1p-24) << "element " << i;
+    }
+  }
+}
+
+TEST_F(MpiCommunicatorTest, TensorAllreduceIsBitIdenticalOnEveryRank) {
+  const size_t n = 4099;  // not a multiple of anything MPI might segment by
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = rank_value(rank(), i) * 1e-3f + 1e4f;
+  Tensor t = host_tensor(values);
+  world().allreduce_sum(t);
+  EXPECT_TRUE(identical_on_every_rank(values.data(), n * sizeof(float)));
+}
+
+TEST_F(MpiCommunicatorTest, ChunkedAllreduceSumsEveryElementOnce) {
+  MpiCommunicator chunked(/*max_elements_per_call=*/3);
+  const size_t n = 10;  // 3 + 3 + 3 + 1
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = float((rank() + 1) * 100 + int(i));
+  Tensor t = host_tensor(values);
+  chunked.allreduce_sum(t);
+  const int rank_sum = world_size() * (world_size() + 1) / 2;  // sum of (r + 1)
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(values[i], float(rank_sum * 100 + world_size() * int(i))) << "element " << i;
+  }
+  std::vector<double> doubles = {double(rank()), 0.5, -1.0, 2.0};
+  chunked.allreduce_sum(doubles.data(), doubles.size());
+  EXPECT_EQ(doubles, (std::vector<double>{double(rank_sum - world_size()), 0.5 * world_size(),
+                                          -1.0 * world_size(), 2.0 * world_size()}));
+}
+
+TEST_F(MpiCommunicatorTest, DoubleAllreduceSumsLossTotals) {
+  double totals[3] = {0.25 * (rank() + 1), 1e12 + rank(), -3.0};
+  world().allreduce_sum(totals, 3);
+  const int w = world_size();
+  EXPECT_EQ(totals[0], 0.25 * w * (w + 1) / 2);
+  EXPECT_EQ(totals[1], 1e12 * w + w * (w - 1) / 2);
+  EXPECT_EQ(totals[2], -3.0 * w);
+  EXPECT_TRUE(identical_on_every_rank(totals, sizeof(totals)));
+}
+
+TEST_F(MpiCommunicatorTest, EmptyAllreducesAreNoOps) {
+  Tensor empty;
+  empty.shape = {0};
+  world().allreduce_sum(empty);
+  world().allreduce_sum(static_cast<double*>(nullptr), 0);
+  world().barrier();
+}
+
+TEST_F(MpiCommunicatorTest, RejectsNonF32TensorsBeforeCommunicating) {
+  std::vector<float> storage(4);
+  Tensor t = host_tensor(storage);
+  t.dtype = DType::I32;
+  EXPECT_THROW(world().allreduce_sum(t), Error);
+  world().barrier();  // still in step: the check threw before any collective
+}
+
+TEST_F(MpiCommunicatorTest, BroadcastCopiesTheRootsBytes) {
+  const int root = world_size() - 1;
+  std::vector<char> bytes(1000);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = char((i * 7 + size_t(rank()) * 13) & 0x7f);
+  world().broadcast(bytes.data(), bytes.size(), root);
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    EXPECT_EQ(bytes[i], char((i * 7 + size_t(root) * 13) & 0x7f)) << "byte " << i;
+  }
+  // The same through a communicator that moves 64 bytes per call (16 chunks, last short).
+  MpiCommunicator chunked(/*max_elements_per_call=*/64);
+  std::vector<char> message(1000, char(rank()));
+  chunked.broadcast(message.data(), message.size(), 0);
+  EXPECT_EQ(message, std::vector<char>(1000, char(0)));
+}
+
+TEST_F(MpiCommunicatorTest, RejectsABroadcastRootOutsideTheWorld) {
+  char byte = 0;
+  EXPECT_THROW(world().broadcast(&byte, 1, world_size()), Error);
+  EXPECT_THROW(world().broadcast(&byte, 1, -1), Error);
+}
+
+TEST_F(MpiCommunicatorTest, AllAgreeIsTrueOnlyWhenEveryRankHasTheSameValue) {
+  EXPECT_TRUE(world().all_agree(0x9e3779b97f4a7c15ull));
+  EXPECT_TRUE(world().all_agree(0));
+  EXPECT_TRUE(world().all_agree(~0ull));
+  EXPECT_FALSE(world().all_agree(static_cast<uint64_t>(rank())));
+  // One rank differs, and the extremes of uint64 (where ~v tricks could wrap) disagree.
+  EXPECT_FALSE(world().all_agree(rank() == world_size() - 1 ? 7 : 5));
+  EXPECT_FALSE(world().all_agree(rank() == 0 ? 0 : ~0ull));
+}
+
+TEST_F(MpiCommunicatorTest, AutoChoosesMpiUnderAMultiProcessLaunch) {
+  std::unique_ptr<Communicator> comm = make_communicator("auto");
+  EXPECT_EQ(comm->name(), "mpi");
+  EXPECT_EQ(comm->rank(), rank());
+  EXPECT_EQ(comm->world_size(), world_size());
+  EXPECT_THROW(make_communicator("local"), Error);
+}
+
+}  // namespace
+}  // namespace gnmr
