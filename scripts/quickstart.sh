@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 gnmr=build/release/src/cli/gnmr
 [ -x "$gnmr" ] || bash scripts/setup.sh
 if [ ! -f runs/brown-shards/prepare.json ]; then
-  "$gnmr" prepare --tokenizer data/brown/tokenizer.model --out runs/brown-shards data/brown/brown.jsonl.gz
+  "$gnmr" prepare --val-fraction 0.05 --tokenizer data/brown/tokenizer.model --out runs/brown-shards data/brown/brown.jsonl.gz
 fi
 resume=()
 [ -d runs/quickstart/checkpoints ] && resume=(--resume auto)

@@ -13,6 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "precision/counter_rng.h"
+#include "precision/fp_format.h"
+#include "precision/quantize_groupwise.h"
+
 namespace gnmr {
 
 enum class DType { F32, BF16, I32, U8 };
@@ -91,12 +95,26 @@ class Backend {
                                 const Tensor& dout, Tensor& dx, Tensor& dweight) = 0;
 
   // y = x W^T. x: [N, in]; weight: [out, in] (Hugging Face layout); y: [N, out]
-  virtual void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y) = 0;
+  // `precision` says what the GEMM does to its inputs: FP32 uses them as given (also when a
+  // precision recipe already rounded or fake-quantized them), BF16 rounds both to bf16.
+  // Accumulation is fp32 either way. The overloads without it use gemm_precision().
+  virtual void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y,
+                              GemmPrecision precision) = 0;
   // dx = dy W (or dx += dy W when accumulate). dy: [N, out]; dx: [N, in]
   virtual void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx,
-                                     bool accumulate) = 0;
+                                     bool accumulate, GemmPrecision precision) = 0;
   // dweight += dy^T x, fp32. x is the input the forward read (or the unit's saved view of it)
-  virtual void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight) = 0;
+  virtual void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                                      GemmPrecision precision) = 0;
+  void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y) {
+    matmul_forward(x, weight, y, gemm_precision_);
+  }
+  void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx, bool accumulate) {
+    matmul_backward_input(dy, weight, dx, accumulate, gemm_precision_);
+  }
+  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight) {
+    matmul_backward_weight(x, dy, dweight, gemm_precision_);
+  }
   void matmul_backward(const Tensor& x, const Tensor& weight, const Tensor& dy, Tensor& dx,
                        Tensor& dweight, bool accumulate_dx) {
     matmul_backward_input(dy, weight, dx, accumulate_dx);
@@ -134,6 +152,28 @@ class Backend {
   // dloss * (softmax(logits) - onehot(target)) (zero rows where targets[i] < 0).
   virtual void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
                                               float dloss) = 0;
+
+  // ---- precision-recipe ops (src/precision/recipe.h; CPU: cpu/quantize.cpp) ----
+  // Each calls the src/precision function of the same name, so CPU and CUDA give equal bytes.
+  // A tensor is a matrix [numel / last dim, last dim] (rows = tokens, cols = features).
+  // x: [rows, cols] f32 -> packed: U8 with >= packed_bytes(rows, cols, spec) bytes, scales:
+  // F32 with >= scale_count(rows, cols, spec) values (the buffers a unit planned for its
+  // largest path; the leading part is written). Stochastic rounding reads `key`.
+  virtual void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
+                                      const GroupwiseSpec& spec, const RngKey& key) = 0;
+  // packed, scales as written by quantize_int_groupwise -> out: [rows, cols] f32.
+  virtual void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
+                                        const GroupwiseSpec& spec, Tensor& out) = 0;
+  // out = dequantize(quantize(x)) with one fp32 scale per block_rows x block_cols block
+  // (DeepSeek-V3: 1 x 128 activation tiles, 128 x 128 weight blocks). x, out: [rows, cols];
+  // out may be x.
+  virtual void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format,
+                                          int64_t block_rows, int64_t block_cols) = 0;
+  // out = symmetric int8 fake quantization with one scale per row (per token for activations,
+  // per output channel for a weight [out, in]). x, out: [rows, cols].
+  virtual void fake_quantize_int8_per_row(const Tensor& x, Tensor& out) = 0;
+  // out = nearest bf16 of x, as f32 (emulated bf16 storage). Same numel.
+  virtual void round_to_bf16(const Tensor& x, Tensor& out) = 0;
 
   // ---- trainer ops ----
   // out_per_tensor[i] = sum of squares of tensors[i], accumulated in double, one fused pass.

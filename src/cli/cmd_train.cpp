@@ -21,6 +21,7 @@ CommandAction add_train_command(CLI::App& app) {
   app.add_option("--backend", *backend, "cpu or cuda (overrides the config's backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--steps", *steps, "Number of optimizer steps (overrides train.steps)")->check(CLI::PositiveNumber);
+  app.add_option("--stop-at", options->stop_at, "Checkpoint and stop after this step (the schedule still spans train.steps)");
   app.add_option("--init", options->init, "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
   return [flags, options, backend, steps] {
     ConfigFlags resolved = *flags;

@@ -237,7 +237,6 @@ void validate(const RunConfig& c) {
   require(c.log.every >= 1, "log.every", "must be >= 1");
   require_one_of("log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
-  require_one_of("precision.recipe", c.precision.recipe, {"fp32", "bf16", "actq", "fp8mix", "int8"});
 }
 
 }  // namespace
@@ -288,8 +287,12 @@ RunConfig run_config_from_json(const json& resolved) {
     c.checkpoint.keep = full["checkpoint"]["keep"];
     c.log.every = full["log"]["every"];
     c.log.level = full["log"]["level"];
-    c.precision.recipe = full["precision"]["recipe"];
-    c.precision.section = full["precision"];
+    c.log.gnmr_trace = full["log"]["gnmr_trace"];
+    try {
+      c.precision = recipe_from_json(full["precision"]);
+    } catch (const std::invalid_argument& e) {
+      config_error(e.what());
+    }
     try {
       c.gnmr = controller_options_from_json(full["gnmr"]);
     } catch (const std::invalid_argument& e) {

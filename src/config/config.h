@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gnmr/controller_options.h"
+#include "precision/recipe.h"
 
 namespace gnmr {
 
@@ -67,11 +68,7 @@ struct CheckpointConfig {
 struct LogConfig {
   int64_t every = 10;      // steps between human log lines (metrics.jsonl gets every step)
   std::string level = "info";
-};
-
-struct PrecisionConfig {
-  std::string recipe = "fp32";       // fp32 | bf16 | actq | fp8mix | int8
-  nlohmann::json section;            // the whole resolved "precision" section
+  bool gnmr_trace = false;  // write RUN_DIR/gnmr_trace.jsonl: per-unit norm, GNMR, Δ-GNMR, lock, path
 };
 
 
@@ -82,7 +79,7 @@ struct RunConfig {
   EvalConfig eval;
   CheckpointConfig checkpoint;
   LogConfig log;
-  PrecisionConfig precision;
+  PrecisionRecipe precision;  // section "precision" (src/precision/recipe.h)
   ControllerOptions gnmr;  // section "gnmr" (src/gnmr/controller_options.h)
   std::string backend = "cpu";  // cpu | cuda
   nlohmann::json resolved;      // the full resolved JSON (what config.json in a run dir holds)

@@ -57,10 +57,8 @@ nlohmann::json make_defaults() {
     },
     "log": {
       "every": 10,
-      "level": "info"
-    },
-    "precision": {
-      "recipe": "fp32"
+      "level": "info",
+      "gnmr_trace": false
     },
     "debug": {
       "nonfinite_grad_steps": [],
@@ -71,6 +69,8 @@ nlohmann::json make_defaults() {
   })"_json;
   // The controller owns its section's schema (src/gnmr depends on nothing else).
   defaults["gnmr"] = controller_options_defaults();
+  // The recipe parser owns the precision section's schema (src/precision/recipe.h).
+  defaults["precision"] = recipe_defaults();
   return defaults;
 }
 }  // namespace

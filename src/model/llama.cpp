@@ -40,7 +40,8 @@ void validate(const ModelConfig& c, int micro_batch, int seq_len) {
 
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len)
+LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
+                       const PrecisionRecipe& recipe)
     : config_(config), backend_(backend), micro_batch_(micro_batch), seq_len_(seq_len) {
   validate(config, micro_batch, seq_len);
   table_ = build_param_table(config);
@@ -102,10 +103,12 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   scratch_.d_up = f32("d_up", {n, f});
   scratch_.d_act = f32("d_act", {n, f});
 
-  saved_input_.resize(table_.units.size());
+  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n);
   host_targets_.resize(static_cast<size_t>(n));
   host_losses_.resize(static_cast<size_t>(n));
 }
+
+LlamaModel::~LlamaModel() = default;
 
 int64_t LlamaModel::num_params() const {
   int64_t total = 0;
@@ -123,10 +126,14 @@ void LlamaModel::init_weights(uint64_t seed) {
     }
     backend_.copy_from_host(p.weight, host.data());
   }
+  paths_->invalidate_weights();
 }
 
 void LlamaModel::zero_grads() {
   backend_.fill_zero(flat_grads_);
+  // A new step: the optimizer has written the weights since the cache was made.
+  paths_->invalidate_weights();
+  micro_step_ = 0;
 }
 
 int64_t LlamaModel::flops_per_token() const {
@@ -148,15 +155,12 @@ Tensor LlamaModel::heads_view(const Tensor& t, int heads) const {
 }
 
 void LlamaModel::project_forward(const ProjectionUnit& u, const Tensor& x, Tensor& y) {
-  backend_.matmul_forward(x, table_.params[static_cast<size_t>(u.param_index)].weight, y);
-  saved_input_[static_cast<size_t>(u.id)] = x;
+  paths_->forward(u, x, y, save_for_backward_);
 }
 
 void LlamaModel::project_backward(const ProjectionUnit& u, const Tensor& dy, Tensor& dx,
                                   bool accumulate_dx) {
-  ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
-  backend_.matmul_backward_weight(saved_input_[static_cast<size_t>(u.id)], dy, p.grad);
-  backend_.matmul_backward_input(dy, p.weight, dx, accumulate_dx);
+  paths_->backward(u, dy, dx, accumulate_dx);
 }
 
 int LlamaModel::upload_batch(const int32_t* tokens, const int32_t* targets) {
@@ -191,7 +195,9 @@ float LlamaModel::read_mean_loss(int valid_targets) {
 
 float LlamaModel::forward_loss(const int32_t* tokens, const int32_t* targets) {
   const int valid = upload_batch(tokens, targets);
-  forward();
+  // Evaluation may follow an optimizer update with no zero_grads() in between.
+  paths_->invalidate_weights();
+  forward(/*save_for_backward=*/false);
   backend_.cross_entropy_forward(act_.logits, act_.targets, act_.losses);
   return read_mean_loss(valid);
 }
@@ -199,7 +205,8 @@ float LlamaModel::forward_loss(const int32_t* tokens, const int32_t* targets) {
 float LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets,
                                    float loss_scale) {
   const int valid = upload_batch(tokens, targets);
-  forward();
+  paths_->set_micro_step(micro_step_++);
+  forward(/*save_for_backward=*/true);
   // d(mean loss)/d(loss_i) = 1 / valid, times the caller's scale (e.g. 1 / micro-steps).
   backend_.cross_entropy_forward_backward(act_.logits, act_.targets, act_.losses,
                                           loss_scale / static_cast<float>(valid));
@@ -207,7 +214,8 @@ float LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   return read_mean_loss(valid);
 }
 
-void LlamaModel::forward() {
+void LlamaModel::forward(bool save_for_backward) {
+  save_for_backward_ = save_for_backward;
   Backend& be = backend_;
   const auto& P = table_.params;
   const int h = config_.n_heads, hkv = config_.n_kv_heads;
@@ -239,7 +247,7 @@ void LlamaModel::forward() {
   }
   be.rmsnorm_forward(act_.residual[config_.n_layers], P[table_.final_norm].weight, config_.norm_eps,
                      act_.xn_final, act_.rstd_final);
-  be.matmul_forward(act_.xn_final, P[table_.lm_head].weight, act_.logits);
+  paths_->lm_head_forward(act_.xn_final, act_.logits);
 }
 
 void LlamaModel::backward() {
@@ -249,8 +257,7 @@ void LlamaModel::backward() {
   GradientScratch& s = scratch_;
   const int L = config_.n_layers;
   // lm_head and final norm; logits now hold dloss/dlogits
-  be.matmul_backward(act_.xn_final, P[table_.lm_head].weight, act_.logits, s.d_normed,
-                     P[table_.lm_head].grad, /*accumulate_dx=*/false);
+  paths_->lm_head_backward(act_.xn_final, act_.logits, s.d_normed);
   be.fill_zero(s.d_residual);
   be.rmsnorm_backward(act_.residual[L], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
                       s.d_residual, P[table_.final_norm].grad);

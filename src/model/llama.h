@@ -5,20 +5,29 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "gnmr/routing_plan.h"
 #include "model/activations.h"
 #include "model/param_table.h"
+#include "model/projection_paths.h"
+#include "precision/recipe.h"
 
 namespace gnmr {
 
 class LlamaModel {
  public:
   // Validates the shapes (Error(Config) naming the field) and allocates weights, gradients,
-  // activations and scratch on `backend`, which must outlive the model.
-  LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len);
+  // activations and scratch on `backend`, which must outlive the model. `recipe` (config
+  // section "precision", src/precision/recipe.h) fixes each unit's low and recovery path;
+  // the default is fp32 (projections at train.gemm_precision). Set the backend's
+  // GemmPrecision before constructing: bf16 GEMMs then get a per-step weight cache.
+  LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
+             const PrecisionRecipe& recipe = PrecisionRecipe{});
+  ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
   Backend& backend() { return backend_; }
@@ -46,22 +55,36 @@ class LlamaModel {
   float forward_loss(const int32_t* tokens, const int32_t* targets);
   void zero_grads();
 
+  // ---- routing (DESIGN.md §2 step 2) ----
+  const PrecisionRecipe& recipe() const { return paths_->recipe(); }
+  // The path of every unit from the next forward on (one per unit, by unit id; Error(Runtime)
+  // on a size mismatch). No allocation. Default: every unit Low. Ignored by fp32 / bf16.
+  void set_routing(const RoutingPlan& plan) { paths_->set_routing(plan); }
+  const RoutingPlan& routing() const { return paths_->routing(); }
+  // Per-step counts and saved-activation bytes of the current plan.
+  const RoutingStats& routing_stats() const { return paths_->stats(); }
+  // The training step, for stochastic rounding keyed by (precision.seed, step, unit).
+  void set_step(int64_t step) { paths_->set_step(step); }
+  // Call after writing weights (optimizer, checkpoint load) when no zero_grads() follows
+  // before the next forward_backward: the prepared (rounded / quantized) weights are redone.
+  void weights_changed() { paths_->invalidate_weights(); }
+
   // Training FLOPs per token: 6 * (matmul params, lm_head included, embedding excluded)
   // + 12 * n_layers * dim * seq_len for q k^T and P v (forward + backward, the full T x T
   // products, no causal discount — the PaLM appendix-B convention used for MFU).
   int64_t flops_per_token() const;
 
  private:
-  // The one path every projection unit takes: y = x W_u^T. The unit's weight gradient is
-  // computed from saved_input_[u.id], the unit's own view of its input, so a later precision
-  // recipe can give each unit its own saved (e.g. quantized) copy without touching callers.
+  // The one path every projection unit takes: y = x W_u^T, on the unit's path of the current
+  // plan (paths_). The unit's weight gradient reads what the unit itself saved (e.g. its own
+  // quantized copy of x), so units sharing x each keep their own precision.
   void project_forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y);
   // dW_u += dy^T saved_input; dx = dy W_u (dx += when accumulate_dx).
   void project_backward(const ProjectionUnit& unit, const Tensor& dy, Tensor& dx,
                         bool accumulate_dx);
 
   int upload_batch(const int32_t* tokens, const int32_t* targets);  // returns valid targets
-  void forward();                                                   // through the logits
+  void forward(bool save_for_backward);                             // through the logits
   void backward();                                                  // from the dlogits in logits
   Tensor heads_view(const Tensor& t, int heads) const;  // [N, heads*hd] -> [B, T, heads, hd]
   const ProjectionUnit& unit(int layer, ProjectionKind kind) const;
@@ -75,7 +98,9 @@ class LlamaModel {
   Tensor flat_weights_, flat_grads_;
   Activations act_;
   GradientScratch scratch_;
-  std::vector<Tensor> saved_input_;  // by unit id
+  std::unique_ptr<ProjectionPaths> paths_;
+  bool save_for_backward_ = false;  // during forward(): quantize what the backward reads
+  int micro_step_ = 0;              // forward_backward calls since zero_grads()
   std::vector<int32_t> host_targets_;
   std::vector<float> host_losses_;
 };

@@ -16,6 +16,7 @@ class MetricsWriter {
   // as if the run had never stopped.
   void open(const std::string& path, int64_t keep_through_step);
   void write(const nlohmann::json& line);
+  void write_line(const std::string& json_text);  // an already serialised object
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

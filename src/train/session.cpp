@@ -61,6 +61,12 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len);
   model_->init_weights(config.train.seed);
   optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
+  try {
+    controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers);
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::Config, std::string("config: ") + e.what());
+  }
+  plan_ = controller_->initial_plan();
   for (const auto& p : model_->params()) grads_.push_back(p.grad);
   grad_sum_squares_.resize(grads_.size());
   tokens_.resize(size_t(micro_batch) * seq_len);
@@ -68,12 +74,17 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
 
   if (!synthetic_data_) {
     if (config.data.train.empty()) throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
-    train_loader_ = std::make_unique<TokenLoader>(config.data.train, seq_len, config.model.vocab_size,
-                                                  config.data.sampling, config.train.seed, 0, 1);
-    if (!config.data.val.empty()) {
-      val_loader_ = std::make_unique<TokenLoader>(config.data.val, seq_len, config.model.vocab_size,
-                                                  "sequential", config.train.seed, 0, 1);
-    }
+    // Loader errors name the shard or glob; prefix the config field they came from.
+    auto open_loader = [&](const char* field, const std::string& glob, const std::string& sampling) {
+      try {
+        return std::make_unique<TokenLoader>(glob, seq_len, config.model.vocab_size, sampling, config.train.seed,
+                                             0, 1, accumulation_steps_);
+      } catch (const Error& e) {
+        throw Error(e.kind(), std::string(field) + ": " + e.what());
+      }
+    };
+    train_loader_ = open_loader("data.train", config.data.train, config.data.sampling);
+    if (!config.data.val.empty()) val_loader_ = open_loader("data.val", config.data.val, "sequential");
   }
 }
 
@@ -92,10 +103,21 @@ void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
   for (size_t i = 0; i < tokens_.size(); ++i) targets_[i] = tokens_[(i + 1) % tokens_.size()];
 }
 
+void TrainingSession::restore_controller_state() {
+  try {
+    controller_->load_state(state_.controller_state);
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorKind::Checkpoint, std::string("controller state in the checkpoint: ") + e.what() +
+                                           " (the gnmr.* options must match the checkpointed run)");
+  }
+  plan_ = controller_->current_plan();
+}
+
 StepResult TrainingSession::run_step(int64_t step_index) {
   StepResult r;
   r.step = step_index + 1;
   r.lr = learning_rate_at(config_.train, step_index);
+  r.units_recovery = plan_.active_count();
 
   auto t0 = std::chrono::steady_clock::now();
   model_->zero_grads();
@@ -129,6 +151,13 @@ StepResult TrainingSession::run_step(int64_t step_index) {
     r.unit_grad_norms[u] = float(std::sqrt(grad_sum_squares_[size_t(units[u].param_index)]));
   }
   r.norms_ms = elapsed_ms(t0);
+
+  // The controller sees every step's norms, non-finite ones included (it treats them as
+  // maximally risky without letting them into its history), and plans the next step.
+  t0 = std::chrono::steady_clock::now();
+  plan_ = controller_->observe(r.step, r.unit_grad_norms);
+  r.controller_ms = elapsed_ms(t0);
+  r.controller_fields = controller_->last_telemetry().metrics_fields();
 
   state_.step = r.step;
   state_.tokens_seen += tokens_per_step();

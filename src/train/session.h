@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "data/loader.h"
+#include "gnmr/controller.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -23,6 +24,8 @@ struct StepResult {
   bool skipped = false;    // non-finite loss or gradient: no update
   double forward_backward_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
+  int units_recovery = 0;              // units this step ran on the recovery path
+  nlohmann::json controller_fields;    // the controller's per-step telemetry
 };
 
 // Test hooks (config section "debug"): make a step's gradient non-finite, or scale one
@@ -42,7 +45,13 @@ class TrainingSession {
   StepResult run_step(int64_t step_index /* 0-based */);
   double evaluate(int64_t token_budget);  // mean validation loss
 
+  // The controller state goes into state().controller_state before a checkpoint and comes
+  // back from it after a resume.
+  void save_controller_state() { state_.controller_state = controller_->save_state(); }
+  void restore_controller_state();
+
   Backend& backend() { return *backend_; }
+  Controller& controller() { return *controller_; }
   LlamaModel& model() { return *model_; }
   AdamW& optimizer() { return *optimizer_; }
   TrainerState& state() { return state_; }
@@ -61,6 +70,8 @@ class TrainingSession {
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
+  std::unique_ptr<Controller> controller_;
+  RoutingPlan plan_;  // the path of every projection unit for the next step
   TrainerState state_;
   int accumulation_steps_ = 1;
   std::vector<int32_t> tokens_, targets_;

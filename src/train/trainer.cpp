@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <sstream>
 
 #include "train/checkpoint.h"
 #include "train/hf_format.h"
@@ -94,6 +95,7 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
   TrainerState& state = session.state();
   if (!resume_from.empty()) {
     state = load_checkpoint(resume_from, config, session.backend(), session.model(), session.optimizer());
+    session.restore_controller_state();
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
   } else if (!options.init.empty()) {
     load_model_weights(options.init, session.backend(), session.model());
@@ -102,6 +104,8 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
 
   MetricsWriter metrics;
   metrics.open((fs::path(options.out_dir) / "metrics.jsonl").string(), state.step);
+  MetricsWriter trace;
+  if (config.log.gnmr_trace) trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
 
   g_stop_signal.store(0);
   std::signal(SIGTERM, on_stop_signal);
@@ -135,8 +139,16 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
                  {"step_ms", step_s * 1e3},
                  {"gflops_per_s", flops_per_token * tokens_per_s * 1e-9},
                  {"backend_bytes", session.backend().allocated_bytes()},
-                 {"peak_rss_bytes", peak_rss_bytes()}};
+                 {"peak_rss_bytes", peak_rss_bytes()},
+                 {"units_recovery", r.units_recovery},
+                 {"controller_ms", r.controller_ms}};
+    line.update(r.controller_fields);
     metrics.write(line);
+    if (config.log.gnmr_trace) {
+      std::ostringstream text;
+      session.controller().write_trace_line(text);
+      trace.write_line(text.str());
+    }
     summary.final_loss = r.loss;
 
     if (r.skipped) {
@@ -173,20 +185,27 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
         summary.final_val_loss = val_loss;
       }
     }
-    const bool stop = g_stop_signal.load() != 0;
+    const bool stop = g_stop_signal.load() != 0 || r.step == options.stop_at;
     if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || last || stop) {
+      session.save_controller_state();
       save_checkpoint(options.out_dir, config, session.backend(), session.model(), session.optimizer(), state);
     }
     summary.steps_done = r.step;
     if (stop && !last) {
-      spdlog::warn("signal {} received: checkpointed step {}; continue with --resume auto", g_stop_signal.load(),
-                   r.step);
+      spdlog::warn("stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
+                   g_stop_signal.load() ? "signal " + std::to_string(g_stop_signal.load()) : std::string("--stop-at"));
       summary.stopped_by_signal = true;
       break;
     }
   }
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGUSR1, SIG_DFL);
+  json controller_summary = session.controller().summary();
+  write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(), controller_summary.dump(2) + "\n");
+  spdlog::info("controller {}: active fraction {:.4f}, threshold exceedance rate {:.4f}%, {:.1f} switches per 1000 steps",
+               controller_summary.value("controller", ""), controller_summary.value("active_fraction", 0.0),
+               100.0 * controller_summary.value("exceedance_rate", 0.0),
+               controller_summary.value("switches_per_1000_steps", 0.0));
   return summary;
 }
 

@@ -13,6 +13,7 @@ struct TrainOptions {
   std::string resume;    // "" (fresh run), "auto" (newest checkpoint in out_dir) or a checkpoint dir
   bool force = false;    // replace a run directory that already holds a run
   std::string init;      // initialise weights from an HF folder or a gnmr checkpoint
+  int64_t stop_at = 0;   // checkpoint and stop after this step, as a pre-emption would (0 = never)
 };
 
 struct TrainSummary {

@@ -24,6 +24,7 @@ void add_log_file(const std::string& path) {
   auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
   sink->set_pattern("%Y-%m-%d %H:%M:%S %l %v");
   spdlog::default_logger()->sinks().push_back(sink);
+  spdlog::default_logger()->flush_on(spdlog::level::info);  // a crash keeps the log
 }
 
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }

@@ -122,33 +122,83 @@ class CpuBackend final : public Backend {
                           ws, threads_);
   }
 
-  void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y) override {
+  using Backend::matmul_backward_input;
+  using Backend::matmul_backward_weight;
+  using Backend::matmul_forward;
+
+  void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y,
+                      GemmPrecision precision) override {
     const int64_t n = rows(x), in = cols(x), out = rows(weight);
     GNMR_CHECK(cols(weight) == in && y.numel() == n * out, "matmul_forward: x " + x.shape_string() +
                                                                ", W " + weight.shape_string() +
                                                                ", y " + y.shape_string());
-    const float* xp = gemm_input(f32(x), x.numel(), workspace_a_);
-    const float* wp = gemm_input(f32(weight), weight.numel(), workspace_b_);
+    const float* xp = gemm_input(f32(x), x.numel(), precision, workspace_a_);
+    const float* wp = gemm_input(f32(weight), weight.numel(), precision, workspace_b_);
     cpu::matmul_forward(xp, wp, f32(y), n, in, out, threads_);
   }
-  void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx,
-                             bool accumulate) override {
+  void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx, bool accumulate,
+                             GemmPrecision precision) override {
     const int64_t n = rows(dy), out = cols(dy), in = cols(weight);
     GNMR_CHECK(rows(weight) == out && dx.numel() == n * in,
                "matmul_backward_input: dy " + dy.shape_string() + ", W " + weight.shape_string() +
                    ", dx " + dx.shape_string());
-    const float* dyp = gemm_input(f32(dy), dy.numel(), workspace_a_);
-    const float* wp = gemm_input(f32(weight), weight.numel(), workspace_b_);
+    const float* dyp = gemm_input(f32(dy), dy.numel(), precision, workspace_a_);
+    const float* wp = gemm_input(f32(weight), weight.numel(), precision, workspace_b_);
     cpu::matmul_backward_input(dyp, wp, f32(dx), n, in, out, accumulate, threads_);
   }
-  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight) override {
+  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                              GemmPrecision precision) override {
     const int64_t n = rows(x), in = cols(x), out = cols(dy);
     GNMR_CHECK(rows(dy) == n && dweight.numel() == out * in,
                "matmul_backward_weight: x " + x.shape_string() + ", dy " + dy.shape_string() +
                    ", dW " + dweight.shape_string());
-    const float* xp = gemm_input(f32(x), x.numel(), workspace_a_);
-    const float* dyp = gemm_input(f32(dy), dy.numel(), workspace_b_);
+    const float* xp = gemm_input(f32(x), x.numel(), precision, workspace_a_);
+    const float* dyp = gemm_input(f32(dy), dy.numel(), precision, workspace_b_);
     cpu::matmul_backward_weight(xp, dyp, f32(dweight), n, in, out, threads_);
+  }
+
+  void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
+                              const GroupwiseSpec& spec, const RngKey& key) override {
+    const int64_t n = rows(x), d = cols(x);
+    validate_groupwise_spec(d, spec);
+    GNMR_CHECK(packed.dtype == DType::U8 &&
+                   packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
+                   static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
+               "quantize_int_groupwise: x " + x.shape_string() + " needs " +
+                   std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
+                   std::to_string(scale_count(n, d, spec)) + " scales, got " +
+                   packed.shape_string() + " and " + scales.shape_string());
+    cpu::quantize_int_groupwise(f32(x), n, d, spec, static_cast<uint8_t*>(packed.data),
+                                f32(scales), key);
+  }
+  void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
+                                const GroupwiseSpec& spec, Tensor& out) override {
+    const int64_t n = rows(out), d = cols(out);
+    validate_groupwise_spec(d, spec);
+    GNMR_CHECK(packed.dtype == DType::U8 &&
+                   packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
+                   static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
+               "dequantize_int_groupwise: out " + out.shape_string() + " needs " +
+                   std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
+                   std::to_string(scale_count(n, d, spec)) + " scales, got " +
+                   packed.shape_string() + " and " + scales.shape_string());
+    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32(scales), n, d,
+                                  spec, f32(out));
+  }
+  void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format,
+                                  int64_t block_rows, int64_t block_cols) override {
+    check_same_shape(x, out, "fake_quantize_fp_blockwise");
+    GNMR_CHECK(block_rows > 0 && block_cols > 0, "fake_quantize_fp_blockwise: empty block");
+    cpu::fake_quantize_fp_blockwise(f32(x), rows(x), cols(x), format, block_rows, block_cols,
+                                    f32(out));
+  }
+  void fake_quantize_int8_per_row(const Tensor& x, Tensor& out) override {
+    check_same_shape(x, out, "fake_quantize_int8_per_row");
+    cpu::fake_quantize_int8_per_row(f32(x), rows(x), cols(x), f32(out));
+  }
+  void round_to_bf16(const Tensor& x, Tensor& out) override {
+    check_same_shape(x, out, "round_to_bf16");
+    cpu::round_to_bf16_copy(f32(x), f32(out), x.numel(), threads_);
   }
 
   void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
@@ -249,8 +299,9 @@ class CpuBackend final : public Backend {
   }
 
   // In bf16 mode a GEMM input is rounded into a scratch copy; in fp32 mode it is used as is.
-  const float* gemm_input(const float* src, int64_t count, std::vector<float>& scratch) {
-    if (gemm_precision() == GemmPrecision::FP32) return src;
+  const float* gemm_input(const float* src, int64_t count, GemmPrecision precision,
+                          std::vector<float>& scratch) {
+    if (precision == GemmPrecision::FP32) return src;
     float* dst = workspace(scratch, count);
     cpu::round_to_bf16_copy(src, dst, count, threads_);
     return dst;

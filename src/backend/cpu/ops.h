@@ -38,6 +38,18 @@ void matmul_backward_weight(const T* x, const T* dy, T* dw, int64_t n, int64_t i
 // dst[i] = nearest bf16 of src[i], as a float (emulated bf16 GEMM inputs).
 void round_to_bf16_copy(const float* src, float* dst, int64_t count, int threads);
 
+// ---- quantize.cpp: the recipes' quantizers (src/precision; shapes as in backend.h) ----
+// x: [rows, cols] -> packed: [rows, packed_row_bytes(cols, bits)], scales: [scale_count]
+void quantize_int_groupwise(const float* x, int64_t rows, int64_t cols, const GroupwiseSpec& spec,
+                            uint8_t* packed, float* scales, const RngKey& key);
+void dequantize_int_groupwise(const uint8_t* packed, const float* scales, int64_t rows,
+                              int64_t cols, const GroupwiseSpec& spec, float* out);
+// out = dequantize(quantize(x)), one scale per block_rows x block_cols block; out may be x
+void fake_quantize_fp_blockwise(const float* x, int64_t rows, int64_t cols, FpFormat format,
+                                int64_t block_rows, int64_t block_cols, float* out);
+// out = symmetric int8 fake quantization, one scale per row; out may be x
+void fake_quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, float* out);
+
 // ---- rmsnorm.cpp (kernels/rmsnorm.cu) ----
 // x, out: [n, d]; w: [d]; rstd: [n]
 template <typename T>

@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""Side-by-side CPU training throughput: gnmr vs PyTorch on the identical LLaMA-2 model and batch.
+
+Runs with Debian's python3 and python3-torch (scripts/setup.sh --python). For each thread
+count it trains the same model (shape, micro-batch, sequence length, gradient accumulation,
+AdamW, global-norm clipping) with PyTorch and with `gnmr bench`, and reports tokens/s.
+PyTorch is measured at every thread count so the comparison uses its best setting.
+
+    python3 scripts/bench_pytorch.py --config configs/bench/llama2-60m-seq256.json \
+        --gnmr build/release/src/cli/gnmr --steps 5
+
+Prints a markdown table and, last, one JSON line with the figures.
+"""
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+
+
+def resolved_config(gnmr, config, overrides):
+    cmd = [gnmr, "config", "show", "--config", config]
+    for o in overrides:
+        cmd += ["--set", o]
+    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+
+
+def build_torch_model(torch, m):
+    nn = torch.nn
+    F = torch.nn.functional
+    dim, heads, kv_heads = m["dim"], m["n_heads"], m["n_kv_heads"]
+    head_dim = dim // heads
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(dim))
+
+        def forward(self, x):
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + m["norm_eps"]))
+
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
+        return torch.cat((-x2, x1), dim=-1)
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm = RMSNorm()
+            self.post_attention_layernorm = RMSNorm()
+            self.q_proj = nn.Linear(dim, heads * head_dim, bias=False)
+            self.k_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
+            self.v_proj = nn.Linear(dim, kv_heads * head_dim, bias=False)
+            self.o_proj = nn.Linear(heads * head_dim, dim, bias=False)
+            self.gate_proj = nn.Linear(dim, m["ffn_dim"], bias=False)
+            self.up_proj = nn.Linear(dim, m["ffn_dim"], bias=False)
+            self.down_proj = nn.Linear(m["ffn_dim"], dim, bias=False)
+
+        def forward(self, x, cos, sin, mask):
+            B, T, _ = x.shape
+            h = self.input_layernorm(x)
+            q = self.q_proj(h).view(B, T, heads, head_dim).transpose(1, 2)
+            k = self.k_proj(h).view(B, T, kv_heads, head_dim).transpose(1, 2)
+            v = self.v_proj(h).view(B, T, kv_heads, head_dim).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = k * cos + rotate_half(k) * sin
+            if kv_heads != heads:
+                k = k.repeat_interleave(heads // kv_heads, dim=1)
+                v = v.repeat_interleave(heads // kv_heads, dim=1)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(head_dim) + mask
+            y = att.softmax(-1) @ v
+            x = x + self.o_proj(y.transpose(1, 2).reshape(B, T, dim))
+            h = self.post_attention_layernorm(x)
+            return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(m["vocab_size"], dim)
+            self.layers = nn.ModuleList([Block() for _ in range(m["n_layers"])])
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(dim, m["vocab_size"], bias=False)
+
+        def forward(self, tokens, targets):
+            T = tokens.shape[1]
+            inv = 1.0 / (m["rope_theta"] ** (torch.arange(0, head_dim, 2).float() / head_dim))
+            freqs = torch.outer(torch.arange(T).float(), inv)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+            mask = torch.full((T, T), float("-inf")).triu(1)
+            x = self.embed_tokens(tokens)
+            for layer in self.layers:
+                x = layer(x, cos, sin, mask)
+            logits = self.lm_head(self.norm(x))
+            return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+    return Llama()
+
+
+def torch_tokens_per_s(torch, cfg, threads, steps, warmup):
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    m, t = cfg["model"], cfg["train"]
+    model = build_torch_model(torch, m)
+    decay = [p for n, p in model.named_parameters() if p.dim() == 2]
+    no_decay = [p for n, p in model.named_parameters() if p.dim() != 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": t["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=t["lr"], betas=(t["beta1"], t["beta2"]), eps=t["eps"], foreach=True)
+    B, T = t["micro_batch"], cfg["data"]["seq_len"]
+    accum = t["global_batch_tokens"] // (B * T)
+    gen = torch.Generator().manual_seed(1)
+    times = []
+    for step in range(warmup + steps):
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        for _ in range(accum):
+            tokens = torch.randint(0, m["vocab_size"], (B, T + 1), generator=gen)
+            loss = model(tokens[:, :-1], tokens[:, 1:]) / accum
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
+        opt.step()
+        if step >= warmup:
+            times.append(time.perf_counter() - start)
+    return t["global_batch_tokens"] / (sum(times) / len(times))
+
+
+def gnmr_bench(gnmr, config, overrides, threads, steps):
+    cmd = [gnmr, "bench", "--config", config, "--steps", str(steps), "--threads", str(threads)]
+    for o in overrides:
+        cmd += ["--set", o]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--set", action="append", default=[], dest="overrides")
+    ap.add_argument("--gnmr", default="build/release/src/cli/gnmr")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, nargs="*", default=None,
+                    help="thread counts to measure (default: 1 .. number of cores)")
+    args = ap.parse_args()
+    try:
+        import torch
+    except ImportError:
+        sys.exit("bench_pytorch.py: PyTorch is missing; install it with scripts/setup.sh --python "
+                 "(Debian's python3-torch) and run this with /usr/bin/python3")
+    cfg = resolved_config(args.gnmr, args.config, args.overrides)
+    threads = args.threads or list(range(1, (os.cpu_count() or 1) + 1))
+    rows = []
+    for n in threads:
+        pt = torch_tokens_per_s(torch, cfg, n, args.steps, args.warmup)
+        g = gnmr_bench(args.gnmr, args.config, args.overrides, n, args.steps)
+        rows.append({"threads": n, "pytorch_tokens_per_s": pt, "gnmr_tokens_per_s": g["tokens_per_s"],
+                     "gnmr_mfu": g.get("mfu"), "gemm_peak_gflops": g.get("gemm_peak_gflops"),
+                     "gnmr_non_gemm_fraction": g.get("non_gemm_fraction")})
+    best_pt = max(rows, key=lambda r: r["pytorch_tokens_per_s"])
+    best_g = max(rows, key=lambda r: r["gnmr_tokens_per_s"])
+    m = cfg["model"]
+    print(f"model {m['name']} (dim {m['dim']}, {m['n_layers']} layers, vocab {m['vocab_size']}), "
+          f"micro-batch {cfg['train']['micro_batch']} x seq {cfg['data']['seq_len']}, "
+          f"{cfg['train']['global_batch_tokens']} tokens/step; torch {torch.__version__}")
+    print("| threads | PyTorch tok/s | gnmr tok/s | gnmr / PyTorch | gnmr MFU | GEMM peak GFLOP/s | gnmr time outside GEMMs |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        ratio = r["gnmr_tokens_per_s"] / r["pytorch_tokens_per_s"]
+        mfu = r["gnmr_mfu"] or 0.0
+        peak = r["gemm_peak_gflops"] or 0.0
+        ng = r["gnmr_non_gemm_fraction"]
+        ng_text = f"{100 * ng:.1f}%" if ng is not None else "n/a"
+        print(f"| {r['threads']} | {r['pytorch_tokens_per_s']:.0f} | {r['gnmr_tokens_per_s']:.0f} | {ratio:.2f}x | "
+              f"{100 * mfu:.1f}% | {peak:.1f} | {ng_text} |")
+    summary = {"best_pytorch_threads": best_pt["threads"], "best_pytorch_tokens_per_s": best_pt["pytorch_tokens_per_s"],
+               "best_gnmr_threads": best_g["threads"], "best_gnmr_tokens_per_s": best_g["gnmr_tokens_per_s"],
+               "speedup_best_vs_best": best_g["gnmr_tokens_per_s"] / best_pt["pytorch_tokens_per_s"], "rows": rows}
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+#include "train/bench.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "backend/cpu/cpu_backend.h"
+#include "train/session.h"
+#include "util/error.h"
+
+using nlohmann::json;
+
+namespace gnmr {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+double measure_gemm_peak_gflops(const RunConfig& config) {
+  std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads);
+  const int64_t m = 2048, n = 2048, k = 1024;
+  Tensor x = backend->allocate("peak.x", {m, k}, DType::F32);
+  Tensor w = backend->allocate("peak.w", {n, k}, DType::F32);
+  Tensor y = backend->allocate("peak.y", {m, n}, DType::F32);
+  std::vector<float> host(size_t(std::max(m, n) * k));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+  backend->copy_from_host(x, host.data());
+  backend->copy_from_host(w, host.data());
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = std::chrono::steady_clock::now();
+    backend->matmul_forward(x, w, y);
+    backend->synchronize();
+    best = std::max(best, 2.0 * double(m) * double(n) * double(k) / seconds_since(t0) * 1e-9);
+  }
+  return best;
+}
+
+json run_bench(const RunConfig& config, const BenchOptions& options) {
+  if (options.steps < 1) throw Error(ErrorKind::Usage, "bench: --steps must be >= 1");
+  const double peak_gflops = measure_gemm_peak_gflops(config);
+  TrainingSession session(config, /*synthetic_data=*/true);
+  const double flops_per_token = double(session.model().flops_per_token());
+
+  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
+  for (int64_t s = 0; s < options.warmup_steps + options.steps; ++s) {
+    auto t0 = std::chrono::steady_clock::now();
+    StepResult r = session.run_step(s);
+    const double step_s = seconds_since(t0);
+    if (s < options.warmup_steps) continue;
+    total_s += step_s;
+    fb_ms += r.forward_backward_ms;
+    norms_ms += r.norms_ms;
+    controller_ms += r.controller_ms;
+    optimizer_ms += r.optimizer_ms;
+    spdlog::info("bench step {}: {:.1f} ms, loss {:.4f}", s - options.warmup_steps + 1, step_s * 1e3, r.loss);
+  }
+  const double n = double(options.steps);
+  const double step_ms = total_s / n * 1e3;
+  const double tokens_per_s = double(session.tokens_per_step()) / (total_s / n);
+  const double achieved_gflops = flops_per_token * tokens_per_s * 1e-9;
+  struct rusage usage;
+  getrusage(RUSAGE_SELF, &usage);
+  const int64_t peak_rss = int64_t(usage.ru_maxrss) * 1024;
+
+  json result = {{"model", config.model.name},
+                 {"recipe", config.resolved["precision"]["recipe"]},
+                 {"controller", config.gnmr.controller},
+                 {"threads", config.train.threads},
+                 {"tokens_per_step", session.tokens_per_step()},
+                 {"steps", options.steps},
+                 {"tokens_per_s", tokens_per_s},
+                 {"step_ms", step_ms},
+                 {"achieved_gflops", achieved_gflops},
+                 {"gemm_peak_gflops", peak_gflops},
+                 {"mfu", achieved_gflops / peak_gflops},
+                 {"peak_mem_bytes", peak_rss},
+                 {"backend_peak_bytes", session.backend().peak_allocated_bytes()},
+                 {"forward_backward_ms", fb_ms / n},
+                 {"norms_ms", norms_ms / n},
+                 {"controller_ms", controller_ms / n},
+                 {"optimizer_ms", optimizer_ms / n},
+                 {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms}};
+  return result;
+}
+
+}  // namespace gnmr

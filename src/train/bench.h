@@ -1,0 +1,24 @@
+// `gnmr bench`: trains a config on synthetic tokens for a fixed number of steps and reports
+// throughput, achieved GFLOP/s, MFU against the GEMM peak measured on the same backend,
+// peak memory and where the step time goes.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "config/config.h"
+
+namespace gnmr {
+
+struct BenchOptions {
+  int64_t steps = 10;
+  int64_t warmup_steps = 2;  // excluded from every figure
+};
+
+// Measures the backend's fp32 GEMM throughput (GFLOP/s) on a large square-ish product:
+// the physical limit MFU is quoted against.
+double measure_gemm_peak_gflops(const RunConfig& config);
+
+// Returns the figures; the last line `gnmr bench` prints is this object.
+nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options);
+
+}  // namespace gnmr

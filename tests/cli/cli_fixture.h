@@ -1,0 +1,57 @@
+// A tiny training config on the bundled corpus, written for each CLI test.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_runner.h"
+
+namespace gnmr_test {
+
+inline std::string write_tiny_config(const std::string& dir, const std::string& extra_json = "{}") {
+  std::string shards = brown_shards_dir();
+  EXPECT_FALSE(shards.empty()) << "gnmr prepare of the bundled corpus failed";
+  nlohmann::json config = {
+      {"include", source_path("configs/models/tiny.json")},
+      {"data",
+       {{"train", shards + "/train_*.bin"},
+        {"val", shards + "/val_*.bin"},
+        {"tokenizer", source_path("data/brown/tokenizer.model")},
+        {"seq_len", 32}}},
+      {"train", {{"steps", 12}, {"warmup_steps", 2}, {"global_batch_tokens", 256}, {"micro_batch", 4}, {"lr", 3e-3}}},
+      {"eval", {{"every", 6}, {"tokens", 1024}}},
+      {"checkpoint", {{"every", 6}, {"keep", 5}}},
+      {"log", {{"every", 4}}}};
+  config.merge_patch(nlohmann::json::parse(extra_json));
+  std::string path = dir + "/config.json";
+  std::ofstream(path) << config.dump(2);
+  return path;
+}
+
+inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// The metric fields that depend on wall-clock time or process memory.
+inline nlohmann::json without_timing(nlohmann::json line) {
+  for (const char* key : {"tokens_per_s", "step_ms", "gflops_per_s", "peak_rss_bytes"}) line.erase(key);
+  return line;
+}
+
+inline std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace gnmr_test

@@ -1,0 +1,57 @@
+// Bad input at the command line: every case exits non-zero with a message naming the problem.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cli_fixture.h"
+
+using gnmr_test::run_gnmr;
+
+namespace {
+void expect_failure(const std::string& args, int exit_code, const std::string& needle) {
+  auto r = run_gnmr(args);
+  EXPECT_EQ(r.exit_code, exit_code) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << args << "\n" << r.output;
+}
+}  // namespace
+
+TEST(CliBasics, VersionAndHelpSucceed) {
+  auto v = run_gnmr("version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.output.find("gnmr "), std::string::npos);
+  EXPECT_EQ(run_gnmr("--help").exit_code, 0);
+  EXPECT_EQ(run_gnmr("train --help").exit_code, 0);
+}
+
+TEST(CliErrors, UsageErrorsExitTwo) {
+  expect_failure("", 2, "subcommand");
+  expect_failure("frobnicate", 2, "frobnicate");
+  expect_failure("train", 2, "--config");
+  expect_failure("export --checkpoint /nonexistent --out x", 2, "/nonexistent");
+}
+
+TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
+  std::string config = gnmr_test::source_path("configs/quickstart.json");
+  expect_failure("config show --config " + config + " --set train.lrr=1", 3, "did you mean \"train.lr\"");
+  expect_failure("config show --config " + config + " --set model.n_heads=5", 3, "model.n_heads");
+  expect_failure("config show --config " + config + " --set gnmr.max_active=-2", 3, "gnmr.max_active");
+  auto ok = run_gnmr("config show --config " + config + " --set train.lr=0.5");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+  EXPECT_EQ(nlohmann::json::parse(ok.output)["train"]["lr"], 0.5);
+}
+
+TEST(CliErrors, MissingDataFilesExitFourAndNameTheField) {
+  std::string dir = gnmr_test::scratch_dir("cli_missing_data");
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"data": {"train": "/nonexistent/train_*.bin"}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4, "data.train");
+}
+
+TEST(CliErrors, PrepareWithMissingInputOrTokenizerExitsFour) {
+  std::string dir = gnmr_test::scratch_dir("cli_prepare_missing");
+  expect_failure("prepare --tokenizer " + gnmr_test::source_path("data/brown/tokenizer.model") + " --out " + dir +
+                     "/out /nonexistent/corpus.jsonl",
+                 4, "/nonexistent/corpus.jsonl");
+  std::ofstream(dir + "/a.txt") << "hello world\n";
+  expect_failure("prepare --tokenizer /nonexistent/tok.model --out " + dir + "/out2 " + dir + "/a.txt", 4,
+                 "/nonexistent/tok.model");
+}

@@ -1,0 +1,81 @@
+// `gnmr prepare` end to end on a JSON Lines + gzip corpus made up here (nobody has seen it).
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <random>
+
+#include "cli_fixture.h"
+#include "data/shard.h"
+#include "data/tokenizer.h"
+
+namespace {
+
+// Sentences from a small vocabulary with digits, punctuation and non-ASCII text, so byte
+// fallback and digit splitting are exercised.
+std::vector<std::string> made_up_documents(int count, uint32_t seed) {
+  const std::vector<std::string> words = {"the", "river", "Ångström", "measured", "1987", "quietly", "über",
+                                          "data,", "naïve", "42.5%", "tokens", "—", "zebra", "café", "\"quoted\""};
+  std::mt19937 rng(seed);
+  std::vector<std::string> docs;
+  for (int d = 0; d < count; ++d) {
+    std::string text;
+    int n = 5 + int(rng() % 60);
+    for (int w = 0; w < n; ++w) text += (w ? " " : "") + words[rng() % words.size()];
+    if (d % 7 == 0) text += "\nSecond line of a multi-line document.";
+    docs.push_back(text);
+  }
+  return docs;
+}
+
+void write_jsonl_gz(const std::string& path, const std::vector<std::string>& docs) {
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  for (size_t i = 0; i < docs.size(); ++i) {
+    std::string line = nlohmann::json{{"id", i}, {"text", docs[i]}, {"url", "x"}}.dump() + "\n";
+    gzwrite(f, line.data(), unsigned(line.size()));
+  }
+  gzclose(f);
+}
+
+}  // namespace
+
+TEST(CliPrepare, JsonlGzCorpusBecomesShardsWithTheRightTokenCounts) {
+  std::string dir = gnmr_test::scratch_dir("cli_prepare_jsonl");
+  auto docs = made_up_documents(400, 7);
+  write_jsonl_gz(dir + "/part-0.jsonl.gz", std::vector<std::string>(docs.begin(), docs.begin() + 250));
+  write_jsonl_gz(dir + "/part-1.jsonl.gz", std::vector<std::string>(docs.begin() + 250, docs.end()));
+  std::string tokenizer_path = gnmr_test::source_path("data/brown/tokenizer.model");
+  auto r = gnmr_test::run_gnmr("prepare --no-progress --threads 2 --val-fraction 0.1 --shard-tokens 3000 --tokenizer " +
+                               tokenizer_path + " --out " + dir + "/out " + dir + "/part-0.jsonl.gz " + dir +
+                               "/part-1.jsonl.gz");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+
+  auto tokenizer = gnmr::Tokenizer::load(tokenizer_path);
+  int64_t expected = 0;
+  for (const auto& d : docs) expected += int64_t(tokenizer.encode(d).size()) + 2;  // BOS + EOS
+
+  auto summary = nlohmann::json::parse(gnmr_test::read_bytes(dir + "/out/prepare.json"));
+  int64_t train_tokens = 0, val_tokens = 0, documents = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir + "/out")) {
+    std::string name = entry.path().filename().string();
+    if (entry.path().extension() != ".bin") continue;
+    gnmr::ShardReader shard(entry.path().string());
+    EXPECT_EQ(shard.vocab_size(), tokenizer.vocab_size());
+    for (int64_t i = 0; i < shard.token_count(); ++i) documents += shard.token(i) == tokenizer.bos_id();
+    (name.rfind("train_", 0) == 0 ? train_tokens : val_tokens) += shard.token_count();
+  }
+  EXPECT_EQ(train_tokens + val_tokens, expected);
+  EXPECT_EQ(documents, int64_t(docs.size()));
+  EXPECT_GT(val_tokens, 0);
+  EXPECT_LT(val_tokens, expected / 4);
+  EXPECT_EQ(summary["train_tokens"].get<int64_t>(), train_tokens) << summary.dump();
+  EXPECT_EQ(summary["val_tokens"].get<int64_t>(), val_tokens) << summary.dump();
+
+  // Running it again into the same directory is refused and loses nothing.
+  const std::string before = gnmr_test::read_bytes(dir + "/out/prepare.json");
+  auto again = gnmr_test::run_gnmr("prepare --no-progress --tokenizer " + tokenizer_path + " --out " + dir + "/out " +
+                                   dir + "/part-0.jsonl.gz");
+  EXPECT_EQ(again.exit_code, 4) << again.output;
+  EXPECT_EQ(gnmr_test::read_bytes(dir + "/out/prepare.json"), before);
+}

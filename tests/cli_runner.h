@@ -1,0 +1,57 @@
+// Running the gnmr binary from tests, and a prepared copy of the bundled Brown corpus
+// shared by every test process (made once, published by an atomic rename).
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "test_paths.h"
+
+namespace gnmr_test {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `gnmr ARGS` through the shell in the test's working directory.
+inline CommandResult run_gnmr(const std::string& args) {
+  std::string command = "'" + gnmr_binary() + "' " + args + " 2>&1";
+  CommandResult r;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) r.output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Token shards of the bundled corpus (train_*.bin, val_*.bin), prepared on first use.
+inline std::string brown_shards_dir() {
+  namespace fs = std::filesystem;
+  fs::path final_dir = fs::current_path() / "scratch" / "brown_shards";
+  if (fs::exists(final_dir / "prepare.json")) return final_dir.string();
+  fs::path tmp = fs::current_path() / "scratch" / ("brown_shards.tmp." + std::to_string(getpid()));
+  fs::remove_all(tmp);
+  fs::create_directories(tmp.parent_path());
+  CommandResult r = run_gnmr("prepare --no-progress --val-fraction 0.05 --tokenizer '" +
+                             source_path("data/brown/tokenizer.model") + "' --out '" + tmp.string() + "' '" +
+                             source_path("data/brown/brown.jsonl.gz") + "'");
+  if (r.exit_code != 0) {
+    fs::remove_all(tmp);
+    return "";
+  }
+  std::error_code ec;
+  fs::rename(tmp, final_dir, ec);  // another test process may have won the race: use its copy
+  if (ec) fs::remove_all(tmp);
+  return final_dir.string();
+}
+
+}  // namespace gnmr_test
