@@ -60,6 +60,9 @@ nlohmann::json make_defaults() {
       "level": "info",
       "gnmr_trace": false
     },
+    "dist": {
+      "communicator": "auto"
+    },
     "debug": {
       "nonfinite_grad_steps": [],
       "spike_unit": -1,

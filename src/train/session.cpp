@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "data/counter_hash.h"
 #include "train/lr_schedule.h"
 #include "util/error.h"
 
@@ -18,13 +19,6 @@ namespace {
 
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 DebugHooks debug_hooks_from(const json& section) {
@@ -49,16 +43,30 @@ bool contains(const std::vector<int64_t>& list, int64_t value) {
 TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
     : config_(config), synthetic_data_(synthetic_data) {
   debug_ = debug_hooks_from(config.resolved.at("debug"));
+  if (debug_.spike_unit >= 7 * config.model.n_layers) {
+    throw Error(ErrorKind::Config, "config: \"debug.spike_unit\" (" + std::to_string(debug_.spike_unit) +
+                                       ") is not a unit id: the model has " + std::to_string(7 * config.model.n_layers) +
+                                       " projection units");
+  }
   if (config.backend != "cpu") {
     throw Error(ErrorKind::NotBuilt, "backend \"" + config.backend + "\" is not built yet; use backend=cpu");
   }
+  comm_ = make_communicator(config.dist.communicator);
   backend_ = make_cpu_backend(config.train.threads);
   backend_->set_gemm_precision(config.train.gemm_precision == "bf16" ? GemmPrecision::BF16
                                                                      : GemmPrecision::FP32);
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
-  accumulation_steps_ = int(config.train.global_batch_tokens / (int64_t(micro_batch) * seq_len));
-  model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len);
+  const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();
+  if (config.train.global_batch_tokens % tokens_per_micro_step != 0) {
+    throw Error(ErrorKind::Config, "config: \"train.global_batch_tokens\" (" +
+                                       std::to_string(config.train.global_batch_tokens) +
+                                       ") must be a multiple of train.micro_batch × data.seq_len × ranks (" +
+                                       std::to_string(tokens_per_micro_step) + " with " +
+                                       std::to_string(comm_->world_size()) + " ranks)");
+  }
+  accumulation_steps_ = int(config.train.global_batch_tokens / tokens_per_micro_step);
+  model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len, config.precision);
   model_->init_weights(config.train.seed);
   optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
   try {
@@ -78,7 +86,7 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
     auto open_loader = [&](const char* field, const std::string& glob, const std::string& sampling) {
       try {
         return std::make_unique<TokenLoader>(glob, seq_len, config.model.vocab_size, sampling, config.train.seed,
-                                             0, 1, accumulation_steps_);
+                                             comm_->rank(), comm_->world_size(), accumulation_steps_);
       } catch (const Error& e) {
         throw Error(e.kind(), std::string(field) + ": " + e.what());
       }
@@ -97,9 +105,10 @@ void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
     return;
   }
   // Synthetic tokens for throughput measurement: values do not change the work done.
-  const uint64_t base = splitmix64(uint64_t(step_index) * 1000003u + uint64_t(micro_step));
-  const int vocab = config_.model.vocab_size;
-  for (size_t i = 0; i < tokens_.size(); ++i) tokens_[i] = int32_t(splitmix64(base + i) % uint64_t(vocab));
+  const uint64_t vocab = uint64_t(config_.model.vocab_size);
+  for (size_t i = 0; i < tokens_.size(); ++i) {
+    tokens_[i] = int32_t(hash_values({uint64_t(comm_->rank()), uint64_t(step_index), uint64_t(micro_step), i}) % vocab);
+  }
   for (size_t i = 0; i < tokens_.size(); ++i) targets_[i] = tokens_[(i + 1) % tokens_.size()];
 }
 
@@ -127,16 +136,17 @@ StepResult TrainingSession::run_step(int64_t step_index) {
     fill_batch(step_index, m);
     loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), loss_scale);
   }
+  if (comm_->world_size() > 1) {
+    // Data parallel: every rank ends with the mean gradient and mean loss of the global
+    // batch, bit-identical on all ranks, so every rank's controller and update agree.
+    Tensor grads = model_->flat_grads();
+    comm_->allreduce_sum(grads);
+    backend_->scale(grads, 1.0f / float(comm_->world_size()));
+    comm_->allreduce_sum(&loss_sum, 1);
+    loss_sum /= comm_->world_size();
+  }
   r.loss = loss_sum / accumulation_steps_;
   if (contains(debug_.nonfinite_grad_steps, r.step)) backend_->scale(grads_[0], NAN);
-  const auto& units = model_->units();
-  if (debug_.spike_unit >= 0 && contains(debug_.spike_steps, r.step)) {
-    if (debug_.spike_unit >= int(units.size())) {
-      throw Error(ErrorKind::Config, "config: \"debug.spike_unit\" is not a unit id (model has " +
-                                         std::to_string(units.size()) + ")");
-    }
-    backend_->scale(grads_[size_t(units[size_t(debug_.spike_unit)].param_index)], float(debug_.spike_scale));
-  }
   r.forward_backward_ms = elapsed_ms(t0);
 
   // One fused pass gives every parameter's squared gradient norm: the global norm for
@@ -146,11 +156,15 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   double total = 0;
   for (double s : grad_sum_squares_) total += s;
   r.grad_norm = std::sqrt(total);
+  const auto& units = model_->units();
   r.unit_grad_norms.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
     r.unit_grad_norms[u] = float(std::sqrt(grad_sum_squares_[size_t(units[u].param_index)]));
   }
   r.norms_ms = elapsed_ms(t0);
+  if (debug_.spike_unit >= 0 && contains(debug_.spike_steps, r.step)) {
+    r.unit_grad_norms[size_t(debug_.spike_unit)] *= float(debug_.spike_scale);
+  }
 
   // The controller sees every step's norms, non-finite ones included (it treats them as
   // maximally risky without letting them into its history), and plans the next step.
@@ -188,15 +202,18 @@ double TrainingSession::evaluate(int64_t token_budget) {
     throw Error(ErrorKind::Data, "validation shards " + config_.data.val + " hold fewer than one batch (" +
                                      std::to_string(batch_tokens) + " tokens) of windows");
   }
-  double loss_sum = 0;
-  for (int64_t b = 0; b < batches; ++b) {
+  // Rank r evaluates batches r, r + world, ...; the sum is reduced across ranks.
+  double sums[2] = {0.0, 0.0};  // loss sum, batch count
+  for (int64_t b = comm_->rank(); b < batches; b += comm_->world_size()) {
     for (int row = 0; row < micro_batch; ++row) {
       const size_t offset = size_t(row) * size_t(config_.data.seq_len);
       val_loader_->eval_window(b * micro_batch + row, tokens_.data() + offset, targets_.data() + offset);
     }
-    loss_sum += model_->forward_loss(tokens_.data(), targets_.data());
+    sums[0] += model_->forward_loss(tokens_.data(), targets_.data());
+    sums[1] += 1.0;
   }
-  return loss_sum / double(batches);
+  comm_->allreduce_sum(sums, 2);
+  return sums[0] / sums[1];
 }
 
 }  // namespace gnmr

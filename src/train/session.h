@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "config/config.h"
 #include "data/loader.h"
+#include "dist/communicator.h"
 #include "gnmr/controller.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
@@ -28,8 +29,9 @@ struct StepResult {
   nlohmann::json controller_fields;    // the controller's per-step telemetry
 };
 
-// Test hooks (config section "debug"): make a step's gradient non-finite, or scale one
-// projection unit's gradient, so the failure paths can be exercised end to end.
+// Test hooks (config section "debug"): make a step's gradient non-finite (the whole update
+// path sees it), or multiply one projection unit's measured gradient norm, as a transient
+// spike appears to the controller, without changing the update.
 struct DebugHooks {
   std::vector<int64_t> nonfinite_grad_steps;  // 1-based steps
   int spike_unit = -1;
@@ -50,6 +52,7 @@ class TrainingSession {
   void save_controller_state() { state_.controller_state = controller_->save_state(); }
   void restore_controller_state();
 
+  Communicator& comm() { return *comm_; }
   Backend& backend() { return *backend_; }
   Controller& controller() { return *controller_; }
   LlamaModel& model() { return *model_; }
@@ -65,6 +68,7 @@ class TrainingSession {
   RunConfig config_;
   bool synthetic_data_;
   DebugHooks debug_;
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;

@@ -84,14 +84,61 @@ std::string format_duration(double seconds) {
 
 }  // namespace
 
+namespace {
+
+uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {
+  const unsigned char* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+// Rank 0 decides; every rank gets the same string.
+std::string broadcast_string(Communicator& comm, std::string text) {
+  uint64_t size = text.size();
+  comm.broadcast(&size, sizeof(size), 0);
+  text.resize(size);
+  comm.broadcast(text.data(), size, 0);
+  return text;
+}
+
+TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, TrainingSession& session);
+
+}  // namespace
+
 TrainSummary run_training(const RunConfig& config, const TrainOptions& options) {
   if (options.out_dir.empty()) throw Error(ErrorKind::Usage, "--out DIR is required");
-  std::string resume_from = prepare_run_dir(options);
-  fs::create_directories(options.out_dir);
-  add_log_file((fs::path(options.out_dir) / "log.txt").string());
-  write_file_atomic((fs::path(options.out_dir) / "config.json").string(), config.resolved.dump(2) + "\n");
-
   TrainingSession session(config, /*synthetic_data=*/false);
+  Communicator& comm = session.comm();
+  if (comm.world_size() == 1) return train_loop(config, options, session);
+  try {
+    return train_loop(config, options, session);
+  } catch (const Error& e) {
+    // One failing rank must not leave the others waiting in a collective.
+    spdlog::error("rank {}: {}", comm.rank(), e.what());
+    comm.abort(e.exit_code());
+    throw;  // not reached: abort ends every process of the job
+  }
+}
+
+namespace {
+
+TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, TrainingSession& session) {
+  Communicator& comm = session.comm();
+  const bool writer = comm.rank() == 0;  // only rank 0 writes the run directory
+  if (!writer) spdlog::set_level(spdlog::level::warn);  // one human log per job, not per rank
+  const std::string config_text = config.resolved.dump();
+  if (!comm.all_agree(fnv1a(config_text.data(), config_text.size()))) {
+    throw Error(ErrorKind::Usage, "the ranks of this job were started with different configs");
+  }
+  std::string resume_from;
+  if (writer) {
+    resume_from = prepare_run_dir(options);
+    fs::create_directories(options.out_dir);
+    add_log_file((fs::path(options.out_dir) / "log.txt").string());
+    write_file_atomic((fs::path(options.out_dir) / "config.json").string(), config.resolved.dump(2) + "\n");
+  }
+  resume_from = broadcast_string(comm, resume_from);
+
   TrainerState& state = session.state();
   if (!resume_from.empty()) {
     state = load_checkpoint(resume_from, config, session.backend(), session.model(), session.optimizer());
@@ -102,10 +149,11 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
     spdlog::info("initialised weights from {}", options.init);
   }
 
-  MetricsWriter metrics;
-  metrics.open((fs::path(options.out_dir) / "metrics.jsonl").string(), state.step);
-  MetricsWriter trace;
-  if (config.log.gnmr_trace) trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
+  MetricsWriter metrics, trace;
+  if (writer) {
+    metrics.open((fs::path(options.out_dir) / "metrics.jsonl").string(), state.step);
+    if (config.log.gnmr_trace) trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
+  }
 
   g_stop_signal.store(0);
   std::signal(SIGTERM, on_stop_signal);
@@ -144,7 +192,7 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
                  {"controller_ms", r.controller_ms}};
     line.update(r.controller_fields);
     metrics.write(line);
-    if (config.log.gnmr_trace) {
+    if (writer && config.log.gnmr_trace) {
       std::ostringstream text;
       session.controller().write_trace_line(text);
       trace.write_line(text.str());
@@ -185,10 +233,26 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
         summary.final_val_loss = val_loss;
       }
     }
-    const bool stop = g_stop_signal.load() != 0 || r.step == options.stop_at;
+    // Ranks may receive a signal at different steps: they stop together at the first step
+    // any of them saw it.
+    double signalled = g_stop_signal.load() != 0 ? 1.0 : 0.0;
+    if (comm.world_size() > 1) comm.allreduce_sum(&signalled, 1);
+    const bool stop = signalled > 0 || r.step == options.stop_at;
     if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || last || stop) {
+      if (comm.world_size() > 1) {
+        std::vector<std::vector<float>> weights = model_weights_to_host(session.backend(), session.model());
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (const auto& w : weights) h = fnv1a(w.data(), w.size() * sizeof(float), h);
+        if (!comm.all_agree(h)) {
+          throw Error(ErrorKind::Runtime, "step " + std::to_string(r.step) +
+                                              ": the ranks' weights differ; refusing to checkpoint a diverged replica");
+        }
+      }
       session.save_controller_state();
-      save_checkpoint(options.out_dir, config, session.backend(), session.model(), session.optimizer(), state);
+      if (writer) {
+        save_checkpoint(options.out_dir, config, session.backend(), session.model(), session.optimizer(), state);
+      }
+      comm.barrier();  // every rank may rely on the checkpoint existing from here on
     }
     summary.steps_done = r.step;
     if (stop && !last) {
@@ -201,7 +265,9 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGUSR1, SIG_DFL);
   json controller_summary = session.controller().summary();
-  write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(), controller_summary.dump(2) + "\n");
+  if (writer) {
+    write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(), controller_summary.dump(2) + "\n");
+  }
   spdlog::info("controller {}: active fraction {:.4f}, threshold exceedance rate {:.4f}%, {:.1f} switches per 1000 steps",
                controller_summary.value("controller", ""), controller_summary.value("active_fraction", 0.0),
                100.0 * controller_summary.value("exceedance_rate", 0.0),
@@ -209,4 +275,5 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
   return summary;
 }
 
+}  // namespace
 }  // namespace gnmr

@@ -196,3 +196,34 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
   // Well below: at least 0.5 nats under the unigram entropy (a 40% lower perplexity).
   EXPECT_LT(val_loss, entropy - (kSanitized ? 0.2 : 0.5));
 }
+
+TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
+  std::string dir = gnmr_test::scratch_dir("cli_mpi");
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
+  const std::string mpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") +
+                             GNMR_MPIEXEC + "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' ";
+  auto run = [&](const std::string& args) {
+    gnmr_test::CommandResult r;
+    FILE* pipe = popen((mpirun + args + " 2>&1").c_str(), "r");
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
+    int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+  };
+  auto first = run(train_args(config, dir + "/run") + " --stop-at 6");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  auto second = run(train_args(config, dir + "/run") + " --resume auto");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  // One run directory, written once (rank 0), with every step and the final checkpoint.
+  auto lines = gnmr_test::read_metrics(dir + "/run/metrics.jsonl");
+  int train_lines = 0;
+  for (const auto& l : lines) train_lines += l["kind"] == "train";
+  EXPECT_EQ(train_lines, 12);
+  EXPECT_TRUE(fs::exists(dir + "/run/checkpoints/step_00000012/model.safetensors"));
+  // A global batch that does not split over the ranks is refused with the reason.
+  auto bad = run(train_args(config, dir + "/bad") + " --set train.global_batch_tokens=128");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output.find("ranks"), std::string::npos) << bad.output;
+}
