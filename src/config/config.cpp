@@ -237,6 +237,7 @@ void validate(const RunConfig& c) {
   require(c.log.every >= 1, "log.every", "must be >= 1");
   require_one_of("log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
+  require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
 }
 
 }  // namespace
@@ -299,6 +300,7 @@ RunConfig run_config_from_json(const json& resolved) {
       config_error(e.what());
     }
     c.backend = full["backend"];
+    c.dist.communicator = full["dist"]["communicator"];
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());
   }

@@ -72,6 +72,10 @@ struct LogConfig {
 };
 
 
+struct DistConfig {
+  std::string communicator = "auto";  // auto (mpi when launched with > 1 process) | local | mpi | nccl
+};
+
 struct RunConfig {
   ModelConfig model;
   DataConfig data;
@@ -81,6 +85,7 @@ struct RunConfig {
   LogConfig log;
   PrecisionRecipe precision;  // section "precision" (src/precision/recipe.h)
   ControllerOptions gnmr;  // section "gnmr" (src/gnmr/controller_options.h)
+  DistConfig dist;
   std::string backend = "cpu";  // cpu | cuda
   nlohmann::json resolved;      // the full resolved JSON (what config.json in a run dir holds)
 };

@@ -150,9 +150,9 @@ void ProjectionPaths::recompute_stats() {
 }
 
 Tensor ProjectionPaths::scratch(Tensor& buffer, const Tensor& like) const {
-  GNMR_CHECK(buffer.data != nullptr && like.numel() <= buffer.numel(),
-             "projection scratch " + buffer.shape_string() + " too small for " +
-                 like.shape_string());
+  GNMR_CHECK(
+      buffer.data != nullptr && like.numel() <= buffer.numel(),
+      "projection scratch " + buffer.shape_string() + " too small for " + like.shape_string());
   return tensor_view(buffer, like.shape);
 }
 
@@ -326,9 +326,9 @@ void ProjectionPaths::lm_head_forward(const Tensor& x, Tensor& logits) {
 
 void ProjectionPaths::lm_head_backward(const Tensor& x, Tensor& dlogits, Tensor& dx) {
   ParamInfo& p = table_.params[static_cast<size_t>(table_.lm_head)];
-  const Tensor* wb = backend_bf16() ? prepared_weight(table_.lm_head, Treatment::kBf16,
-                                                      FpFormat::kE4M3, 0)
-                                    : nullptr;
+  const Tensor* wb = backend_bf16()
+                         ? prepared_weight(table_.lm_head, Treatment::kBf16, FpFormat::kE4M3, 0)
+                         : nullptr;
   if (wb == nullptr) {
     backend_.matmul_backward(x, p.weight, dlogits, dx, p.grad, /*accumulate_dx=*/false);
     return;

@@ -96,7 +96,7 @@ class ProjectionPaths {
   RoutingStats stats_;
   int64_t step_ = 0;
   int micro_step_ = 0;
-  std::vector<Tensor> saved_input_;  // by unit id: the activation view the forward read
+  std::vector<Tensor> saved_input_;      // by unit id: the activation view the forward read
   std::vector<Tensor> packed_, scales_;  // by unit id: views into packed_storage_/scale_storage_
   Tensor packed_storage_, scale_storage_, weight_cache_, gemm_x_, gemm_dy_;
   std::vector<WeightSlot> slots_;  // by param index

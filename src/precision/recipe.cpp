@@ -128,13 +128,14 @@ json recipe_defaults() {
               {"stochastic_rounding", false},
               {"low_format", "e3m2"},
               {"recovery_format", "e4m3"},
-              {"tile", 128}};
+              {"tile", 128},
+              {"recovery_layers", json::array()}};
 }
 
 PrecisionRecipe recipe_from_json(const json& precision_section) {
   if (!precision_section.is_object()) {
-    throw std::invalid_argument("\"precision\" must be an object (got " +
-                                precision_section.dump() + ")");
+    throw std::invalid_argument("\"precision\" must be an object (got " + precision_section.dump() +
+                                ")");
   }
   json s = recipe_defaults();
   for (auto it = precision_section.begin(); it != precision_section.end(); ++it) {
@@ -146,9 +147,17 @@ PrecisionRecipe recipe_from_json(const json& precision_section) {
   const int64_t seed = read_integer(s, "seed");
   if (seed < 0) fail("seed", "must be >= 0 (got " + std::to_string(seed) + ")");
   r.seed = static_cast<uint64_t>(seed);
+  const json& layers = s.at("recovery_layers");
+  if (!layers.is_array()) fail("recovery_layers", "must be a list of layer indices (got " + layers.dump() + ")");
+  for (const auto& layer : layers) {
+    if (!layer.is_number_integer()) {
+      fail("recovery_layers", "must hold integer layer indices (got " + layer.dump() + ")");
+    }
+    r.recovery_layers.push_back(layer.get<int>());
+  }
   if (!s.at("stochastic_rounding").is_boolean()) {
-    fail("stochastic_rounding", "must be true or false (got " + s.at("stochastic_rounding").dump() +
-                                    ")");
+    fail("stochastic_rounding",
+         "must be true or false (got " + s.at("stochastic_rounding").dump() + ")");
   }
   // Every key is validated whatever the recipe, so a typo fails before a long run.
   const bool stochastic = s.at("stochastic_rounding").get<bool>();

@@ -33,9 +33,9 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "precision/fp_format.h"
 #include "precision/quantize_groupwise.h"
@@ -44,24 +44,24 @@ namespace gnmr {
 
 // What one path of a projection unit does to its GEMMs and to the input it saves.
 enum class PathKind : uint8_t {
-  kBackendGemm,      // GEMMs at the backend's GemmPrecision (train.gemm_precision); input saved as is
-  kBf16Gemm,         // every GEMM input rounded to bf16, fp32 accumulation
+  kBackendGemm,  // GEMMs at the backend's GemmPrecision (train.gemm_precision); input saved as is
+  kBf16Gemm,     // every GEMM input rounded to bf16, fp32 accumulation
   kSavedIntGroupwise,  // GEMMs as kBackendGemm; the saved input stored group-wise int (`saved`)
-  kFineGrainedFp,    // every GEMM input fake-quantized to `format`: activations and output
-                     // gradients in 1 x tile tiles along the reduction dim, weights tile x tile
-  kInt8Gemm,         // forward and input-gradient GEMMs: int8 per-token activations / output
-                     // gradients and per-output-channel weights; weight-gradient GEMM in bf16
+  kFineGrainedFp,      // every GEMM input fake-quantized to `format`: activations and output
+                       // gradients in 1 x tile tiles along the reduction dim, weights tile x tile
+  kInt8Gemm,           // forward and input-gradient GEMMs: int8 per-token activations / output
+                       // gradients and per-output-channel weights; weight-gradient GEMM in bf16
 };
 
 const char* path_kind_name(PathKind kind);
 
 struct PathSpec {
   PathKind kind = PathKind::kBackendGemm;
-  GroupwiseSpec saved;                 // kSavedIntGroupwise
-  FpFormat format = FpFormat::kE4M3;   // kFineGrainedFp
-  int64_t tile = 128;                  // kFineGrainedFp
+  GroupwiseSpec saved;                // kSavedIntGroupwise
+  FpFormat format = FpFormat::kE4M3;  // kFineGrainedFp
+  int64_t tile = 128;                 // kFineGrainedFp
 
-  std::string describe() const;  // "int4 g128", "fp8 e4m3 1x128/128x128", "bf16", ...
+  std::string describe() const;  // "saved int4 g128", "fp e4m3 1x128/128x128", "bf16 gemm"
 };
 
 struct PrecisionRecipe {
@@ -70,6 +70,10 @@ struct PrecisionRecipe {
   PathSpec low;
   PathSpec recovery;
   uint64_t seed = 0;  // stochastic rounding
+  // Layers whose units always run the recovery path, outside the controller's budget (a
+  // config-fixed assignment, e.g. [0, -1] = the first and the last layer; negative counts
+  // from the end). With controller static_low this is the "static first/last layer" baseline.
+  std::vector<int> recovery_layers;
 };
 
 // The whole `precision` section with its defaults: the config schema (config/defaults.cpp).

@@ -74,7 +74,14 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::Config, std::string("config: ") + e.what());
   }
-  plan_ = controller_->initial_plan();
+  for (int layer : config.precision.recovery_layers) {
+    if (layer < -config.model.n_layers || layer >= config.model.n_layers) {
+      throw Error(ErrorKind::Config, "config: \"precision.recovery_layers\" holds " + std::to_string(layer) +
+                                         ", not a layer of this " + std::to_string(config.model.n_layers) +
+                                         "-layer model");
+    }
+  }
+  plan_ = with_fixed_recovery(controller_->initial_plan());
   for (const auto& p : model_->params()) grads_.push_back(p.grad);
   grad_sum_squares_.resize(grads_.size());
   tokens_.resize(size_t(micro_batch) * seq_len);
@@ -94,6 +101,15 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
     train_loader_ = open_loader("data.train", config.data.train, config.data.sampling);
     if (!config.data.val.empty()) val_loader_ = open_loader("data.val", config.data.val, "sequential");
   }
+}
+
+RoutingPlan TrainingSession::with_fixed_recovery(RoutingPlan plan) const {
+  const int n_layers = config_.model.n_layers;
+  for (int layer : config_.precision.recovery_layers) {
+    const int l = layer < 0 ? n_layers + layer : layer;
+    for (int kind = 0; kind < 7; ++kind) plan.path[size_t(l * 7 + kind)] = Path::Recovery;
+  }
+  return plan;
 }
 
 int64_t TrainingSession::tokens_per_step() const { return config_.train.global_batch_tokens; }
@@ -119,14 +135,17 @@ void TrainingSession::restore_controller_state() {
     throw Error(ErrorKind::Checkpoint, std::string("controller state in the checkpoint: ") + e.what() +
                                            " (the gnmr.* options must match the checkpointed run)");
   }
-  plan_ = controller_->current_plan();
+  plan_ = with_fixed_recovery(controller_->current_plan());
 }
 
 StepResult TrainingSession::run_step(int64_t step_index) {
   StepResult r;
   r.step = step_index + 1;
   r.lr = learning_rate_at(config_.train, step_index);
-  r.units_recovery = plan_.active_count();
+  model_->set_step(step_index);
+  model_->set_routing(plan_);
+  r.units_recovery = model_->routing_stats().units_recovery;
+  r.saved_activation_bytes = model_->routing_stats().saved_activation_bytes;
 
   auto t0 = std::chrono::steady_clock::now();
   model_->zero_grads();
@@ -169,7 +188,7 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   // The controller sees every step's norms, non-finite ones included (it treats them as
   // maximally risky without letting them into its history), and plans the next step.
   t0 = std::chrono::steady_clock::now();
-  plan_ = controller_->observe(r.step, r.unit_grad_norms);
+  plan_ = with_fixed_recovery(controller_->observe(r.step, r.unit_grad_norms));
   r.controller_ms = elapsed_ms(t0);
   r.controller_fields = controller_->last_telemetry().metrics_fields();
 

@@ -26,6 +26,7 @@ struct StepResult {
   double forward_backward_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
   int units_recovery = 0;              // units this step ran on the recovery path
+  size_t saved_activation_bytes = 0;   // what the projections saved for their weight gradients
   nlohmann::json controller_fields;    // the controller's per-step telemetry
 };
 
@@ -64,6 +65,8 @@ class TrainingSession {
 
  private:
   void fill_batch(int64_t step_index, int micro_step);
+  // The controller's plan plus the layers precision.recovery_layers pins to recovery.
+  RoutingPlan with_fixed_recovery(RoutingPlan plan) const;
 
   RunConfig config_;
   bool synthetic_data_;

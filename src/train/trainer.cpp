@@ -189,6 +189,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
                  {"backend_bytes", session.backend().allocated_bytes()},
                  {"peak_rss_bytes", peak_rss_bytes()},
                  {"units_recovery", r.units_recovery},
+                 {"saved_activation_bytes", r.saved_activation_bytes},
                  {"controller_ms", r.controller_ms}};
     line.update(r.controller_fields);
     metrics.write(line);

@@ -25,7 +25,7 @@ TEST(CliBasics, VersionAndHelpSucceed) {
 
 TEST(CliErrors, UsageErrorsExitTwo) {
   expect_failure("", 2, "subcommand");
-  expect_failure("frobnicate", 2, "frobnicate");
+  expect_failure("frobnicate", 2, "subcommand");
   expect_failure("train", 2, "--config");
   expect_failure("export --checkpoint /nonexistent --out x", 2, "/nonexistent");
 }

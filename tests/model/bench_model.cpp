@@ -2,6 +2,10 @@
 // per backend op (a Backend decorator that times every call; CPU ops are synchronous).
 //   bench_model [threads=2] [steps=5] [dim ffn heads kv_heads layers vocab micro_batch seq]
 // Defaults: the llama2-60m shape 512 1376 8 8 8 32000, micro_batch 4, seq 256.
+// Environment: GNMR_GEMM_PRECISION=fp32|bf16 (train.gemm_precision), GNMR_RECIPE=fp32|bf16|
+// actq|fp8mix|int8 (precision.recipe with its defaults; every unit on the low path),
+// GNMR_WEIGHT_CACHE=0 (set the GEMM precision after building the model: no bf16 weight cache,
+// every GEMM re-rounds its weight, as before the cache).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -56,16 +60,39 @@ class TimingBackend final : public Backend {
                         Tensor& dx, Tensor& dw) override {
     time("rmsnorm", [&] { in_.rmsnorm_backward(x, w, r, d, dx, dw); });
   }
-  void matmul_forward(const Tensor& x, const Tensor& w, Tensor& y) override {
-    time(y.dim(1) == vocab ? "gemm lm_head" : "gemm", [&] { in_.matmul_forward(x, w, y); });
+  using Backend::matmul_backward_input;
+  using Backend::matmul_backward_weight;
+  using Backend::matmul_forward;
+  void matmul_forward(const Tensor& x, const Tensor& w, Tensor& y, GemmPrecision p) override {
+    time(y.dim(1) == vocab ? "gemm lm_head" : "gemm", [&] { in_.matmul_forward(x, w, y, p); });
   }
-  void matmul_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool acc) override {
+  void matmul_backward_input(const Tensor& dy, const Tensor& w, Tensor& dx, bool acc,
+                             GemmPrecision p) override {
     time(dy.dim(1) == vocab ? "gemm lm_head" : "gemm",
-         [&] { in_.matmul_backward_input(dy, w, dx, acc); });
+         [&] { in_.matmul_backward_input(dy, w, dx, acc, p); });
   }
-  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw) override {
+  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dw,
+                              GemmPrecision p) override {
     time(dy.dim(1) == vocab ? "gemm lm_head" : "gemm",
-         [&] { in_.matmul_backward_weight(x, dy, dw); });
+         [&] { in_.matmul_backward_weight(x, dy, dw, p); });
+  }
+  void quantize_int_groupwise(const Tensor& x, Tensor& p, Tensor& s, const GroupwiseSpec& spec,
+                              const RngKey& key) override {
+    time("quantize", [&] { in_.quantize_int_groupwise(x, p, s, spec, key); });
+  }
+  void dequantize_int_groupwise(const Tensor& p, const Tensor& s, const GroupwiseSpec& spec,
+                                Tensor& o) override {
+    time("quantize", [&] { in_.dequantize_int_groupwise(p, s, spec, o); });
+  }
+  void fake_quantize_fp_blockwise(const Tensor& x, Tensor& o, FpFormat f, int64_t br,
+                                  int64_t bc) override {
+    time("quantize", [&] { in_.fake_quantize_fp_blockwise(x, o, f, br, bc); });
+  }
+  void fake_quantize_int8_per_row(const Tensor& x, Tensor& o) override {
+    time("quantize", [&] { in_.fake_quantize_int8_per_row(x, o); });
+  }
+  void round_to_bf16(const Tensor& x, Tensor& o) override {
+    time("quantize", [&] { in_.round_to_bf16(x, o); });
   }
   void rope_forward(Tensor& x, const Tensor& c, const Tensor& s) override {
     time("rope", [&] { in_.rope_forward(x, c, s); });
@@ -132,12 +159,16 @@ int run(int argc, char** argv) {
   const int micro_batch = arg(9, 4), seq = arg(10, 256);
   c.max_seq_len = seq;
   const char* precision = std::getenv("GNMR_GEMM_PRECISION");
+  const char* recipe = std::getenv("GNMR_RECIPE");
 
   auto cpu = make_cpu_backend(threads);
   TimingBackend be(*cpu);
   be.vocab = c.vocab_size;
-  if (precision != nullptr) be.set_gemm_precision(parse_gemm_precision(precision));
-  LlamaModel model(c, be, micro_batch, seq);
+  const char* cache = std::getenv("GNMR_WEIGHT_CACHE");
+  const bool late = cache != nullptr && std::string(cache) == "0";
+  if (precision != nullptr && !late) be.set_gemm_precision(parse_gemm_precision(precision));
+  LlamaModel model(c, be, micro_batch, seq, recipe_by_name(recipe != nullptr ? recipe : "fp32"));
+  if (precision != nullptr && late) be.set_gemm_precision(parse_gemm_precision(precision));
   model.init_weights(1);
   const int64_t n = model.tokens_per_micro_batch();
   std::mt19937 rng(3);
@@ -161,9 +192,10 @@ int run(int argc, char** argv) {
   std::printf("shape dim %d ffn %d heads %d/%d layers %d vocab %d, batch %d x %d, %d threads\n",
               c.dim, c.ffn_dim, c.n_heads, c.n_kv_heads, c.n_layers, c.vocab_size, micro_batch, seq,
               threads);
-  std::printf("params %lld, memory %.1f MiB, loss %.4f\n",
+  std::printf("params %lld, memory %.1f MiB, loss %.4f, recipe %s, saved activations %.1f MiB\n",
               static_cast<long long>(model.num_params()), be.peak_allocated_bytes() / 1048576.0,
-              loss);
+              loss, model.recipe().name.c_str(),
+              model.routing_stats().saved_activation_bytes / 1048576.0);
   std::printf("forward_backward: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (model flops)\n",
               per_step * 1e3, n / per_step, model.flops_per_token() * n / per_step * 1e-9);
   std::printf("process CPU time %.1f ms/step (wall x threads = %.1f ms: the rest is waiting)\n",

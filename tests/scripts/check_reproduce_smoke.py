@@ -1,0 +1,93 @@
+#!/usr/bin/python3
+"""End-to-end check of scripts/reproduce.py at the `smoke` scale (a few steps of the tiny
+model): it runs a table, writes table.md with one row per cell and the plots, and a second
+invocation skips the finished runs. Then every table file must load at every scale
+(--dry-run). Exits 77 (ctest SKIP_RETURN_CODE) when this Python lacks numpy.
+
+  check_reproduce_smoke.py --gnmr PATH --out DIR [--table actq]
+"""
+
+import argparse
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+
+SKIP = 77
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "scripts", "reproduce.py")
+
+
+def fail(msg, output=""):
+    print(output)
+    print(f"FAIL: {msg}")
+    sys.exit(1)
+
+
+def reproduce(args, *extra):
+    cmd = [sys.executable, SCRIPT, *extra, "--gnmr", args.gnmr, "--out", args.out,
+           "--corpus-dir", os.path.join(args.out, "brown-shards")]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    return result.returncode, result.stdout + result.stderr
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--gnmr", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--table", default="actq")
+    args = p.parse_args()
+    if importlib.util.find_spec("numpy") is None:
+        print(f"SKIP: {sys.executable} lacks numpy (Debian: apt-get install python3-numpy "
+              f"python3-matplotlib)")
+        return SKIP
+    have_matplotlib = importlib.util.find_spec("matplotlib") is not None
+
+    table_dir = os.path.join(args.out, args.table, "smoke")
+    shutil.rmtree(table_dir, ignore_errors=True)  # train afresh with this build's gnmr
+    rc, out = reproduce(args, args.table, "--scale", "smoke", "--jobs", "2",
+                        "--threads-per-job", "1")
+    if rc != 0:
+        fail(f"reproduce.py {args.table} --scale smoke exited {rc}", out)
+    table_md = os.path.join(table_dir, "table.md")
+    if not os.path.exists(table_md):
+        fail(f"{table_md} was not written", out)
+    with open(table_md, encoding="utf-8") as f:
+        text = f.read()
+    if "scripts/reproduce.py " + args.table not in text:
+        fail("table.md does not start with the command that reproduces it", text)
+    rows = [l for l in text.splitlines() if l.startswith("| tiny |")]
+    if len(rows) < 2:
+        fail(f"expected a row per smoke cell, found {len(rows)}", text)
+    for row in rows:
+        ppl = row.split("|")[4].strip()
+        try:
+            float(ppl.split()[0])
+        except ValueError:
+            fail(f"row without a val perplexity: {row}", text)
+    if have_matplotlib:
+        pngs = glob.glob(os.path.join(table_dir, "*.png"))
+        if not any(os.path.basename(p).startswith("loss_") for p in pngs):
+            fail("no loss-curve plot", out)
+        if not any(os.path.basename(p).startswith("recovery_") for p in pngs):
+            fail("no recovery heat-map for the GNMR cell", out)
+
+    rc, out = reproduce(args, args.table, "--scale", "smoke")
+    if rc != 0 or "finished earlier: skipped" not in out or " ran " in out:
+        fail(f"a second invocation did not skip the finished runs (exit {rc})", out)
+
+    tables = [f[:-5] for f in os.listdir(os.path.join(REPO, "configs", "experiments"))
+              if f.endswith(".json") and f != "scales.json"]
+    for table in sorted(tables):
+        for scale in ("smoke", "cpu-small", "paper"):
+            rc, out = reproduce(args, table, "--scale", scale, "--dry-run")
+            if rc == 2 or "Traceback" in out:
+                fail(f"reproduce.py {table} --scale {scale} --dry-run: the table does not load", out)
+    print(f"OK: {len(rows)} cells in {table_md}; tables {', '.join(sorted(tables))} load")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
