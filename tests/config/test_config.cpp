@@ -70,6 +70,18 @@ TEST(ConfigLoad, RepoPresetsResolve) {
   EXPECT_EQ(m60.model.ffn_dim, 1376);
 }
 
+TEST(ConfigLoad, EveryShippedConfigResolves) {
+  namespace fs = std::filesystem;
+  int checked = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(gnmr_test::source_path("configs"))) {
+    if (entry.path().extension() != ".json") continue;
+    if (entry.path().parent_path().filename() == "experiments") continue;  // table specs, not run configs
+    EXPECT_NO_THROW(load_run_config(entry.path().string(), {})) << entry.path();
+    ++checked;
+  }
+  EXPECT_GT(checked, 20);
+}
+
 TEST(ConfigLoad, OverridesParseJsonValuesAndStrings) {
   std::string dir = gnmr_test::scratch_dir("config_override");
   auto path = write_config(dir, "a.json", "{}");
