@@ -22,9 +22,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-double measure_gemm_peak_gflops(const RunConfig& config) {
+double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repeats) {
   std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads);
-  const int64_t m = 2048, n = 2048, k = 1024;
+  const int64_t m = size, n = size, k = size;
   Tensor x = backend->allocate("peak.x", {m, k}, DType::F32);
   Tensor w = backend->allocate("peak.w", {n, k}, DType::F32);
   Tensor y = backend->allocate("peak.y", {m, n}, DType::F32);
@@ -33,7 +33,7 @@ double measure_gemm_peak_gflops(const RunConfig& config) {
   backend->copy_from_host(x, host.data());
   backend->copy_from_host(w, host.data());
   double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < repeats; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
     backend->matmul_forward(x, w, y);
     backend->synchronize();

@@ -14,9 +14,9 @@ struct BenchOptions {
   int64_t warmup_steps = 2;  // excluded from every figure
 };
 
-// Measures the backend's fp32 GEMM throughput (GFLOP/s) on a large square-ish product:
-// the physical limit MFU is quoted against.
-double measure_gemm_peak_gflops(const RunConfig& config);
+// Measures the backend's fp32 GEMM throughput (GFLOP/s), best of `repeats` products of
+// [size × size] · [size × size]: the physical limit MFU is quoted against.
+double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, int repeats = 5);
 
 // Returns the figures; the last line `gnmr bench` prints is this object.
 nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "train/bench.h"
 #include "train/checkpoint.h"
 #include "train/hf_format.h"
 #include "train/metrics.h"
@@ -161,6 +162,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
 
   const TrainConfig& train = config.train;
   const double flops_per_token = double(session.model().flops_per_token());
+  // MFU in the metrics is against this machine's measured GEMM peak (a short measurement).
+  const double gemm_peak_gflops = measure_gemm_peak_gflops(config, 1024, 3);
   spdlog::info("model {}: {} layers, dim {}, {} projection units; {} steps × {} tokens ({} micro-steps of {}×{})",
                config.model.name, config.model.n_layers, config.model.dim, session.model().units().size(),
                train.steps, train.global_batch_tokens, session.accumulation_steps(), train.micro_batch,
@@ -186,8 +189,10 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
                  {"tokens_per_s", tokens_per_s},
                  {"step_ms", step_s * 1e3},
                  {"gflops_per_s", flops_per_token * tokens_per_s * 1e-9},
+                 {"mfu", flops_per_token * tokens_per_s * 1e-9 / gemm_peak_gflops},
                  {"backend_bytes", session.backend().allocated_bytes()},
                  {"peak_rss_bytes", peak_rss_bytes()},
+                 {"units_low", int(session.model().units().size()) - r.units_recovery},
                  {"units_recovery", r.units_recovery},
                  {"saved_activation_bytes", r.saved_activation_bytes},
                  {"controller_ms", r.controller_ms}};

@@ -79,3 +79,22 @@ TEST(CliPrepare, JsonlGzCorpusBecomesShardsWithTheRightTokenCounts) {
   EXPECT_EQ(again.exit_code, 4) << again.output;
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/out/prepare.json"), before);
 }
+
+TEST(CliTokenizer, TrainsABpeModelThatPrepareAccepts) {
+  std::string dir = gnmr_test::scratch_dir("cli_tokenizer");
+  std::ofstream text(dir + "/corpus.txt");
+  for (int i = 0; i < 400; ++i) text << "Line " << i << " of a small corpus about rivers, 1987 and cafés.\n";
+  text.close();
+  auto r = gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/tok " + dir + "/corpus.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto tokenizer = gnmr::Tokenizer::load(dir + "/tok.model");
+  EXPECT_EQ(tokenizer.vocab_size(), 300);
+  EXPECT_EQ(tokenizer.bos_id(), 1);
+  EXPECT_EQ(tokenizer.eos_id(), 2);
+  EXPECT_EQ(tokenizer.decode(tokenizer.encode("Line 7 of a café")), "Line 7 of a café");
+  auto prepared = gnmr_test::run_gnmr("prepare --no-progress --tokenizer " + dir + "/tok.model --out " + dir +
+                                      "/shards " + dir + "/corpus.txt");
+  EXPECT_EQ(prepared.exit_code, 0) << prepared.output;
+  auto missing = gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/x /nonexistent.txt");
+  EXPECT_EQ(missing.exit_code, 4) << missing.output;
+}
