@@ -8,23 +8,15 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/gradient_check.h"
 #include "backend/rope_table.h"
+#include "backend_tensors.h"
 
 namespace gnmr {
 namespace {
 
+using testing::download;
+using testing::upload;
+
 using testing::random_vector;
-
-Tensor upload(Backend& be, const std::vector<float>& host, std::vector<int64_t> shape) {
-  Tensor t = be.allocate("test", std::move(shape), DType::F32);
-  be.copy_from_host(t, host.data());
-  return t;
-}
-
-std::vector<float> download(Backend& be, const Tensor& t) {
-  std::vector<float> host(static_cast<size_t>(t.numel()));
-  be.copy_to_host(t, host.data());
-  return host;
-}
 
 // HF: q_embed = q * cos + rotate_half(q) * sin, cos = cat(cos(freqs), cos(freqs)),
 // rotate_half(x) = cat(-x2, x1); freqs[t, i] = t / theta^(2i / hd). Here in double.

@@ -8,12 +8,16 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend_tensors.h"
 #include "precision/bf16.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/quantize_groupwise.h"
 
 namespace gnmr {
 namespace {
+
+using testing::download;
+using testing::upload;
 
 // Rows of normal noise with magnitudes spread over 2^-6..2^6, so scales differ per row.
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
@@ -25,19 +29,6 @@ std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
     for (int64_t c = 0; c < cols; ++c) x[r * cols + c] = magnitude * normal(rng);
   }
   return x;
-}
-
-Tensor upload(Backend& be, const std::vector<float>& host, std::vector<int64_t> shape) {
-  Tensor t = be.allocate("t", std::move(shape), DType::F32);
-  be.copy_from_host(t, host.data());
-  return t;
-}
-
-template <typename T>
-std::vector<T> download(Backend& be, const Tensor& t) {
-  std::vector<T> host(t.bytes() / sizeof(T));
-  be.copy_to_host(t, host.data());
-  return host;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

@@ -9,12 +9,15 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend_tensors.h"
 #include "model/llama.h"
 #include "model/reference_llama.h"
 #include "util/error.h"
 
 namespace gnmr {
 namespace {
+
+using testing::download;
 
 using testing::Matrix;
 using testing::reference_loss;
@@ -49,12 +52,6 @@ Batch random_batch(const ModelConfig& c, uint32_t seed, int64_t n = kBatch * kSe
     b.targets.push_back(token(rng));
   }
   return b;
-}
-
-std::vector<float> download(Backend& be, const Tensor& t) {
-  std::vector<float> host(static_cast<size_t>(t.numel()));
-  be.copy_to_host(t, host.data());
-  return host;
 }
 
 // Weights large enough that every gradient is well above float noise: matrices N(0, 0.3^2),

@@ -8,12 +8,16 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend_tensors.h"
 #include "model/llama.h"
 #include "model/projection_paths.h"
 #include "precision/quantize_groupwise.h"
 
 namespace gnmr {
 namespace {
+
+using testing::download;
+using testing::upload;
 
 constexpr int kBatch = 2, kSeq = 8;
 
@@ -23,18 +27,6 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
   std::vector<float> v(n);
   for (float& x : v) x = normal(rng);
   return v;
-}
-
-std::vector<float> download(Backend& be, const Tensor& t) {
-  std::vector<float> host(static_cast<size_t>(t.numel()));
-  be.copy_to_host(t, host.data());
-  return host;
-}
-
-Tensor upload(Backend& be, const std::vector<float>& host, std::vector<int64_t> shape) {
-  Tensor t = be.allocate("t", std::move(shape), DType::F32);
-  be.copy_from_host(t, host.data());
-  return t;
 }
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
