@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "config/config.h"
+#include "expect_error.h"
 #include "test_paths.h"
 #include "util/error.h"
 
@@ -23,13 +24,7 @@ std::string write_config(const std::string& dir, const std::string& name, const 
 // Expects a Config error whose message contains `needle`.
 void expect_config_error(const std::string& file, const std::vector<std::string>& overrides,
                          const std::string& needle) {
-  try {
-    load_run_config(file, overrides);
-    FAIL() << "expected a config error containing: " << needle;
-  } catch (const gnmr::Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Config) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  gnmr_test::expect_error([&] { load_run_config(file, overrides); }, ErrorKind::Config, {needle});
 }
 
 }  // namespace
@@ -46,13 +41,15 @@ TEST(ConfigLoad, DefaultsFillEveryUnsetField) {
 
 TEST(ConfigLoad, IncludesMergeInOrderAndTheIncludingFileWins) {
   std::string dir = gnmr_test::scratch_dir("config_include");
-  write_config(dir, "presets/model.json", R"({"model": {"dim": 128, "n_heads": 8, "n_kv_heads": 8}})");
+  write_config(dir, "presets/model.json",
+               R"({"model": {"dim": 128, "n_heads": 8, "n_kv_heads": 8}})");
   write_config(dir, "presets/recipe.json", R"({"model": {"dim": 256}, "train": {"lr": 1e-4}})");
-  auto path = write_config(dir, "run.json",
-                           R"({"include": ["presets/model.json", "presets/recipe.json"], "train": {"lr": 2e-4}})");
+  auto path = write_config(
+      dir, "run.json",
+      R"({"include": ["presets/model.json", "presets/recipe.json"], "train": {"lr": 2e-4}})");
   auto c = load_run_config(path, {});
-  EXPECT_EQ(c.model.dim, 256);      // second include overrides the first
-  EXPECT_EQ(c.model.n_heads, 8);    // kept from the first include
+  EXPECT_EQ(c.model.dim, 256);         // second include overrides the first
+  EXPECT_EQ(c.model.n_heads, 8);       // kept from the first include
   EXPECT_DOUBLE_EQ(c.train.lr, 2e-4);  // the including file wins
 }
 
@@ -60,8 +57,10 @@ TEST(ConfigLoad, RepoPresetsResolve) {
   auto c = load_run_config(gnmr_test::source_path("configs/quickstart.json"), {});
   EXPECT_EQ(c.model.name, "tiny");
   EXPECT_EQ(c.data.tokenizer, "data/brown/tokenizer.model");
-  for (const char* preset : {"llama2-60m", "llama2-130m", "llama2-350m", "llama2-1b", "llama2-7b", "llama2-13b"}) {
-    auto m = load_run_config(gnmr_test::source_path(std::string("configs/models/") + preset + ".json"), {});
+  for (const char* preset :
+       {"llama2-60m", "llama2-130m", "llama2-350m", "llama2-1b", "llama2-7b", "llama2-13b"}) {
+    auto m = load_run_config(
+        gnmr_test::source_path(std::string("configs/models/") + preset + ".json"), {});
     EXPECT_EQ(m.model.name, preset);
     EXPECT_EQ(m.model.vocab_size, 32000);
   }
@@ -75,7 +74,8 @@ TEST(ConfigLoad, EveryShippedConfigResolves) {
   int checked = 0;
   for (const auto& entry : fs::recursive_directory_iterator(gnmr_test::source_path("configs"))) {
     if (entry.path().extension() != ".json") continue;
-    if (entry.path().parent_path().filename() == "experiments") continue;  // table specs, not run configs
+    if (entry.path().parent_path().filename() == "experiments")
+      continue;  // table specs, not run configs
     EXPECT_NO_THROW(load_run_config(entry.path().string(), {})) << entry.path();
     ++checked;
   }
@@ -97,28 +97,39 @@ TEST(ConfigErrors, UnknownKeySuggestsTheNearestValidKey) {
   std::string dir = gnmr_test::scratch_dir("config_unknown");
   expect_config_error(write_config(dir, "a.json", R"({"train": {"lrr": 1}})"), {},
                       "unknown key \"train.lrr\" (did you mean \"train.lr\"?)");
-  expect_config_error(write_config(dir, "b.json", "{}"), {"train.lrr=1"}, "did you mean \"train.lr\"");
-  expect_config_error(write_config(dir, "c.json", "{}"), {"micro_batch=2"}, "did you mean \"train.micro_batch\"");
-  expect_config_error(write_config(dir, "d.json", R"({"modle": {}})"), {}, "did you mean \"model\"");
+  expect_config_error(write_config(dir, "b.json", "{}"), {"train.lrr=1"},
+                      "did you mean \"train.lr\"");
+  expect_config_error(write_config(dir, "c.json", "{}"), {"micro_batch=2"},
+                      "did you mean \"train.micro_batch\"");
+  expect_config_error(write_config(dir, "d.json", R"({"modle": {}})"), {},
+                      "did you mean \"model\"");
 }
 
 TEST(ConfigErrors, WrongTypesNameTheField) {
   std::string dir = gnmr_test::scratch_dir("config_types");
-  expect_config_error(write_config(dir, "a.json", R"({"model": {"dim": "big"}})"), {}, "\"model.dim\" must be an integer");
-  expect_config_error(write_config(dir, "b.json", R"({"model": {"dim": 64.5}})"), {}, "\"model.dim\" must be an integer");
-  expect_config_error(write_config(dir, "c.json", "{}"), {"train.lr=fast"}, "\"train.lr\" must be a number");
-  expect_config_error(write_config(dir, "d.json", R"({"train": 3})"), {}, "\"train\" must be an object");
+  expect_config_error(write_config(dir, "a.json", R"({"model": {"dim": "big"}})"), {},
+                      "\"model.dim\" must be an integer");
+  expect_config_error(write_config(dir, "b.json", R"({"model": {"dim": 64.5}})"), {},
+                      "\"model.dim\" must be an integer");
+  expect_config_error(write_config(dir, "c.json", "{}"), {"train.lr=fast"},
+                      "\"train.lr\" must be a number");
+  expect_config_error(write_config(dir, "d.json", R"({"train": 3})"), {},
+                      "\"train\" must be an object");
 }
 
 TEST(ConfigErrors, ImpossibleValuesNameTheField) {
   std::string dir = gnmr_test::scratch_dir("config_values");
   auto path = write_config(dir, "a.json", "{}");
-  expect_config_error(path, {"model.n_heads=5"}, "\"model.n_heads\" (5) must divide model.dim (64)");
-  expect_config_error(path, {"model.n_kv_heads=3"}, "\"model.n_kv_heads\" (3) must divide model.n_heads");
-  expect_config_error(path, {"data.seq_len=512"}, "\"data.seq_len\" (512) must be <= model.max_seq_len (256)");
+  expect_config_error(path, {"model.n_heads=5"},
+                      "\"model.n_heads\" (5) must divide model.dim (64)");
+  expect_config_error(path, {"model.n_kv_heads=3"},
+                      "\"model.n_kv_heads\" (3) must divide model.n_heads");
+  expect_config_error(path, {"data.seq_len=512"},
+                      "\"data.seq_len\" (512) must be <= model.max_seq_len (256)");
   expect_config_error(path, {"gnmr.max_active=-1"}, "gnmr.max_active: must be >= 0");
   expect_config_error(path, {"train.global_batch_tokens=1000"}, "\"train.global_batch_tokens\"");
-  expect_config_error(path, {"data.sampling=shuffled"}, "\"data.sampling\" is \"shuffled\", must be one of");
+  expect_config_error(path, {"data.sampling=shuffled"},
+                      "\"data.sampling\" is \"shuffled\", must be one of");
   expect_config_error(path, {"train.steps=0"}, "\"train.steps\" must be > 0");
   expect_config_error(path, {"precision.recipe=fp2"}, "\"precision.recipe\"");
 }
@@ -127,10 +138,13 @@ TEST(ConfigErrors, BadFilesAreNamed) {
   std::string dir = gnmr_test::scratch_dir("config_files");
   expect_config_error(dir + "/missing.json", {}, "cannot open config file");
   expect_config_error(write_config(dir, "bad.json", "{\"model\": "), {}, "invalid JSON");
-  expect_config_error(write_config(dir, "inc.json", R"({"include": "nope.json"})"), {}, "nope.json does not exist");
+  expect_config_error(write_config(dir, "inc.json", R"({"include": "nope.json"})"), {},
+                      "nope.json does not exist");
   write_config(dir, "loop_a.json", R"({"include": "loop_b.json"})");
-  expect_config_error(write_config(dir, "loop_b.json", R"({"include": "loop_a.json"})"), {}, "include cycle");
-  expect_config_error(write_config(dir, "e.json", "{}"), {"train.lr"}, "must look like KEY.PATH=VALUE");
+  expect_config_error(write_config(dir, "loop_b.json", R"({"include": "loop_a.json"})"), {},
+                      "include cycle");
+  expect_config_error(write_config(dir, "e.json", "{}"), {"train.lr"},
+                      "must look like KEY.PATH=VALUE");
 }
 
 TEST(ConfigLoad, ResolvedJsonRoundTripsThroughRunConfigFromJson) {

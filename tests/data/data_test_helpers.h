@@ -10,24 +10,10 @@
 #include <iterator>
 #include <string>
 
+#include "expect_error.h"
 #include "util/error.h"
 
 namespace gnmr_test {
-
-// Runs F and checks it throws gnmr::Error of KIND whose message contains every one of PARTS.
-inline void expect_error(const std::function<void()>& f, gnmr::ErrorKind kind,
-                         std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "expected a gnmr::Error, nothing was thrown";
-  } catch (const gnmr::Error& e) {
-    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
-    for (const auto& part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "message \"" << e.what() << "\" does not mention \"" << part << "\"";
-    }
-  }
-}
 
 inline void expect_data_error(const std::function<void()>& f,
                               std::initializer_list<std::string> parts) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "expect_error.h"
 #include "precision/bf16.h"
 #include "test_paths.h"
 #include "train/safetensors.h"
@@ -19,19 +20,14 @@ std::string write_sample(const std::string& dir, std::vector<float>& a, std::vec
   a = {1.5f, -2.25f, 3.0f, 1e-30f, -0.0f, 7.0f};
   b = {gnmr::encode_bf16(0.5f), gnmr::encode_bf16(-3.0f)};
   std::string path = dir + "/sample.safetensors";
-  gnmr::write_safetensors(path, {{"a.weight", "F32", {2, 3}, a.data()}, {"b", "BF16", {2}, b.data()}},
+  gnmr::write_safetensors(path,
+                          {{"a.weight", "F32", {2, 3}, a.data()}, {"b", "BF16", {2}, b.data()}},
                           {{"format", "pt"}});
   return path;
 }
 
 void expect_checkpoint_error(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-    FAIL() << "expected an error mentioning " << needle;
-  } catch (const gnmr::Error& e) {
-    EXPECT_EQ(e.kind(), gnmr::ErrorKind::Checkpoint) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
+  gnmr_test::expect_error(f, gnmr::ErrorKind::Checkpoint, {needle});
 }
 
 }  // namespace
@@ -63,11 +59,17 @@ TEST(Safetensors, CorruptionAndMismatchesAreCheckpointErrors) {
   std::string path = write_sample(dir, a, b);
   SafetensorsFile f(path);
   std::vector<float> out(6);
-  expect_checkpoint_error([&] { f.read_f32("a.weight", {3, 2}, out.data()); }, "has shape [2, 3], the model expects [3, 2]");
-  expect_checkpoint_error([&] { f.read_f32("missing", {1}, out.data()); }, "missing tensor \"missing\"");
+  expect_checkpoint_error(
+      [&] {
+        f.read_f32("a.weight", {3, 2}, out.data());
+      },
+      "has shape [2, 3], the model expects [3, 2]");
+  expect_checkpoint_error([&] { f.read_f32("missing", {1}, out.data()); },
+                          "missing tensor \"missing\"");
   std::filesystem::resize_file(path, std::filesystem::file_size(path) - 3);
   expect_checkpoint_error([&] { SafetensorsFile truncated(path); }, "truncated");
   std::filesystem::resize_file(path, 4);
   expect_checkpoint_error([&] { SafetensorsFile tiny(path); }, "truncated");
-  expect_checkpoint_error([&] { SafetensorsFile absent(dir + "/nope.safetensors"); }, "nope.safetensors");
+  expect_checkpoint_error([&] { SafetensorsFile absent(dir + "/nope.safetensors"); },
+                          "nope.safetensors");
 }
