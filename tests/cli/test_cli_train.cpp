@@ -15,12 +15,6 @@ using gnmr_test::run_gnmr;
 
 namespace {
 
-#if defined(__SANITIZE_ADDRESS__)
-constexpr bool kSanitized = true;  // ~10x slower: the convergence test trains fewer steps
-#else
-constexpr bool kSanitized = false;
-#endif
-
 std::string train_args(const std::string& config, const std::string& out) {
   return "train --config " + config + " --out " + out;
 }
@@ -181,7 +175,7 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
   for (const auto& [token, c] : counts) entropy -= double(c) / total * std::log(double(c) / total);
 
   std::string dir = gnmr_test::scratch_dir("cli_learns");
-  const int steps = kSanitized ? 60 : 250;
+  const int steps = 250;
   std::string config = gnmr_test::write_tiny_config(
       dir, R"({"data": {"seq_len": 64}, "train": {"global_batch_tokens": 1024, "micro_batch": 8, "warmup_steps": 20,
                "lr": 0.01}, "eval": {"every": 0, "tokens": 16384}, "checkpoint": {"every": 0}})");
@@ -194,7 +188,7 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
   std::printf("unigram entropy %.3f nats; validation loss after %d steps %.3f (ppl %.1f)\n", entropy, steps,
               val_loss, eval["val_ppl"].get<double>());
   // Well below: at least 0.5 nats under the unigram entropy (a 40% lower perplexity).
-  EXPECT_LT(val_loss, entropy - (kSanitized ? 0.2 : 0.5));
+  EXPECT_LT(val_loss, entropy - 0.5);
 }
 
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {

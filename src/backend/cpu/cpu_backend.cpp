@@ -79,17 +79,20 @@ class CpuBackend final : public Backend {
   size_t allocated_bytes() const override { return tensor_bytes_ + workspace_bytes(); }
   size_t peak_allocated_bytes() const override { return allocated_bytes(); }  // nothing is freed
 
+  // Empty tensors may have null data (and null host buffers): memcpy/memset must not see them.
   void copy_to_host(const Tensor& src, void* host) override {
-    std::memcpy(host, src.data, src.bytes());
+    if (src.bytes() > 0) std::memcpy(host, src.data, src.bytes());
   }
   void copy_from_host(Tensor& dst, const void* host) override {
-    std::memcpy(dst.data, host, dst.bytes());
+    if (dst.bytes() > 0) std::memcpy(dst.data, host, dst.bytes());
   }
   void copy(const Tensor& src, Tensor& dst) override {
     GNMR_CHECK(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy: tensors differ");
-    std::memcpy(dst.data, src.data, src.bytes());
+    if (src.bytes() > 0) std::memcpy(dst.data, src.data, src.bytes());
   }
-  void fill_zero(Tensor& t) override { std::memset(t.data, 0, t.bytes()); }
+  void fill_zero(Tensor& t) override {
+    if (t.bytes() > 0) std::memset(t.data, 0, t.bytes());
+  }
   void synchronize() override {}
 
   void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
