@@ -62,9 +62,9 @@ std::string prepare_run_dir(const TrainOptions& options) {
                                              " already holds a run; pass --resume auto to continue it or --force to replace it");
     }
     fs::remove_all(dir / "checkpoints");
-    fs::remove(dir / "metrics.jsonl");
-    fs::remove(dir / "config.json");
-    fs::remove(dir / "log.txt");
+    for (const char* file : {"metrics.jsonl", "config.json", "log.txt", "gnmr_summary.json", "gnmr_trace.jsonl"}) {
+      fs::remove(dir / file);
+    }
   }
   return "";
 }
@@ -82,10 +82,6 @@ std::string format_duration(double seconds) {
                 (long long)(s % 60));
   return text;
 }
-
-}  // namespace
-
-namespace {
 
 uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {
   const unsigned char* p = static_cast<const unsigned char*>(data);
