@@ -24,5 +24,15 @@ std::vector<T> download(Backend& be, const Tensor& t) {
   return host;
 }
 
+// A tensor handle over host memory the caller owns (for host-memory code paths such as the
+// MPI communicator; no backend involved).
+inline Tensor host_tensor(std::vector<float>& values) {
+  Tensor t;
+  t.data = values.data();
+  t.dtype = DType::F32;
+  t.shape = {static_cast<int64_t>(values.size())};
+  return t;
+}
+
 }  // namespace testing
 }  // namespace gnmr

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend_tensors.h"
 #include "dist/launch_env.h"
 #include "dist/local_communicator.h"
 #include "util/error.h"
@@ -12,13 +13,7 @@
 namespace gnmr {
 namespace {
 
-Tensor host_tensor(std::vector<float>& values) {
-  Tensor t;
-  t.data = values.data();
-  t.dtype = DType::F32;
-  t.shape = {static_cast<int64_t>(values.size())};
-  return t;
-}
+using testing::host_tensor;
 
 LaunchEnv launched_by_slurm(int rank, int world_size) {
   LaunchEnv env;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend_tensors.h"
 #include "dist/launch_env.h"
 #include "dist/mpi_communicator.h"
 #include "tests/dist/world.h"
@@ -15,13 +16,7 @@
 namespace gnmr {
 namespace {
 
-Tensor host_tensor(std::vector<float>& values) {
-  Tensor t;
-  t.data = values.data();
-  t.dtype = DType::F32;
-  t.shape = {static_cast<int64_t>(values.size())};
-  return t;
-}
+using testing::host_tensor;
 
 // A value that differs per rank and per element and has no short binary expansion, so the
 // float sum rounds (a sum that only adds small integers would hide a wrong order).

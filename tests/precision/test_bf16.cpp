@@ -9,21 +9,10 @@
 #include <limits>
 
 #include "precision/bf16.h"
+#include "precision/host_device.h"
 
 namespace gnmr {
 namespace {
-
-uint32_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  return bits;
-}
-
-float float_of(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
 
 // bf16 definition: 1 sign, 8 exponent (bias 127), 7 mantissa bits; exponent 255 is inf/NaN.
 double bf16_definition_value(uint32_t code) {
@@ -41,10 +30,10 @@ double bf16_definition_value(uint32_t code) {
 // truncation and the next code; the code past the largest finite acts as 2^128 as IEEE-754
 // §7.4 overflow specifies), compared with |x| exactly in double; ties go to the even code.
 uint16_t reference_bf16(float x) {
-  const uint32_t sign = bits_of(x) & 0x80000000u;
+  const uint32_t sign = float_bits(x) & 0x80000000u;
   const double magnitude = std::fabs(static_cast<double>(x));
   if (std::isinf(x)) return static_cast<uint16_t>((sign >> 16) | 0x7F80);
-  const uint32_t below_code = (bits_of(x) & 0x7FFFFFFFu) >> 16;
+  const uint32_t below_code = (float_bits(x) & 0x7FFFFFFFu) >> 16;
   const uint32_t above_code = below_code + 1;
   const double below = std::fabs(bf16_definition_value(below_code));
   const double above =
@@ -67,7 +56,7 @@ TEST(Bf16, DecodesEveryCodeAsTheDefinitionSays) {
     if (std::isnan(expected)) {
       EXPECT_TRUE(std::isnan(decoded)) << code;
     } else {
-      ASSERT_EQ(bits_of(decoded), bits_of(static_cast<float>(expected))) << code;
+      ASSERT_EQ(float_bits(decoded), float_bits(static_cast<float>(expected))) << code;
     }
   }
 }
@@ -87,8 +76,8 @@ TEST(Bf16, EncodeOfDecodeGivesBackEveryNonNanCodeAndNanStaysQuietNan) {
 }
 
 TEST(Bf16, MidpointsBetweenEveryPairOfNeighboursRoundToEven) {
-  for (uint32_t code = 0; code < 0x7F7F; ++code) {       // positive finite pairs (code, code + 1)
-    const float mid = float_of((code << 16) | 0x8000u);  // exactly halfway
+  for (uint32_t code = 0; code < 0x7F7F; ++code) {  // positive finite pairs (code, code + 1)
+    const float mid = float_from_bits((code << 16) | 0x8000u);  // exactly halfway
     const uint32_t even = (code & 1u) == 0 ? code : code + 1;
     ASSERT_EQ(encode_bf16(mid), even) << code;
     ASSERT_EQ(encode_bf16(-mid), even | 0x8000u) << code;
@@ -99,22 +88,22 @@ TEST(Bf16, MidpointsBetweenEveryPairOfNeighboursRoundToEven) {
 
 TEST(Bf16, OverflowRoundsToInfinityAndSpecialsSurvive) {
   EXPECT_EQ(encode_bf16(std::numeric_limits<float>::max()), 0x7F80);  // above the top midpoint
-  EXPECT_EQ(encode_bf16(float_of(0x7F7F7FFFu)), 0x7F7F);              // just below it
+  EXPECT_EQ(encode_bf16(float_from_bits(0x7F7F7FFFu)), 0x7F7F);       // just below it
   EXPECT_EQ(encode_bf16(HUGE_VALF), 0x7F80);
   EXPECT_EQ(encode_bf16(-HUGE_VALF), 0xFF80);
   EXPECT_EQ(encode_bf16(0.0f), 0x0000);
   EXPECT_EQ(encode_bf16(-0.0f), 0x8000);
-  EXPECT_EQ(encode_bf16(float_of(0x00008000u)), 0x0000);  // subnormal tie to even (0)
-  EXPECT_EQ(encode_bf16(float_of(0x00018000u)), 0x0002);  // subnormal tie to even (2)
-  EXPECT_EQ(encode_bf16(float_of(0x7F800001u)), 0x7FC0);  // signalling NaN -> quiet NaN
-  EXPECT_EQ(encode_bf16(float_of(0xFFFFFFFFu)), 0xFFFF);  // NaN payload top bits kept
-  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256.0f), 1.0f);   // tie 1|1+2^-7 goes to even 1
+  EXPECT_EQ(encode_bf16(float_from_bits(0x00008000u)), 0x0000);  // subnormal tie to even (0)
+  EXPECT_EQ(encode_bf16(float_from_bits(0x00018000u)), 0x0002);  // subnormal tie to even (2)
+  EXPECT_EQ(encode_bf16(float_from_bits(0x7F800001u)), 0x7FC0);  // signalling NaN -> quiet NaN
+  EXPECT_EQ(encode_bf16(float_from_bits(0xFFFFFFFFu)), 0xFFFF);  // NaN payload top bits kept
+  EXPECT_EQ(round_to_bf16(1.0f + 1.0f / 256.0f), 1.0f);          // tie 1|1+2^-7 goes to even 1
 }
 
 TEST(Bf16, EncodesASweepOfFloatBitPatternsLikeTheReference) {
   int checked = 0;
   for (uint64_t bits = 0; bits <= 0xFFFFFFFFull; bits += 4093) {
-    const float x = float_of(static_cast<uint32_t>(bits));
+    const float x = float_from_bits(static_cast<uint32_t>(bits));
     if (std::isnan(x)) continue;
     ASSERT_EQ(encode_bf16(x), reference_bf16(x)) << "bits 0x" << std::hex << bits;
     ++checked;

@@ -11,6 +11,7 @@
 #include "precision/format_reference.h"
 #include "precision/fp6_fp4.h"
 #include "precision/fp8.h"
+#include "precision/host_device.h"
 
 namespace gnmr {
 namespace {
@@ -39,18 +40,6 @@ const FormatUnderTest kFormats[] = {
     {&test::kE2m1Definition, encode_fp4_e2m1, decode_fp4_e2m1, Overflow::kSaturate, 0x7, 0xF},
 };
 
-uint32_t bits_of(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  return bits;
-}
-
-float float_of(uint32_t bits) {
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
-
 class MinifloatFormat : public ::testing::TestWithParam<FormatUnderTest> {};
 
 TEST_P(MinifloatFormat, DecodesEveryCodeAsTheDefinitionSays) {
@@ -63,7 +52,7 @@ TEST_P(MinifloatFormat, DecodesEveryCodeAsTheDefinitionSays) {
       continue;
     }
     // Exact: every value is a float; bit equality also checks the sign of zero.
-    EXPECT_EQ(bits_of(decoded), bits_of(static_cast<float>(expected)))
+    EXPECT_EQ(float_bits(decoded), float_bits(static_cast<float>(expected)))
         << f.definition->name << " code " << code << " expected " << expected;
   }
 }
@@ -137,7 +126,7 @@ TEST_P(MinifloatFormat, ZeroKeepsItsSignAndNanFollowsTheFormatRule) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(f.encode(nan), f.nan_code_positive);
   EXPECT_EQ(f.encode(-nan), f.nan_code_negative);
-  EXPECT_EQ(f.encode(float_of(0x7F800001u)), f.nan_code_positive);  // signalling NaN
+  EXPECT_EQ(f.encode(float_from_bits(0x7F800001u)), f.nan_code_positive);  // signalling NaN
 }
 
 TEST_P(MinifloatFormat, EncodesASweepOfFloatBitPatternsLikeTheReference) {
@@ -156,7 +145,7 @@ TEST_P(MinifloatFormat, EncodesASweepOfFloatBitPatternsLikeTheReference) {
   }
   int mismatches = 0;
   for (uint32_t bits : patterns) {
-    const float x = float_of(bits);
+    const float x = float_from_bits(bits);
     if (std::isnan(x)) continue;
     const uint32_t expected = test::reference_encode(*f.definition, table, x, f.overflow);
     const uint32_t actual = f.encode(x);
