@@ -159,6 +159,67 @@ TEST(QuantizeFineGrained, FakeQuantizeEqualsDequantizeOfQuantizeAndWorksInPlace)
   }
 }
 
+// Counts the float bit patterns (a stride through all 2^32, so every exponent, both signs,
+// zeros, subnormals, infinities and NaNs) on which the fast fake quantizer differs from the
+// storage-code reference, at several scales.
+template <FpFormat kFormat>
+int64_t fast_fake_quantize_mismatches() {
+  int64_t mismatches = 0;
+  for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 4093) {
+    const float x = float_from_bits(static_cast<uint32_t>(bits));
+    for (float scale : {1.0f, 0.37f, 3.0e-5f, 0.0f}) {
+      const float fast = fake_quantize_fp_element_fast<kFormat>(x, scale);
+      const float reference = fake_quantize_fp_element(x, scale, kFormat);
+      if (float_bits(fast) != float_bits(reference)) ++mismatches;
+    }
+  }
+  return mismatches;
+}
+
+TEST(QuantizeFineGrained, FastElementFakeQuantizerMatchesTheStorageCodecs) {
+  EXPECT_EQ(fast_fake_quantize_mismatches<FpFormat::kE4M3>(), 0);
+  EXPECT_EQ(fast_fake_quantize_mismatches<FpFormat::kE5M2>(), 0);
+  EXPECT_EQ(fast_fake_quantize_mismatches<FpFormat::kE3M2>(), 0);
+  EXPECT_EQ(fast_fake_quantize_mismatches<FpFormat::kE2M3>(), 0);
+  EXPECT_EQ(fast_fake_quantize_mismatches<FpFormat::kE2M1>(), 0);
+  // Ties between two codes go to the even one: 2.5 lies between e2m1's 2 and 3, 5 between 4
+  // and 6, 0.25 between 0 and the subnormal 0.5.
+  EXPECT_EQ(fake_quantize_fp_element_fast<FpFormat::kE2M1>(2.5f, 1.0f), 2.0f);
+  EXPECT_EQ(fake_quantize_fp_element_fast<FpFormat::kE2M1>(-5.0f, 1.0f), -4.0f);
+  EXPECT_EQ(float_bits(fake_quantize_fp_element_fast<FpFormat::kE2M1>(-0.25f, 1.0f)),
+            float_bits(-0.0f));
+  EXPECT_EQ(fake_quantize_fp_element_fast<FpFormat::kE2M1>(0.75f, 1.0f), 1.0f);
+}
+
+TEST(QuantizeFineGrained, FakeQuantizeEqualsDequantizeOfQuantizeForEveryBlockShape) {
+  // The fake quantizer walks rows band by band; the reference quantizes block by block. Tall
+  // 128x1 blocks are the weight-gradient GEMM's; odd shapes leave partial blocks on both edges.
+  // A NaN, an infinity and an all-zero band check that the running max and scale-0 rule agree.
+  const int64_t rows = 261, cols = 131;
+  std::vector<float> x = random_matrix(rows, cols, 4);
+  x[7 * cols + 3] = std::nanf("");
+  x[140 * cols + 130] = INFINITY;
+  for (int64_t c = 0; c < cols; ++c) x[260 * cols + c] = 0.0f;
+  const int64_t shapes[][2] = {{128, 128}, {1, 128}, {128, 1}, {3, 5}, {1, 1}};
+  for (FpFormat format : kAllFormats) {
+    for (const auto& shape : shapes) {
+      std::vector<uint8_t> codes(rows * cols);
+      std::vector<float> scales(fp_blockwise_scale_count(rows, cols, shape[0], shape[1]));
+      std::vector<float> restored(rows * cols), fake(rows * cols);
+      quantize_fp_blockwise(x.data(), rows, cols, shape[0], shape[1], format, codes.data(),
+                            scales.data());
+      dequantize_fp_blockwise(codes.data(), scales.data(), rows, cols, shape[0], shape[1], format,
+                              restored.data());
+      fake_quantize_fp_blockwise(x.data(), rows, cols, shape[0], shape[1], format, fake.data());
+      for (int64_t i = 0; i < rows * cols; ++i) {
+        ASSERT_EQ(float_bits(fake[i]), float_bits(restored[i]))
+            << fp_format_name(format) << " blocks " << shape[0] << "x" << shape[1] << " element "
+            << i;
+      }
+    }
+  }
+}
+
 TEST(QuantizeFineGrained, PartialTilesAndBlocksGetTheirOwnScales) {
   // Tiles: cols = 300 -> 128, 128, 44. Blocks: rows = 200, cols = 300 -> 2 x 3, the last
   // row of blocks 72 tall and the last column 44 wide.
