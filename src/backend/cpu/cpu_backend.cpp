@@ -46,6 +46,10 @@ class CpuBackend final : public Backend {
     // One BLAS thread: the backend parallelizes GEMMs itself (gemm_parallel), and the
     // per-(batch, head) attention GEMMs run inside OpenMP regions.
     openblas_set_num_threads(1);
+    // The quantizers in src/precision open plain `omp parallel for` regions (they cannot take
+    // the backend's thread count); without this they would use every core even at
+    // train.threads=1, and spin at their barriers when another job holds the other cores.
+    omp_set_num_threads(threads_);
   }
 
   ~CpuBackend() override {
@@ -164,32 +168,30 @@ class CpuBackend final : public Backend {
                               const GroupwiseSpec& spec, const RngKey& key) override {
     const int64_t n = rows(x), d = cols(x);
     validate_groupwise_spec(d, spec);
-    GNMR_CHECK(packed.dtype == DType::U8 &&
-                   packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
+    GNMR_CHECK(packed.dtype == DType::U8 && packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
                    static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
                "quantize_int_groupwise: x " + x.shape_string() + " needs " +
                    std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
                    std::to_string(scale_count(n, d, spec)) + " scales, got " +
                    packed.shape_string() + " and " + scales.shape_string());
-    cpu::quantize_int_groupwise(f32(x), n, d, spec, static_cast<uint8_t*>(packed.data),
-                                f32(scales), key);
+    cpu::quantize_int_groupwise(f32(x), n, d, spec, static_cast<uint8_t*>(packed.data), f32(scales),
+                                key);
   }
   void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
                                 const GroupwiseSpec& spec, Tensor& out) override {
     const int64_t n = rows(out), d = cols(out);
     validate_groupwise_spec(d, spec);
-    GNMR_CHECK(packed.dtype == DType::U8 &&
-                   packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
+    GNMR_CHECK(packed.dtype == DType::U8 && packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
                    static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
                "dequantize_int_groupwise: out " + out.shape_string() + " needs " +
                    std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
                    std::to_string(scale_count(n, d, spec)) + " scales, got " +
                    packed.shape_string() + " and " + scales.shape_string());
-    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32(scales), n, d,
-                                  spec, f32(out));
+    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32(scales), n, d, spec,
+                                  f32(out));
   }
-  void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format,
-                                  int64_t block_rows, int64_t block_cols) override {
+  void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format, int64_t block_rows,
+                                  int64_t block_cols) override {
     check_same_shape(x, out, "fake_quantize_fp_blockwise");
     GNMR_CHECK(block_rows > 0 && block_cols > 0, "fake_quantize_fp_blockwise: empty block");
     cpu::fake_quantize_fp_blockwise(f32(x), rows(x), cols(x), format, block_rows, block_cols,
