@@ -74,6 +74,10 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
   Thresholds thresholds = thresholds_at(options_, step);
   if (!use_delta) thresholds.beta = std::numeric_limits<double>::infinity();
   const bool decisions = step >= options_.warmup_steps;
+  // Before history_start no unit is observed (controller_options.h): the monitor's state is
+  // left as if these steps never happened, and no unit is judged, not even for an invalid
+  // norm.
+  const bool in_history = step >= options_.history_start;
 
   // 1. Scores (every kind runs the monitor, so telemetry is comparable).
   scores_.resize(static_cast<size_t>(n_decision));
@@ -81,8 +85,12 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
   eligible_.assign(static_cast<size_t>(n_decision), 0);
   for (int d = 0; d < n_decision; ++d) {
     decision_norms_[d] = units_.decision_norm(d, unit_grad_norms);
-    scores_[d] = monitor_.observe(d, decision_norms_[d], history_, thresholds.alpha);
-    eligible_[d] = decisions && (scores_[d].ready() || !scores_[d].norm_valid);
+    if (in_history) {
+      scores_[d] = monitor_.observe(d, decision_norms_[d], history_, thresholds.alpha);
+    } else {
+      scores_[d] = RiskMonitor::unobserved(decision_norms_[d]);
+    }
+    eligible_[d] = decisions && in_history && (scores_[d].ready() || !scores_[d].norm_valid);
   }
   PolicyInputs inputs{&scores_, &eligible_, thresholds, use_delta, ranking_};
   assess_units(inputs, locks_, policy_);

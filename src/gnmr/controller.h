@@ -16,6 +16,10 @@
 // Dynamic controllers return all-Low plans until step >= warmup_steps; GNMR kinds also wait
 // for each unit's GNMR and Δ-GNMR to be defined (its (δ+2)-th valid norm); an invalid norm
 // (NaN/Inf) after warm-up makes its unit a candidate of risk +inf (monitor.h).
+// Before step history_start no unit is observed: its norm reaches neither the monitor's mean
+// nor its Δ window, its scores are undefined, and it is never eligible, even for an invalid
+// norm — so the telemetry (eligible, exceedances, invalid_norms) counts nothing for it, as
+// before warm-up. Plans of random and topk_norm, which ignore the monitor, do not change.
 #pragma once
 
 #include <cstdint>

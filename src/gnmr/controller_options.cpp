@@ -121,6 +121,9 @@ void validate_controller_options(const ControllerOptions& o) {
   if (o.warmup_steps < 0) {
     fail("warmup_steps", "must be >= 0 (got " + std::to_string(o.warmup_steps) + ")");
   }
+  if (o.history_start < 0) {
+    fail("history_start", "must be >= 0 (got " + std::to_string(o.history_start) + ")");
+  }
   if (o.schedule_steps < 0) {
     fail("schedule_steps", "must be >= 0 (got " + std::to_string(o.schedule_steps) + ")");
   }
@@ -161,6 +164,8 @@ ControllerOptions controller_options_from_json(const json& section) {
       o.lock_steps = read_int(value, key);
     } else if (key == "warmup_steps") {
       o.warmup_steps = read_int(value, key);
+    } else if (key == "history_start") {
+      o.history_start = read_integer(value, key);
     } else if (key == "threshold_schedule") {
       o.threshold_schedule = read_choice(value, key, kSchedules);
     } else if (key == "alpha_final") {
@@ -217,6 +222,7 @@ nlohmann::json controller_options_to_json(const ControllerOptions& o) {
               {"window", o.window},
               {"lock_steps", o.lock_steps},
               {"warmup_steps", o.warmup_steps},
+              {"history_start", o.history_start},
               {"threshold_schedule", o.threshold_schedule},
               {"alpha_final", std::isnan(o.alpha_final) ? o.alpha : o.alpha_final},
               {"beta_final", std::isnan(o.beta_final) ? o.beta : o.beta_final},

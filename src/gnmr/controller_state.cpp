@@ -2,7 +2,8 @@
 //
 // Blob layout (version 1, all integers little-endian, doubles as their IEEE-754 bits):
 //   "GNMRCTL\0"  u32 version
-//   u64 length + bytes: the resolved options as JSON (controller_options_to_json)
+//   u64 length + bytes: the resolved options as JSON (controller_options_to_json); a key
+//                      missing here (a state older than the key) reads as its default
 //   i32 n_layers, i32 n_decision_units, i32 window
 //   i64 observations, i64 last_step
 //   per decision unit: f64 norm_sum, i64 norm_count, i32 window_filled, i32 window_next,
@@ -167,10 +168,17 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
          std::to_string(units_.n_units()) + " units)");
   }
   const nlohmann::json current = controller_options_to_json(options_);
+  const nlohmann::json defaults = controller_options_to_json(ControllerOptions{});
   for (const auto& [key, value] : current.items()) {
-    if (!saved.contains(key) || saved[key] != value) {
+    // A key missing from the state was added after the state was written (e.g.
+    // history_start); new keys default to the old behaviour, so the state ran with the
+    // default and matches only a config that keeps it.
+    const bool stored = saved.contains(key);
+    const nlohmann::json& state_value = stored ? saved.at(key) : defaults.at(key);
+    if (state_value != value) {
       fail("gnmr." + key + " differs (state " +
-           (saved.contains(key) ? saved[key].dump() : "absent") + ", config " + value.dump() + ")");
+           (stored ? state_value.dump() : "absent, i.e. the default " + state_value.dump()) +
+           ", config " + value.dump() + ")");
     }
   }
   if (window != options_.window) fail("damaged blob (window record)");

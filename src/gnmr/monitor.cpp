@@ -34,10 +34,15 @@ double RiskMonitor::window_mean(int unit) const {
   return sum / window_;
 }
 
-UnitScores RiskMonitor::observe(int unit, double norm, HistoryMode history, double alpha_t) {
+UnitScores RiskMonitor::unobserved(double norm) {
   UnitScores scores;
   scores.norm = norm;
   scores.norm_valid = std::isfinite(norm) && norm >= 0.0;
+  return scores;
+}
+
+UnitScores RiskMonitor::observe(int unit, double norm, HistoryMode history, double alpha_t) {
+  UnitScores scores = unobserved(norm);
   if (!scores.norm_valid) return scores;  // history and window untouched
 
   double& sum = state_.norm_sum[unit];

@@ -4,7 +4,9 @@
 //   Δ-GNMR_t(u) = GNMR_t(u) / mean(GNMR_{t-δ}(u) .. GNMR_{t-1}(u))  short window δ
 //
 // t counts the unit's recorded observations, so GNMR is defined from the 2nd observation
-// and Δ-GNMR from the (δ+2)-th. Sums are kept in double, in observation order.
+// and Δ-GNMR from the (δ+2)-th. Sums are kept in double, in observation order. "All
+// history" is what the caller records: the controller records nothing before
+// gnmr.history_start (controller_options.h).
 //
 // Edge cases (documented choices):
 // - A NaN, ±Inf or negative norm is "invalid": its scores are NaN, the caller treats the unit
@@ -48,6 +50,10 @@ class RiskMonitor {
   // Scores norm n against unit u's history, then records it (see the header comment).
   // alpha_t matters only for HistoryMode::Capped.
   UnitScores observe(int unit, double norm, HistoryMode history, double alpha_t);
+
+  // The scores of a norm that is shown but not recorded (steps before gnmr.history_start):
+  // the norm and its validity, GNMR and Δ-GNMR undefined. No state changes.
+  static UnitScores unobserved(double norm);
 
   // Raw state, for save/load (controller_state.cpp).
   struct State {

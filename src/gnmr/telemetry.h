@@ -32,7 +32,8 @@ struct StepTelemetry {
   double beta_t = 0.0;           // +inf for gnmr_no_delta
   int active_units = 0;          // projection units on Recovery in the returned plan
   int candidate_units = 0;       // decision units: risky or locked
-  int eligible_units = 0;        // decision units judged this step (ready or invalid norm)
+  int eligible_units = 0;        // decision units judged this step (ready or invalid norm);
+                                 // none before warmup_steps or gnmr.history_start
   int gnmr_exceedances = 0;      // eligible units with GNMR > α_t (finite or not)
   int delta_exceedances = 0;     // eligible units with Δ-GNMR > β_t
   int invalid_norms = 0;         // eligible units whose norm was NaN/Inf/negative

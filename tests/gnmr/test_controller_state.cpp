@@ -58,6 +58,13 @@ std::vector<ControllerOptions> variants() {
   o.warmup_steps = 12;
   o.per_kind_cap = {{"down", 1}};
   list.push_back(o);
+  // history_start: one run saved mid-history (from step 20), one saved before its history
+  // starts (at 60) so the restored controller crosses history_start itself.
+  for (int64_t history_start : {20, 60}) {
+    ControllerOptions late = quick_options("gnmr", 3);
+    late.history_start = history_start;
+    list.push_back(late);
+  }
   return list;
 }
 
@@ -100,6 +107,18 @@ TEST(ControllerState, LoadRefusesOtherUnitCountsOtherOptionsAndDamagedBlobs) {
   EXPECT_NE(error_of(other_alpha, blob).find("gnmr.alpha differs"), std::string::npos)
       << error_of(other_alpha, blob);
 
+  other = quick_options();
+  other.history_start = 4;
+  Controller other_start(other, kLayers);
+  EXPECT_NE(error_of(other_start, blob).find("gnmr.history_start differs (state 0, config 4)"),
+            std::string::npos)
+      << error_of(other_start, blob);
+  Controller late_source(other, kLayers);
+  for (int step = 0; step < 10; ++step) late_source.observe(step, stream[step]);
+  Controller from_start(quick_options(), kLayers);
+  EXPECT_NE(error_of(from_start, late_source.save_state()).find("gnmr.history_start differs"),
+            std::string::npos);
+
   Controller target(quick_options(), kLayers);
   std::vector<uint8_t> flipped = blob;
   flipped[flipped.size() / 2] ^= 0x10;
@@ -109,6 +128,56 @@ TEST(ControllerState, LoadRefusesOtherUnitCountsOtherOptionsAndDamagedBlobs) {
   EXPECT_NE(error_of(target, {}).find("bad magic"), std::string::npos);
   // A refused load leaves the controller untouched.
   EXPECT_EQ(target.save_state(), Controller(quick_options(), kLayers).save_state());
+}
+
+// The blob as a build from before `key` existed wrote it: the key dropped from the options
+// record, length and checksum redone (layout: controller_state.cpp).
+std::vector<uint8_t> without_option(const std::vector<uint8_t>& blob, const std::string& key) {
+  auto u64_at = [&blob](size_t pos) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(blob[pos + i]) << (8 * i);
+    return v;
+  };
+  auto put_u64 = [](std::vector<uint8_t>& out, uint64_t v) {
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  constexpr size_t kHeader = 8 + 4;  // magic, version
+  const size_t options_size = u64_at(kHeader);
+  const size_t options_begin = kHeader + 8;
+  nlohmann::json options = nlohmann::json::parse(blob.begin() + options_begin,
+                                                 blob.begin() + options_begin + options_size);
+  EXPECT_EQ(options.erase(key), 1u);
+  const std::string text = options.dump();
+  std::vector<uint8_t> out(blob.begin(), blob.begin() + kHeader);
+  put_u64(out, text.size());
+  out.insert(out.end(), text.begin(), text.end());
+  out.insert(out.end(), blob.begin() + options_begin + options_size, blob.end() - 8);
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a, as controller_state.cpp
+  for (uint8_t byte : out) hash = (hash ^ byte) * 0x100000001b3ull;
+  put_u64(out, hash);
+  return out;
+}
+
+TEST(ControllerState, StateFromBeforeHistoryStartExistedLoadsOnlyWithTheDefault) {
+  Controller source(quick_options(), kLayers);
+  const auto stream = testing::noisy_stream(kUnits, 20, 3);
+  for (int step = 0; step < 10; ++step) source.observe(step, stream[step]);
+  const std::vector<uint8_t> old_blob = without_option(source.save_state(), "history_start");
+
+  Controller resumed(quick_options(), kLayers);
+  ASSERT_EQ(error_of(resumed, old_blob), "");
+  EXPECT_EQ(resumed.save_state(), source.save_state());  // the key is written again
+  for (int step = 10; step < 20; ++step) {
+    ASSERT_EQ(resumed.observe(step, stream[step]), source.observe(step, stream[step])) << step;
+  }
+
+  ControllerOptions late = quick_options();
+  late.history_start = 5;
+  Controller other(late, kLayers);
+  EXPECT_NE(error_of(other, old_blob)
+                .find("gnmr.history_start differs (state absent, i.e. the default 0, config 5)"),
+            std::string::npos)
+      << error_of(other, old_blob);
 }
 
 }  // namespace

@@ -31,6 +31,8 @@ TEST(ControllerOptionsJson, DefaultsParseToTheDefaultStruct) {
   EXPECT_EQ(empty.window, 8);
   EXPECT_EQ(empty.lock_steps, 10);
   EXPECT_EQ(empty.warmup_steps, 20);
+  EXPECT_EQ(empty.history_start, 0);                                // the paper's whole history
+  EXPECT_EQ(controller_options_defaults().at("history_start"), 0);  // so the schema knows it
   EXPECT_EQ(empty.alpha, 1.5);
   EXPECT_EQ(empty.beta, 1.5);
 }
@@ -43,6 +45,7 @@ TEST(ControllerOptionsJson, EveryKeyRoundTrips) {
                         {"window", 4},
                         {"lock_steps", 0},
                         {"warmup_steps", 5},
+                        {"history_start", 40},
                         {"threshold_schedule", "cosine"},
                         {"alpha_final", 1.2},
                         {"beta_final", 1.1},
@@ -56,6 +59,7 @@ TEST(ControllerOptionsJson, EveryKeyRoundTrips) {
   EXPECT_EQ(controller_options_to_json(o), section);
   EXPECT_EQ(o.per_kind_cap.at("down"), 2);
   EXPECT_EQ(o.seed, 42u);
+  EXPECT_EQ(o.history_start, 40);
   EXPECT_EQ(controller_options_from_json(json{{"window", 8.0}}).window, 8);  // integral float
 }
 
@@ -70,6 +74,13 @@ TEST(ControllerOptionsJson, ErrorsNameTheKey) {
   EXPECT_NE(error_of({{"window", "8"}}).find("gnmr.window"), std::string::npos);
   EXPECT_NE(error_of({{"lock_steps", -1}}).find("gnmr.lock_steps"), std::string::npos);
   EXPECT_NE(error_of({{"warmup_steps", -3}}).find("gnmr.warmup_steps"), std::string::npos);
+  EXPECT_EQ(error_of({{"history_start", -1}}), "gnmr.history_start: must be >= 0 (got -1)");
+  EXPECT_NE(error_of({{"history_start", 4.5}}).find("gnmr.history_start: must be an integer"),
+            std::string::npos);
+  EXPECT_EQ(error_of({{"history_start", 0}}), "");
+  ControllerOptions negative_start;
+  negative_start.history_start = -1;
+  EXPECT_THROW(validate_controller_options(negative_start), std::invalid_argument);
   EXPECT_NE(error_of({{"controller", "gnmrr"}}).find("gnmr.controller: must be one of"),
             std::string::npos);
   EXPECT_NE(error_of({{"ranking", 3}}).find("gnmr.ranking"), std::string::npos);
