@@ -10,6 +10,7 @@ invocation skips the finished runs. Then every table file must load at every sca
 import argparse
 import glob
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -31,6 +32,32 @@ def reproduce(args, *extra):
            "--corpus-dir", os.path.join(args.out, "brown-shards")]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return result.returncode, result.stdout + result.stderr
+
+
+def check_calibration_replay(table_dir):
+    """scripts/calibrate_gnmr.py replays a run's norm trace with the run's own settings and
+    must find the exceedance rate the controller reported (gnmr_summary.json), within one
+    unit-step for the trace's 6-digit norms."""
+    traces = glob.glob(os.path.join(table_dir, "*", "seed-*", "gnmr_trace.jsonl"))
+    if not traces:
+        fail(f"no gnmr_trace.jsonl under {table_dir}")
+    run_dir = os.path.dirname(traces[0])
+    spec = importlib.util.spec_from_file_location(
+        "calibrate_gnmr", os.path.join(REPO, "scripts", "calibrate_gnmr.py"))
+    calibrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibrate)
+    with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
+        options = json.load(f)["gnmr"]
+    with open(os.path.join(run_dir, "gnmr_summary.json"), encoding="utf-8") as f:
+        summary = json.load(f)
+    rate, _, _, eligible = calibrate.exceedance(
+        calibrate.read_norms(traces[0]), options.get("history_start", 0),
+        options["warmup_steps"], options["alpha"], options["beta"], options["window"])
+    if eligible != summary["eligible_unit_steps"] or \
+            abs(rate - summary["exceedance_rate"]) > 1.0 / eligible + 1e-12:
+        fail(f"calibrate_gnmr.py replay of {traces[0]}: exceedance {rate:.4f} over {eligible} "
+             f"unit-steps, the controller reported {summary['exceedance_rate']:.4f} over "
+             f"{summary['eligible_unit_steps']}")
 
 
 def main():
@@ -77,6 +104,8 @@ def main():
     rc, out = reproduce(args, args.table, "--scale", "smoke")
     if rc != 0 or "finished earlier: skipped" not in out or " ran " in out:
         fail(f"a second invocation did not skip the finished runs (exit {rc})", out)
+
+    check_calibration_replay(table_dir)
 
     tables = [f[:-5] for f in os.listdir(os.path.join(REPO, "configs", "experiments"))
               if f.endswith(".json") and f != "scales.json"]
