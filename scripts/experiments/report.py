@@ -72,6 +72,7 @@ def collect(cells, runs, results):
             "ppl_mean": mean(ppl), "ppl_sd": statistics.stdev(ppl) if len(ppl) >= 2 else None,
             "ppl_min": min(ppl) if ppl else None, "ppl_max": max(ppl) if ppl else None,
             "val_loss_mean": mean([l["val_loss"] for l in done]),
+            "val_loss_by_seed": {l["seed"]: l["val_loss"] for l in done},
             "active_fraction": mean([s.get("active_fraction") for s in summaries]),
             "exceedance_rate": mean([s.get("exceedance_rate") for s in summaries]),
             "switches_per_1000": mean([s.get("switches_per_1000_steps") for s in summaries]),
@@ -94,13 +95,40 @@ def _ref(stats, method, model):
                  and s["n"] > 0), None)
 
 
+def paired_loss_delta(s, ref):
+    """Per-seed val-loss differences s − ref over the seeds both finished, as (mean, sd, n).
+    Every cell of a seed starts from the same initial weights and sees the same batches
+    (scales.json `seed_keys`), so the paired difference cancels most of the seed-to-seed
+    spread that a difference of means carries."""
+    seeds = sorted(set(s["val_loss_by_seed"]) & set(ref["val_loss_by_seed"]))
+    diffs = [s["val_loss_by_seed"][k] - ref["val_loss_by_seed"][k] for k in seeds]
+    if not diffs:
+        return None
+    return mean(diffs), statistics.stdev(diffs) if len(diffs) >= 2 else None, len(diffs)
+
+
+def _fmt_paired(s, ref):
+    if ref is None or s["n"] == 0:
+        return "—"
+    if ref is s:
+        return "(reference)"
+    paired = paired_loss_delta(s, ref)
+    if paired is None:
+        return "—"
+    m, sd, n = paired
+    text = f"{m:+.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
+    return text + (f" (n={n})" if n != s["n"] else "")
+
+
 def markdown(table, scale_name, stats, command, environment, plot_files, plot_note, corpus_dir):
     ref_label = table["methods"][table["reference"]]["label"] if table["reference"] else None
     low_label = table["methods"][table["low_reference"]]["label"] if table["low_reference"] else None
     lines = [f"# Table `{table['name']}` at scale `{scale_name}`", "", table["title"] + ".", "",
              "Reproduce (from the repository root):", "", "```", command, "```", ""]
     head = ["model", "method", "seeds", "val ppl", "min–max",
-            f"Δ ppl vs {ref_label}" if ref_label else "Δ ppl", "Δ val loss",
+            f"Δ ppl vs {ref_label}" if ref_label else "Δ ppl",
+            f"paired Δ val loss vs {ref_label}" if ref_label else "paired Δ val loss",
+            f"paired Δ val loss vs {low_label}" if low_label else "paired Δ val loss vs low",
             "active units", "exceedance rate", "switches /1k steps", "tokens/s",
             f"step time vs {low_label}" if low_label else "step time", "peak RSS"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -112,13 +140,12 @@ def markdown(table, scale_name, stats, command, environment, plot_files, plot_no
         if s["ppl_mean"] is not None:
             ppl = f"{s['ppl_mean']:.2f}" + (f" ± {s['ppl_sd']:.2f}" if s["ppl_sd"] is not None else "")
         spread = (f"{s['ppl_min']:.2f}–{s['ppl_max']:.2f}" if s["n"] >= 2 else "—")
-        delta = dloss = "—"
+        delta = "—"
         if ref and s["ppl_mean"] is not None and ref is not s:
             d = s["ppl_mean"] - ref["ppl_mean"]
             delta = f"{d:+.2f} ({100 * d / ref['ppl_mean']:+.1f}%)"
-            dloss = f"{s['val_loss_mean'] - ref['val_loss_mean']:+.4f}"
         elif ref is s:
-            delta = dloss = "(reference)"
+            delta = "(reference)"
         active = "—"
         if s["active_fraction"] is not None and runner.has_low_path(c["overrides"]):
             active = f"{100 * s['active_fraction']:.1f}%"
@@ -129,7 +156,8 @@ def markdown(table, scale_name, stats, command, environment, plot_files, plot_no
             overhead = ("(reference)" if low is s
                         else f"{100 * (s['step_ms'] / low['step_ms'] - 1):+.1f}%")
         seeds = f"{s['n']}/{s['n_asked']}" + (" ⚠" if s["problems"] else "")
-        row = [c["model"], c["label"], seeds, ppl, spread, delta, dloss, active,
+        row = [c["model"], c["label"], seeds, ppl, spread, delta, _fmt_paired(s, ref),
+               _fmt_paired(s, low), active,
                _fmt(s["exceedance_rate"] and 100 * s["exceedance_rate"], ".3f") + (
                    "%" if s["exceedance_rate"] is not None else ""),
                _fmt(s["switches_per_1000"], ".1f"), _fmt(s["tokens_per_s"], ".0f"), overhead,
@@ -138,7 +166,11 @@ def markdown(table, scale_name, stats, command, environment, plot_files, plot_no
         lines.append("| " + " | ".join(row) + " |")
     lines += ["", "Columns: **val ppl** = validation perplexity at the last step, mean ± sample "
               "standard deviation (n−1) over the finished seeds; **min–max** = its range over "
-              "seeds; **Δ** = difference of the means (perplexity, and validation loss in nats); "
+              "seeds; **Δ ppl** = difference of the means; **paired Δ val loss** = the per-seed "
+              "difference of the final validation loss (nats) to the reference cell's run of the "
+              "same seed, mean ± sd over seeds (every cell of a seed starts from the same weights "
+              "and sees the same batches, so this cancels most of the seed spread; negative = "
+              "better); "
               "**active units** = mean share of projection units on the recovery path per step "
               "(gnmr_summary.json `active_fraction`; — for recipes without a low path), with the "
               "budget `gnmr.max_active` in units; **exceedance rate** = "

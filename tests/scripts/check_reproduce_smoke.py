@@ -94,6 +94,12 @@ def main():
             float(ppl.split()[0])
         except ValueError:
             fail(f"row without a val perplexity: {row}", text)
+        paired = row.split("|")[7].strip()
+        if paired != "(reference)":
+            try:
+                float(paired.split()[0])
+            except ValueError:
+                fail(f"row without a paired Δ val loss against the reference: {row}", text)
     if have_matplotlib:
         pngs = glob.glob(os.path.join(table_dir, "*.png"))
         if not any(os.path.basename(p).startswith("loss_") for p in pngs):
