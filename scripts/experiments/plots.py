@@ -30,36 +30,66 @@ def _smooth(np, y, window):
 
 
 def _curves(np, runs):
-    """Aligned train-loss curves of a cell's finished runs: (steps, [n_seeds, n_steps])."""
-    curves = [dict(r["train"]) for r in runs if r["finished"] and r["train"]]
+    """Aligned train-loss curves of a cell's finished runs: (steps, [n_seeds, n_steps], seeds)."""
+    finished = [r for r in runs if r["finished"] and r["train"]]
+    curves = [dict(r["train"]) for r in finished]
     if not curves:
-        return None, None
+        return None, None, None
     steps = sorted(set.intersection(*(set(c) for c in curves)))
     if not steps:
-        return None, None
-    return np.array(steps), np.array([[c[s] for s in steps] for c in curves])
+        return None, None, None
+    return (np.array(steps), np.array([[c[s] for s in steps] for c in curves]),
+            [r["seed"] for r in finished])
+
+
+def _paired_panel(np, axd, series, ref, window):
+    """Each method's smoothed train loss minus `ref`'s run of the same seed (same initial
+    weights and batches), mean over seeds with the min–max band."""
+    for i, (s, steps, smooth, seeds) in enumerate(series):
+        paired_seeds = [k for k in seeds if k in ref[3]]
+        if not paired_seeds:
+            continue
+        color = f"C{i % 10}"
+        common, ia, ib = np.intersect1d(steps, ref[1], return_indices=True)
+        d = np.array([smooth[seeds.index(k)][ia] - ref[2][ref[3].index(k)][ib]
+                      for k in paired_seeds])
+        axd.plot(common, d.mean(axis=0), color=color, lw=1.4)
+        if len(d) > 1:
+            axd.fill_between(common, d.min(axis=0), d.max(axis=0), color=color, alpha=0.12)
+    axd.axhline(0, color="k", lw=0.8)
+    axd.set_ylabel(f"train loss − {ref[0]['cell']['label']}, same seed (nats)")
+    axd.set_title(f"paired difference to {ref[0]['cell']['label']}", fontsize=10)
+    axd.set_xlabel("step")
+    axd.grid(alpha=0.3)
+    if len(ref[1]) > 10:
+        axd.set_xlim(ref[1][len(ref[1]) // 10], ref[1][-1])
 
 
 def loss_curves(libs, table, stats, model, path):
-    """Two panels: smoothed train loss per method (mean over seeds, shaded min–max) with
-    the validation points; and each method's smoothed loss minus the reference's mean."""
+    """Panels: smoothed train loss per method (mean over seeds, shaded min–max) with the
+    validation points; then each method's paired difference (same seed) to the reference
+    cell and, when the table has one, to the static low-precision cell."""
     np, plt = libs
-    series = []  # (stat, steps, smoothed [seeds, steps])
+    series = []  # (stat, steps, smoothed [seeds, steps], seeds)
     for s in stats:
         if s["cell"]["model"] != model or s["n"] == 0:
             continue
-        steps, losses = _curves(np, s["runs"])
+        steps, losses, seeds = _curves(np, s["runs"])
         if steps is not None:
-            series.append((s, steps, losses))
+            series.append((s, steps, losses, seeds))
     if not series:
         return None
-    window = max(1, max(len(steps) for _, steps, _ in series) // 25)
-    series = [(s, steps, np.array([_smooth(np, l, window) for l in losses]))
-              for s, steps, losses in series]
-    ref = next((x for x in series if x[0]["cell"]["method"] == table["reference"]), None)
-    fig, (ax, axd) = plt.subplots(1, 2, figsize=(13, 4.8))
+    window = max(1, max(len(x[1]) for x in series) // 25)
+    series = [(s, steps, np.array([_smooth(np, l, window) for l in losses]), seeds)
+              for s, steps, losses, seeds in series]
+    refs = [next((x for x in series if x[0]["cell"]["method"] == table[key]), None)
+            for key in ("reference", "low_reference") if table.get(key)]
+    refs = [r for r in refs if r is not None]
+    fig, axes = plt.subplots(1, 1 + len(refs), figsize=(6.5 * (1 + len(refs)), 4.8),
+                             squeeze=False)
+    ax = axes[0][0]
     tops, bottoms = [], []
-    for i, (s, steps, smooth) in enumerate(series):
+    for i, (s, steps, smooth, seeds) in enumerate(series):
         color = f"C{i % 10}"
         label = f"{s['cell']['label']} (n={len(smooth)})"
         m = smooth.mean(axis=0)
@@ -77,30 +107,16 @@ def loss_curves(libs, table, stats, model, path):
         if evals:
             es = sorted(evals)
             ax.plot(es, [np.mean(evals[e]) for e in es], "o", color=color, ms=4)
-        if ref is not None:
-            common, ia, ib = np.intersect1d(steps, ref[1], return_indices=True)
-            d = smooth[:, ia] - ref[2].mean(axis=0)[ib]
-            axd.plot(common, d.mean(axis=0), color=color, label=label, lw=1.4)
-            if len(smooth) > 1:
-                axd.fill_between(common, d.min(axis=0), d.max(axis=0), color=color, alpha=0.2)
     ax.set_ylim(min(bottoms) - 0.05, max(tops) + 0.05)
     ax.set_xlabel("step")
     ax.set_ylabel(f"train loss (moving average, {window} steps); dots: val loss")
-    ax.set_title(f"{table['name']} / {model}: mean over seeds, band = min–max")
+    ax.set_title(f"{table['name']} / {model}: mean over seeds, band = min–max", fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    if ref is not None:
-        axd.axhline(0, color="k", lw=0.8)
-        axd.set_ylabel(f"train loss − {ref[0]['cell']['label']} mean (nats)")
-        axd.set_title("difference to the reference")
-        axd.set_xlabel("step")
-        axd.grid(alpha=0.3)
-        if len(ref[1]) > 10:
-            axd.set_xlim(ref[1][len(ref[1]) // 10], ref[1][-1])
-    else:
-        axd.set_visible(False)
+    for axd, ref in zip(axes[0][1:], refs):
+        _paired_panel(np, axd, series, ref, window)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
