@@ -19,6 +19,7 @@
 #include <string>
 
 #include "gnmr/controller.h"
+#include "util/fnv1a.h"
 
 namespace gnmr {
 
@@ -29,12 +30,6 @@ constexpr uint32_t kVersion = 1;
 
 [[noreturn]] void fail(const std::string& what) {
   throw std::invalid_argument("gnmr controller state: " + what);
-}
-
-uint64_t fnv1a(const uint8_t* data, size_t size) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (size_t i = 0; i < size; ++i) hash = (hash ^ data[i]) * 0x100000001b3ull;
-  return hash;
 }
 
 class BlobWriter {

@@ -17,6 +17,7 @@
 #include "train/session.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/fnv1a.h"
 #include "util/log.h"
 
 namespace fs = std::filesystem;
@@ -81,12 +82,6 @@ std::string format_duration(double seconds) {
   std::snprintf(text, sizeof(text), "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
                 (long long)(s % 60));
   return text;
-}
-
-uint64_t fnv1a(const void* data, size_t bytes, uint64_t h = 0xcbf29ce484222325ull) {
-  const unsigned char* p = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
 }
 
 // Rank 0 decides; every rank gets the same string.
@@ -243,7 +238,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
     if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || last || stop) {
       if (comm.world_size() > 1) {
         std::vector<std::vector<float>> weights = model_weights_to_host(session.backend(), session.model());
-        uint64_t h = 0xcbf29ce484222325ull;
+        uint64_t h = kFnv1aOffsetBasis;
         for (const auto& w : weights) h = fnv1a(w.data(), w.size() * sizeof(float), h);
         if (!comm.all_agree(h)) {
           throw Error(ErrorKind::Runtime, "step " + std::to_string(r.step) +

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -14,6 +15,11 @@ namespace gnmr::testing {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Bit equality of two scores, so NaN == NaN and +0 != -0: bit-exact resume and replay checks.
+inline bool same_bits(double a, double b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
 
 // Small, fast-reacting options: decisions from step 0 once δ = 2 windows are full
 // (the 4th observation), T_lock = 3.

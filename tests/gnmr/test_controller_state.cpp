@@ -2,17 +2,18 @@
 // continues bit-exactly, and a blob from another model/options or a damaged one is refused.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <string>
 
 #include "controller_test_util.h"
 #include "gnmr/controller.h"
+#include "util/fnv1a.h"
 
 namespace gnmr {
 namespace {
 
 using testing::all_controllers;
 using testing::quick_options;
+using testing::same_bits;
 
 constexpr int kLayers = 3;
 constexpr int kUnits = 21;
@@ -24,10 +25,6 @@ std::string error_of(Controller& c, const std::vector<uint8_t>& blob) {
     return e.what();
   }
   return "";
-}
-
-bool same_bits(double a, double b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
 void expect_same_step(const StepTelemetry& a, const StepTelemetry& b, int step) {
@@ -152,9 +149,7 @@ std::vector<uint8_t> without_option(const std::vector<uint8_t>& blob, const std:
   put_u64(out, text.size());
   out.insert(out.end(), text.begin(), text.end());
   out.insert(out.end(), blob.begin() + options_begin + options_size, blob.end() - 8);
-  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a, as controller_state.cpp
-  for (uint8_t byte : out) hash = (hash ^ byte) * 0x100000001b3ull;
-  put_u64(out, hash);
+  put_u64(out, fnv1a(out.data(), out.size()));
   return out;
 }
 

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -16,13 +15,10 @@ namespace {
 using testing::flat_stream;
 using testing::is_recovery;
 using testing::quick_options;
+using testing::same_bits;
 
 constexpr int kLayers = 2;
 constexpr int kUnits = 7 * kLayers;
-
-bool same_bits(double a, double b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
 
 // Unit 5 (layer 0, "up") plays the short-run transient: 1.0 at steps 0-1, a 10x collapse to
 // 0.1 at steps 2-5, back to 1.0 from step 6, and one real 10x spike at step 20. Every other
