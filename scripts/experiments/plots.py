@@ -42,7 +42,7 @@ def _curves(np, runs):
             [r["seed"] for r in finished])
 
 
-def _paired_panel(np, axd, series, ref, window):
+def _paired_panel(np, axd, series, ref):
     """Each method's smoothed train loss minus `ref`'s run of the same seed (same initial
     weights and batches), mean over seeds with the min–max band."""
     for i, (s, steps, smooth, seeds) in enumerate(series):
@@ -114,7 +114,7 @@ def loss_curves(libs, table, stats, model, path):
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     for axd, ref in zip(axes[0][1:], refs):
-        _paired_panel(np, axd, series, ref, window)
+        _paired_panel(np, axd, series, ref)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
