@@ -29,7 +29,9 @@ namespace {
 
 std::atomic<int> g_stop_signal{0};
 
-void on_stop_signal(int signal) { g_stop_signal.store(signal); }
+void on_stop_signal(int signal) {
+  g_stop_signal.store(signal);
+}
 
 bool holds_a_run(const fs::path& dir) {
   return fs::exists(dir / "config.json") || fs::exists(dir / "metrics.jsonl") ||
@@ -43,15 +45,17 @@ std::string prepare_run_dir(const TrainOptions& options) {
     if (options.force) throw Error(ErrorKind::Usage, "--resume and --force cannot be combined");
     if (options.resume != "auto") {
       if (!fs::exists(fs::path(options.resume) / "trainer.json")) {
-        throw Error(ErrorKind::Checkpoint, "--resume " + options.resume + " is not a gnmr checkpoint directory");
+        throw Error(ErrorKind::Checkpoint,
+                    "--resume " + options.resume + " is not a gnmr checkpoint directory");
       }
       return options.resume;
     }
     std::string latest = find_latest_checkpoint(dir.string());
     if (latest.empty()) {
       if (holds_a_run(dir)) {
-        throw Error(ErrorKind::Checkpoint, "--resume auto: " + dir.string() +
-                                               " holds a run but no complete checkpoint; use --force to restart it");
+        throw Error(ErrorKind::Checkpoint,
+                    "--resume auto: " + dir.string() +
+                        " holds a run but no complete checkpoint; use --force to restart it");
       }
       spdlog::info("--resume auto: no checkpoint in {}, starting a fresh run", dir.string());
     }
@@ -59,11 +63,14 @@ std::string prepare_run_dir(const TrainOptions& options) {
   }
   if (holds_a_run(dir)) {
     if (!options.force) {
-      throw Error(ErrorKind::Checkpoint, "run directory " + dir.string() +
-                                             " already holds a run; pass --resume auto to continue it or --force to replace it");
+      throw Error(
+          ErrorKind::Checkpoint,
+          "run directory " + dir.string() +
+              " already holds a run; pass --resume auto to continue it or --force to replace it");
     }
     fs::remove_all(dir / "checkpoints");
-    for (const char* file : {"metrics.jsonl", "config.json", "log.txt", "gnmr_summary.json", "gnmr_trace.jsonl"}) {
+    for (const char* file :
+         {"metrics.jsonl", "config.json", "log.txt", "gnmr_summary.json", "gnmr_trace.jsonl"}) {
       fs::remove(dir / file);
     }
   }
@@ -79,8 +86,8 @@ int64_t peak_rss_bytes() {
 std::string format_duration(double seconds) {
   int64_t s = int64_t(seconds);
   char text[32];
-  std::snprintf(text, sizeof(text), "%lld:%02lld:%02lld", (long long)(s / 3600), (long long)(s / 60 % 60),
-                (long long)(s % 60));
+  std::snprintf(text, sizeof(text), "%lld:%02lld:%02lld", (long long)(s / 3600),
+                (long long)(s / 60 % 60), (long long)(s % 60));
   return text;
 }
 
@@ -93,7 +100,8 @@ std::string broadcast_string(Communicator& comm, std::string text) {
   return text;
 }
 
-TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, TrainingSession& session);
+TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
+                        TrainingSession& session);
 
 }  // namespace
 
@@ -114,9 +122,10 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
 
 namespace {
 
-TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, TrainingSession& session) {
+TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
+                        TrainingSession& session) {
   Communicator& comm = session.comm();
-  const bool writer = comm.rank() == 0;  // only rank 0 writes the run directory
+  const bool writer = comm.rank() == 0;                 // only rank 0 writes the run directory
   if (!writer) spdlog::set_level(spdlog::level::warn);  // one human log per job, not per rank
   const std::string config_text = config.resolved.dump();
   if (!comm.all_agree(fnv1a(config_text.data(), config_text.size()))) {
@@ -127,13 +136,15 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
     resume_from = prepare_run_dir(options);
     fs::create_directories(options.out_dir);
     add_log_file((fs::path(options.out_dir) / "log.txt").string());
-    write_file_atomic((fs::path(options.out_dir) / "config.json").string(), config.resolved.dump(2) + "\n");
+    write_file_atomic((fs::path(options.out_dir) / "config.json").string(),
+                      config.resolved.dump(2) + "\n");
   }
   resume_from = broadcast_string(comm, resume_from);
 
   TrainerState& state = session.state();
   if (!resume_from.empty()) {
-    state = load_checkpoint(resume_from, config, session.backend(), session.model(), session.optimizer());
+    state = load_checkpoint(resume_from, config, session.backend(), session.model(),
+                            session.optimizer());
     session.restore_controller_state();
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
   } else if (!options.init.empty()) {
@@ -144,7 +155,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
   MetricsWriter metrics, trace;
   if (writer) {
     metrics.open((fs::path(options.out_dir) / "metrics.jsonl").string(), state.step);
-    if (config.log.gnmr_trace) trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
+    if (config.log.gnmr_trace)
+      trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
   }
 
   g_stop_signal.store(0);
@@ -155,10 +167,12 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
   const double flops_per_token = double(session.model().flops_per_token());
   // MFU in the metrics is against this machine's measured GEMM peak (a short measurement).
   const double gemm_peak_gflops = measure_gemm_peak_gflops(config, 1024, 3);
-  spdlog::info("model {}: {} layers, dim {}, {} projection units; {} steps × {} tokens ({} micro-steps of {}×{})",
-               config.model.name, config.model.n_layers, config.model.dim, session.model().units().size(),
-               train.steps, train.global_batch_tokens, session.accumulation_steps(), train.micro_batch,
-               config.data.seq_len);
+  spdlog::info(
+      "model {}: {} layers, dim {}, {} projection units; {} steps × {} tokens ({} micro-steps of "
+      "{}×{})",
+      config.model.name, config.model.n_layers, config.model.dim, session.model().units().size(),
+      train.steps, train.global_batch_tokens, session.accumulation_steps(), train.micro_batch,
+      config.data.seq_len);
 
   TrainSummary summary;
   auto run_start = std::chrono::steady_clock::now();
@@ -168,7 +182,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
   for (int64_t s = state.step; s < train.steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = session.run_step(s);
-    const double step_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double step_s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double tokens_per_s = double(session.tokens_per_step()) / step_s;
     json line = {{"kind", "train"},
                  {"step", r.step},
@@ -197,13 +212,16 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
     summary.final_loss = r.loss;
 
     if (r.skipped) {
-      spdlog::warn("step {}: non-finite loss or gradient (loss {}, grad norm {}); update skipped ({} in a row)",
-                   r.step, r.loss, r.grad_norm, state.consecutive_nonfinite);
+      spdlog::warn(
+          "step {}: non-finite loss or gradient (loss {}, grad norm {}); update skipped ({} in a "
+          "row)",
+          r.step, r.loss, r.grad_norm, state.consecutive_nonfinite);
       if (state.consecutive_nonfinite >= train.max_nonfinite_steps) {
         std::string last = find_latest_checkpoint(options.out_dir);
         throw Error(ErrorKind::Diverged,
                     "training stopped: " + std::to_string(state.consecutive_nonfinite) +
-                        " consecutive non-finite steps (train.max_nonfinite_steps); last good checkpoint: " +
+                        " consecutive non-finite steps (train.max_nonfinite_steps); last good "
+                        "checkpoint: " +
                         (last.empty() ? "none" : last));
       }
     } else {
@@ -212,11 +230,14 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
     }
 
     if (r.step % config.log.every == 0 || r.step == train.steps) {
-      double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+      double elapsed =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
       double per_step = elapsed / double(r.step - first_step);
-      spdlog::info("step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | ETA {}",
-                   r.step, train.steps, window_count ? window_loss / window_count : NAN, r.lr, r.grad_norm,
-                   tokens_per_s, step_s * 1e3, format_duration(per_step * double(train.steps - r.step)));
+      spdlog::info(
+          "step {:>6}/{} | loss {:.4f} | lr {:.2e} | grad norm {:.3f} | {:.0f} tok/s | {:.1f} ms | "
+          "ETA {}",
+          r.step, train.steps, window_count ? window_loss / window_count : NAN, r.lr, r.grad_norm,
+          tokens_per_s, step_s * 1e3, format_duration(per_step * double(train.steps - r.step)));
       window_loss = 0;
       window_count = 0;
     }
@@ -225,8 +246,12 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
     if ((config.eval.every > 0 && r.step % config.eval.every == 0) || last) {
       double val_loss = session.evaluate(config.eval.tokens);
       if (std::isfinite(val_loss)) {
-        metrics.write({{"kind", "eval"}, {"step", r.step}, {"val_loss", val_loss}, {"val_ppl", std::exp(val_loss)}});
-        spdlog::info("step {:>6} | val loss {:.4f} | val ppl {:.2f}", r.step, val_loss, std::exp(val_loss));
+        metrics.write({{"kind", "eval"},
+                       {"step", r.step},
+                       {"val_loss", val_loss},
+                       {"val_ppl", std::exp(val_loss)}});
+        spdlog::info("step {:>6} | val loss {:.4f} | val ppl {:.2f}", r.step, val_loss,
+                     std::exp(val_loss));
         summary.final_val_loss = val_loss;
       }
     }
@@ -237,24 +262,28 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
     const bool stop = signalled > 0 || r.step == options.stop_at;
     if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || last || stop) {
       if (comm.world_size() > 1) {
-        std::vector<std::vector<float>> weights = model_weights_to_host(session.backend(), session.model());
+        std::vector<std::vector<float>> weights =
+            model_weights_to_host(session.backend(), session.model());
         uint64_t h = kFnv1aOffsetBasis;
         for (const auto& w : weights) h = fnv1a(w.data(), w.size() * sizeof(float), h);
         if (!comm.all_agree(h)) {
-          throw Error(ErrorKind::Runtime, "step " + std::to_string(r.step) +
-                                              ": the ranks' weights differ; refusing to checkpoint a diverged replica");
+          throw Error(ErrorKind::Runtime,
+                      "step " + std::to_string(r.step) +
+                          ": the ranks' weights differ; refusing to checkpoint a diverged replica");
         }
       }
       session.save_controller_state();
       if (writer) {
-        save_checkpoint(options.out_dir, config, session.backend(), session.model(), session.optimizer(), state);
+        save_checkpoint(options.out_dir, config, session.backend(), session.model(),
+                        session.optimizer(), state);
       }
       comm.barrier();  // every rank may rely on the checkpoint existing from here on
     }
     summary.steps_done = r.step;
     if (stop && !last) {
       spdlog::warn("stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
-                   g_stop_signal.load() ? "signal " + std::to_string(g_stop_signal.load()) : std::string("--stop-at"));
+                   g_stop_signal.load() ? "signal " + std::to_string(g_stop_signal.load())
+                                        : std::string("--stop-at"));
       summary.stopped_by_signal = true;
       break;
     }
@@ -263,12 +292,15 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options, Tr
   std::signal(SIGUSR1, SIG_DFL);
   json controller_summary = session.controller().summary();
   if (writer) {
-    write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(), controller_summary.dump(2) + "\n");
+    write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(),
+                      controller_summary.dump(2) + "\n");
   }
-  spdlog::info("controller {}: active fraction {:.4f}, threshold exceedance rate {:.4f}%, {:.1f} switches per 1000 steps",
-               controller_summary.value("controller", ""), controller_summary.value("active_fraction", 0.0),
-               100.0 * controller_summary.value("exceedance_rate", 0.0),
-               controller_summary.value("switches_per_1000_steps", 0.0));
+  spdlog::info(
+      "controller {}: active fraction {:.4f}, threshold exceedance rate {:.4f}%, {:.1f} switches "
+      "per 1000 steps",
+      controller_summary.value("controller", ""), controller_summary.value("active_fraction", 0.0),
+      100.0 * controller_summary.value("exceedance_rate", 0.0),
+      controller_summary.value("switches_per_1000_steps", 0.0));
   return summary;
 }
 
