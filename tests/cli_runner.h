@@ -19,9 +19,11 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `gnmr ARGS` through the shell in the test's working directory.
-inline CommandResult run_gnmr(const std::string& args) {
-  std::string command = "'" + gnmr_binary() + "' " + args + " 2>&1";
+// Runs `gnmr ARGS` through the shell in the test's working directory; `env` holds extra
+// environment assignments ("NAME=VALUE NAME2=VALUE2") for that process.
+inline CommandResult run_gnmr(const std::string& args, const std::string& env = "") {
+  std::string command =
+      (env.empty() ? "" : "env " + env + " ") + "'" + gnmr_binary() + "' " + args + " 2>&1";
   CommandResult r;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;

@@ -1,6 +1,8 @@
 // `gnmr version`: version and the features compiled into this binary.
 #include <iostream>
 
+#include "backend/cpu/blas_autotune.h"
+#include "backend/cpu/cpu_features.h"
 #include "cli/commands.h"
 
 namespace gnmr {
@@ -13,6 +15,9 @@ CommandAction add_version_command(CLI::App&) {
 #else
     std::cout << "backends: cpu\n";
 #endif
+    const CpuFeatures cpu = detect_cpu_features();
+    std::cout << "cpu: " << cpu.model_name << " (" << widest_vector_isa(cpu) << ")\n";
+    std::cout << "blas: " << describe_blas(blas_report(1)) << "\n";
   };
 }
 

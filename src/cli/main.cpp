@@ -5,11 +5,14 @@
 #include <iostream>
 #include <vector>
 
+#include "backend/cpu/blas_autotune.h"
 #include "cli/commands.h"
 #include "util/error.h"
 #include "util/log.h"
 
 int main(int argc, char** argv) {
+  // May re-execute gnmr with a better OpenBLAS kernel (the library picks it only when it loads).
+  gnmr::autotune_blas_kernel(argv);
   CLI::App app{"gnmr — LLaMA-2 pretraining with a GNMR runtime precision controller"};
   app.require_subcommand(1);
   app.set_version_flag("--version", GNMR_VERSION);

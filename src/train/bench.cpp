@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_backend.h"
 #include "train/session.h"
 #include "util/error.h"
@@ -42,6 +43,21 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repea
   return best;
 }
 
+json blas_json(const RunConfig& config) {
+  const BlasReport r = blas_report(cpu_backend_threads(config.train.threads));
+  return {{"blas", r.library + " " + r.version},
+          {"blas_kernel", r.kernel},
+          {"blas_kernel_isa", r.kernel_isa},
+          {"blas_kernel_chosen_by", r.chosen_by},
+          {"blas_best_kernel", r.best_kernel},
+          {"blas_kernel_weaker_than_cpu", r.weaker_than_cpu},
+          {"blas_threads_per_gemm", r.threads_per_gemm},
+          {"gemm_threads", r.cores},
+          {"cpu_clock_ghz", r.clock_ghz},
+          {"blas_kernel_nominal_gflops", r.kernel_nominal_gflops},
+          {"blas_best_nominal_gflops", r.best_nominal_gflops}};
+}
+
 json run_bench(const RunConfig& config, const BenchOptions& options) {
   if (options.steps < 1) throw Error(ErrorKind::Usage, "bench: --steps must be >= 1");
   const double peak_gflops = measure_gemm_peak_gflops(config);
@@ -59,7 +75,8 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     norms_ms += r.norms_ms;
     controller_ms += r.controller_ms;
     optimizer_ms += r.optimizer_ms;
-    spdlog::info("bench step {}: {:.1f} ms, loss {:.4f}", s - options.warmup_steps + 1, step_s * 1e3, r.loss);
+    spdlog::info("bench step {}: {:.1f} ms, loss {:.4f}", s - options.warmup_steps + 1,
+                 step_s * 1e3, r.loss);
   }
   const double n = double(options.steps);
   const double step_ms = total_s / n * 1e3;
@@ -87,6 +104,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"controller_ms", controller_ms / n},
                  {"optimizer_ms", optimizer_ms / n},
                  {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms}};
+  result.update(blas_json(config));
   return result;
 }
 

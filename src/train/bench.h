@@ -18,6 +18,10 @@ struct BenchOptions {
 // [size × size] · [size × size]: the physical limit MFU is quoted against.
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, int repeats = 5);
 
+// The BLAS the run's GEMMs go through (library, version, kernel and how it was chosen, threads,
+// nominal rates), as the metrics header line and the bench JSON carry it.
+nlohmann::json blas_json(const RunConfig& config);
+
 // Returns the figures; the last line `gnmr bench` prints is this object.
 nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options);
 

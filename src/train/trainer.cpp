@@ -158,6 +158,19 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (config.log.gnmr_trace)
       trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
   }
+  // The BLAS in the log and, as a header line at each (re)start, in the metrics: a weaker kernel
+  // than the CPU runs explains a slow run (README "Benchmarks").
+  const json blas = blas_json(config);
+  spdlog::info("BLAS: {}, kernel {} ({}; {}), {} thread(s) per GEMM on {} core(s)",
+               blas["blas"].get<std::string>(), blas["blas_kernel"].get<std::string>(),
+               blas["blas_kernel_isa"].get<std::string>(),
+               blas["blas_kernel_chosen_by"].get<std::string>(),
+               blas["blas_threads_per_gemm"].get<int>(), blas["gemm_threads"].get<int>());
+  if (writer) {
+    json header = {{"kind", "run"}, {"step", state.step}};
+    header.update(blas);
+    metrics.write(header);
+  }
 
   g_stop_signal.store(0);
   std::signal(SIGTERM, on_stop_signal);

@@ -33,11 +33,17 @@ inline std::string write_tiny_config(const std::string& dir, const std::string& 
   return path;
 }
 
-inline std::vector<nlohmann::json> read_metrics(const std::string& path) {
+// The train and eval lines of a metrics file; with_run_headers keeps the "kind":"run" line
+// each start or resume writes (the BLAS it ran on), which differ between a resumed run and an
+// uninterrupted one by design.
+inline std::vector<nlohmann::json> read_metrics(const std::string& path, bool with_run_headers = false) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);
   std::string line;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    if (with_run_headers || j.value("kind", "") != "run") lines.push_back(j);
+  }
   return lines;
 }
 

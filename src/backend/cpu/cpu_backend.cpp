@@ -42,7 +42,7 @@ int64_t rows(const Tensor& t) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {
+  explicit CpuBackend(int threads) : threads_(cpu_backend_threads(threads)) {
     // One BLAS thread: the backend parallelizes GEMMs itself (gemm_parallel), and the
     // per-(batch, head) attention GEMMs run inside OpenMP regions.
     openblas_set_num_threads(1);
@@ -329,6 +329,8 @@ class CpuBackend final : public Backend {
 };
 
 }  // namespace
+
+int cpu_backend_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
   return std::make_unique<CpuBackend>(threads);

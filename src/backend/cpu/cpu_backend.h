@@ -13,4 +13,7 @@ namespace gnmr {
 // threads: OpenMP threads for every op; 0 = omp_get_max_threads() (OMP_NUM_THREADS).
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
+// The threads a CPU backend made with `threads` runs on.
+int cpu_backend_threads(int threads);
+
 }  // namespace gnmr
