@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
 """Side-by-side CPU training throughput: gnmr vs PyTorch on the identical LLaMA-2 model and batch.
 
-Runs with Debian's python3 and python3-torch (scripts/setup.sh --python). For each thread
-count it trains the same model (shape, micro-batch, sequence length, gradient accumulation,
-AdamW, global-norm clipping) with PyTorch and with `gnmr bench`, and reports tokens/s.
-PyTorch is measured at every thread count so the comparison uses its best setting.
+Each `--python` interpreter is one PyTorch to compare against (default: the one running this
+script), e.g. Debian's /usr/bin/python3 with python3-torch (scripts/setup.sh --python) and a
+virtual environment with the current PyTorch from PyPI (its own MKL / oneDNN kernels):
 
-    python3 scripts/bench_pytorch.py --config configs/bench/llama2-60m-seq256.json \
-        --gnmr build/release/src/cli/gnmr --steps 5
+    /usr/bin/python3 -m venv ~/venv-torch && ~/venv-torch/bin/pip install torch numpy
+    /usr/bin/python3 scripts/bench_pytorch.py --config configs/bench/llama2-60m-seq256.json \
+        --gnmr build/release/src/cli/gnmr --python /usr/bin/python3 --python ~/venv-torch/bin/python
+
+For each core count it trains the same model (shape, micro-batch, sequence length, gradient
+accumulation, AdamW, global-norm clipping) with every PyTorch, at every split of the cores
+between PyTorch's intra-op threads and its BLAS threads, and with `gnmr bench`. Every PyTorch
+runs with OPENBLAS_CORETYPE set to the OpenBLAS kernel gnmr runs, so a PyTorch on the system
+OpenBLAS gets the same kernel (without it, Debian's OpenBLAS falls back to SSE3 on CPUs newer
+than itself). gnmr is compared with the fastest PyTorch at each core count.
 
 Prints a markdown table and, last, one JSON line with the figures.
 """
@@ -132,17 +139,21 @@ def torch_worker(args):
     import torch
     torch.set_num_threads(args.torch_worker[0])
     cfg = json.loads(open(args.worker_config).read())
+    blas = "OpenBLAS" if "openblas" in torch.__config__.show().lower() else "MKL" \
+        if "mkl" in torch.__config__.show().lower() else "other"
     print(json.dumps({"tokens_per_s": torch_tokens_per_s(torch, cfg, args.steps, args.warmup),
-                      "torch": torch.__version__}))
+                      "torch": torch.__version__, "blas": blas}))
 
 
-def run_torch(cfg_path, intra_threads, blas_threads, steps, warmup):
+def run_torch(python, cfg_path, intra_threads, blas_threads, steps, warmup, openblas_kernel):
     # PyTorch's intra-op pool and the BLAS library's own pool are separate: Debian's torch
     # calls a generic BLAS whose threads torch.set_num_threads does not limit, so both are
     # set here, before torch is imported, in a fresh process.
     env = dict(os.environ, OMP_NUM_THREADS=str(intra_threads), OPENBLAS_NUM_THREADS=str(blas_threads),
                MKL_NUM_THREADS=str(blas_threads), BLIS_NUM_THREADS=str(blas_threads))
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", str(intra_threads), str(blas_threads),
+    if openblas_kernel:
+        env["OPENBLAS_CORETYPE"] = openblas_kernel
+    cmd = [python, os.path.abspath(__file__), "--torch-worker", str(intra_threads), str(blas_threads),
            "--worker-config", cfg_path, "--steps", str(steps), "--warmup", str(warmup), "--config", "-"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -165,16 +176,21 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, nargs="*", default=None,
                     help="core counts to measure (default: 1 .. number of cores)")
+    ap.add_argument("--python", action="append", default=[], dest="pythons",
+                    help="a Python interpreter with PyTorch to compare against (repeatable; "
+                         "default: this one)")
     ap.add_argument("--torch-worker", type=int, nargs=2, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-config", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.torch_worker:
         return torch_worker(args)
-    try:
-        import torch  # only to fail early with a clear message, and for its version
-    except ImportError:
-        sys.exit("bench_pytorch.py: PyTorch is missing; install it with scripts/setup.sh --python "
-                 "(Debian's python3-torch) and run this with /usr/bin/python3")
+    pythons = args.pythons or [sys.executable]
+    for python in pythons:
+        probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                               capture_output=True, text=True)
+        if probe.returncode != 0:
+            sys.exit(f"bench_pytorch.py: {python} cannot import torch; install Debian's with "
+                     "scripts/setup.sh --python, or `pip install torch` into a virtual environment")
     cfg = resolved_config(args.gnmr, args.config, args.overrides)
     cfg_path = os.path.join(tempfile.mkdtemp(prefix="bench_pytorch_"), "config.json")
     with open(cfg_path, "w") as f:
@@ -182,33 +198,46 @@ def main():
     cores = args.threads or list(range(1, (os.cpu_count() or 1) + 1))
     rows = []
     for n in cores:
-        # PyTorch at its best with n cores: every split of n between intra-op and BLAS threads.
-        trials = []
-        for intra in range(1, n + 1):
-            for blas in range(1, n + 1):
-                if max(intra, blas) != n:
-                    continue
-                r = run_torch(cfg_path, intra, blas, args.steps, args.warmup)
-                trials.append({"intra_op_threads": intra, "blas_threads": blas, "tokens_per_s": r["tokens_per_s"]})
-        best = max(trials, key=lambda r: r["tokens_per_s"])
         g = gnmr_bench(args.gnmr, args.config, args.overrides, n, args.steps)
+        # Every PyTorch at its best with n cores: every split of n between intra-op and BLAS threads.
+        trials = []
+        for python in pythons:
+            for intra in range(1, n + 1):
+                for blas in range(1, n + 1):
+                    if max(intra, blas) != n:
+                        continue
+                    r = run_torch(python, cfg_path, intra, blas, args.steps, args.warmup, g.get("blas_kernel"))
+                    trials.append({"python": python, "torch": r["torch"], "torch_blas": r["blas"],
+                                   "intra_op_threads": intra, "blas_threads": blas,
+                                   "tokens_per_s": r["tokens_per_s"]})
+        best = max(trials, key=lambda r: r["tokens_per_s"])
         rows.append({"threads": n, "pytorch_tokens_per_s": best["tokens_per_s"], "pytorch_best_setting": best,
                      "pytorch_trials": trials, "gnmr_tokens_per_s": g["tokens_per_s"], "gnmr_mfu": g.get("mfu"),
                      "gemm_peak_gflops": g.get("gemm_peak_gflops"), "gnmr_step_ms": g.get("step_ms"),
+                     "gnmr_blas_kernel": g.get("blas_kernel"),
+                     "blas_kernel_nominal_gflops": g.get("blas_kernel_nominal_gflops"),
                      "gnmr_controller_and_norms_fraction": g.get("controller_and_norms_fraction")})
     best_pt = max(rows, key=lambda r: r["pytorch_tokens_per_s"])
     best_g = max(rows, key=lambda r: r["gnmr_tokens_per_s"])
     m = cfg["model"]
     print(f"model {m['name']} (dim {m['dim']}, {m['n_layers']} layers, vocab {m['vocab_size']}), "
           f"micro-batch {cfg['train']['micro_batch']} x seq {cfg['data']['seq_len']}, "
-          f"{cfg['train']['global_batch_tokens']} tokens/step; torch {torch.__version__}")
-    print("| cores | PyTorch tok/s (best threads: intra-op / BLAS) | gnmr tok/s | gnmr / PyTorch | gnmr MFU | measured GEMM peak GFLOP/s |")
-    print("| --- | --- | --- | --- | --- | --- |")
+          f"{cfg['train']['global_batch_tokens']} tokens/step; OpenBLAS kernel {rows[0]['gnmr_blas_kernel']}")
+    print("| cores | PyTorch | PyTorch tok/s (threads: intra-op / BLAS) | gnmr tok/s | gnmr / PyTorch |")
+    print("| --- | --- | --- | --- | --- |")
     for r in rows:
-        s = r["pytorch_best_setting"]
-        print(f"| {r['threads']} | {r['pytorch_tokens_per_s']:.0f} ({s['intra_op_threads']} / {s['blas_threads']}) | "
-              f"{r['gnmr_tokens_per_s']:.0f} | {r['gnmr_tokens_per_s'] / r['pytorch_tokens_per_s']:.2f}x | "
-              f"{100 * (r['gnmr_mfu'] or 0):.1f}% | {r['gemm_peak_gflops'] or 0:.1f} |")
+        for python in pythons:
+            mine = [t for t in r["pytorch_trials"] if t["python"] == python]
+            s = max(mine, key=lambda t: t["tokens_per_s"])
+            print(f"| {r['threads']} | {s['torch']} ({s['torch_blas']}) | {s['tokens_per_s']:.0f} "
+                  f"({s['intra_op_threads']} / {s['blas_threads']}) | {r['gnmr_tokens_per_s']:.0f} | "
+                  f"{r['gnmr_tokens_per_s'] / s['tokens_per_s']:.2f}x |")
+    print()
+    print("| cores | gnmr MFU | measured GEMM peak GFLOP/s | kernel nominal GFLOP/s |")
+    print("| --- | --- | --- | --- |")
+    for r in rows:
+        print(f"| {r['threads']} | {100 * (r['gnmr_mfu'] or 0):.1f}% | {r['gemm_peak_gflops'] or 0:.1f} | "
+              f"{r['blas_kernel_nominal_gflops'] or 0:.1f} |")
     summary = {"best_pytorch_cores": best_pt["threads"], "best_pytorch_tokens_per_s": best_pt["pytorch_tokens_per_s"],
                "best_gnmr_cores": best_g["threads"], "best_gnmr_tokens_per_s": best_g["gnmr_tokens_per_s"],
                "speedup_best_vs_best": best_g["gnmr_tokens_per_s"] / best_pt["pytorch_tokens_per_s"], "rows": rows}

@@ -145,61 +145,87 @@ inline float fake_quantize_fp_element_fast(float x, float scale) {
   return float_from_bits(rounded_bits | (bits & 0x80000000u)) * scale;
 }
 
-// fake_quantize_fp_blockwise for one format. Two passes, each reading x row by row: the
-// absmax of every block of a band of block_rows rows, then the elements. Walking rows keeps
+// One band of block_rows rows of fake_quantize_fp_blockwise, the format fixed at compile time.
+// Two passes, each reading x row by row: the absmax of every block of the band, then the
+// elements. Walking rows keeps
 // the tall 128x1 blocks of the weight-gradient GEMM (one scale per column of a 128-row band)
 // contiguous; a block-by-block walk strides by `cols` there. Those one-column blocks get their
 // own loops: through the general per-block loop (one element per block) they run ~10x slower.
 template <FpFormat kFormat>
-inline void fake_quantize_fp_blockwise_format(const float* x, int64_t rows, int64_t cols,
-                                              int64_t block_rows, int64_t block_cols,
-                                              float* block_scales, float* out) {
-  const int64_t block_grid_rows = (rows + block_rows - 1) / block_rows;
+inline void fake_quantize_fp_band(const float* x, int64_t rows, int64_t cols, int64_t block_rows,
+                                  int64_t block_cols, int64_t br, float* band_scales, float* out) {
+  // band br: rows [br * block_rows, min(rows, (br + 1) * block_rows)); band_scales: its
+  // ceil(cols / block_cols) block scales.
   const int64_t block_grid_cols = (cols + block_cols - 1) / block_cols;
-  GNMR_PRECISION_PARALLEL_FOR
-  for (int64_t br = 0; br < block_grid_rows; ++br) {
-    float* band_scales = block_scales + br * block_grid_cols;
-    const int64_t row_end = (br + 1) * block_rows < rows ? (br + 1) * block_rows : rows;
-    for (int64_t bc = 0; bc < block_grid_cols; ++bc) band_scales[bc] = 0.0f;
-    for (int64_t r = br * block_rows; r < row_end; ++r) {
-      const float* x_row = x + r * cols;
-      if (block_cols == 1) {
-        for (int64_t c = 0; c < cols; ++c) {
-          const float magnitude = fabsf(x_row[c]);
-          // Same result as fmaxf for a non-NaN running max: a NaN element never wins.
-          band_scales[c] = magnitude > band_scales[c] ? magnitude : band_scales[c];
-        }
-        continue;
+  const int64_t row_end = (br + 1) * block_rows < rows ? (br + 1) * block_rows : rows;
+  for (int64_t bc = 0; bc < block_grid_cols; ++bc) band_scales[bc] = 0.0f;
+  for (int64_t r = br * block_rows; r < row_end; ++r) {
+    const float* x_row = x + r * cols;
+    if (block_cols == 1) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const float magnitude = fabsf(x_row[c]);
+        // Same result as fmaxf for a non-NaN running max: a NaN element never wins.
+        band_scales[c] = magnitude > band_scales[c] ? magnitude : band_scales[c];
       }
-      for (int64_t bc = 0; bc < block_grid_cols; ++bc) {
-        const int64_t col_end = (bc + 1) * block_cols < cols ? (bc + 1) * block_cols : cols;
-        float absmax = band_scales[bc];
-        for (int64_t c = bc * block_cols; c < col_end; ++c) {
-          const float magnitude = fabsf(x_row[c]);
-          absmax = magnitude > absmax ? magnitude : absmax;
-        }
-        band_scales[bc] = absmax;
-      }
+      continue;
     }
     for (int64_t bc = 0; bc < block_grid_cols; ++bc) {
-      band_scales[bc] = fine_grained_scale(band_scales[bc], kFormat);
+      const int64_t col_end = (bc + 1) * block_cols < cols ? (bc + 1) * block_cols : cols;
+      float absmax = band_scales[bc];
+      for (int64_t c = bc * block_cols; c < col_end; ++c) {
+        const float magnitude = fabsf(x_row[c]);
+        absmax = magnitude > absmax ? magnitude : absmax;
+      }
+      band_scales[bc] = absmax;
     }
-    for (int64_t r = br * block_rows; r < row_end; ++r) {
-      const float* x_row = x + r * cols;
-      float* out_row = out + r * cols;
-      if (block_cols == 1) {
-        for (int64_t c = 0; c < cols; ++c) {
-          out_row[c] = fake_quantize_fp_element_fast<kFormat>(x_row[c], band_scales[c]);
-        }
-        continue;
+  }
+  for (int64_t bc = 0; bc < block_grid_cols; ++bc) {
+    band_scales[bc] = fine_grained_scale(band_scales[bc], kFormat);
+  }
+  for (int64_t r = br * block_rows; r < row_end; ++r) {
+    const float* x_row = x + r * cols;
+    float* out_row = out + r * cols;
+    if (block_cols == 1) {
+      for (int64_t c = 0; c < cols; ++c) {
+        out_row[c] = fake_quantize_fp_element_fast<kFormat>(x_row[c], band_scales[c]);
       }
-      for (int64_t bc = 0; bc < block_grid_cols; ++bc) {
-        const int64_t col_end = (bc + 1) * block_cols < cols ? (bc + 1) * block_cols : cols;
-        const float scale = band_scales[bc];
-        for (int64_t c = bc * block_cols; c < col_end; ++c) {
-          out_row[c] = fake_quantize_fp_element_fast<kFormat>(x_row[c], scale);
-        }
+      continue;
+    }
+    for (int64_t bc = 0; bc < block_grid_cols; ++bc) {
+      const int64_t col_end = (bc + 1) * block_cols < cols ? (bc + 1) * block_cols : cols;
+      const float scale = band_scales[bc];
+      for (int64_t c = bc * block_cols; c < col_end; ++c) {
+        out_row[c] = fake_quantize_fp_element_fast<kFormat>(x_row[c], scale);
       }
+    }
+  }
+}
+
+// Bands [band_begin, band_end) of fake_quantize_fp_blockwise, one after the other; block_scales
+// holds every band's scales ([bands, ceil(cols / block_cols)]). The CPU backend runs band
+// ranges on its threads through a copy compiled per instruction set (src/backend/cpu/quantize.cpp).
+inline void fake_quantize_fp_bands(const float* x, int64_t rows, int64_t cols, int64_t block_rows,
+                                   int64_t block_cols, FpFormat format, int64_t band_begin,
+                                   int64_t band_end, float* block_scales, float* out) {
+  const int64_t block_grid_cols = (cols + block_cols - 1) / block_cols;
+  for (int64_t br = band_begin; br < band_end; ++br) {
+    float* band_scales = block_scales + br * block_grid_cols;
+    switch (format) {
+      case FpFormat::kE4M3:
+        fake_quantize_fp_band<FpFormat::kE4M3>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        break;
+      case FpFormat::kE5M2:
+        fake_quantize_fp_band<FpFormat::kE5M2>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        break;
+      case FpFormat::kE3M2:
+        fake_quantize_fp_band<FpFormat::kE3M2>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        break;
+      case FpFormat::kE2M3:
+        fake_quantize_fp_band<FpFormat::kE2M3>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        break;
+      case FpFormat::kE2M1:
+        fake_quantize_fp_band<FpFormat::kE2M1>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        break;
     }
   }
 }
@@ -211,23 +237,11 @@ inline void fake_quantize_fp_blockwise(const float* x, int64_t rows, int64_t col
                                        int64_t block_rows, int64_t block_cols, FpFormat format,
                                        float* out) {
   std::vector<float> block_scales(fp_blockwise_scale_count(rows, cols, block_rows, block_cols));
-  float* scales = block_scales.data();
-  switch (format) {
-    case FpFormat::kE4M3:
-      return fake_quantize_fp_blockwise_format<FpFormat::kE4M3>(x, rows, cols, block_rows,
-                                                                block_cols, scales, out);
-    case FpFormat::kE5M2:
-      return fake_quantize_fp_blockwise_format<FpFormat::kE5M2>(x, rows, cols, block_rows,
-                                                                block_cols, scales, out);
-    case FpFormat::kE3M2:
-      return fake_quantize_fp_blockwise_format<FpFormat::kE3M2>(x, rows, cols, block_rows,
-                                                                block_cols, scales, out);
-    case FpFormat::kE2M3:
-      return fake_quantize_fp_blockwise_format<FpFormat::kE2M3>(x, rows, cols, block_rows,
-                                                                block_cols, scales, out);
-    case FpFormat::kE2M1:
-      return fake_quantize_fp_blockwise_format<FpFormat::kE2M1>(x, rows, cols, block_rows,
-                                                                block_cols, scales, out);
+  const int64_t bands = (rows + block_rows - 1) / block_rows;
+  GNMR_PRECISION_PARALLEL_FOR
+  for (int64_t br = 0; br < bands; ++br) {
+    fake_quantize_fp_bands(x, rows, cols, block_rows, block_cols, format, br, br + 1,
+                           block_scales.data(), out);
   }
 }
 

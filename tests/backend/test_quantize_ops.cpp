@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -81,7 +82,20 @@ TEST(QuantizeOps, IntGroupwiseRejectsBuffersSmallerThanThePackedSize) {
 TEST(QuantizeOps, FakeQuantizeFpBlockwiseEqualsTheReferenceForEveryFormatAndBlockShape) {
   auto be = make_cpu_backend(2);
   const int64_t rows = 150, cols = 200;  // partial tiles at both edges
-  const std::vector<float> x = random_matrix(rows, cols, 3);
+  std::vector<float> x = random_matrix(rows, cols, 3);
+  // Special values in some tiles: the backend runs a copy of the quantizer compiled for this
+  // CPU's widest vectors (isa_clones.h), this test the baseline build of the same code.
+  const float specials[] = {std::numeric_limits<float>::quiet_NaN(),
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            -0.0f,
+                            1e-40f,
+                            -3e-39f,
+                            std::numeric_limits<float>::max(),
+                            std::numeric_limits<float>::denorm_min()};
+  for (size_t i = 0; i < x.size(); i += 97) x[i] = specials[(i / 97) % 8];
+  std::fill(x.begin() + 140 * cols, x.begin() + 141 * cols, 0.0f);  // an all-zero 1x128 tile
+  for (int64_t c = 0; c < cols; ++c) x[3 * cols + c] *= 1e-30f;  // tiny tiles
   const Tensor xt = upload(*be, x, {rows, cols});
   Tensor out = be->allocate("out", {rows, cols}, DType::F32);
   for (FpFormat format :

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/isa_clones.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vector_math.h"
 
@@ -17,7 +18,21 @@ namespace cpu {
 
 namespace {
 constexpr int64_t kBlock = 64;  // query rows per GEMM block
+
+// p: [t, t] scores -> causal softmax probabilities in place (row i keeps keys 0..i, zeros after).
+// Called inside the parallel region, so it can be compiled per instruction set for the exp.
+template <typename T>
+GNMR_ISA_CLONES void causal_softmax(T* p, int64_t t) {
+  for (int64_t i = 0; i < t; ++i) {
+    T* row = p + i * t;
+    const T max_score = row_max(row, i + 1);
+    const T inv_sum = static_cast<T>(1.0 / exp_shifted_sum(row, max_score, row, i + 1));
+    for (int64_t j = 0; j <= i; ++j) row[j] *= inv_sum;
+    std::fill(row + i + 1, row + t, T(0));
+  }
 }
+
+}  // namespace
 
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* probs,
@@ -39,13 +54,7 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* probs,
         gemm<T>(false, true, r1 - r0, r1, hd, scale, qh + r0 * ld_q, ld_q, kh, ld_kv, T(0),
                 p + r0 * t, t);
       }
-      for (int64_t i = 0; i < t; ++i) {
-        T* row = p + i * t;
-        const T max_score = row_max(row, i + 1);
-        const T inv_sum = static_cast<T>(1.0 / exp_shifted_sum(row, max_score, row, i + 1));
-        for (int64_t j = 0; j <= i; ++j) row[j] *= inv_sum;
-        std::fill(row + i + 1, row + t, T(0));
-      }
+      causal_softmax(p, t);
       for (int64_t r0 = 0; r0 < t; r0 += kBlock) {
         const int64_t r1 = std::min(t, r0 + kBlock);
         gemm<T>(false, false, r1 - r0, hd, r1, T(1), p + r0 * t, t, vh, ld_kv, T(0), oh + r0 * ld_q,

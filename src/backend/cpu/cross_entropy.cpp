@@ -4,18 +4,20 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/isa_clones.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vector_math.h"
 
 namespace gnmr {
 namespace cpu {
 
+namespace {
+
+// Rows [begin, end) of cross_entropy_forward; compiled per instruction set for the exp.
 template <typename T>
-void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, int64_t n,
-                           int64_t vocab, int threads) {
-  // logits: [n, vocab]; losses[i] = logsumexp(logits[i]) - logits[i, target]
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
+GNMR_ISA_CLONES void cross_entropy_forward_rows(const T* logits, const int32_t* targets, T* losses,
+                                                int64_t vocab, int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     if (targets[i] < 0) {
       losses[i] = T(0);
       continue;
@@ -34,12 +36,12 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, i
   }
 }
 
+// Rows [begin, end) of cross_entropy_forward_backward.
 template <typename T>
-void cross_entropy_forward_backward(T* logits, const int32_t* targets, T* losses, T dloss,
-                                    int64_t n, int64_t vocab, int threads) {
-  // logits[i] <- dloss * (softmax(logits[i]) - onehot(target))
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
+GNMR_ISA_CLONES void cross_entropy_forward_backward_rows(T* logits, const int32_t* targets,
+                                                         T* losses, T dloss, int64_t vocab,
+                                                         int64_t begin, int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     T* row = logits + i * vocab;
     if (targets[i] < 0) {
       losses[i] = T(0);
@@ -54,6 +56,26 @@ void cross_entropy_forward_backward(T* logits, const int32_t* targets, T* losses
     for (int64_t j = 0; j < vocab; ++j) row[j] *= factor;
     row[targets[i]] -= dloss;
   }
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, int64_t n,
+                           int64_t vocab, int threads) {
+  // logits: [n, vocab]; losses[i] = logsumexp(logits[i]) - logits[i, target]
+  for_each_thread_range(n, threads, [&](int64_t begin, int64_t end) {
+    cross_entropy_forward_rows(logits, targets, losses, vocab, begin, end);
+  });
+}
+
+template <typename T>
+void cross_entropy_forward_backward(T* logits, const int32_t* targets, T* losses, T dloss,
+                                    int64_t n, int64_t vocab, int threads) {
+  // logits[i] <- dloss * (softmax(logits[i]) - onehot(target))
+  for_each_thread_range(n, threads, [&](int64_t begin, int64_t end) {
+    cross_entropy_forward_backward_rows(logits, targets, losses, dloss, vocab, begin, end);
+  });
 }
 
 #define GNMR_INSTANTIATE(T)                                                                    \

@@ -3,17 +3,21 @@
 // CUDA twin: kernels/swiglu.cu.
 #include <cmath>
 
+#include "backend/cpu/isa_clones.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vector_math.h"
 
 namespace gnmr {
 namespace cpu {
 
+namespace {
+
+// The exp in the sigmoid vectorizes only from AVX2 on: ~15x faster than the baseline's scalar
+// loop (README "Build").
 template <typename T>
-void swiglu_forward(const T* gate, const T* up, T* out, int64_t count, int threads) {
-  // gate, up, out: [n, ffn]
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
+GNMR_ISA_CLONES void swiglu_forward_range(const T* gate, const T* up, T* out, int64_t begin,
+                                          int64_t end) {
+  for (int64_t i = begin; i < end; ++i) {
     const T g = gate[i];
     const T sigmoid = T(1) / (T(1) + exp_vectorizable(-g));
     out[i] = g * sigmoid * up[i];
@@ -21,17 +25,34 @@ void swiglu_forward(const T* gate, const T* up, T* out, int64_t count, int threa
 }
 
 template <typename T>
-void swiglu_backward(const T* gate, const T* up, const T* dout, T* dgate, T* dup, int64_t count,
-                     int threads) {
+GNMR_ISA_CLONES void swiglu_backward_range(const T* gate, const T* up, const T* dout, T* dgate,
+                                           T* dup, int64_t begin, int64_t end) {
   // d silu(g)/dg = sigmoid(g) (1 + g (1 - sigmoid(g)))
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < count; ++i) {
+  for (int64_t i = begin; i < end; ++i) {
     const T g = gate[i];
     const T sigmoid = T(1) / (T(1) + exp_vectorizable(-g));
     const T silu = g * sigmoid;
     dgate[i] = dout[i] * up[i] * sigmoid * (T(1) + g * (T(1) - sigmoid));
     dup[i] = dout[i] * silu;
   }
+}
+
+}  // namespace
+
+template <typename T>
+void swiglu_forward(const T* gate, const T* up, T* out, int64_t count, int threads) {
+  // gate, up, out: [n, ffn]
+  for_each_thread_range(count, threads, [&](int64_t begin, int64_t end) {
+    swiglu_forward_range(gate, up, out, begin, end);
+  });
+}
+
+template <typename T>
+void swiglu_backward(const T* gate, const T* up, const T* dout, T* dgate, T* dup, int64_t count,
+                     int threads) {
+  for_each_thread_range(count, threads, [&](int64_t begin, int64_t end) {
+    swiglu_backward_range(gate, up, dout, dgate, dup, begin, end);
+  });
 }
 
 #define GNMR_INSTANTIATE(T)                                              \
