@@ -71,7 +71,8 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
   fs::path final_dir = root / checkpoint_dir_name(state.step);
-  fs::path tmp_dir = root / (".tmp_" + checkpoint_dir_name(state.step) + "_" + std::to_string(::getpid()));
+  fs::path tmp_dir =
+      root / (".tmp_" + checkpoint_dir_name(state.step) + "_" + std::to_string(::getpid()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
 
@@ -90,9 +91,11 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   moments.reserve(2 * params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     moments.push_back(tensor_to_host(backend, optimizer.first_moment(i)));
-    moment_tensors.push_back({"m." + params[i].name, "F32", params[i].shape, moments.back().data()});
+    moment_tensors.push_back(
+        {"m." + params[i].name, "F32", params[i].shape, moments.back().data()});
     moments.push_back(tensor_to_host(backend, optimizer.second_moment(i)));
-    moment_tensors.push_back({"v." + params[i].name, "F32", params[i].shape, moments.back().data()});
+    moment_tensors.push_back(
+        {"v." + params[i].name, "F32", params[i].shape, moments.back().data()});
   }
   write_safetensors((tmp_dir / "optimizer.safetensors").string(), moment_tensors, meta);
 
@@ -135,15 +138,16 @@ std::string find_latest_checkpoint(const std::string& run_dir) {
 json read_checkpoint_config(const std::string& checkpoint_dir) {
   fs::path path = fs::path(checkpoint_dir) / "config.json";
   if (!fs::exists(path)) {
-    throw Error(ErrorKind::Checkpoint, checkpoint_dir + " is not a gnmr checkpoint (no config.json)");
+    throw Error(ErrorKind::Checkpoint,
+                checkpoint_dir + " is not a gnmr checkpoint (no config.json)");
   }
   json j = json::parse(read_file(path.string()), nullptr, false);
   if (j.is_discarded()) throw Error(ErrorKind::Checkpoint, path.string() + ": invalid JSON");
   return j;
 }
 
-TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config, Backend& backend,
-                             LlamaModel& model, AdamW& optimizer) {
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, AdamW& optimizer) {
   json saved_config = read_checkpoint_config(checkpoint_dir);
   if (!saved_config.contains("model")) {
     throw Error(ErrorKind::Checkpoint, checkpoint_dir + "/config.json has no model section");

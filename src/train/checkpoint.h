@@ -42,8 +42,8 @@ nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 
 // Restores weights, moments and trainer state. The checkpoint's model section must equal
 // the current config's (a Checkpoint error names the first differing field).
-TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config, Backend& backend,
-                             LlamaModel& model, AdamW& optimizer);
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, AdamW& optimizer);
 
 // Copies every parameter of the model to host fp32 buffers (one per parameter).
 std::vector<std::vector<float>> model_weights_to_host(Backend& backend, const LlamaModel& model);
