@@ -145,7 +145,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (!resume_from.empty()) {
     state = load_checkpoint(resume_from, config, session.backend(), session.model(),
                             session.optimizer());
-    session.restore_controller_state();
+    session.restore_controller_state(resume_from);
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
   } else if (!options.init.empty()) {
     load_model_weights(options.init, session.backend(), session.model());
