@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
 #include "train/hf_format.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -70,6 +71,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     model_section = model_section_from_hf(hf_config, o.model_dir);
     if (seq_len == 0) seq_len = std::min(1024, model_section["max_seq_len"].get<int>());
   } else {
+    verify_checkpoint(o.model_dir);
     json saved = read_checkpoint_config(o.model_dir);
     model_section = saved.at("model");
     if (seq_len == 0) seq_len = saved.at("data").at("seq_len");

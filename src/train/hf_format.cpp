@@ -9,6 +9,7 @@
 
 #include "precision/bf16.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
 #include "train/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -127,6 +128,7 @@ void export_hf_model(const std::string& checkpoint_dir, const std::string& out_d
     throw Error(ErrorKind::Usage, "--dtype must be float32 or bfloat16, got \"" + dtype + "\"");
   }
   if (fs::exists(out_dir)) throw Error(ErrorKind::Usage, "export: " + out_dir + " already exists");
+  verify_checkpoint(checkpoint_dir);
   json config = read_checkpoint_config(checkpoint_dir);
   RunConfig run = run_config_from_json(config);
   SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());
