@@ -118,21 +118,28 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
       root / (kTempPrefix + checkpoint_dir_name(state.step) + "_" + std::to_string(::getpid()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
-  write_checkpoint_files(tmp_dir, config, backend, model, optimizer, state);
-  write_checkpoint_manifest(tmp_dir.string());  // last: it covers every file above
-  // Only a resumed run that re-reaches a saved step finds it saved: an intact old one is
-  // identical by the bit-exact resume guarantee and is kept; a damaged one (skipped by
-  // --resume auto) is replaced.
-  const std::string old_problem =
-      fs::exists(final_dir) ? checkpoint_problem(final_dir.string()) : "";
-  if (!old_problem.empty()) {
-    spdlog::warn("replacing damaged checkpoint {} ({})", final_dir.string(), old_problem);
-    fs::remove_all(final_dir);
-  }
-  if (fs::exists(final_dir)) {
-    fs::remove_all(tmp_dir);
-  } else {
-    publish_directory(tmp_dir.string(), final_dir.string());
+  try {
+    write_checkpoint_files(tmp_dir, config, backend, model, optimizer, state);
+    write_checkpoint_manifest(tmp_dir.string());  // last: it covers every file above
+    // Only a resumed run that re-reaches a saved step finds it saved: an intact old one is
+    // identical by the bit-exact resume guarantee and is kept; a damaged one (skipped by
+    // --resume auto) is replaced.
+    const std::string old_problem =
+        fs::exists(final_dir) ? checkpoint_problem(final_dir.string()) : "";
+    if (!old_problem.empty()) {
+      spdlog::warn("replacing damaged checkpoint {} ({})", final_dir.string(), old_problem);
+      fs::remove_all(final_dir);
+    }
+    if (fs::exists(final_dir)) {
+      fs::remove_all(tmp_dir);
+    } else {
+      publish_directory(tmp_dir.string(), final_dir.string());
+    }
+  } catch (...) {
+    // A failed write (disk full) leaves nothing behind; the newest complete checkpoint stays.
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+    throw;
   }
 
   std::vector<int64_t> steps = checkpoint_steps(run_dir);
@@ -142,6 +149,10 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   }
   spdlog::info("checkpoint {}", final_dir.string());
   return final_dir.string();
+}
+
+void remove_stale_checkpoint_temps(const std::string& run_dir) {
+  remove_stale_temp_dirs((fs::path(run_dir) / "checkpoints").string(), kTempPrefix);
 }
 
 std::string find_latest_checkpoint(const std::string& run_dir) {

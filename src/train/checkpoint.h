@@ -7,7 +7,7 @@
 //   tokenizer.model        copy of the tokenizer, so a checkpoint is self-contained
 //   manifest.json          size and CRC-32 of every file above (checkpoint_manifest.h)
 // Written to checkpoints/.tmp_step_NNNNNNNN_<pid>, fsync'd and renamed: a crash never damages
-// the newest complete checkpoint. Resume
+// the newest complete checkpoint, and a failed write removes its temporary directory. Resume
 // from it is bit-exact.
 #pragma once
 
@@ -35,6 +35,10 @@ std::string checkpoint_dir_name(int64_t step);
 // Writes the checkpoint for state.step and keeps only the newest `keep` ones.
 std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
                             const LlamaModel& model, AdamW& optimizer, const TrainerState& state);
+
+// Removes the temporary directories a failed or killed save left under RUN_DIR/checkpoints
+// (only the writing rank, rank 0, calls it).
+void remove_stale_checkpoint_temps(const std::string& run_dir);
 
 // Newest checkpoint directory under RUN_DIR/checkpoints, or "" when none (unchecked).
 std::string find_latest_checkpoint(const std::string& run_dir);

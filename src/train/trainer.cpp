@@ -134,6 +134,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     resume_from = prepare_run_dir(options);
     fs::create_directories(options.out_dir);
     add_log_file((fs::path(options.out_dir) / "log.txt").string());
+    remove_stale_checkpoint_temps(options.out_dir);
     // Here rather than in prepare_run_dir so that skipped damaged checkpoints reach log.txt.
     if (options.resume == "auto" && !resume_from.empty()) {
       resume_from = newest_intact_checkpoint(options.out_dir);

@@ -1,6 +1,7 @@
 // Damaged and incomplete checkpoints end to end: `train --resume`, `eval` and `export` name the
 // missing or damaged file (exit 5), `--resume auto` falls back to the previous intact
-// checkpoint and still ends bit-exactly where an uninterrupted run does.
+// checkpoint and still ends bit-exactly where an uninterrupted run does, and temporary
+// directories left by a killed writer are removed at the next start.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -94,4 +95,25 @@ TEST(CliCheckpoint, AMissingFileIsNamedByResumeEvalAndExport) {
   expect_exit_five_naming(run_gnmr(train_args(config, dir + "/run") + " --resume auto"), named);
   expect_exit_five_naming(run_gnmr("eval --checkpoint " + ckpt + val_data()), named);
   expect_exit_five_naming(run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf"), named);
+}
+
+TEST(CliCheckpoint, StaleTemporaryDirectoriesAreRemovedAtTheNextStart) {
+  std::string dir = gnmr_test::scratch_dir("cli_ckpt_stale");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 4}, "eval": {"every": 0},
+                                                           "checkpoint": {"every": 2}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run") + " --stop-at 2").exit_code, 0);
+  // What a writer killed while saving step 4 leaves (its pid is no live process).
+  const std::string stale = dir + "/run/checkpoints/.tmp_step_00000004_999999999";
+  fs::create_directories(stale);
+  std::ofstream(stale + "/model.safetensors") << "partial";
+  auto resumed = run_gnmr(train_args(config, dir + "/run") + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_FALSE(fs::exists(stale));
+  const std::string log = gnmr_test::read_bytes(dir + "/run/log.txt");
+  EXPECT_NE(log.find("removed stale temporary directory " + stale), std::string::npos) << log;
+  for (const auto& entry : fs::directory_iterator(dir + "/run/checkpoints")) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".tmp_", 0), std::string::npos)
+        << entry.path();
+  }
 }

@@ -1,6 +1,9 @@
 // Checkpoint integrity: the manifest names a missing or damaged file, --resume auto skips a
-// damaged checkpoint.
+// damaged checkpoint, and a failed write (file size limit, as a full disk) leaves no
+// temporary directory.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -10,6 +13,7 @@
 #include "test_paths.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
+#include "train/hf_format.h"
 #include "train/session.h"
 
 namespace fs = std::filesystem;
@@ -43,6 +47,36 @@ void flip_byte(const std::string& path, std::streamoff offset) {
   file.seekp(offset);
   file.write(&c, 1);
 }
+
+std::vector<std::string> entries_of(const std::string& dir) {
+  std::vector<std::string> names;
+  if (!fs::exists(dir)) return names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+// Files larger than `bytes` cannot be written while it lives (write fails with EFBIG, as it
+// fails with ENOSPC on a full disk); SIGXFSZ is ignored so the write returns the error.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_;
+};
 
 }  // namespace
 
@@ -121,4 +155,41 @@ TEST(CheckpointResume, ResavingADamagedCheckpointReplacesIt) {
   ASSERT_NE(gnmr::checkpoint_problem(dir), "");
   EXPECT_EQ(save_tiny_checkpoint(run, 3), dir);
   EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
+}
+
+TEST(CheckpointWrite, AFailedWriteLeavesNoTemporaryDirectory) {
+  std::string run = gnmr_test::scratch_dir("ckpt_fail");
+  std::string older = save_tiny_checkpoint(run, 3);
+  {
+    // model.safetensors (about 2.5 MB) no longer fits; the small files would.
+    FileSizeLimit limit(1 << 20);
+    expect_error([&] { save_tiny_checkpoint(run, 6); }, ErrorKind::Runtime, {"model.safetensors"});
+  }
+  EXPECT_EQ(entries_of(run + "/checkpoints"), std::vector<std::string>{"step_00000003"});
+  EXPECT_EQ(gnmr::checkpoint_problem(older), "");
+}
+
+TEST(CheckpointWrite, AFailedExportLeavesNoTemporaryDirectory) {
+  std::string run = gnmr_test::scratch_dir("ckpt_export_fail");
+  std::string dir = save_tiny_checkpoint(run, 3);
+  {
+    FileSizeLimit limit(1 << 20);
+    expect_error([&] { gnmr::export_hf_model(dir, run + "/exports/hf", "float32"); },
+                 ErrorKind::Runtime, {"model.safetensors"});
+  }
+  EXPECT_TRUE(entries_of(run + "/exports").empty());
+}
+
+TEST(CheckpointWrite, StaleTemporaryDirectoriesOfDeadProcessesAreRemoved) {
+  std::string run = gnmr_test::scratch_dir("ckpt_stale");
+  save_tiny_checkpoint(run, 3);
+  const std::string root = run + "/checkpoints/";
+  fs::create_directories(root + ".tmp_step_00000006_999999999");  // no such process
+  std::ofstream(root + ".tmp_step_00000006_999999999/model.safetensors") << "partial";
+  const std::string live = ".tmp_step_00000009_" + std::to_string(getppid());  // still running
+  fs::create_directories(root + live);
+  gnmr::remove_stale_checkpoint_temps(run);
+  std::vector<std::string> left = entries_of(root);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{live, "step_00000003"}));
 }
