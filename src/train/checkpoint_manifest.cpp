@@ -22,7 +22,7 @@ namespace {
 // CRC-32 rather than a 64-bit hash: it catches every burst of up to 32 flipped bits and lets
 // random damage through with probability 2^-32 per file, plenty for accidental damage (this
 // is no defence against tampering), and zlib is already a dependency. Cost next to the
-// write: README "Checkpoints".
+// write: README "Data formats" (bench_checkpoint measures it).
 constexpr const char* kManifestName = "manifest.json";
 constexpr const char* kManifestFormat = "gnmr-checkpoint-manifest";
 constexpr int kManifestVersion = 1;
