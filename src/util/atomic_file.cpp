@@ -110,7 +110,7 @@ void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
     const long pid = trailing_pid(name);
-    if (pid == long(::getpid())) continue;
+    if (pid <= 0 || pid == long(::getpid())) continue;  // not ours, or our own
     if (process_is_alive(pid)) {
       spdlog::warn("{} belongs to running process {}; left alone", entry.path().string(), pid);
       continue;

@@ -19,7 +19,8 @@ void publish_directory(const std::string& tmp_dir, const std::string& final_dir)
 
 // Removes what a failed or killed writer left in DIR: directories named PREFIX..._<pid>
 // (publish_directory's temporaries) whose pid is no live process on this host, logging each.
-// A live pid's directory may be another process still writing; it is left alone.
+// A live pid's directory may be another process still writing, and a name without a pid is
+// not a gnmr temporary: both are left alone.
 void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix);
 
 // Reads a whole file; throws Error(kind) naming the path if it cannot.

@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -188,8 +189,9 @@ TEST(CheckpointWrite, StaleTemporaryDirectoriesOfDeadProcessesAreRemoved) {
   std::ofstream(root + ".tmp_step_00000006_999999999/model.safetensors") << "partial";
   const std::string live = ".tmp_step_00000009_" + std::to_string(getppid());  // still running
   fs::create_directories(root + live);
+  fs::create_directories(root + ".tmp_notes");  // no pid: not a gnmr temporary
   gnmr::remove_stale_checkpoint_temps(run);
   std::vector<std::string> left = entries_of(root);
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{live, "step_00000003"}));
+  EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", live, "step_00000003"}));
 }
