@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <ostream>
+#include <stdexcept>
 #include <vector>
 
 #include "gnmr/controller_options.h"
@@ -35,6 +36,19 @@
 #include "gnmr/units.h"
 
 namespace gnmr {
+
+// Controller::load_state's two refusals, so that a caller can say which it is: the blob is
+// not a valid state at all (truncated, a flipped bit, bad magic, unknown version) ...
+class ControllerStateDamaged : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// ... or it is a valid state of another controller (other gnmr.* options or unit count).
+class ControllerStateMismatch : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
 
 class Controller {
  public:
@@ -63,8 +77,8 @@ class Controller {
   // A versioned, self-checking binary blob of everything the controller knows (monitor
   // sums/counts/windows, locks, current plan, last step, run telemetry accumulators): a
   // controller restored from it continues bit-exactly. load_state throws
-  // std::invalid_argument naming the mismatch for a blob from another unit count or other
-  // options, or a damaged blob. (controller_state.cpp)
+  // ControllerStateMismatch naming the difference for a blob from another unit count or
+  // other options, ControllerStateDamaged for a damaged blob. (controller_state.cpp)
   std::vector<uint8_t> save_state() const;
   void load_state(const std::vector<uint8_t>& blob);
 

@@ -28,8 +28,12 @@ namespace {
 constexpr char kMagic[8] = {'G', 'N', 'M', 'R', 'C', 'T', 'L', '\0'};
 constexpr uint32_t kVersion = 1;
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::invalid_argument("gnmr controller state: " + what);
+[[noreturn]] void damaged(const std::string& what) {
+  throw ControllerStateDamaged("gnmr controller state: " + what);
+}
+
+[[noreturn]] void mismatch(const std::string& what) {
+  throw ControllerStateMismatch("gnmr controller state: " + what);
 }
 
 class BlobWriter {
@@ -89,7 +93,7 @@ class BlobReader {
 
  private:
   void need(size_t n) const {
-    if (size_ - pos_ < n) fail("truncated blob");
+    if (size_ - pos_ < n) damaged("truncated blob");
   }
   const uint8_t* data_;
   size_t size_;
@@ -134,33 +138,33 @@ std::vector<uint8_t> Controller::save_state() const {
 
 void Controller::load_state(const std::vector<uint8_t>& blob) {
   if (blob.size() < sizeof kMagic + 4 + 8 || std::memcmp(blob.data(), kMagic, sizeof kMagic) != 0) {
-    fail("not a controller state blob (bad magic)");
+    damaged("not a controller state blob (bad magic)");
   }
   const size_t body = blob.size() - 8;
   BlobReader checksum(blob.data() + body, 8);
-  if (checksum.u64() != fnv1a(blob.data(), body)) fail("damaged blob (checksum mismatch)");
+  if (checksum.u64() != fnv1a(blob.data(), body)) damaged("damaged blob (checksum mismatch)");
 
   BlobReader r(blob.data(), body);
   r.raw(sizeof kMagic);
   const uint32_t version = r.u32();
   if (version != kVersion) {
-    fail("version " + std::to_string(version) + " is not supported (this build reads " +
-         std::to_string(kVersion) + ")");
+    damaged("version " + std::to_string(version) + " is not supported (this build reads " +
+            std::to_string(kVersion) + ")");
   }
   const uint64_t options_size = r.u64();
-  if (options_size > body) fail("truncated blob");
+  if (options_size > body) damaged("truncated blob");
   const auto* options_bytes = reinterpret_cast<const char*>(r.raw(options_size));
   const nlohmann::json saved = nlohmann::json::parse(options_bytes, options_bytes + options_size,
                                                      nullptr, /*allow_exceptions=*/false);
-  if (saved.is_discarded()) fail("damaged options record");
+  if (saved.is_discarded()) damaged("damaged options record");
 
   const int32_t n_layers = r.i32();
   const int32_t n_decision = r.i32();
   const int32_t window = r.i32();
   if (n_layers != units_.n_layers() || n_decision != units_.n_decision_units()) {
-    fail("made for " + std::to_string(n_layers) + " layers (" + std::to_string(n_layers * 7) +
-         " units), this model has " + std::to_string(units_.n_layers()) + " layers (" +
-         std::to_string(units_.n_units()) + " units)");
+    mismatch("made for " + std::to_string(n_layers) + " layers (" + std::to_string(n_layers * 7) +
+             " units), this model has " + std::to_string(units_.n_layers()) + " layers (" +
+             std::to_string(units_.n_units()) + " units)");
   }
   const nlohmann::json current = controller_options_to_json(options_);
   const nlohmann::json defaults = controller_options_to_json(ControllerOptions{});
@@ -171,12 +175,12 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
     const bool stored = saved.contains(key);
     const nlohmann::json& state_value = stored ? saved.at(key) : defaults.at(key);
     if (state_value != value) {
-      fail("gnmr." + key + " differs (state " +
-           (stored ? state_value.dump() : "absent, i.e. the default " + state_value.dump()) +
-           ", config " + value.dump() + ")");
+      mismatch("gnmr." + key + " differs (state " +
+               (stored ? state_value.dump() : "absent, i.e. the default " + state_value.dump()) +
+               ", config " + value.dump() + ")");
     }
   }
-  if (window != options_.window) fail("damaged blob (window record)");
+  if (window != options_.window) damaged("damaged blob (window record)");
 
   const int64_t observations = r.i64();
   const int64_t last_step = r.i64();
@@ -191,12 +195,12 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
   std::vector<int32_t> locks(static_cast<size_t>(n_decision));
   for (int32_t& lock : locks) {
     lock = r.i32();
-    if (lock < 0) fail("damaged blob (negative lock)");
+    if (lock < 0) damaged("damaged blob (negative lock)");
   }
   RoutingPlan plan;
   const uint8_t* paths = r.raw(static_cast<size_t>(units_.n_units()));
   for (int u = 0; u < units_.n_units(); ++u) {
-    if (paths[u] > 1) fail("damaged blob (path record)");
+    if (paths[u] > 1) damaged("damaged blob (path record)");
     plan.path.push_back(static_cast<Path>(paths[u]));
   }
   RunTelemetry telemetry(units_.n_units());
@@ -207,10 +211,14 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
     *v = r.i64();
   }
   for (int64_t& v : telemetry.recovered_steps) v = r.i64();
-  if (!r.at_end()) fail("damaged blob (trailing bytes)");
+  if (!r.at_end()) damaged("damaged blob (trailing bytes)");
 
-  // Everything parsed: commit.
-  monitor_.set_state(std::move(m));
+  // Everything parsed: commit. The monitor checks its windows' fill counts and positions.
+  try {
+    monitor_.set_state(std::move(m));
+  } catch (const std::invalid_argument& e) {
+    throw ControllerStateDamaged(e.what());
+  }
   locks_ = std::move(locks);
   current_plan_ = std::move(plan);
   observations_ = observations;

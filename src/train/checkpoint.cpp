@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "train/checkpoint_manifest.h"
 #include "train/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -19,6 +20,8 @@ namespace gnmr {
 namespace {
 
 constexpr int kCheckpointFormat = 1;
+// Checkpoints are written to RUN_DIR/checkpoints/.tmp_step_NNNNNNNN_<pid> and renamed.
+constexpr const char* kTempPrefix = ".tmp_";
 
 std::vector<float> tensor_to_host(Backend& backend, const Tensor& t) {
   std::vector<float> host(size_t(t.numel()));
@@ -52,6 +55,46 @@ void check_same_model(const json& saved, const json& current, const std::string&
   }
 }
 
+// The files of one checkpoint, written into DIR (the temporary directory).
+void write_checkpoint_files(const fs::path& dir, const RunConfig& config, Backend& backend,
+                            const LlamaModel& model, AdamW& optimizer, const TrainerState& state) {
+  const auto& params = model.params();
+  std::vector<std::vector<float>> weights = model_weights_to_host(backend, model);
+  std::vector<SafetensorsTensor> model_tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    model_tensors.push_back({params[i].name, "F32", params[i].shape, weights[i].data()});
+  }
+  std::map<std::string, std::string> meta = {{"format", "gnmr-checkpoint"},
+                                             {"step", std::to_string(state.step)}};
+  write_safetensors((dir / "model.safetensors").string(), model_tensors, meta);
+
+  std::vector<std::vector<float>> moments;
+  std::vector<SafetensorsTensor> moment_tensors;
+  moments.reserve(2 * params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    moments.push_back(tensor_to_host(backend, optimizer.first_moment(i)));
+    moment_tensors.push_back(
+        {"m." + params[i].name, "F32", params[i].shape, moments.back().data()});
+    moments.push_back(tensor_to_host(backend, optimizer.second_moment(i)));
+    moment_tensors.push_back(
+        {"v." + params[i].name, "F32", params[i].shape, moments.back().data()});
+  }
+  write_safetensors((dir / "optimizer.safetensors").string(), moment_tensors, meta);
+
+  json trainer = {{"format", kCheckpointFormat},
+                  {"step", state.step},
+                  {"tokens_seen", state.tokens_seen},
+                  {"consecutive_nonfinite", state.consecutive_nonfinite},
+                  {"skipped_steps", state.skipped_steps}};
+  write_file_atomic((dir / "trainer.json").string(), trainer.dump(2) + "\n");
+  write_file_atomic((dir / "controller.bin").string(), state.controller_state.data(),
+                    state.controller_state.size());
+  write_file_atomic((dir / "config.json").string(), config.resolved.dump(2) + "\n");
+  if (!config.data.tokenizer.empty() && fs::exists(config.data.tokenizer)) {
+    fs::copy_file(config.data.tokenizer, dir / "tokenizer.model");
+  }
+}
+
 }  // namespace
 
 std::string checkpoint_dir_name(int64_t step) {
@@ -71,50 +114,32 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
   fs::path final_dir = root / checkpoint_dir_name(state.step);
-  fs::path tmp_dir = root / (".tmp_" + checkpoint_dir_name(state.step) + "_" + std::to_string(::getpid()));
+  fs::path tmp_dir =
+      root / (kTempPrefix + checkpoint_dir_name(state.step) + "_" + std::to_string(::getpid()));
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
-
-  const auto& params = model.params();
-  std::vector<std::vector<float>> weights = model_weights_to_host(backend, model);
-  std::vector<SafetensorsTensor> model_tensors;
-  for (size_t i = 0; i < params.size(); ++i) {
-    model_tensors.push_back({params[i].name, "F32", params[i].shape, weights[i].data()});
-  }
-  std::map<std::string, std::string> meta = {{"format", "gnmr-checkpoint"},
-                                             {"step", std::to_string(state.step)}};
-  write_safetensors((tmp_dir / "model.safetensors").string(), model_tensors, meta);
-
-  std::vector<std::vector<float>> moments;
-  std::vector<SafetensorsTensor> moment_tensors;
-  moments.reserve(2 * params.size());
-  for (size_t i = 0; i < params.size(); ++i) {
-    moments.push_back(tensor_to_host(backend, optimizer.first_moment(i)));
-    moment_tensors.push_back({"m." + params[i].name, "F32", params[i].shape, moments.back().data()});
-    moments.push_back(tensor_to_host(backend, optimizer.second_moment(i)));
-    moment_tensors.push_back({"v." + params[i].name, "F32", params[i].shape, moments.back().data()});
-  }
-  write_safetensors((tmp_dir / "optimizer.safetensors").string(), moment_tensors, meta);
-
-  json trainer = {{"format", kCheckpointFormat},
-                  {"step", state.step},
-                  {"tokens_seen", state.tokens_seen},
-                  {"consecutive_nonfinite", state.consecutive_nonfinite},
-                  {"skipped_steps", state.skipped_steps}};
-  write_file_atomic((tmp_dir / "trainer.json").string(), trainer.dump(2) + "\n");
-  write_file_atomic((tmp_dir / "controller.bin").string(), state.controller_state.data(),
-                    state.controller_state.size());
-  write_file_atomic((tmp_dir / "config.json").string(), config.resolved.dump(2) + "\n");
-  if (!config.data.tokenizer.empty() && fs::exists(config.data.tokenizer)) {
-    fs::copy_file(config.data.tokenizer, tmp_dir / "tokenizer.model");
-  }
-
-  if (fs::exists(final_dir)) {
-    // Only a resumed run that re-reaches a saved step gets here; the old one is identical
-    // by the bit-exact resume guarantee, but keep it rather than replace it.
-    fs::remove_all(tmp_dir);
-  } else {
-    publish_directory(tmp_dir.string(), final_dir.string());
+  try {
+    write_checkpoint_files(tmp_dir, config, backend, model, optimizer, state);
+    write_checkpoint_manifest(tmp_dir.string());  // last: it covers every file above
+    // Only a resumed run that re-reaches a saved step finds it saved: an intact old one is
+    // identical by the bit-exact resume guarantee and is kept; a damaged one (skipped by
+    // --resume auto) is replaced.
+    const std::string old_problem =
+        fs::exists(final_dir) ? checkpoint_problem(final_dir.string()) : "";
+    if (!old_problem.empty()) {
+      spdlog::warn("replacing damaged checkpoint {} ({})", final_dir.string(), old_problem);
+      fs::remove_all(final_dir);
+    }
+    if (fs::exists(final_dir)) {
+      fs::remove_all(tmp_dir);
+    } else {
+      publish_directory(tmp_dir.string(), final_dir.string());
+    }
+  } catch (...) {
+    // A failed write (disk full) leaves nothing behind; the newest complete checkpoint stays.
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+    throw;
   }
 
   std::vector<int64_t> steps = checkpoint_steps(run_dir);
@@ -126,24 +151,46 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   return final_dir.string();
 }
 
+void remove_stale_checkpoint_temps(const std::string& run_dir) {
+  remove_stale_temp_dirs((fs::path(run_dir) / "checkpoints").string(), kTempPrefix);
+}
+
 std::string find_latest_checkpoint(const std::string& run_dir) {
   std::vector<int64_t> steps = checkpoint_steps(run_dir);
   if (steps.empty()) return "";
   return (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(steps.back())).string();
 }
 
+std::string newest_intact_checkpoint(const std::string& run_dir) {
+  std::vector<int64_t> steps = checkpoint_steps(run_dir);
+  std::string newest_problem;
+  for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
+    const std::string dir =
+        (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(*step)).string();
+    const std::string problem = checkpoint_problem(dir);
+    if (problem.empty()) return dir;
+    spdlog::warn("--resume auto: skipping checkpoint {}: {}", dir, problem);
+    if (newest_problem.empty()) newest_problem = dir + ": " + problem;
+  }
+  if (steps.empty()) return "";
+  throw Error(ErrorKind::Checkpoint, "--resume auto: no intact checkpoint in " + run_dir +
+                                         "/checkpoints (newest: " + newest_problem +
+                                         "); use --force to restart the run");
+}
+
 json read_checkpoint_config(const std::string& checkpoint_dir) {
   fs::path path = fs::path(checkpoint_dir) / "config.json";
   if (!fs::exists(path)) {
-    throw Error(ErrorKind::Checkpoint, checkpoint_dir + " is not a gnmr checkpoint (no config.json)");
+    throw Error(ErrorKind::Checkpoint,
+                checkpoint_dir + " is not a gnmr checkpoint (no config.json)");
   }
   json j = json::parse(read_file(path.string()), nullptr, false);
   if (j.is_discarded()) throw Error(ErrorKind::Checkpoint, path.string() + ": invalid JSON");
   return j;
 }
 
-TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config, Backend& backend,
-                             LlamaModel& model, AdamW& optimizer) {
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, AdamW& optimizer) {
   json saved_config = read_checkpoint_config(checkpoint_dir);
   if (!saved_config.contains("model")) {
     throw Error(ErrorKind::Checkpoint, checkpoint_dir + "/config.json has no model section");

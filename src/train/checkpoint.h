@@ -5,8 +5,10 @@
 //   controller.bin         GNMR controller state (opaque, versioned by the controller)
 //   config.json            the resolved run config
 //   tokenizer.model        copy of the tokenizer, so a checkpoint is self-contained
-// Written to a temporary directory, fsync'd and renamed: a crash never damages the newest
-// complete checkpoint. Resume from it is bit-exact.
+//   manifest.json          size and CRC-32 of every file above (checkpoint_manifest.h)
+// Written to checkpoints/.tmp_step_NNNNNNNN_<pid>, fsync'd and renamed: a crash never damages
+// the newest complete checkpoint, and a failed write removes its temporary directory. Resume
+// from it is bit-exact.
 #pragma once
 
 #include <cstdint>
@@ -34,16 +36,26 @@ std::string checkpoint_dir_name(int64_t step);
 std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
                             const LlamaModel& model, AdamW& optimizer, const TrainerState& state);
 
-// Newest complete checkpoint directory under RUN_DIR/checkpoints, or "" when none.
+// Removes the temporary directories a failed or killed save left under RUN_DIR/checkpoints
+// (only the writing rank, rank 0, calls it).
+void remove_stale_checkpoint_temps(const std::string& run_dir);
+
+// Newest checkpoint directory under RUN_DIR/checkpoints, or "" when none (unchecked).
 std::string find_latest_checkpoint(const std::string& run_dir);
+
+// `--resume auto`: the newest checkpoint that is complete and undamaged; each damaged newer
+// one is skipped with a warning naming it and the reason. "" when there is no checkpoint; a
+// Checkpoint error when there are some but none is intact.
+std::string newest_intact_checkpoint(const std::string& run_dir);
 
 // The resolved config stored in a checkpoint.
 nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 
 // Restores weights, moments and trainer state. The checkpoint's model section must equal
-// the current config's (a Checkpoint error names the first differing field).
-TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config, Backend& backend,
-                             LlamaModel& model, AdamW& optimizer);
+// the current config's (a Checkpoint error names the first differing field). Callers check
+// the checkpoint first (verify_checkpoint or newest_intact_checkpoint).
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, AdamW& optimizer);
 
 // Copies every parameter of the model to host fp32 buffers (one per parameter).
 std::vector<std::vector<float>> model_weights_to_host(Backend& backend, const LlamaModel& model);

@@ -13,6 +13,7 @@
 #include "data/tokenizer.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
 #include "train/hf_format.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -27,7 +28,8 @@ namespace {
 // A window source: fills row `i` of a batch (inputs and targets of model_seq_len tokens).
 using WindowFiller = std::function<void(int64_t window, int32_t* tokens, int32_t* targets)>;
 
-EvalResult run_windows(LlamaModel& model, int batch, int model_seq_len, int64_t windows, const WindowFiller& fill) {
+EvalResult run_windows(LlamaModel& model, int batch, int model_seq_len, int64_t windows,
+                       const WindowFiller& fill) {
   std::vector<int32_t> tokens(size_t(batch) * model_seq_len), targets(tokens.size());
   double loss_sum = 0;
   int64_t predicted = 0;
@@ -69,13 +71,15 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     model_section = model_section_from_hf(hf_config, o.model_dir);
     if (seq_len == 0) seq_len = std::min(1024, model_section["max_seq_len"].get<int>());
   } else {
+    verify_checkpoint(o.model_dir);
     json saved = read_checkpoint_config(o.model_dir);
     model_section = saved.at("model");
     if (seq_len == 0) seq_len = saved.at("data").at("seq_len");
   }
   RunConfig config = run_config_from_json({{"model", model_section}});
   if (seq_len < 2 || seq_len > config.model.max_seq_len) {
-    throw Error(ErrorKind::Usage, "eval: --seq-len must be in [2, " + std::to_string(config.model.max_seq_len) + "]");
+    throw Error(ErrorKind::Usage,
+                "eval: --seq-len must be in [2, " + std::to_string(config.model.max_seq_len) + "]");
   }
 
   std::unique_ptr<Backend> backend = make_cpu_backend(o.threads);
@@ -84,37 +88,44 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     TokenLoader loader(o.data_glob, seq_len, config.model.vocab_size, "sequential", 0, 0, 1);
     int64_t windows = loader.num_eval_windows();
     if (o.tokens > 0) windows = std::min(windows, std::max<int64_t>(1, o.tokens / seq_len));
-    if (windows < 1) throw Error(ErrorKind::Data, o.data_glob + ": fewer tokens than one window of " + std::to_string(seq_len + 1));
+    if (windows < 1)
+      throw Error(ErrorKind::Data,
+                  o.data_glob + ": fewer tokens than one window of " + std::to_string(seq_len + 1));
     int batch = int(std::min<int64_t>(o.batch, windows));
     LlamaModel model(config.model, *backend, batch, seq_len);
     load_model_weights(o.model_dir, *backend, model);
     result = run_windows(model, batch, seq_len, windows,
                          [&](int64_t w, int32_t* t, int32_t* y) { loader.eval_window(w, t, y); });
   } else {
-    std::string tokenizer_path = o.tokenizer.empty() ? (fs::path(o.model_dir) / "tokenizer.model").string() : o.tokenizer;
+    std::string tokenizer_path =
+        o.tokenizer.empty() ? (fs::path(o.model_dir) / "tokenizer.model").string() : o.tokenizer;
     Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     if (tokenizer.vocab_size() > config.model.vocab_size) {
-      throw Error(ErrorKind::Data, "tokenizer " + tokenizer_path + " has " + std::to_string(tokenizer.vocab_size()) +
-                                       " pieces, the model only " + std::to_string(config.model.vocab_size));
+      throw Error(ErrorKind::Data,
+                  "tokenizer " + tokenizer_path + " has " + std::to_string(tokenizer.vocab_size()) +
+                      " pieces, the model only " + std::to_string(config.model.vocab_size));
     }
     std::vector<int32_t> stream = tokenizer.encode(read_file(o.text_file));
     int64_t windows = int64_t(stream.size()) / seq_len;  // a last partial window is dropped
     if (o.tokens > 0) windows = std::min(windows, std::max<int64_t>(1, o.tokens / seq_len));
     if (windows < 1) {
       throw Error(ErrorKind::Data, o.text_file + ": " + std::to_string(stream.size()) +
-                                       " tokens, fewer than one window of " + std::to_string(seq_len));
+                                       " tokens, fewer than one window of " +
+                                       std::to_string(seq_len));
     }
     const int model_seq_len = seq_len - 1;
     int batch = int(std::min<int64_t>(o.batch, windows));
     LlamaModel model(config.model, *backend, batch, model_seq_len);
     load_model_weights(o.model_dir, *backend, model);
-    result = run_windows(model, batch, model_seq_len, windows, [&](int64_t w, int32_t* t, int32_t* y) {
-      const int32_t* window = stream.data() + w * seq_len;
-      std::copy(window, window + model_seq_len, t);
-      std::copy(window + 1, window + seq_len, y);
-    });
+    result =
+        run_windows(model, batch, model_seq_len, windows, [&](int64_t w, int32_t* t, int32_t* y) {
+          const int32_t* window = stream.data() + w * seq_len;
+          std::copy(window, window + model_seq_len, t);
+          std::copy(window + 1, window + seq_len, y);
+        });
   }
-  spdlog::info("eval {}: loss {:.4f}, ppl {:.3f} over {} tokens", o.model_dir, result.loss, result.ppl, result.tokens);
+  spdlog::info("eval {}: loss {:.4f}, ppl {:.3f} over {} tokens", o.model_dir, result.loss,
+               result.ppl, result.tokens);
   return result;
 }
 

@@ -9,6 +9,7 @@
 
 #include "precision/bf16.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
 #include "train/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -45,6 +46,38 @@ std::map<std::string, std::string> weight_files(const fs::path& dir) {
   return out;
 }
 
+// The files of an HF folder, written into TMP (the temporary directory).
+void write_hf_files(const SafetensorsFile& weights, const ModelConfig& model,
+                    const std::string& checkpoint_dir, const fs::path& tmp,
+                    const std::string& dtype) {
+  std::vector<std::vector<float>> f32;
+  std::vector<std::vector<uint16_t>> b16;
+  std::vector<SafetensorsTensor> tensors;
+  for (const auto& name : weights.names()) {
+    const auto& shape = weights.shape(name);
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    f32.emplace_back(size_t(n));
+    weights.read_f32(name, shape, f32.back().data());
+    if (dtype == "bfloat16") {
+      b16.emplace_back(size_t(n));
+      for (int64_t i = 0; i < n; ++i) b16.back()[size_t(i)] = encode_bf16(f32.back()[size_t(i)]);
+      tensors.push_back({name, "BF16", shape, b16.back().data()});
+      f32.back().clear();
+      f32.back().shrink_to_fit();
+    } else {
+      tensors.push_back({name, "F32", shape, f32.back().data()});
+    }
+  }
+  write_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
+  write_file_atomic((tmp / "config.json").string(),
+                    hf_config_from_model(model, dtype).dump(2) + "\n");
+  json generation = {{"bos_token_id", 1}, {"eos_token_id", 2}};
+  write_file_atomic((tmp / "generation_config.json").string(), generation.dump(2) + "\n");
+  fs::path tokenizer = fs::path(checkpoint_dir) / "tokenizer.model";
+  if (fs::exists(tokenizer)) fs::copy_file(tokenizer, tmp / "tokenizer.model");
+}
+
 }  // namespace
 
 bool is_hf_model_dir(const std::string& dir) {
@@ -78,9 +111,11 @@ json hf_config_from_model(const ModelConfig& m, const std::string& torch_dtype) 
 
 json model_section_from_hf(const json& hf, const std::string& where) {
   auto unsupported = [&](const std::string& key) {
-    return Error(ErrorKind::Checkpoint, where + ": config.json \"" + key + "\" is not supported by gnmr");
+    return Error(ErrorKind::Checkpoint,
+                 where + ": config.json \"" + key + "\" is not supported by gnmr");
   };
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) throw unsupported("rope_scaling");
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
+    throw unsupported("rope_scaling");
   if (hf.value("tie_word_embeddings", false)) throw unsupported("tie_word_embeddings");
   if (hf.value("attention_bias", false)) throw unsupported("attention_bias");
   if (hf.value("mlp_bias", false)) throw unsupported("mlp_bias");
@@ -108,7 +143,8 @@ void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& mo
   std::vector<float> host;
   for (const auto& p : model.params()) {
     auto it = files.find(p.name);
-    if (it == files.end()) throw Error(ErrorKind::Checkpoint, dir + ": missing tensor \"" + p.name + "\"");
+    if (it == files.end())
+      throw Error(ErrorKind::Checkpoint, dir + ": missing tensor \"" + p.name + "\"");
     auto& file = open[it->second];
     if (!file) file = std::make_unique<SafetensorsFile>(it->second);
     host.resize(size_t(p.weight.numel()));
@@ -118,47 +154,32 @@ void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& mo
   }
 }
 
-void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype) {
+void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir,
+                     const std::string& dtype) {
   if (dtype != "float32" && dtype != "bfloat16") {
     throw Error(ErrorKind::Usage, "--dtype must be float32 or bfloat16, got \"" + dtype + "\"");
   }
   if (fs::exists(out_dir)) throw Error(ErrorKind::Usage, "export: " + out_dir + " already exists");
+  verify_checkpoint(checkpoint_dir);
   json config = read_checkpoint_config(checkpoint_dir);
   RunConfig run = run_config_from_json(config);
   SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());
 
   fs::path out = fs::absolute(out_dir);
   fs::create_directories(out.parent_path());
-  fs::path tmp = out.parent_path() / (".tmp_" + out.filename().string() + "_" + std::to_string(::getpid()));
+  const std::string tmp_prefix = ".tmp_" + out.filename().string() + "_";
+  remove_stale_temp_dirs(out.parent_path().string(), tmp_prefix);
+  fs::path tmp = out.parent_path() / (tmp_prefix + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
-
-  std::vector<std::vector<float>> f32;
-  std::vector<std::vector<uint16_t>> b16;
-  std::vector<SafetensorsTensor> tensors;
-  for (const auto& name : weights.names()) {
-    const auto& shape = weights.shape(name);
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    f32.emplace_back(size_t(n));
-    weights.read_f32(name, shape, f32.back().data());
-    if (dtype == "bfloat16") {
-      b16.emplace_back(size_t(n));
-      for (int64_t i = 0; i < n; ++i) b16.back()[size_t(i)] = encode_bf16(f32.back()[size_t(i)]);
-      tensors.push_back({name, "BF16", shape, b16.back().data()});
-      f32.back().clear();
-      f32.back().shrink_to_fit();
-    } else {
-      tensors.push_back({name, "F32", shape, f32.back().data()});
-    }
+  try {
+    write_hf_files(weights, run.model, checkpoint_dir, tmp, dtype);
+    publish_directory(tmp.string(), out.string());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);  // a failed export (disk full) leaves nothing behind
+    throw;
   }
-  write_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_file_atomic((tmp / "config.json").string(), hf_config_from_model(run.model, dtype).dump(2) + "\n");
-  json generation = {{"bos_token_id", 1}, {"eos_token_id", 2}};
-  write_file_atomic((tmp / "generation_config.json").string(), generation.dump(2) + "\n");
-  fs::path tokenizer = fs::path(checkpoint_dir) / "tokenizer.model";
-  if (fs::exists(tokenizer)) fs::copy_file(tokenizer, tmp / "tokenizer.model");
-  publish_directory(tmp.string(), out.string());
   spdlog::info("exported {} -> {} ({})", checkpoint_dir, out.string(), dtype);
 }
 

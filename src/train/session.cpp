@@ -128,12 +128,17 @@ void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
   for (size_t i = 0; i < tokens_.size(); ++i) targets_[i] = tokens_[(i + 1) % tokens_.size()];
 }
 
-void TrainingSession::restore_controller_state() {
+void TrainingSession::restore_controller_state(const std::string& checkpoint_dir) {
+  const std::string file = "checkpoint " + checkpoint_dir + ": controller.bin";
   try {
     controller_->load_state(state_.controller_state);
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorKind::Checkpoint, std::string("controller state in the checkpoint: ") + e.what() +
-                                           " (the gnmr.* options must match the checkpointed run)");
+  } catch (const ControllerStateDamaged& e) {
+    throw Error(ErrorKind::Checkpoint,
+                file + " is damaged (" + e.what() + "); resume from an earlier checkpoint");
+  } catch (const ControllerStateMismatch& e) {
+    throw Error(ErrorKind::Checkpoint,
+                file + " was saved under other gnmr.* options or another model (" + e.what() +
+                    "); the gnmr.* options must match the checkpointed run (its config.json)");
   }
   plan_ = with_fixed_recovery(controller_->current_plan());
 }

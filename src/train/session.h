@@ -49,9 +49,10 @@ class TrainingSession {
   double evaluate(int64_t token_budget);  // mean validation loss
 
   // The controller state goes into state().controller_state before a checkpoint and comes
-  // back from it after a resume.
+  // back from it after a resume. A refused state is a Checkpoint error naming
+  // CHECKPOINT_DIR/controller.bin and whether it is damaged or from other gnmr.* options.
   void save_controller_state() { state_.controller_state = controller_->save_state(); }
-  void restore_controller_state();
+  void restore_controller_state(const std::string& checkpoint_dir);
 
   Communicator& comm() { return *comm_; }
   Backend& backend() { return *backend_; }

@@ -12,6 +12,7 @@
 
 #include "train/bench.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
 #include "train/hf_format.h"
 #include "train/metrics.h"
 #include "train/session.h"
@@ -44,10 +45,7 @@ std::string prepare_run_dir(const TrainOptions& options) {
   if (!options.resume.empty()) {
     if (options.force) throw Error(ErrorKind::Usage, "--resume and --force cannot be combined");
     if (options.resume != "auto") {
-      if (!fs::exists(fs::path(options.resume) / "trainer.json")) {
-        throw Error(ErrorKind::Checkpoint,
-                    "--resume " + options.resume + " is not a gnmr checkpoint directory");
-      }
+      verify_checkpoint(options.resume);  // names a missing or damaged file
       return options.resume;
     }
     std::string latest = find_latest_checkpoint(dir.string());
@@ -136,6 +134,11 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     resume_from = prepare_run_dir(options);
     fs::create_directories(options.out_dir);
     add_log_file((fs::path(options.out_dir) / "log.txt").string());
+    remove_stale_checkpoint_temps(options.out_dir);
+    // Here rather than in prepare_run_dir so that skipped damaged checkpoints reach log.txt.
+    if (options.resume == "auto" && !resume_from.empty()) {
+      resume_from = newest_intact_checkpoint(options.out_dir);
+    }
     write_file_atomic((fs::path(options.out_dir) / "config.json").string(),
                       config.resolved.dump(2) + "\n");
   }
@@ -145,9 +148,10 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (!resume_from.empty()) {
     state = load_checkpoint(resume_from, config, session.backend(), session.model(),
                             session.optimizer());
-    session.restore_controller_state();
+    session.restore_controller_state(resume_from);
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
   } else if (!options.init.empty()) {
+    if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
     load_model_weights(options.init, session.backend(), session.model());
     spdlog::info("initialised weights from {}", options.init);
   }

@@ -1,6 +1,8 @@
 #include "util/atomic_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,7 +19,26 @@ namespace gnmr {
 
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// The pid at the end of NAME ("..._<pid>"), or -1.
+long trailing_pid(const std::string& name) {
+  const size_t underscore = name.rfind('_');
+  if (underscore == std::string::npos || underscore + 1 == name.size()) return -1;
+  long pid = 0;
+  for (size_t i = underscore + 1; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9' || pid > 1000000000L) return -1;
+    pid = pid * 10 + (name[i] - '0');
+  }
+  return pid;
+}
+
+bool process_is_alive(long pid) {
+  if (pid <= 0 || pid > 1000000000L) return false;
+  return ::kill(pid_t(pid), 0) == 0 || errno == EPERM;
+}
 
 void write_all(int fd, const void* data, size_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -80,6 +101,29 @@ void publish_directory(const std::string& tmp_dir, const std::string& final_dir)
   }
   fs::path parent = fs::path(final_dir).parent_path();
   fsync_path(parent.empty() ? "." : parent.string());
+}
+
+void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
+    const long pid = trailing_pid(name);
+    if (pid <= 0 || pid == long(::getpid())) continue;  // not ours, or our own
+    if (process_is_alive(pid)) {
+      spdlog::warn("{} belongs to running process {}; left alone", entry.path().string(), pid);
+      continue;
+    }
+    fs::remove_all(entry.path(), ec);
+    if (ec) {
+      spdlog::warn("cannot remove stale temporary directory {}: {}", entry.path().string(),
+                   ec.message());
+    } else {
+      spdlog::info("removed stale temporary directory {} (left by a failed write)",
+                   entry.path().string());
+    }
+  }
 }
 
 std::string read_file(const std::string& path) {

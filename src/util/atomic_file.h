@@ -17,6 +17,12 @@ void fsync_path(const std::string& path);
 // in it, rename TMP_DIR -> FINAL_DIR, fsync the parent. FINAL_DIR must not exist.
 void publish_directory(const std::string& tmp_dir, const std::string& final_dir);
 
+// Removes what a failed or killed writer left in DIR: directories named PREFIX..._<pid>
+// (publish_directory's temporaries) whose pid is no live process on this host, logging each.
+// A live pid's directory may be another process still writing, and a name without a pid is
+// not a gnmr temporary: both are left alone.
+void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix);
+
 // Reads a whole file; throws Error(kind) naming the path if it cannot.
 std::string read_file(const std::string& path);
 

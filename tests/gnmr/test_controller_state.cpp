@@ -127,6 +127,29 @@ TEST(ControllerState, LoadRefusesOtherUnitCountsOtherOptionsAndDamagedBlobs) {
   EXPECT_EQ(target.save_state(), Controller(quick_options(), kLayers).save_state());
 }
 
+TEST(ControllerState, DamagedBlobsAreToldApartFromOtherOptions) {
+  Controller source(quick_options(), kLayers);
+  const auto stream = testing::noisy_stream(kUnits, 10, 9);
+  for (int step = 0; step < 10; ++step) source.observe(step, stream[step]);
+  const std::vector<uint8_t> blob = source.save_state();
+
+  std::vector<uint8_t> flipped = blob, bad_magic = blob;
+  flipped[flipped.size() / 3] ^= 0x01;
+  bad_magic[0] = 'X';
+  const std::vector<uint8_t> truncated(blob.begin(), blob.end() - 9);
+  Controller target(quick_options(), kLayers);
+  for (const auto& damaged : {flipped, bad_magic, truncated, std::vector<uint8_t>{}}) {
+    EXPECT_THROW(target.load_state(damaged), ControllerStateDamaged);
+  }
+
+  ControllerOptions other = quick_options();
+  other.alpha = 2.0;
+  Controller other_alpha(other, kLayers);
+  EXPECT_THROW(other_alpha.load_state(blob), ControllerStateMismatch);
+  Controller smaller(quick_options(), 2);
+  EXPECT_THROW(smaller.load_state(blob), ControllerStateMismatch);
+}
+
 // The blob as a build from before `key` existed wrote it: the key dropped from the options
 // record, length and checksum redone (layout: controller_state.cpp).
 std::vector<uint8_t> without_option(const std::vector<uint8_t>& blob, const std::string& key) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "config/config.h"
+#include "expect_error.h"
 #include "test_paths.h"
 #include "train/session.h"
 
@@ -60,7 +61,41 @@ TEST(SessionController, ControllerStateRoundTripsThroughTheSession) {
   for (int64_t s = 0; s < 8; ++s) a.run_step(s);
   a.save_controller_state();
   b.state().controller_state = a.state().controller_state;
-  b.restore_controller_state();
+  b.restore_controller_state("a");
   EXPECT_EQ(a.controller().current_plan(), b.controller().current_plan());
   EXPECT_EQ(a.controller().save_state(), b.controller().save_state());
+}
+
+TEST(SessionController, ADamagedControllerStateIsNamedAndNotBlamedOnTheOptions) {
+  auto config = tiny_config({"gnmr.controller=gnmr"});
+  gnmr::TrainingSession source(config, true), target(config, true);
+  for (int64_t s = 0; s < 3; ++s) source.run_step(s);
+  source.save_controller_state();
+  const std::vector<uint8_t> blob = source.state().controller_state;
+
+  std::vector<std::vector<uint8_t>> damaged = {blob, {blob.begin(), blob.begin() + 40}, blob};
+  damaged[0][blob.size() / 2] ^= 0x10;  // bit flip
+  damaged[2][0] = 'X';                  // bad magic
+  for (const auto& bad : damaged) {
+    target.state().controller_state = bad;
+    try {
+      target.restore_controller_state("runs/x/checkpoints/step_00000003");
+      ADD_FAILURE() << "a damaged controller state was accepted";
+    } catch (const gnmr::Error& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(e.kind(), gnmr::ErrorKind::Checkpoint);
+      EXPECT_NE(
+          message.find("checkpoint runs/x/checkpoints/step_00000003: controller.bin is damaged"),
+          std::string::npos)
+          << message;
+      EXPECT_EQ(message.find("options"), std::string::npos) << message;
+    }
+  }
+
+  gnmr::TrainingSession other(tiny_config({"gnmr.controller=gnmr", "gnmr.alpha=5"}), true);
+  other.state().controller_state = blob;
+  gnmr_test::expect_error(
+      [&] { other.restore_controller_state("runs/x/checkpoints/step_00000003"); },
+      gnmr::ErrorKind::Checkpoint,
+      {"controller.bin was saved under other gnmr.* options", "gnmr.alpha differs"});
 }

@@ -1,0 +1,119 @@
+// Damaged and incomplete checkpoints end to end: `train --resume`, `eval` and `export` name the
+// missing or damaged file (exit 5), `--resume auto` falls back to the previous intact
+// checkpoint and still ends bit-exactly where an uninterrupted run does, and temporary
+// directories left by a killed writer are removed at the next start.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli_fixture.h"
+
+namespace fs = std::filesystem;
+using gnmr_test::run_gnmr;
+
+namespace {
+
+std::string train_args(const std::string& config, const std::string& out) {
+  return "train --config " + config + " --out " + out;
+}
+
+std::string val_data() {
+  return " --data '" + gnmr_test::brown_shards_dir() + "/val_*.bin' --tokens 1024";
+}
+
+void flip_byte(const std::string& path, std::streamoff offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(offset);
+  char c = 0;
+  file.read(&c, 1);
+  c = char(c ^ 0x01);
+  file.seekp(offset);
+  file.write(&c, 1);
+}
+
+void expect_exit_five_naming(const gnmr_test::CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
+}
+
+}  // namespace
+
+TEST(CliCheckpoint, ResumeAutoSkipsADamagedNewestCheckpointAndEndsLikeAnUninterruptedRun) {
+  std::string dir = gnmr_test::scratch_dir("cli_ckpt_damaged");
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"checkpoint": {"every": 3}})");
+  auto whole = run_gnmr(train_args(config, dir + "/whole"));
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  auto first = run_gnmr(train_args(config, dir + "/split") + " --stop-at 6");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string damaged = dir + "/split/checkpoints/step_00000006";
+  flip_byte(damaged + "/model.safetensors",
+            std::streamoff(fs::file_size(damaged + "/model.safetensors") / 2));
+  const std::string named = damaged + ": model.safetensors is damaged (checksum mismatch";
+
+  // Naming the damaged checkpoint is refused by every command that reads it.
+  expect_exit_five_naming(run_gnmr(train_args(config, dir + "/split") + " --resume " + damaged),
+                          named);
+  expect_exit_five_naming(run_gnmr("eval --checkpoint " + damaged + val_data()), named);
+  expect_exit_five_naming(
+      run_gnmr("export --checkpoint " + damaged + " --out " + dir + "/exports/hf"), named);
+  EXPECT_FALSE(fs::exists(dir + "/exports/hf"));
+
+  auto second = run_gnmr(train_args(config, dir + "/split") + " --resume auto");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  const std::string log = gnmr_test::read_bytes(dir + "/split/log.txt");
+  EXPECT_NE(log.find("skipping checkpoint " + named), std::string::npos) << log;
+  EXPECT_NE(log.find("resumed from " + dir + "/split/checkpoints/step_00000003"), std::string::npos)
+      << log;
+
+  for (const char* file :
+       {"model.safetensors", "optimizer.safetensors", "trainer.json", "controller.bin"}) {
+    for (const char* step : {"step_00000006", "step_00000012"}) {  // step 6 was saved again
+      EXPECT_EQ(gnmr_test::read_bytes(dir + "/whole/checkpoints/" + step + "/" + file),
+                gnmr_test::read_bytes(dir + "/split/checkpoints/" + step + "/" + file))
+          << step << "/" << file << " differs after resume";
+    }
+  }
+  auto a = gnmr_test::read_metrics(dir + "/whole/metrics.jsonl");
+  auto b = gnmr_test::read_metrics(dir + "/split/metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(gnmr_test::without_timing(a[i]), gnmr_test::without_timing(b[i]))
+        << "metrics line " << i;
+  }
+}
+
+TEST(CliCheckpoint, AMissingFileIsNamedByResumeEvalAndExport) {
+  std::string dir = gnmr_test::scratch_dir("cli_ckpt_missing");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
+  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  fs::remove(ckpt + "/trainer.json");
+  const std::string named = ckpt + ": trainer.json is missing";
+  expect_exit_five_naming(run_gnmr(train_args(config, dir + "/run") + " --resume " + ckpt), named);
+  expect_exit_five_naming(run_gnmr(train_args(config, dir + "/run") + " --resume auto"), named);
+  expect_exit_five_naming(run_gnmr("eval --checkpoint " + ckpt + val_data()), named);
+  expect_exit_five_naming(run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf"), named);
+}
+
+TEST(CliCheckpoint, StaleTemporaryDirectoriesAreRemovedAtTheNextStart) {
+  std::string dir = gnmr_test::scratch_dir("cli_ckpt_stale");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 4}, "eval": {"every": 0},
+                                                           "checkpoint": {"every": 2}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run") + " --stop-at 2").exit_code, 0);
+  // What a writer killed while saving step 4 leaves (its pid is no live process).
+  const std::string stale = dir + "/run/checkpoints/.tmp_step_00000004_999999999";
+  fs::create_directories(stale);
+  std::ofstream(stale + "/model.safetensors") << "partial";
+  auto resumed = run_gnmr(train_args(config, dir + "/run") + " --resume auto");
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_FALSE(fs::exists(stale));
+  const std::string log = gnmr_test::read_bytes(dir + "/run/log.txt");
+  EXPECT_NE(log.find("removed stale temporary directory " + stale), std::string::npos) << log;
+  for (const auto& entry : fs::directory_iterator(dir + "/run/checkpoints")) {
+    EXPECT_EQ(entry.path().filename().string().rfind(".tmp_", 0), std::string::npos)
+        << entry.path();
+  }
+}

@@ -1,0 +1,197 @@
+// Checkpoint integrity: the manifest names a missing or damaged file, --resume auto skips a
+// damaged checkpoint, and a failed write (file size limit, as a full disk) leaves no
+// temporary directory.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "config/config.h"
+#include "expect_error.h"
+#include "test_paths.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
+#include "train/hf_format.h"
+#include "train/session.h"
+
+namespace fs = std::filesystem;
+using gnmr::ErrorKind;
+using gnmr_test::expect_error;
+
+namespace {
+
+gnmr::RunConfig tiny_config() {
+  std::vector<std::string> all = {"data.seq_len=16", "train.micro_batch=2",
+                                  "train.global_batch_tokens=32", "train.threads=1"};
+  return gnmr::load_run_config(gnmr_test::source_path("configs/models/tiny.json"), all);
+}
+
+// A checkpoint of a freshly initialised tiny model at STEP; returns its directory.
+std::string save_tiny_checkpoint(const std::string& run_dir, int64_t step) {
+  gnmr::RunConfig config = tiny_config();
+  gnmr::TrainingSession session(config, /*synthetic_data=*/true);
+  session.state().step = step;
+  session.save_controller_state();
+  return gnmr::save_checkpoint(run_dir, config, session.backend(), session.model(),
+                               session.optimizer(), session.state());
+}
+
+void flip_byte(const std::string& path, std::streamoff offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(offset);
+  char c = 0;
+  file.read(&c, 1);
+  c = char(c ^ 0x01);
+  file.seekp(offset);
+  file.write(&c, 1);
+}
+
+std::vector<std::string> entries_of(const std::string& dir) {
+  std::vector<std::string> names;
+  if (!fs::exists(dir)) return names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  return names;
+}
+
+// Files larger than `bytes` cannot be written while it lives (write fails with EFBIG, as it
+// fails with ENOSPC on a full disk); SIGXFSZ is ignored so the write returns the error.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    old_handler_ = signal(SIGXFSZ, SIG_IGN);
+    rlimit limit = saved_;
+    limit.rlim_cur = bytes;
+    setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    signal(SIGXFSZ, old_handler_);
+  }
+
+ private:
+  rlimit saved_{};
+  sighandler_t old_handler_;
+};
+
+}  // namespace
+
+TEST(CheckpointManifest, ASavedCheckpointVerifiesAndListsEveryFile) {
+  std::string dir = save_tiny_checkpoint(gnmr_test::scratch_dir("ckpt_manifest"), 3);
+  EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
+  auto manifest = nlohmann::json::parse(std::ifstream(dir + "/manifest.json"));
+  EXPECT_EQ(manifest["checksum"], "crc32");
+  for (const std::string& name : gnmr::required_checkpoint_files()) {
+    ASSERT_TRUE(manifest["files"].contains(name)) << name;
+    EXPECT_EQ(manifest["files"][name]["bytes"].get<uint64_t>(), fs::file_size(dir + "/" + name));
+  }
+}
+
+TEST(CheckpointManifest, AFlippedByteATruncationOrAMissingFileIsNamed) {
+  std::string dir = save_tiny_checkpoint(gnmr_test::scratch_dir("ckpt_damage"), 3);
+  const std::string weights = dir + "/model.safetensors";
+  flip_byte(weights, std::streamoff(fs::file_size(weights) / 2));
+  expect_error([&] { gnmr::verify_checkpoint(dir); }, ErrorKind::Checkpoint,
+               {"checkpoint " + dir + ": model.safetensors is damaged",
+                "checksum mismatch: manifest says crc32 ", ", file has crc32 "});
+  flip_byte(weights, std::streamoff(fs::file_size(weights) / 2));  // repaired
+  EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
+
+  fs::resize_file(dir + "/optimizer.safetensors", 100);
+  EXPECT_NE(gnmr::checkpoint_problem(dir).find("optimizer.safetensors is damaged (size mismatch: "
+                                               "manifest says "),
+            std::string::npos)
+      << gnmr::checkpoint_problem(dir);
+}
+
+TEST(CheckpointManifest, EachMissingRequiredFileIsNamed) {
+  std::string run = gnmr_test::scratch_dir("ckpt_missing");
+  std::string dir = save_tiny_checkpoint(run, 3);
+  for (const std::string& name : gnmr::required_checkpoint_files()) {
+    fs::copy(dir, run + "/copy");
+    fs::remove(run + "/copy/" + name);
+    expect_error([&] { gnmr::verify_checkpoint(run + "/copy"); }, ErrorKind::Checkpoint,
+                 {name + " is missing"});
+    fs::remove_all(run + "/copy");
+  }
+}
+
+TEST(CheckpointManifest, ACheckpointFromBeforeManifestsIsAcceptedWhenComplete) {
+  std::string dir = save_tiny_checkpoint(gnmr_test::scratch_dir("ckpt_old"), 3);
+  fs::remove(dir + "/manifest.json");
+  EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
+  fs::remove(dir + "/trainer.json");
+  EXPECT_EQ(gnmr::checkpoint_problem(dir), "trainer.json is missing");
+}
+
+TEST(CheckpointManifest, ADamagedManifestIsNamed) {
+  std::string dir = save_tiny_checkpoint(gnmr_test::scratch_dir("ckpt_bad_manifest"), 3);
+  std::ofstream(dir + "/manifest.json") << "{\"format\": \"gnmr-checkpoint-manifest\"";
+  EXPECT_NE(gnmr::checkpoint_problem(dir).find("manifest.json is damaged"), std::string::npos)
+      << gnmr::checkpoint_problem(dir);
+}
+
+TEST(CheckpointResume, AutoSkipsADamagedNewestCheckpointForThePreviousOne) {
+  std::string run = gnmr_test::scratch_dir("ckpt_auto");
+  std::string older = save_tiny_checkpoint(run, 3);
+  std::string newest = save_tiny_checkpoint(run, 6);
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(run), newest);
+  flip_byte(newest + "/model.safetensors", 200);
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(run), older);
+  fs::remove(older + "/controller.bin");
+  expect_error([&] { gnmr::newest_intact_checkpoint(run); }, ErrorKind::Checkpoint,
+               {"no intact checkpoint", "step_00000006: model.safetensors is damaged"});
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(gnmr_test::scratch_dir("ckpt_auto_empty")), "");
+}
+
+TEST(CheckpointResume, ResavingADamagedCheckpointReplacesIt) {
+  std::string run = gnmr_test::scratch_dir("ckpt_resave");
+  std::string dir = save_tiny_checkpoint(run, 3);
+  flip_byte(dir + "/model.safetensors", 200);
+  ASSERT_NE(gnmr::checkpoint_problem(dir), "");
+  EXPECT_EQ(save_tiny_checkpoint(run, 3), dir);
+  EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
+}
+
+TEST(CheckpointWrite, AFailedWriteLeavesNoTemporaryDirectory) {
+  std::string run = gnmr_test::scratch_dir("ckpt_fail");
+  std::string older = save_tiny_checkpoint(run, 3);
+  {
+    // model.safetensors (about 2.5 MB) no longer fits; the small files would.
+    FileSizeLimit limit(1 << 20);
+    expect_error([&] { save_tiny_checkpoint(run, 6); }, ErrorKind::Runtime, {"model.safetensors"});
+  }
+  EXPECT_EQ(entries_of(run + "/checkpoints"), std::vector<std::string>{"step_00000003"});
+  EXPECT_EQ(gnmr::checkpoint_problem(older), "");
+}
+
+TEST(CheckpointWrite, AFailedExportLeavesNoTemporaryDirectory) {
+  std::string run = gnmr_test::scratch_dir("ckpt_export_fail");
+  std::string dir = save_tiny_checkpoint(run, 3);
+  {
+    FileSizeLimit limit(1 << 20);
+    expect_error([&] { gnmr::export_hf_model(dir, run + "/exports/hf", "float32"); },
+                 ErrorKind::Runtime, {"model.safetensors"});
+  }
+  EXPECT_TRUE(entries_of(run + "/exports").empty());
+}
+
+TEST(CheckpointWrite, StaleTemporaryDirectoriesOfDeadProcessesAreRemoved) {
+  std::string run = gnmr_test::scratch_dir("ckpt_stale");
+  save_tiny_checkpoint(run, 3);
+  const std::string root = run + "/checkpoints/";
+  fs::create_directories(root + ".tmp_step_00000006_999999999");  // no such process
+  std::ofstream(root + ".tmp_step_00000006_999999999/model.safetensors") << "partial";
+  const std::string live = ".tmp_step_00000009_" + std::to_string(getppid());  // still running
+  fs::create_directories(root + live);
+  fs::create_directories(root + ".tmp_notes");  // no pid: not a gnmr temporary
+  gnmr::remove_stale_checkpoint_temps(run);
+  std::vector<std::string> left = entries_of(root);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", live, "step_00000003"}));
+}
