@@ -139,8 +139,11 @@ def torch_worker(args):
     import torch
     torch.set_num_threads(args.torch_worker[0])
     cfg = json.loads(open(args.worker_config).read())
-    blas = "OpenBLAS" if "openblas" in torch.__config__.show().lower() else "MKL" \
-        if "mkl" in torch.__config__.show().lower() else "other"
+    build = torch.__config__.show()
+    # Debian's torch calls the system libblas.so.3 (OpenBLAS when libopenblas0 is installed);
+    # PyPI's wheels carry MKL.
+    blas = "MKL" if "BLAS_INFO=mkl" in build else "OpenBLAS" if "openblas" in build.lower() else \
+        "system libblas" if "BLAS_INFO=generic" in build else "other"
     print(json.dumps({"tokens_per_s": torch_tokens_per_s(torch, cfg, args.steps, args.warmup),
                       "torch": torch.__version__, "blas": blas}))
 
