@@ -4,7 +4,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "backend/backend.h"
@@ -26,6 +25,7 @@ nlohmann::json model_section_from_hf(const nlohmann::json& hf_config, const std:
 void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& model);
 
 // `gnmr export`: writes OUT_DIR (must not exist) atomically. dtype: "float32" or "bfloat16".
-void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype);
+void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir,
+                     const std::string& dtype);
 
 }  // namespace gnmr

@@ -1,9 +1,8 @@
 #include "train/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "precision/bf16.h"
 #include "util/atomic_file.h"
@@ -64,7 +63,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   for (const auto& t : tensors) {
     size_t bytes = size_t(count_elements(t.shape)) * dtype_bytes(t.dtype);
     GNMR_CHECK(dtype_bytes(t.dtype) != 0, "safetensors: unsupported dtype " + t.dtype);
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string header_text = header.dump();
@@ -84,7 +84,9 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  auto bad = [&](const std::string& why) { return Error(ErrorKind::Checkpoint, path + ": " + why); };
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorKind::Checkpoint, path + ": " + why);
+  };
   try {
     bytes_ = read_file(path);
   } catch (const Error&) {
@@ -94,10 +96,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   uint64_t header_len;
   std::memcpy(&header_len, bytes_.data(), 8);
   if (header_len > bytes_.size() - 8) {
-    throw bad("truncated (header says " + std::to_string(header_len) + " header bytes, file holds " +
-              std::to_string(bytes_.size() - 8) + ")");
+    throw bad("truncated (header says " + std::to_string(header_len) +
+              " header bytes, file holds " + std::to_string(bytes_.size() - 8) + ")");
   }
-  json header = json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + int64_t(header_len), nullptr, false);
+  json header =
+      json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + int64_t(header_len), nullptr, false);
   if (header.is_discarded() || !header.is_object()) throw bad("header is not valid JSON");
   data_start_ = 8 + header_len;
   const uint64_t data_size = bytes_.size() - data_start_;
@@ -122,7 +125,8 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
                 ", data holds " + std::to_string(data_size) + ")");
     }
     size_t element = dtype_bytes(e.dtype);
-    if (element != 0 && (e.end < e.begin || e.end - e.begin != uint64_t(count_elements(e.shape)) * element)) {
+    if (element != 0 &&
+        (e.end < e.begin || e.end - e.begin != uint64_t(count_elements(e.shape)) * element)) {
       throw bad("tensor \"" + it.key() + "\" size does not match its shape " + shape_text(e.shape));
     }
     entries_[it.key()] = e;
@@ -137,7 +141,8 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
   auto it = entries_.find(name);
-  if (it == entries_.end()) throw Error(ErrorKind::Checkpoint, path_ + ": missing tensor \"" + name + "\"");
+  if (it == entries_.end())
+    throw Error(ErrorKind::Checkpoint, path_ + ": missing tensor \"" + name + "\"");
   return it->second;
 }
 
@@ -149,8 +154,9 @@ void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_
                                float* out) const {
   const Entry& e = entry(name);
   if (e.shape != expected_shape) {
-    throw Error(ErrorKind::Checkpoint, path_ + ": tensor \"" + name + "\" has shape " + shape_text(e.shape) +
-                                           ", the model expects " + shape_text(expected_shape));
+    throw Error(ErrorKind::Checkpoint, path_ + ": tensor \"" + name + "\" has shape " +
+                                           shape_text(e.shape) + ", the model expects " +
+                                           shape_text(expected_shape));
   }
   const char* src = bytes_.data() + data_start_ + e.begin;
   const int64_t n = count_elements(e.shape);
