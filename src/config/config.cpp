@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
+#include <type_traits>
 
 #include "util/error.h"
 
@@ -108,18 +110,26 @@ void deep_merge(json& base, const json& overlay) {
 }
 
 json parse_json_file(const std::string& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) config_error(file + " is a directory, not a config file");
   std::ifstream in(file);
   if (!in) config_error("cannot open config file " + file);
   try {
     return json::parse(in, nullptr, true, /*ignore_comments=*/true);
   } catch (const json::parse_error& e) {
     config_error(file + ": invalid JSON: " + e.what());
+  } catch (const std::ios_base::failure& e) {
+    config_error("cannot read config file " + file + ": " + e.what());
   }
 }
 
 // Returns the file's content with its includes merged underneath it.
 json load_with_includes(const std::string& file, std::vector<std::string>& chain) {
-  std::string canonical = fs::weakly_canonical(file).string();
+  // The error_code overloads: a path the OS refuses (a name too long) is a config error below,
+  // not a filesystem_error.
+  std::error_code ec;
+  std::string canonical = fs::weakly_canonical(file, ec).string();
+  if (ec) canonical = fs::path(file).lexically_normal().string();
   if (std::find(chain.begin(), chain.end(), canonical) != chain.end()) {
     config_error("include cycle through " + file);
   }
@@ -135,8 +145,9 @@ json load_with_includes(const std::string& file, std::vector<std::string>& chain
     for (const auto& inc : includes) {
       if (!inc.is_string()) config_error(file + ": \"include\" entries must be strings");
       fs::path path = fs::path(file).parent_path() / inc.get<std::string>();
-      if (!fs::exists(path))
-        config_error(file + ": included file " + path.string() + " does not exist");
+      const bool exists = fs::exists(path, ec);
+      if (ec) config_error(file + ": included file " + path.string() + ": " + ec.message());
+      if (!exists) config_error(file + ": included file " + path.string() + " does not exist");
       deep_merge(merged, load_with_includes(path.string(), chain));
     }
     content.erase("include");
@@ -251,6 +262,27 @@ void validate(const RunConfig& c) {
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
 }
 
+// out = section[last part of path]; an integer that does not fit OUT's type (the JSON holds
+// up to 64 bits, "model.dim" is an int) is an error naming the key, not a truncation.
+template <typename T>
+void read_value(const json& section, const std::string& path, T& out) {
+  const json& v = section.at(path.substr(path.rfind('.') + 1));
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+            : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                  (v.get<int64_t>() < 0 ||
+                   uint64_t(v.get<int64_t>()) <= uint64_t(std::numeric_limits<T>::max()));
+    if (!fits) {
+      config_error("\"" + path + "\" is " + v.dump() + ", outside the range of its type [" +
+                   std::to_string(std::numeric_limits<T>::min()) + ", " +
+                   std::to_string(std::numeric_limits<T>::max()) + "]");
+    }
+  }
+  out = v.get<T>();
+}
+
 }  // namespace
 
 RunConfig run_config_from_json(const json& resolved) {
@@ -260,46 +292,46 @@ RunConfig run_config_from_json(const json& resolved) {
   RunConfig c;
   try {
     const json& m = full["model"];
-    c.model.name = m["name"];
-    c.model.dim = m["dim"];
-    c.model.n_layers = m["n_layers"];
-    c.model.n_heads = m["n_heads"];
-    c.model.n_kv_heads = m["n_kv_heads"];
-    c.model.ffn_dim = m["ffn_dim"];
-    c.model.vocab_size = m["vocab_size"];
-    c.model.max_seq_len = m["max_seq_len"];
-    c.model.norm_eps = m["norm_eps"];
-    c.model.rope_theta = m["rope_theta"];
-    c.model.init_std = m["init_std"];
+    read_value(m, "model.name", c.model.name);
+    read_value(m, "model.dim", c.model.dim);
+    read_value(m, "model.n_layers", c.model.n_layers);
+    read_value(m, "model.n_heads", c.model.n_heads);
+    read_value(m, "model.n_kv_heads", c.model.n_kv_heads);
+    read_value(m, "model.ffn_dim", c.model.ffn_dim);
+    read_value(m, "model.vocab_size", c.model.vocab_size);
+    read_value(m, "model.max_seq_len", c.model.max_seq_len);
+    read_value(m, "model.norm_eps", c.model.norm_eps);
+    read_value(m, "model.rope_theta", c.model.rope_theta);
+    read_value(m, "model.init_std", c.model.init_std);
     const json& d = full["data"];
-    c.data.train = d["train"];
-    c.data.val = d["val"];
-    c.data.tokenizer = d["tokenizer"];
-    c.data.seq_len = d["seq_len"];
-    c.data.sampling = d["sampling"];
+    read_value(d, "data.train", c.data.train);
+    read_value(d, "data.val", c.data.val);
+    read_value(d, "data.tokenizer", c.data.tokenizer);
+    read_value(d, "data.seq_len", c.data.seq_len);
+    read_value(d, "data.sampling", c.data.sampling);
     const json& t = full["train"];
-    c.train.steps = t["steps"];
-    c.train.lr = t["lr"];
-    c.train.min_lr_ratio = t["min_lr_ratio"];
-    c.train.warmup_steps = t["warmup_steps"];
-    c.train.global_batch_tokens = t["global_batch_tokens"];
-    c.train.micro_batch = t["micro_batch"];
-    c.train.weight_decay = t["weight_decay"];
+    read_value(t, "train.steps", c.train.steps);
+    read_value(t, "train.lr", c.train.lr);
+    read_value(t, "train.min_lr_ratio", c.train.min_lr_ratio);
+    read_value(t, "train.warmup_steps", c.train.warmup_steps);
+    read_value(t, "train.global_batch_tokens", c.train.global_batch_tokens);
+    read_value(t, "train.micro_batch", c.train.micro_batch);
+    read_value(t, "train.weight_decay", c.train.weight_decay);
     c.train.beta1 = t["beta1"];
     c.train.beta2 = t["beta2"];
-    c.train.eps = t["eps"];
-    c.train.grad_clip = t["grad_clip"];
-    c.train.seed = t["seed"];
-    c.train.max_nonfinite_steps = t["max_nonfinite_steps"];
-    c.train.gemm_precision = t["gemm_precision"];
-    c.train.threads = t["threads"];
-    c.eval.every = full["eval"]["every"];
-    c.eval.tokens = full["eval"]["tokens"];
-    c.checkpoint.every = full["checkpoint"]["every"];
-    c.checkpoint.keep = full["checkpoint"]["keep"];
-    c.log.every = full["log"]["every"];
-    c.log.level = full["log"]["level"];
-    c.log.gnmr_trace = full["log"]["gnmr_trace"];
+    read_value(t, "train.eps", c.train.eps);
+    read_value(t, "train.grad_clip", c.train.grad_clip);
+    read_value(t, "train.seed", c.train.seed);
+    read_value(t, "train.max_nonfinite_steps", c.train.max_nonfinite_steps);
+    read_value(t, "train.gemm_precision", c.train.gemm_precision);
+    read_value(t, "train.threads", c.train.threads);
+    read_value(full["eval"], "eval.every", c.eval.every);
+    read_value(full["eval"], "eval.tokens", c.eval.tokens);
+    read_value(full["checkpoint"], "checkpoint.every", c.checkpoint.every);
+    read_value(full["checkpoint"], "checkpoint.keep", c.checkpoint.keep);
+    read_value(full["log"], "log.every", c.log.every);
+    read_value(full["log"], "log.level", c.log.level);
+    read_value(full["log"], "log.gnmr_trace", c.log.gnmr_trace);
     try {
       c.precision = recipe_from_json(full["precision"]);
     } catch (const std::invalid_argument& e) {
@@ -310,8 +342,8 @@ RunConfig run_config_from_json(const json& resolved) {
     } catch (const std::invalid_argument& e) {
       config_error(e.what());
     }
-    c.backend = full["backend"];
-    c.dist.communicator = full["dist"]["communicator"];
+    read_value(full, "backend", c.backend);
+    read_value(full["dist"], "dist.communicator", c.dist.communicator);
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());
   }

@@ -63,6 +63,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The resolved JSON is what a run directory stores; it must load back unchanged.
     gnmr::RunConfig again = gnmr::run_config_from_json(config.resolved);
     if (again.resolved != config.resolved) __builtin_trap();
+    // The typed fields hold exactly what the JSON says (no silent narrowing).
+    const nlohmann::json& r = config.resolved;
+    if (r["model"]["dim"] != config.model.dim || r["model"]["n_layers"] != config.model.n_layers ||
+        r["data"]["seq_len"] != config.data.seq_len || r["train"]["steps"] != config.train.steps ||
+        r["train"]["micro_batch"] != config.train.micro_batch ||
+        r["train"]["seed"] != config.train.seed ||
+        r["checkpoint"]["keep"] != config.checkpoint.keep) {
+      __builtin_trap();
+    }
   } catch (const gnmr::Error& e) {
     gnmr_fuzz::check_error(e, gnmr::ErrorKind::Config);
   }
