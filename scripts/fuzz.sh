@@ -32,7 +32,8 @@ for target in "${targets[@]}"; do
   echo "fuzz: $target"
   status=0
   # stdin from /dev/null: an include of /dev/stdin must fail, not wait for a terminal.
-  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+  # TMPDIR: the targets' scratch files (a crash leaves them behind) stay in the run folder.
+  TMPDIR="$work/$target" UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
     build/fuzz/tests/fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$findings/" \
     "${dict[@]}" "$corpus" </dev/null >"$log" 2>&1 || status=$?
