@@ -116,7 +116,7 @@ json parse_json_file(const std::string& file) {
   if (!in) config_error("cannot open config file " + file);
   try {
     return json::parse(in, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e99999
     config_error(file + ": invalid JSON: " + e.what());
   } catch (const std::ios_base::failure& e) {
     config_error("cannot read config file " + file + ": " + e.what());

@@ -181,3 +181,11 @@ TEST(ConfigErrors, IncludesOfADirectoryOrAnImpossibleNameAreConfigErrors) {
                       "b.json: included file " + dir + "/" + long_name + ": File name too long");
   expect_config_error(dir, {}, "is a directory, not a config file");
 }
+
+// Found by fuzz_config: a number too large for a double ("lr": 1e3007360) made the JSON
+// parser throw json::out_of_range, which escaped the loader (exit 1).
+TEST(ConfigErrors, NumberTooLargeForADoubleIsInvalidJson) {
+  std::string dir = gnmr_test::scratch_dir("config_huge_number");
+  expect_config_error(write_config(dir, "a.json", R"({"train": {"lr": 0.00141e3007360}})"), {},
+                      "a.json: invalid JSON");
+}
