@@ -37,7 +37,7 @@ for target in "${targets[@]}"; do
     build/fuzz/tests/fuzz/fuzz_"$target" -max_total_time="$seconds" -timeout=10 \
     -rss_limit_mb=2048 -max_len=8192 -print_final_stats=1 -artifact_prefix="$findings/" \
     "${dict[@]}" "$corpus" </dev/null >"$log" 2>&1 || status=$?
-  grep -E "^#[0-9]+ +DONE|stat::number_of_executed_units|stat::average_exec_per_sec" "$log" |
+  grep -E "^#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::average_exec_per_sec" "$log" |
     sed "s/^/  /" || true
   if ((status != 0)); then
     tail -n 60 "$log" >&2
