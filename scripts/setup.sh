@@ -5,6 +5,8 @@
 #   scripts/setup.sh --deps-only  install packages only
 #   scripts/setup.sh --python     also install the Python packages the benchmark and
 #                                 table scripts use (python3-torch, numpy, matplotlib)
+#   scripts/setup.sh --fuzz       also install clang with libFuzzer and libomp (the fuzz
+#                                 preset, scripts/fuzz.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,6 +17,7 @@ for arg in "$@"; do
   case "$arg" in
     --deps-only) deps_only=1 ;;
     --python) packages+=(python3-torch python3-numpy python3-matplotlib) ;;
+    --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done

@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
+#include <type_traits>
 
 #include "util/error.h"
 
@@ -33,7 +35,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-void collect_key_paths(const json& schema, const std::string& prefix, std::vector<std::string>& out) {
+void collect_key_paths(const json& schema, const std::string& prefix,
+                       std::vector<std::string>& out) {
   for (auto it = schema.begin(); it != schema.end(); ++it) {
     std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
     out.push_back(path);
@@ -48,7 +51,8 @@ std::string suggestion_for(const std::string& path) {
   if (path.find('.') == std::string::npos) {
     for (const auto& c : candidates) {
       size_t dot = c.rfind('.');
-      if (dot != std::string::npos && c.substr(dot + 1) == path) return " (did you mean \"" + c + "\"?)";
+      if (dot != std::string::npos && c.substr(dot + 1) == path)
+        return " (did you mean \"" + c + "\"?)";
     }
   }
   std::string best;
@@ -85,7 +89,8 @@ bool type_matches(const json& schema_value, const json& v) {
 void check_against_schema(const json& schema, const json& user, const std::string& prefix) {
   for (auto it = user.begin(); it != user.end(); ++it) {
     std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (!schema.contains(it.key())) config_error("unknown key \"" + path + "\"" + suggestion_for(path));
+    if (!schema.contains(it.key()))
+      config_error("unknown key \"" + path + "\"" + suggestion_for(path));
     const json& expected = schema.at(it.key());
     if (!type_matches(expected, *it)) {
       config_error("\"" + path + "\" must be " + json_type_word(expected) + ", got " + it->dump());
@@ -105,18 +110,26 @@ void deep_merge(json& base, const json& overlay) {
 }
 
 json parse_json_file(const std::string& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) config_error(file + " is a directory, not a config file");
   std::ifstream in(file);
   if (!in) config_error("cannot open config file " + file);
   try {
     return json::parse(in, nullptr, true, /*ignore_comments=*/true);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e99999
     config_error(file + ": invalid JSON: " + e.what());
+  } catch (const std::ios_base::failure& e) {
+    config_error("cannot read config file " + file + ": " + e.what());
   }
 }
 
 // Returns the file's content with its includes merged underneath it.
 json load_with_includes(const std::string& file, std::vector<std::string>& chain) {
-  std::string canonical = fs::weakly_canonical(file).string();
+  // The error_code overloads: a path the OS refuses (a name too long) is a config error below,
+  // not a filesystem_error.
+  std::error_code ec;
+  std::string canonical = fs::weakly_canonical(file, ec).string();
+  if (ec) canonical = fs::path(file).lexically_normal().string();
   if (std::find(chain.begin(), chain.end(), canonical) != chain.end()) {
     config_error("include cycle through " + file);
   }
@@ -127,11 +140,14 @@ json load_with_includes(const std::string& file, std::vector<std::string>& chain
   if (content.contains("include")) {
     json includes = content["include"];
     if (includes.is_string()) includes = json::array({includes});
-    if (!includes.is_array()) config_error(file + ": \"include\" must be a path or a list of paths");
+    if (!includes.is_array())
+      config_error(file + ": \"include\" must be a path or a list of paths");
     for (const auto& inc : includes) {
       if (!inc.is_string()) config_error(file + ": \"include\" entries must be strings");
       fs::path path = fs::path(file).parent_path() / inc.get<std::string>();
-      if (!fs::exists(path)) config_error(file + ": included file " + path.string() + " does not exist");
+      const bool exists = fs::exists(path, ec);
+      if (ec) config_error(file + ": included file " + path.string() + ": " + ec.message());
+      if (!exists) config_error(file + ": included file " + path.string() + " does not exist");
       deep_merge(merged, load_with_includes(path.string(), chain));
     }
     content.erase("include");
@@ -157,15 +173,18 @@ void apply_override(json& config, const std::string& assignment) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     std::string prefix = path.substr(0, dot == std::string::npos ? path.size() : dot);
     if (!schema->is_object() || !schema->contains(key)) {
-      config_error("unknown key \"" + prefix + "\" in --set " + assignment + suggestion_for(prefix));
+      config_error("unknown key \"" + prefix + "\" in --set " + assignment +
+                   suggestion_for(prefix));
     }
     schema = &schema->at(key);
     if (dot == std::string::npos) {
       if (!type_matches(*schema, value)) {
-        config_error("--set " + assignment + ": \"" + path + "\" must be " + json_type_word(*schema));
+        config_error("--set " + assignment + ": \"" + path + "\" must be " +
+                     json_type_word(*schema));
       }
       (*target)[key] = value;
       return;
@@ -193,9 +212,11 @@ void validate(const RunConfig& c) {
   require(m.dim > 0, "model.dim", "must be > 0");
   require(m.n_layers > 0, "model.n_layers", "must be > 0");
   require(m.n_heads > 0, "model.n_heads", "must be > 0");
-  require(m.dim % m.n_heads == 0, "model.n_heads",
-          "(" + std::to_string(m.n_heads) + ") must divide model.dim (" + std::to_string(m.dim) + ")");
-  require(m.head_dim() % 2 == 0, "model.n_heads", "must leave an even head dim for rotary embeddings");
+  require(
+      m.dim % m.n_heads == 0, "model.n_heads",
+      "(" + std::to_string(m.n_heads) + ") must divide model.dim (" + std::to_string(m.dim) + ")");
+  require(m.head_dim() % 2 == 0, "model.n_heads",
+          "must leave an even head dim for rotary embeddings");
   require(m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
           "(" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" +
               std::to_string(m.n_heads) + ")");
@@ -235,9 +256,31 @@ void validate(const RunConfig& c) {
   require(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
   require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1");
   require(c.log.every >= 1, "log.every", "must be >= 1");
-  require_one_of("log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  require_one_of("log.level", c.log.level,
+                 {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
+}
+
+// out = section[last part of path]; an integer that does not fit OUT's type (the JSON holds
+// up to 64 bits, "model.dim" is an int) is an error naming the key, not a truncation.
+template <typename T>
+void read_value(const json& section, const std::string& path, T& out) {
+  const json& v = section.at(path.substr(path.rfind('.') + 1));
+  if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+    const bool fits =
+        v.is_number_unsigned()
+            ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+            : v.get<int64_t>() >= int64_t(std::numeric_limits<T>::min()) &&
+                  (v.get<int64_t>() < 0 ||
+                   uint64_t(v.get<int64_t>()) <= uint64_t(std::numeric_limits<T>::max()));
+    if (!fits) {
+      config_error("\"" + path + "\" is " + v.dump() + ", outside the range of its type [" +
+                   std::to_string(std::numeric_limits<T>::min()) + ", " +
+                   std::to_string(std::numeric_limits<T>::max()) + "]");
+    }
+  }
+  out = v.get<T>();
 }
 
 }  // namespace
@@ -249,46 +292,46 @@ RunConfig run_config_from_json(const json& resolved) {
   RunConfig c;
   try {
     const json& m = full["model"];
-    c.model.name = m["name"];
-    c.model.dim = m["dim"];
-    c.model.n_layers = m["n_layers"];
-    c.model.n_heads = m["n_heads"];
-    c.model.n_kv_heads = m["n_kv_heads"];
-    c.model.ffn_dim = m["ffn_dim"];
-    c.model.vocab_size = m["vocab_size"];
-    c.model.max_seq_len = m["max_seq_len"];
-    c.model.norm_eps = m["norm_eps"];
-    c.model.rope_theta = m["rope_theta"];
-    c.model.init_std = m["init_std"];
+    read_value(m, "model.name", c.model.name);
+    read_value(m, "model.dim", c.model.dim);
+    read_value(m, "model.n_layers", c.model.n_layers);
+    read_value(m, "model.n_heads", c.model.n_heads);
+    read_value(m, "model.n_kv_heads", c.model.n_kv_heads);
+    read_value(m, "model.ffn_dim", c.model.ffn_dim);
+    read_value(m, "model.vocab_size", c.model.vocab_size);
+    read_value(m, "model.max_seq_len", c.model.max_seq_len);
+    read_value(m, "model.norm_eps", c.model.norm_eps);
+    read_value(m, "model.rope_theta", c.model.rope_theta);
+    read_value(m, "model.init_std", c.model.init_std);
     const json& d = full["data"];
-    c.data.train = d["train"];
-    c.data.val = d["val"];
-    c.data.tokenizer = d["tokenizer"];
-    c.data.seq_len = d["seq_len"];
-    c.data.sampling = d["sampling"];
+    read_value(d, "data.train", c.data.train);
+    read_value(d, "data.val", c.data.val);
+    read_value(d, "data.tokenizer", c.data.tokenizer);
+    read_value(d, "data.seq_len", c.data.seq_len);
+    read_value(d, "data.sampling", c.data.sampling);
     const json& t = full["train"];
-    c.train.steps = t["steps"];
-    c.train.lr = t["lr"];
-    c.train.min_lr_ratio = t["min_lr_ratio"];
-    c.train.warmup_steps = t["warmup_steps"];
-    c.train.global_batch_tokens = t["global_batch_tokens"];
-    c.train.micro_batch = t["micro_batch"];
-    c.train.weight_decay = t["weight_decay"];
+    read_value(t, "train.steps", c.train.steps);
+    read_value(t, "train.lr", c.train.lr);
+    read_value(t, "train.min_lr_ratio", c.train.min_lr_ratio);
+    read_value(t, "train.warmup_steps", c.train.warmup_steps);
+    read_value(t, "train.global_batch_tokens", c.train.global_batch_tokens);
+    read_value(t, "train.micro_batch", c.train.micro_batch);
+    read_value(t, "train.weight_decay", c.train.weight_decay);
     c.train.beta1 = t["beta1"];
     c.train.beta2 = t["beta2"];
-    c.train.eps = t["eps"];
-    c.train.grad_clip = t["grad_clip"];
-    c.train.seed = t["seed"];
-    c.train.max_nonfinite_steps = t["max_nonfinite_steps"];
-    c.train.gemm_precision = t["gemm_precision"];
-    c.train.threads = t["threads"];
-    c.eval.every = full["eval"]["every"];
-    c.eval.tokens = full["eval"]["tokens"];
-    c.checkpoint.every = full["checkpoint"]["every"];
-    c.checkpoint.keep = full["checkpoint"]["keep"];
-    c.log.every = full["log"]["every"];
-    c.log.level = full["log"]["level"];
-    c.log.gnmr_trace = full["log"]["gnmr_trace"];
+    read_value(t, "train.eps", c.train.eps);
+    read_value(t, "train.grad_clip", c.train.grad_clip);
+    read_value(t, "train.seed", c.train.seed);
+    read_value(t, "train.max_nonfinite_steps", c.train.max_nonfinite_steps);
+    read_value(t, "train.gemm_precision", c.train.gemm_precision);
+    read_value(t, "train.threads", c.train.threads);
+    read_value(full["eval"], "eval.every", c.eval.every);
+    read_value(full["eval"], "eval.tokens", c.eval.tokens);
+    read_value(full["checkpoint"], "checkpoint.every", c.checkpoint.every);
+    read_value(full["checkpoint"], "checkpoint.keep", c.checkpoint.keep);
+    read_value(full["log"], "log.every", c.log.every);
+    read_value(full["log"], "log.level", c.log.level);
+    read_value(full["log"], "log.gnmr_trace", c.log.gnmr_trace);
     try {
       c.precision = recipe_from_json(full["precision"]);
     } catch (const std::invalid_argument& e) {
@@ -299,8 +342,8 @@ RunConfig run_config_from_json(const json& resolved) {
     } catch (const std::invalid_argument& e) {
       config_error(e.what());
     }
-    c.backend = full["backend"];
-    c.dist.communicator = full["dist"]["communicator"];
+    read_value(full, "backend", c.backend);
+    read_value(full["dist"], "dist.communicator", c.dist.communicator);
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());
   }

@@ -162,9 +162,10 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
   const int32_t n_decision = r.i32();
   const int32_t window = r.i32();
   if (n_layers != units_.n_layers() || n_decision != units_.n_decision_units()) {
-    mismatch("made for " + std::to_string(n_layers) + " layers (" + std::to_string(n_layers * 7) +
-             " units), this model has " + std::to_string(units_.n_layers()) + " layers (" +
-             std::to_string(units_.n_units()) + " units)");
+    mismatch("made for " + std::to_string(n_layers) + " layers (" +
+             std::to_string(int64_t{n_layers} * 7) + " units), this model has " +
+             std::to_string(units_.n_layers()) + " layers (" + std::to_string(units_.n_units()) +
+             " units)");
   }
   const nlohmann::json current = controller_options_to_json(options_);
   const nlohmann::json defaults = controller_options_to_json(ControllerOptions{});

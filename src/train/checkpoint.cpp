@@ -19,7 +19,6 @@ namespace gnmr {
 
 namespace {
 
-constexpr int kCheckpointFormat = 1;
 // Checkpoints are written to RUN_DIR/checkpoints/.tmp_step_NNNNNNNN_<pid> and renamed.
 constexpr const char* kTempPrefix = ".tmp_";
 
@@ -81,12 +80,7 @@ void write_checkpoint_files(const fs::path& dir, const RunConfig& config, Backen
   }
   write_safetensors((dir / "optimizer.safetensors").string(), moment_tensors, meta);
 
-  json trainer = {{"format", kCheckpointFormat},
-                  {"step", state.step},
-                  {"tokens_seen", state.tokens_seen},
-                  {"consecutive_nonfinite", state.consecutive_nonfinite},
-                  {"skipped_steps", state.skipped_steps}};
-  write_file_atomic((dir / "trainer.json").string(), trainer.dump(2) + "\n");
+  write_file_atomic((dir / "trainer.json").string(), trainer_state_to_json(state).dump(2) + "\n");
   write_file_atomic((dir / "controller.bin").string(), state.controller_state.data(),
                     state.controller_state.size());
   write_file_atomic((dir / "config.json").string(), config.resolved.dump(2) + "\n");
@@ -198,10 +192,8 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig&
   check_same_model(saved_config["model"], config.resolved["model"], checkpoint_dir);
 
   fs::path trainer_path = fs::path(checkpoint_dir) / "trainer.json";
-  json trainer = json::parse(read_file(trainer_path.string()), nullptr, false);
-  if (trainer.is_discarded() || trainer.value("format", 0) != kCheckpointFormat) {
-    throw Error(ErrorKind::Checkpoint, trainer_path.string() + ": missing or unsupported format");
-  }
+  TrainerState state =
+      trainer_state_from_json(read_file(trainer_path.string()), trainer_path.string());
 
   SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());
   SafetensorsFile moments((fs::path(checkpoint_dir) / "optimizer.safetensors").string());
@@ -218,11 +210,6 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig&
     backend.copy_from_host(optimizer.second_moment(i), host.data());
   }
 
-  TrainerState state;
-  state.step = trainer.at("step");
-  state.tokens_seen = trainer.at("tokens_seen");
-  state.consecutive_nonfinite = trainer.at("consecutive_nonfinite");
-  state.skipped_steps = trainer.at("skipped_steps");
   std::string controller = read_file((fs::path(checkpoint_dir) / "controller.bin").string());
   state.controller_state.assign(controller.begin(), controller.end());
   return state;

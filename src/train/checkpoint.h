@@ -19,16 +19,9 @@
 #include "config/config.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
+#include "train/trainer_state.h"
 
 namespace gnmr {
-
-struct TrainerState {
-  int64_t step = 0;  // optimizer steps completed
-  int64_t tokens_seen = 0;
-  int consecutive_nonfinite = 0;
-  int64_t skipped_steps = 0;
-  std::vector<uint8_t> controller_state;
-};
 
 std::string checkpoint_dir_name(int64_t step);
 

@@ -84,7 +84,7 @@ bool is_hf_model_dir(const std::string& dir) {
   fs::path config = fs::path(dir) / "config.json";
   if (!fs::exists(config)) return false;
   json j = json::parse(read_file(config.string()), nullptr, false);
-  return !j.is_discarded() && j.value("model_type", "") == "llama";
+  return j.is_object() && j.contains("model_type") && j["model_type"] == "llama";
 }
 
 json hf_config_from_model(const ModelConfig& m, const std::string& torch_dtype) {
@@ -110,31 +110,44 @@ json hf_config_from_model(const ModelConfig& m, const std::string& torch_dtype) 
 }
 
 json model_section_from_hf(const json& hf, const std::string& where) {
-  auto unsupported = [&](const std::string& key) {
-    return Error(ErrorKind::Checkpoint,
-                 where + ": config.json \"" + key + "\" is not supported by gnmr");
+  auto bad = [&](const std::string& what) {
+    return Error(ErrorKind::Checkpoint, where + ": config.json " + what);
   };
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
-    throw unsupported("rope_scaling");
-  if (hf.value("tie_word_embeddings", false)) throw unsupported("tie_word_embeddings");
-  if (hf.value("attention_bias", false)) throw unsupported("attention_bias");
-  if (hf.value("mlp_bias", false)) throw unsupported("mlp_bias");
-  if (hf.value("hidden_act", "silu") != "silu") throw unsupported("hidden_act");
+  auto unsupported = [&](const std::string& key) {
+    return bad("\"" + key + "\" is not supported by gnmr");
+  };
+  if (!hf.is_object()) throw bad("is not a JSON object");
+  json section;
   try {
-    int heads = hf.at("num_attention_heads");
-    return {{"name", hf.value("_name_or_path", "hf")},
-            {"dim", hf.at("hidden_size")},
-            {"n_layers", hf.at("num_hidden_layers")},
-            {"n_heads", heads},
-            {"n_kv_heads", hf.value("num_key_value_heads", heads)},
-            {"ffn_dim", hf.at("intermediate_size")},
-            {"vocab_size", hf.at("vocab_size")},
-            {"max_seq_len", hf.value("max_position_embeddings", 2048)},
-            {"norm_eps", hf.value("rms_norm_eps", 1e-6)},
-            {"rope_theta", hf.value("rope_theta", 10000.0)}};
+    if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
+      throw unsupported("rope_scaling");
+    if (hf.value("tie_word_embeddings", false)) throw unsupported("tie_word_embeddings");
+    if (hf.value("attention_bias", false)) throw unsupported("attention_bias");
+    if (hf.value("mlp_bias", false)) throw unsupported("mlp_bias");
+    if (hf.value("hidden_act", "silu") != "silu") throw unsupported("hidden_act");
+    // Values are copied as JSON: the gnmr schema checks their types and ranges below, so a
+    // fraction or a huge number is an error here rather than a conversion.
+    const json heads = hf.at("num_attention_heads");
+    section = {{"name", hf.value("_name_or_path", "hf")},
+               {"dim", hf.at("hidden_size")},
+               {"n_layers", hf.at("num_hidden_layers")},
+               {"n_heads", heads},
+               {"n_kv_heads", hf.value("num_key_value_heads", heads)},
+               {"ffn_dim", hf.at("intermediate_size")},
+               {"vocab_size", hf.at("vocab_size")},
+               {"max_seq_len", hf.value("max_position_embeddings", 2048)},
+               {"norm_eps", hf.value("rms_norm_eps", 1e-6)},
+               {"rope_theta", hf.value("rope_theta", 10000.0)}};
   } catch (const json::exception& e) {
-    throw Error(ErrorKind::Checkpoint, where + ": config.json lacks a required field: " + e.what());
+    throw bad(std::string("lacks a required field or has one of the wrong type: ") + e.what());
   }
+  try {
+    run_config_from_json({{"model", section}});
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::Config) throw;
+    throw bad(std::string("does not describe a model gnmr can build: ") + e.what());
+  }
+  return section;
 }
 
 void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& model) {

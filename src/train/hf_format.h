@@ -4,7 +4,6 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 
 #include "backend/backend.h"
@@ -18,14 +17,17 @@ bool is_hf_model_dir(const std::string& dir);
 
 nlohmann::json hf_config_from_model(const ModelConfig& model, const std::string& torch_dtype);
 
-// The model section of a gnmr config equivalent to an HF config.json; unsupported
-// features (rope_scaling, biases, tied embeddings) are Checkpoint errors naming the key.
+// The model section of a gnmr config equivalent to an HF config.json, checked against the
+// gnmr schema. Unsupported features (rope_scaling, biases, tied embeddings), a missing or
+// mistyped field and a model gnmr cannot build (e.g. heads that do not divide the hidden
+// size) are Checkpoint errors naming WHERE and the key.
 nlohmann::json model_section_from_hf(const nlohmann::json& hf_config, const std::string& where);
 
 // Loads every parameter of `model` from a gnmr checkpoint or an HF folder by name.
 void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& model);
 
 // `gnmr export`: writes OUT_DIR (must not exist) atomically. dtype: "float32" or "bfloat16".
-void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype);
+void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir,
+                     const std::string& dtype);
 
 }  // namespace gnmr

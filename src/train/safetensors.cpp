@@ -1,9 +1,8 @@
 #include "train/safetensors.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "precision/bf16.h"
 #include "util/atomic_file.h"
@@ -15,10 +14,28 @@ namespace gnmr {
 
 namespace {
 
+// Bytes per element of each dtype the safetensors spec defines; 0 for anything else.
 size_t dtype_bytes(const std::string& dtype) {
-  if (dtype == "F32") return 4;
-  if (dtype == "BF16" || dtype == "F16") return 2;
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "BOOL" || dtype == "U8" || dtype == "I8" || dtype == "F8_E5M2" ||
+      dtype == "F8_E4M3") {
+    return 1;
+  }
   return 0;
+}
+
+// The element count of SHAPE when every dimension is >= 0 and the count is at most
+// max_elements, else -1 (so a header cannot make a reader allocate more than the file holds).
+int64_t count_elements_at_most(const std::vector<int64_t>& shape, uint64_t max_elements) {
+  uint64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return -1;
+    if (d != 0 && n > max_elements / uint64_t(d)) return -1;
+    n *= uint64_t(d);
+  }
+  return n <= max_elements ? int64_t(n) : -1;
 }
 
 int64_t count_elements(const std::vector<int64_t>& shape) {
@@ -64,7 +81,8 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   for (const auto& t : tensors) {
     size_t bytes = size_t(count_elements(t.shape)) * dtype_bytes(t.dtype);
     GNMR_CHECK(dtype_bytes(t.dtype) != 0, "safetensors: unsupported dtype " + t.dtype);
-    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string header_text = header.dump();
@@ -84,7 +102,9 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  auto bad = [&](const std::string& why) { return Error(ErrorKind::Checkpoint, path + ": " + why); };
+  auto bad = [&](const std::string& why) {
+    return Error(ErrorKind::Checkpoint, path + ": " + why);
+  };
   try {
     bytes_ = read_file(path);
   } catch (const Error&) {
@@ -94,15 +114,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   uint64_t header_len;
   std::memcpy(&header_len, bytes_.data(), 8);
   if (header_len > bytes_.size() - 8) {
-    throw bad("truncated (header says " + std::to_string(header_len) + " header bytes, file holds " +
-              std::to_string(bytes_.size() - 8) + ")");
+    throw bad("truncated (header says " + std::to_string(header_len) +
+              " header bytes, file holds " + std::to_string(bytes_.size() - 8) + ")");
   }
-  json header = json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + int64_t(header_len), nullptr, false);
+  json header =
+      json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + int64_t(header_len), nullptr, false);
   if (header.is_discarded() || !header.is_object()) throw bad("header is not valid JSON");
   data_start_ = 8 + header_len;
   const uint64_t data_size = bytes_.size() - data_start_;
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
+      if (!it->is_object()) throw bad("\"__metadata__\" must be an object of strings");
       for (auto m = it->begin(); m != it->end(); ++m) {
         if (m->is_string()) metadata_[m.key()] = m->get<std::string>();
       }
@@ -121,8 +143,17 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       throw bad("truncated (tensor \"" + it.key() + "\" ends at byte " + std::to_string(e.end) +
                 ", data holds " + std::to_string(data_size) + ")");
     }
-    size_t element = dtype_bytes(e.dtype);
-    if (element != 0 && (e.end < e.begin || e.end - e.begin != uint64_t(count_elements(e.shape)) * element)) {
+    const size_t element = dtype_bytes(e.dtype);
+    if (element == 0) {
+      throw bad("tensor \"" + it.key() + "\" has dtype \"" + e.dtype +
+                "\", which is not a safetensors dtype");
+    }
+    const int64_t count = count_elements_at_most(e.shape, data_size / element);
+    if (count < 0) {
+      throw bad("tensor \"" + it.key() + "\" has shape " + shape_text(e.shape) +
+                ", which does not fit in the file's " + std::to_string(data_size) + " data bytes");
+    }
+    if (e.end < e.begin || e.end - e.begin != uint64_t(count) * element) {
       throw bad("tensor \"" + it.key() + "\" size does not match its shape " + shape_text(e.shape));
     }
     entries_[it.key()] = e;
@@ -137,7 +168,8 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 const SafetensorsFile::Entry& SafetensorsFile::entry(const std::string& name) const {
   auto it = entries_.find(name);
-  if (it == entries_.end()) throw Error(ErrorKind::Checkpoint, path_ + ": missing tensor \"" + name + "\"");
+  if (it == entries_.end())
+    throw Error(ErrorKind::Checkpoint, path_ + ": missing tensor \"" + name + "\"");
   return it->second;
 }
 
@@ -149,8 +181,9 @@ void SafetensorsFile::read_f32(const std::string& name, const std::vector<int64_
                                float* out) const {
   const Entry& e = entry(name);
   if (e.shape != expected_shape) {
-    throw Error(ErrorKind::Checkpoint, path_ + ": tensor \"" + name + "\" has shape " + shape_text(e.shape) +
-                                           ", the model expects " + shape_text(expected_shape));
+    throw Error(ErrorKind::Checkpoint, path_ + ": tensor \"" + name + "\" has shape " +
+                                           shape_text(e.shape) + ", the model expects " +
+                                           shape_text(expected_shape));
   }
   const char* src = bytes_.data() + data_start_ + e.begin;
   const int64_t n = count_elements(e.shape);

@@ -153,3 +153,39 @@ TEST(ConfigLoad, ResolvedJsonRoundTripsThroughRunConfigFromJson) {
   EXPECT_EQ(again.resolved, c.resolved);
   EXPECT_DOUBLE_EQ(again.train.lr, 1e-3);
 }
+
+// Found while writing fuzz_config (its typed-fields property): a 64-bit integer was
+// narrowed to the field's type, so model.dim=4294967360 ran as dim 64.
+TEST(ConfigErrors, IntegersOutsideTheirFieldsTypeNameTheField) {
+  std::string dir = gnmr_test::scratch_dir("config_ranges");
+  auto path = write_config(dir, "a.json", "{}");
+  expect_config_error(path, {"model.dim=4294967360"},
+                      "\"model.dim\" is 4294967360, outside the range of its type");
+  expect_config_error(path, {"train.micro_batch=-4294967288"}, "\"train.micro_batch\"");
+  expect_config_error(path, {"train.steps=9223372036854775808"}, "\"train.steps\"");
+  expect_config_error(path, {"train.seed=-1"}, "\"train.seed\" is -1");
+  auto c = load_run_config(path, {"train.seed=18446744073709551615", "train.steps=4294967296"});
+  EXPECT_EQ(c.train.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.train.steps, 4294967296);
+}
+
+// Found by fuzz_config: an include naming a directory escaped as std::ios_base::failure,
+// and one whose name the OS refuses (over 255 bytes) as std::filesystem_error.
+TEST(ConfigErrors, IncludesOfADirectoryOrAnImpossibleNameAreConfigErrors) {
+  std::string dir = gnmr_test::scratch_dir("config_odd_includes");
+  std::filesystem::create_directories(dir + "/sub");
+  expect_config_error(write_config(dir, "a.json", R"({"include": "sub"})"), {},
+                      "sub is a directory, not a config file");
+  const std::string long_name = std::string(300, 'x') + ".json";
+  expect_config_error(write_config(dir, "b.json", R"({"include": ")" + long_name + "\"}"), {},
+                      "b.json: included file " + dir + "/" + long_name + ": File name too long");
+  expect_config_error(dir, {}, "is a directory, not a config file");
+}
+
+// Found by fuzz_config: a number too large for a double ("lr": 1e3007360) made the JSON
+// parser throw json::out_of_range, which escaped the loader (exit 1).
+TEST(ConfigErrors, NumberTooLargeForADoubleIsInvalidJson) {
+  std::string dir = gnmr_test::scratch_dir("config_huge_number");
+  expect_config_error(write_config(dir, "a.json", R"({"train": {"lr": 0.00141e3007360}})"), {},
+                      "a.json: invalid JSON");
+}

@@ -150,6 +150,24 @@ TEST(ControllerState, DamagedBlobsAreToldApartFromOtherOptions) {
   EXPECT_THROW(smaller.load_state(blob), ControllerStateMismatch);
 }
 
+// Found by fuzz_controller_state: the "made for N layers (7N units)" message computed 7N in
+// int, which overflowed (UB) for a damaged layer count.
+TEST(ControllerState, HugeLayerCountInADamagedBlobIsRefusedByName) {
+  Controller source(quick_options(), kLayers);
+  std::vector<uint8_t> blob = source.save_state();
+  uint64_t options_size = 0;
+  for (int i = 0; i < 8; ++i) options_size |= static_cast<uint64_t>(blob[12 + i]) << (8 * i);
+  const size_t n_layers_at = 20 + options_size;  // magic, version, length, options
+  for (int i = 0; i < 4; ++i) blob[n_layers_at + i] = i == 3 ? 0x7f : 0xff;  // INT32_MAX
+  blob.resize(blob.size() - 8);
+  const uint64_t checksum = fnv1a(blob.data(), blob.size());
+  for (int i = 0; i < 8; ++i) blob.push_back(static_cast<uint8_t>(checksum >> (8 * i)));
+  Controller target(quick_options(), kLayers);
+  EXPECT_NE(error_of(target, blob).find("made for 2147483647 layers (15032385529 units)"),
+            std::string::npos)
+      << error_of(target, blob);
+}
+
 // The blob as a build from before `key` existed wrote it: the key dropped from the options
 // record, length and checksum redone (layout: controller_state.cpp).
 std::vector<uint8_t> without_option(const std::vector<uint8_t>& blob, const std::string& key) {

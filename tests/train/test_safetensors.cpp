@@ -73,3 +73,62 @@ TEST(Safetensors, CorruptionAndMismatchesAreCheckpointErrors) {
   expect_checkpoint_error([&] { SafetensorsFile absent(dir + "/nope.safetensors"); },
                           "nope.safetensors");
 }
+
+namespace {
+
+// A safetensors file: the u64 header length, HEADER, then DATA.
+std::string write_raw(const std::string& dir, const std::string& header, const std::string& data) {
+  std::string path = dir + "/raw.safetensors";
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  const uint64_t header_len = header.size();
+  out.write(reinterpret_cast<const char*>(&header_len), 8);
+  out << header << data;
+  return path;
+}
+
+void expect_open_error(const std::string& dir, const std::string& header, const std::string& data,
+                       const std::string& needle) {
+  const std::string path = write_raw(dir, header, data);
+  expect_checkpoint_error([&] { SafetensorsFile f(path); }, needle);
+}
+
+}  // namespace
+
+// Found by fuzz_safetensors: a non-object "__metadata__" escaped as a json::invalid_iterator.
+TEST(Safetensors, NonObjectMetadataIsACheckpointError) {
+  std::string dir = gnmr_test::scratch_dir("safetensors_metadata");
+  expect_open_error(dir, R"({"__metadata__":"x"})", "", "\"__metadata__\" must be an object");
+}
+
+// Found by fuzz_safetensors: shapes whose element count overflowed int64 (UB), wrapped to
+// match the offsets (a 2^62-element F32 tensor in 0 bytes) or was negative were accepted,
+// and a reader then allocated from the shape.
+TEST(Safetensors, ShapesThatDoNotFitTheDataAreCheckpointErrors) {
+  std::string dir = gnmr_test::scratch_dir("safetensors_shapes");
+  expect_open_error(dir,
+                    R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}})",
+                    "", "tensor \"a\" has shape [4294967296, 4294967296], which does not fit");
+  expect_open_error(dir,
+                    R"({"a":{"dtype":"F32","shape":[4611686018427387904],"data_offsets":[0,0]}})",
+                    "", "does not fit");
+  expect_open_error(dir, R"({"a":{"dtype":"F32","shape":[-1,-1],"data_offsets":[0,4]}})",
+                    std::string(4, '\0'), "has shape [-1, -1], which does not fit");
+}
+
+// Found by fuzz_safetensors: a dtype gnmr does not convert skipped every size check, so its
+// shape could claim any number of elements.
+TEST(Safetensors, UnknownDtypeIsACheckpointErrorAndSpecDtypesAreSizeChecked) {
+  std::string dir = gnmr_test::scratch_dir("safetensors_dtypes");
+  expect_open_error(dir, R"({"a":{"dtype":"Q4","shape":[1000000000000],"data_offsets":[0,0]}})", "",
+                    "has dtype \"Q4\", which is not a safetensors dtype");
+  expect_open_error(dir, R"({"a":{"dtype":"I8","shape":[1000000000000],"data_offsets":[0,0]}})", "",
+                    "does not fit");
+  expect_open_error(dir, R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,8]}})",
+                    std::string(16, '\0'), "size does not match its shape [2]");
+  // A spec dtype gnmr does not convert still opens; reading it as fp32 names the dtype.
+  const std::string path = write_raw(
+      dir, R"({"a":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", std::string(16, '\0'));
+  SafetensorsFile f(path);
+  std::vector<float> out(2);
+  expect_checkpoint_error([&] { f.read_f32("a", {2}, out.data()); }, "has dtype I64");
+}

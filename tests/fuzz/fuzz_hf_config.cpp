@@ -1,0 +1,26 @@
+// Fuzz target: an HF folder's config.json (src/train/hf_format.cpp), the way `gnmr eval`
+// reads it: is_hf_model_dir on the folder, then model_section_from_hf, then the gnmr config
+// built from that model section. The input is the file's text. The HF reader's failures
+// must be Error(Checkpoint); the config built from its section must be valid.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "config/config.h"
+#include "fuzz_scratch.h"
+#include "train/hf_format.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string dir = gnmr_fuzz::scratch_dir();
+  gnmr_fuzz::write_bytes(dir + "/config.json", data, size);
+  try {
+    gnmr::is_hf_model_dir(dir);
+    const nlohmann::json hf = nlohmann::json::parse(data, data + size, nullptr, false);
+    if (hf.is_discarded()) return 0;
+    const nlohmann::json section = gnmr::model_section_from_hf(hf, dir);
+    gnmr::run_config_from_json({{"model", section}});
+  } catch (const gnmr::Error& e) {
+    gnmr_fuzz::check_error(e, gnmr::ErrorKind::Checkpoint);
+  }
+  return 0;
+}
