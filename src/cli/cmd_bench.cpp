@@ -13,8 +13,10 @@ CommandAction add_bench_command(CLI::App& app) {
   auto options = std::make_shared<BenchOptions>();
   auto threads = std::make_shared<int>(-1);
   auto backend = std::make_shared<std::string>();
-  app.add_option("--steps", options->steps, "Measured steps (after the warm-up steps)")->capture_default_str();
-  app.add_option("--warmup", options->warmup_steps, "Unmeasured warm-up steps")->capture_default_str();
+  app.add_option("--steps", options->steps, "Measured steps (after the warm-up steps)")
+      ->capture_default_str();
+  app.add_option("--warmup", options->warmup_steps, "Unmeasured warm-up steps")
+      ->capture_default_str();
   app.add_option("--threads", *threads, "CPU threads (overrides train.threads; 0 = all cores)");
   app.add_option("--backend", *backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   return [flags, options, threads, backend] {
@@ -23,19 +25,26 @@ CommandAction add_bench_command(CLI::App& app) {
     if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
     RunConfig config = resolved.load();
     auto r = run_bench(config, *options);
-    std::printf("%s (%s, controller %s), %lld tokens/step, %d thread(s)\n", config.model.name.c_str(),
-                r["recipe"].get<std::string>().c_str(), config.gnmr.controller.c_str(),
+    std::printf("%s (%s, controller %s), %lld tokens/step, %d thread(s)\n",
+                config.model.name.c_str(), r["recipe"].get<std::string>().c_str(),
+                config.gnmr.controller.c_str(),
                 static_cast<long long>(r["tokens_per_step"].get<int64_t>()), config.train.threads);
     std::printf("  tokens/s        %10.1f\n", r["tokens_per_s"].get<double>());
-    std::printf("  step            %10.1f ms  (forward+backward %.1f, norms %.2f, controller %.3f, optimizer %.1f)\n",
-                r["step_ms"].get<double>(), r["forward_backward_ms"].get<double>(), r["norms_ms"].get<double>(),
-                r["controller_ms"].get<double>(), r["optimizer_ms"].get<double>());
-    std::printf("  achieved        %10.1f GFLOP/s of a measured GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
-                r["achieved_gflops"].get<double>(), r["gemm_peak_gflops"].get<double>(),
-                100.0 * r["mfu"].get<double>());
+    std::printf(
+        "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, controller %.3f, "
+        "optimizer %.1f)\n",
+        r["step_ms"].get<double>(), r["forward_backward_ms"].get<double>(),
+        r["norms_ms"].get<double>(), r["controller_ms"].get<double>(),
+        r["optimizer_ms"].get<double>());
+    std::printf(
+        "  achieved        %10.1f GFLOP/s of a measured GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
+        r["achieved_gflops"].get<double>(), r["gemm_peak_gflops"].get<double>(),
+        100.0 * r["mfu"].get<double>());
     std::printf("  peak memory     %10.1f MiB (process), %.1f MiB planned by the backend\n",
-                r["peak_mem_bytes"].get<double>() / 1048576.0, r["backend_peak_bytes"].get<double>() / 1048576.0);
-    std::printf("  controller + norm pass: %.3f%% of the step\n", 100.0 * r["controller_and_norms_fraction"].get<double>());
+                r["peak_mem_bytes"].get<double>() / 1048576.0,
+                r["backend_peak_bytes"].get<double>() / 1048576.0);
+    std::printf("  controller + norm pass: %.3f%% of the step\n",
+                100.0 * r["controller_and_norms_fraction"].get<double>());
     std::cout << r.dump() << std::endl;
   };
 }

@@ -33,7 +33,8 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return prev[b.size()];
 }
 
-void collect_key_paths(const json& schema, const std::string& prefix, std::vector<std::string>& out) {
+void collect_key_paths(const json& schema, const std::string& prefix,
+                       std::vector<std::string>& out) {
   for (auto it = schema.begin(); it != schema.end(); ++it) {
     std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
     out.push_back(path);
@@ -48,7 +49,8 @@ std::string suggestion_for(const std::string& path) {
   if (path.find('.') == std::string::npos) {
     for (const auto& c : candidates) {
       size_t dot = c.rfind('.');
-      if (dot != std::string::npos && c.substr(dot + 1) == path) return " (did you mean \"" + c + "\"?)";
+      if (dot != std::string::npos && c.substr(dot + 1) == path)
+        return " (did you mean \"" + c + "\"?)";
     }
   }
   std::string best;
@@ -85,7 +87,8 @@ bool type_matches(const json& schema_value, const json& v) {
 void check_against_schema(const json& schema, const json& user, const std::string& prefix) {
   for (auto it = user.begin(); it != user.end(); ++it) {
     std::string path = prefix.empty() ? it.key() : prefix + "." + it.key();
-    if (!schema.contains(it.key())) config_error("unknown key \"" + path + "\"" + suggestion_for(path));
+    if (!schema.contains(it.key()))
+      config_error("unknown key \"" + path + "\"" + suggestion_for(path));
     const json& expected = schema.at(it.key());
     if (!type_matches(expected, *it)) {
       config_error("\"" + path + "\" must be " + json_type_word(expected) + ", got " + it->dump());
@@ -127,11 +130,13 @@ json load_with_includes(const std::string& file, std::vector<std::string>& chain
   if (content.contains("include")) {
     json includes = content["include"];
     if (includes.is_string()) includes = json::array({includes});
-    if (!includes.is_array()) config_error(file + ": \"include\" must be a path or a list of paths");
+    if (!includes.is_array())
+      config_error(file + ": \"include\" must be a path or a list of paths");
     for (const auto& inc : includes) {
       if (!inc.is_string()) config_error(file + ": \"include\" entries must be strings");
       fs::path path = fs::path(file).parent_path() / inc.get<std::string>();
-      if (!fs::exists(path)) config_error(file + ": included file " + path.string() + " does not exist");
+      if (!fs::exists(path))
+        config_error(file + ": included file " + path.string() + " does not exist");
       deep_merge(merged, load_with_includes(path.string(), chain));
     }
     content.erase("include");
@@ -157,15 +162,18 @@ void apply_override(json& config, const std::string& assignment) {
   size_t start = 0;
   while (true) {
     size_t dot = path.find('.', start);
-    std::string key = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string key =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     std::string prefix = path.substr(0, dot == std::string::npos ? path.size() : dot);
     if (!schema->is_object() || !schema->contains(key)) {
-      config_error("unknown key \"" + prefix + "\" in --set " + assignment + suggestion_for(prefix));
+      config_error("unknown key \"" + prefix + "\" in --set " + assignment +
+                   suggestion_for(prefix));
     }
     schema = &schema->at(key);
     if (dot == std::string::npos) {
       if (!type_matches(*schema, value)) {
-        config_error("--set " + assignment + ": \"" + path + "\" must be " + json_type_word(*schema));
+        config_error("--set " + assignment + ": \"" + path + "\" must be " +
+                     json_type_word(*schema));
       }
       (*target)[key] = value;
       return;
@@ -193,9 +201,11 @@ void validate(const RunConfig& c) {
   require(m.dim > 0, "model.dim", "must be > 0");
   require(m.n_layers > 0, "model.n_layers", "must be > 0");
   require(m.n_heads > 0, "model.n_heads", "must be > 0");
-  require(m.dim % m.n_heads == 0, "model.n_heads",
-          "(" + std::to_string(m.n_heads) + ") must divide model.dim (" + std::to_string(m.dim) + ")");
-  require(m.head_dim() % 2 == 0, "model.n_heads", "must leave an even head dim for rotary embeddings");
+  require(
+      m.dim % m.n_heads == 0, "model.n_heads",
+      "(" + std::to_string(m.n_heads) + ") must divide model.dim (" + std::to_string(m.dim) + ")");
+  require(m.head_dim() % 2 == 0, "model.n_heads",
+          "must leave an even head dim for rotary embeddings");
   require(m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
           "(" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" +
               std::to_string(m.n_heads) + ")");
@@ -235,7 +245,8 @@ void validate(const RunConfig& c) {
   require(c.checkpoint.every >= 0, "checkpoint.every", "must be >= 0");
   require(c.checkpoint.keep >= 1, "checkpoint.keep", "must be >= 1");
   require(c.log.every >= 1, "log.every", "must be >= 1");
-  require_one_of("log.level", c.log.level, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+  require_one_of("log.level", c.log.level,
+                 {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
 }

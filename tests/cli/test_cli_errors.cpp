@@ -32,9 +32,11 @@ TEST(CliErrors, UsageErrorsExitTwo) {
 
 TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
   std::string config = gnmr_test::source_path("configs/quickstart.json");
-  expect_failure("config show --config " + config + " --set train.lrr=1", 3, "did you mean \"train.lr\"");
+  expect_failure("config show --config " + config + " --set train.lrr=1", 3,
+                 "did you mean \"train.lr\"");
   expect_failure("config show --config " + config + " --set model.n_heads=5", 3, "model.n_heads");
-  expect_failure("config show --config " + config + " --set gnmr.max_active=-2", 3, "gnmr.max_active");
+  expect_failure("config show --config " + config + " --set gnmr.max_active=-2", 3,
+                 "gnmr.max_active");
   auto ok = run_gnmr("config show --config " + config + " --set train.lr=0.5");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_EQ(nlohmann::json::parse(ok.output)["train"]["lr"], 0.5);
@@ -42,16 +44,18 @@ TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
 
 TEST(CliErrors, MissingDataFilesExitFourAndNameTheField) {
   std::string dir = gnmr_test::scratch_dir("cli_missing_data");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"data": {"train": "/nonexistent/train_*.bin"}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"data": {"train": "/nonexistent/train_*.bin"}})");
   expect_failure("train --config " + config + " --out " + dir + "/run", 4, "data.train");
 }
 
 TEST(CliErrors, PrepareWithMissingInputOrTokenizerExitsFour) {
   std::string dir = gnmr_test::scratch_dir("cli_prepare_missing");
-  expect_failure("prepare --tokenizer " + gnmr_test::source_path("data/brown/tokenizer.model") + " --out " + dir +
-                     "/out /nonexistent/corpus.jsonl",
+  expect_failure("prepare --tokenizer " + gnmr_test::source_path("data/brown/tokenizer.model") +
+                     " --out " + dir + "/out /nonexistent/corpus.jsonl",
                  4, "/nonexistent/corpus.jsonl");
   std::ofstream(dir + "/a.txt") << "hello world\n";
-  expect_failure("prepare --tokenizer /nonexistent/tok.model --out " + dir + "/out2 " + dir + "/a.txt", 4,
-                 "/nonexistent/tok.model");
+  expect_failure(
+      "prepare --tokenizer /nonexistent/tok.model --out " + dir + "/out2 " + dir + "/a.txt", 4,
+      "/nonexistent/tok.model");
 }
