@@ -78,9 +78,11 @@ json hf_config_from_model(const ModelConfig& m, const std::string& torch_dtype) 
 
 json model_section_from_hf(const json& hf, const std::string& where) {
   auto unsupported = [&](const std::string& key) {
-    return Error(ErrorKind::Checkpoint, where + ": config.json \"" + key + "\" is not supported by gnmr");
+    return Error(ErrorKind::Checkpoint,
+                 where + ": config.json \"" + key + "\" is not supported by gnmr");
   };
-  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null()) throw unsupported("rope_scaling");
+  if (hf.contains("rope_scaling") && !hf["rope_scaling"].is_null())
+    throw unsupported("rope_scaling");
   if (hf.value("tie_word_embeddings", false)) throw unsupported("tie_word_embeddings");
   if (hf.value("attention_bias", false)) throw unsupported("attention_bias");
   if (hf.value("mlp_bias", false)) throw unsupported("mlp_bias");
@@ -108,7 +110,8 @@ void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& mo
   std::vector<float> host;
   for (const auto& p : model.params()) {
     auto it = files.find(p.name);
-    if (it == files.end()) throw Error(ErrorKind::Checkpoint, dir + ": missing tensor \"" + p.name + "\"");
+    if (it == files.end())
+      throw Error(ErrorKind::Checkpoint, dir + ": missing tensor \"" + p.name + "\"");
     auto& file = open[it->second];
     if (!file) file = std::make_unique<SafetensorsFile>(it->second);
     host.resize(size_t(p.weight.numel()));
@@ -118,7 +121,8 @@ void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& mo
   }
 }
 
-void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir, const std::string& dtype) {
+void export_hf_model(const std::string& checkpoint_dir, const std::string& out_dir,
+                     const std::string& dtype) {
   if (dtype != "float32" && dtype != "bfloat16") {
     throw Error(ErrorKind::Usage, "--dtype must be float32 or bfloat16, got \"" + dtype + "\"");
   }
@@ -129,7 +133,8 @@ void export_hf_model(const std::string& checkpoint_dir, const std::string& out_d
 
   fs::path out = fs::absolute(out_dir);
   fs::create_directories(out.parent_path());
-  fs::path tmp = out.parent_path() / (".tmp_" + out.filename().string() + "_" + std::to_string(::getpid()));
+  fs::path tmp =
+      out.parent_path() / (".tmp_" + out.filename().string() + "_" + std::to_string(::getpid()));
   fs::remove_all(tmp);
   fs::create_directories(tmp);
 
@@ -153,7 +158,8 @@ void export_hf_model(const std::string& checkpoint_dir, const std::string& out_d
     }
   }
   write_safetensors((tmp / "model.safetensors").string(), tensors, {{"format", "pt"}});
-  write_file_atomic((tmp / "config.json").string(), hf_config_from_model(run.model, dtype).dump(2) + "\n");
+  write_file_atomic((tmp / "config.json").string(),
+                    hf_config_from_model(run.model, dtype).dump(2) + "\n");
   json generation = {{"bos_token_id", 1}, {"eos_token_id", 2}};
   write_file_atomic((tmp / "generation_config.json").string(), generation.dump(2) + "\n");
   fs::path tokenizer = fs::path(checkpoint_dir) / "tokenizer.model";
