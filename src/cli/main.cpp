@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/unknown_subcommand.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -38,6 +39,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    const std::string unknown =
+        e.get_exit_code() != 0 ? gnmr::unknown_subcommand_message(app) : std::string();
+    if (!unknown.empty()) {
+      std::cerr << "gnmr: error: " << unknown << "\n";
+      return static_cast<int>(gnmr::ErrorKind::Usage);
+    }
     int rc = app.exit(e);
     return rc == 0 ? 0 : static_cast<int>(gnmr::ErrorKind::Usage);
   }

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "util/error.h"
+#include "util/nearest_name.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -17,20 +18,6 @@ namespace {
 
 [[noreturn]] void config_error(const std::string& message) {
   throw Error(ErrorKind::Config, "config: " + message);
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t substitute = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, substitute});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 void collect_key_paths(const json& schema, const std::string& prefix,
@@ -53,12 +40,7 @@ std::string suggestion_for(const std::string& path) {
         return " (did you mean \"" + c + "\"?)";
     }
   }
-  std::string best;
-  size_t best_distance = std::max<size_t>(2, path.size() / 3) + 1;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(path, c);
-    if (d < best_distance) best_distance = d, best = c;
-  }
+  std::string best = nearest_name(path, candidates);
   if (best.empty()) return "";
   return " (did you mean \"" + best + "\"?)";
 }

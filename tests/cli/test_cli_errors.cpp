@@ -1,7 +1,10 @@
 // Bad input at the command line: every case exits non-zero with a message naming the problem.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "cli_fixture.h"
 
@@ -28,6 +31,19 @@ TEST(CliErrors, UsageErrorsExitTwo) {
   expect_failure("frobnicate", 2, "subcommand");
   expect_failure("train", 2, "--config");
   expect_failure("export --checkpoint /nonexistent --out x", 2, "/nonexistent");
+}
+
+TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {
+  expect_failure("trian", 2, "unknown subcommand \"trian\" (did you mean \"train\"?)");
+  expect_failure("--log-level debug evl", 2, "unknown subcommand \"evl\" (did you mean \"eval\"?)");
+  expect_failure("tokenizer trian", 2, "unknown subcommand \"trian\" (did you mean \"train\"?)");
+  expect_failure("config shw", 2, "(did you mean \"show\"?)");
+  auto r = run_gnmr("frobnicate");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown subcommand \"frobnicate\"; gnmr takes one of: train, prepare"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
 }
 
 TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
