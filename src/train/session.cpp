@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "data/counter_hash.h"
+#include "data/tokenizer.h"
 #include "train/lr_schedule.h"
 #include "util/error.h"
 
@@ -37,6 +38,28 @@ DebugHooks debug_hooks_from(const json& section) {
 
 bool contains(const std::vector<int64_t>& list, int64_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+// data.tokenizer is copied into every checkpoint, so it is loaded before the first step. It
+// may have fewer pieces than model.vocab_size (a vocabulary padded to a round size, as
+// LLaMA-style models do, leaves the extra embedding rows unused), never more: the model could
+// not embed the extra ids.
+void check_tokenizer(const DataConfig& data, const ModelConfig& model) {
+  if (data.tokenizer.empty()) {
+    spdlog::warn("data.tokenizer is not set: checkpoints will hold no tokenizer.model");
+    return;
+  }
+  try {
+    const Tokenizer tokenizer = Tokenizer::load(data.tokenizer);
+    if (tokenizer.vocab_size() > model.vocab_size) {
+      throw Error(ErrorKind::Data,
+                  "tokenizer " + data.tokenizer + " has " + std::to_string(tokenizer.vocab_size()) +
+                      " pieces, more than model.vocab_size (" + std::to_string(model.vocab_size) +
+                      "); use the tokenizer the shards were made with, or raise model.vocab_size");
+    }
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string("data.tokenizer: ") + e.what());
+  }
 }
 
 }  // namespace
@@ -95,6 +118,7 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   if (!synthetic_data_) {
     if (config.data.train.empty())
       throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
+    check_tokenizer(config.data, config.model);
     // Loader errors name the shard or glob; prefix the config field they came from.
     auto open_loader = [&](const char* field, const std::string& glob,
                            const std::string& sampling) {

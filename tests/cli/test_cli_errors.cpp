@@ -46,6 +46,38 @@ TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {
   EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
 }
 
+TEST(CliErrors, TrainLoadsTheTokenizerBeforeTheFirstStep) {
+  const std::string dir = gnmr_test::scratch_dir("cli_bad_tokenizer");
+  std::ofstream(dir + "/random.model", std::ios::binary) << std::string(5000, '\x9c');
+  std::filesystem::create_directories(dir + "/a_directory.model");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir + "/none.model", "file not found"},
+      {dir + "/random.model", "not a valid sentencepiece model"},
+      {dir + "/a_directory.model", "not a file"}};
+  for (const auto& [tokenizer, why] : cases) {
+    std::string config = gnmr_test::write_tiny_config(
+        dir, R"({"data": {"tokenizer": ")" + tokenizer + R"("}, "train": {"steps": 2}})");
+    auto r = run_gnmr("train --config " + config + " --out " + dir + "/run");
+    EXPECT_EQ(r.exit_code, 4) << tokenizer << "\n" << r.output;
+    EXPECT_NE(r.output.find("data.tokenizer: tokenizer " + tokenizer + ": " + why),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << tokenizer << ": a run was started";
+  }
+  // More pieces (the bundled 4096) than the model can embed is refused ...
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"model": {"vocab_size": 4000}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4,
+                 "has 4096 pieces, more than model.vocab_size (4000)");
+  // ... fewer (a padded vocabulary) passes the tokenizer check: here the shards' header is what
+  // stops the run.
+  config = gnmr_test::write_tiny_config(dir, R"({"model": {"vocab_size": 4224}})");
+  auto padded = run_gnmr("train --config " + config + " --out " + dir + "/run");
+  EXPECT_EQ(padded.exit_code, 4) << padded.output;
+  EXPECT_EQ(padded.output.find("data.tokenizer"), std::string::npos) << padded.output;
+  EXPECT_NE(padded.output.find("does not match the model's vocab size 4224"), std::string::npos)
+      << padded.output;
+}
+
 TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
   std::string config = gnmr_test::source_path("configs/quickstart.json");
   expect_failure("config show --config " + config + " --set train.lrr=1", 3,
