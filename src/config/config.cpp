@@ -182,6 +182,11 @@ void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
   require(m.dim > 0, "model.dim", "must be > 0");
   require(m.n_layers > 0, "model.n_layers", "must be > 0");
+  try {
+    validate_budget(c.gnmr.max_active, m.n_layers * kKindsPerLayer);
+  } catch (const std::invalid_argument& e) {
+    config_error(e.what());
+  }
   require(m.n_heads > 0, "model.n_heads", "must be > 0");
   require(
       m.dim % m.n_heads == 0, "model.n_heads",

@@ -85,6 +85,10 @@ TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
   expect_failure("config show --config " + config + " --set model.n_heads=5", 3, "model.n_heads");
   expect_failure("config show --config " + config + " --set gnmr.max_active=-2", 3,
                  "gnmr.max_active");
+  // A count budget above the model's projection units (7 per layer) is named with the count.
+  expect_failure(
+      "config show --config " + config + " --set model.n_layers=2 --set gnmr.max_active=20", 3,
+      "gnmr.max_active: 20 is more than the model's 14 projection units");
   auto ok = run_gnmr("config show --config " + config + " --set train.lr=0.5");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_EQ(nlohmann::json::parse(ok.output)["train"]["lr"], 0.5);
