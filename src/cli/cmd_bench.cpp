@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "cli/validators.h"
 #include "train/bench.h"
 
 namespace gnmr {
@@ -14,8 +15,10 @@ CommandAction add_bench_command(CLI::App& app) {
   auto threads = std::make_shared<int>(-1);
   auto backend = std::make_shared<std::string>();
   app.add_option("--steps", options->steps, "Measured steps (after the warm-up steps)")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--warmup", options->warmup_steps, "Unmeasured warm-up steps")
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--threads", *threads, "CPU threads (overrides train.threads; 0 = all cores)");
   app.add_option("--backend", *backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/path_flags.h"
 #include "train/evaluation.h"
 
 namespace gnmr {
@@ -13,12 +14,10 @@ CommandAction add_eval_command(CLI::App& app) {
   auto as_json = std::make_shared<bool>(false);
   app.add_option("--checkpoint", options->model_dir,
                  "gnmr checkpoint dir or Hugging Face LLaMA folder")
-      ->required()
-      ->check(CLI::ExistingDirectory);
+      ->required();
   auto* data = app.add_option("--data", options->data_glob, "Token shards (glob)");
   app.add_option("--text", options->text_file,
                  "Raw text file (tokenized with the model's tokenizer, no BOS)")
-      ->check(CLI::ExistingFile)
       ->excludes(data);
   app.add_option("--tokenizer", options->tokenizer,
                  "Tokenizer model for --text (default: CHECKPOINT/tokenizer.model)");
@@ -29,6 +28,8 @@ CommandAction add_eval_command(CLI::App& app) {
   app.add_option("--threads", options->threads, "CPU threads (0 = all cores)");
   app.add_flag("--json", *as_json, "Print {\"loss\":…,\"ppl\":…,\"tokens\":…}");
   return [options, as_json] {
+    require_directory("--checkpoint", options->model_dir, ErrorKind::Checkpoint);
+    if (!options->text_file.empty()) require_file("--text", options->text_file, ErrorKind::Data);
     EvalResult r = evaluate_saved_model(*options);
     if (*as_json) {
       std::cout << nlohmann::json{{"loss", r.loss}, {"ppl", r.ppl}, {"tokens", r.tokens}}.dump()

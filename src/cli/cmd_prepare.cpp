@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include "cli/commands.h"
+#include "cli/validators.h"
 #include "data/prepare.h"
 
 namespace gnmr {
@@ -25,7 +26,7 @@ CommandAction add_prepare_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--shard-tokens", options->shard_tokens,
                  "Tokens per shard (documents are never split)")
-      ->check(CLI::PositiveNumber)
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_flag("--no-progress", *quiet, "No live progress line");
   app.add_option("inputs", options->inputs,

@@ -4,6 +4,8 @@
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "cli/path_flags.h"
+#include "cli/validators.h"
 #include "train/trainer.h"
 
 namespace gnmr {
@@ -23,12 +25,13 @@ CommandAction add_train_command(CLI::App& app) {
   app.add_option("--backend", *backend, "cpu or cuda (overrides the config's backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--steps", *steps, "Number of optimizer steps (overrides train.steps)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   app.add_option("--stop-at", options->stop_at,
                  "Checkpoint and stop after this step (the schedule still spans train.steps)");
   app.add_option("--init", options->init,
                  "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
   return [flags, options, backend, steps] {
+    if (!options->init.empty()) require_directory("--init", options->init, ErrorKind::Checkpoint);
     ConfigFlags resolved = *flags;
     if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
     if (*steps > 0) resolved.overrides.push_back("train.steps=" + std::to_string(*steps));

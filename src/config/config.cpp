@@ -90,6 +90,9 @@ void deep_merge(json& base, const json& overlay) {
 }
 
 json parse_json_file(const std::string& file) {
+  std::error_code ec;
+  if (!fs::exists(file, ec)) config_error("config file " + file + " not found");
+  if (fs::is_directory(file, ec)) config_error(file + " is a directory, not a config file");
   std::ifstream in(file);
   if (!in) config_error("cannot open config file " + file);
   try {

@@ -30,7 +30,6 @@ TEST(CliErrors, UsageErrorsExitTwo) {
   expect_failure("", 2, "subcommand");
   expect_failure("frobnicate", 2, "subcommand");
   expect_failure("train", 2, "--config");
-  expect_failure("export --checkpoint /nonexistent --out x", 2, "/nonexistent");
 }
 
 TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {
@@ -44,6 +43,46 @@ TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
+}
+
+TEST(CliErrors, AMissingPathExitsWithTheCodeOfWhatItNames) {
+  // Exit codes (README): a config 3, a data input 4, a checkpoint or model folder 5; never 2,
+  // which is for a command line that does not parse.
+  const std::string dir = gnmr_test::scratch_dir("cli_missing_paths");
+  const std::string config = gnmr_test::write_tiny_config(dir);
+  expect_failure("train --config " + dir + "/none.json --out " + dir + "/run", 3,
+                 dir + "/none.json not found");
+  expect_failure("train --config " + dir + " --out " + dir + "/run", 3, "is a directory");
+  expect_failure("bench --config " + dir + "/none.json", 3, dir + "/none.json");
+  expect_failure("config show --config " + dir + "/none.json", 3, dir + "/none.json");
+  expect_failure("eval --checkpoint " + dir + "/none --data 'x_*.bin'", 5,
+                 "--checkpoint " + dir + "/none: directory not found");
+  expect_failure("eval --checkpoint " + config + " --data 'x_*.bin'", 5, "not a directory");
+  expect_failure("eval --checkpoint " + dir + " --text " + dir + "/none.txt", 4,
+                 "--text " + dir + "/none.txt: file not found");
+  expect_failure("export --checkpoint " + dir + "/none --out " + dir + "/hf", 5,
+                 "--checkpoint " + dir + "/none");
+  expect_failure("export --checkpoint " + dir + " --out " + dir, 5, "already exists");
+  expect_failure("train --config " + config + " --out " + dir + "/run --init " + dir + "/none", 5,
+                 "--init " + dir + "/none");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << "a refused run made its directory";
+  expect_failure("prepare --tokenizer " + dir + "/none.model --out " + dir + "/shards " + config, 4,
+                 dir + "/none.model");
+  expect_failure("tokenizer train --vocab-size 300 --out " + dir + "/tok " + dir + "/none.txt", 4,
+                 dir + "/none.txt");
+}
+
+TEST(CliErrors, ACountFlagBelowItsMinimumSaysTheMinimum) {
+  const std::string config = gnmr_test::source_path("configs/quickstart.json");
+  for (const std::string& args :
+       {"train --config " + config + " --steps 0", "bench --config " + config + " --steps 0",
+        std::string("prepare --shard-tokens 0 --tokenizer t.model --out o in.txt")}) {
+    auto r = run_gnmr(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("must be at least 1 (got 0)"), std::string::npos) << r.output;
+    EXPECT_LT(r.output.size(), 200u) << "a bound printed as a 300-digit number?\n" << r.output;
+  }
+  expect_failure("bench --config " + config + " --warmup -1", 2, "must be at least 0 (got -1)");
 }
 
 TEST(CliErrors, TrainLoadsTheTokenizerBeforeTheFirstStep) {
