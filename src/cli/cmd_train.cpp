@@ -20,7 +20,8 @@ CommandAction add_train_command(CLI::App& app) {
                  "Run directory (config.json, log.txt, metrics.jsonl, checkpoints/)")
       ->capture_default_str();
   app.add_option("--resume", options->resume,
-                 "Continue a run: 'auto' (newest checkpoint in --out) or a checkpoint dir");
+                 "Continue a run: 'auto' (newest checkpoint in --out; a run without one "
+                 "starts over, an empty --out starts fresh) or a checkpoint dir");
   app.add_flag("--force", options->force, "Replace a run directory that already holds a run");
   app.add_option("--backend", *backend, "cpu or cuda (overrides the config's backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
