@@ -117,6 +117,15 @@ TEST(CliErrors, TrainLoadsTheTokenizerBeforeTheFirstStep) {
       << padded.output;
 }
 
+TEST(CliErrors, BenchTrainsOnSyntheticTokensAndNeverReadsTheTokenizer) {
+  const std::string dir = gnmr_test::scratch_dir("cli_bench_tokenizer");
+  const std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"data": {"tokenizer": ")" + dir + R"(/none.model"}})");
+  auto r = run_gnmr("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("none.model"), std::string::npos) << r.output;
+}
+
 TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
   std::string config = gnmr_test::source_path("configs/quickstart.json");
   expect_failure("config show --config " + config + " --set train.lrr=1", 3,
