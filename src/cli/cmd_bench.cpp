@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "cli/validators.h"
 #include "train/bench.h"
 
 namespace gnmr {
@@ -14,8 +15,10 @@ CommandAction add_bench_command(CLI::App& app) {
   auto threads = std::make_shared<int>(-1);
   auto backend = std::make_shared<std::string>();
   app.add_option("--steps", options->steps, "Measured steps (after the warm-up steps)")
+      ->check(at_least(1))
       ->capture_default_str();
   app.add_option("--warmup", options->warmup_steps, "Unmeasured warm-up steps")
+      ->check(at_least(0))
       ->capture_default_str();
   app.add_option("--threads", *threads, "CPU threads (overrides train.threads; 0 = all cores)");
   app.add_option("--backend", *backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
@@ -47,8 +50,7 @@ CommandAction add_bench_command(CLI::App& app) {
                 r["blas_threads_per_gemm"].get<int>(), r["gemm_threads"].get<int>());
     std::printf(
         "  GEMM peak       %10.1f GFLOP/s measured = %.0f%% of the %s kernel's nominal %.1f "
-        "GFLOP/s "
-        "(%d cores × %.2f GHz)\n",
+        "GFLOP/s (%d cores × %.2f GHz)\n",
         r["gemm_peak_gflops"].get<double>(),
         100.0 * r["gemm_peak_gflops"].get<double>() / r["blas_kernel_nominal_gflops"].get<double>(),
         r["blas_kernel"].get<std::string>().c_str(), r["blas_kernel_nominal_gflops"].get<double>(),
@@ -56,8 +58,7 @@ CommandAction add_bench_command(CLI::App& app) {
     if (r["blas_kernel_weaker_than_cpu"].get<bool>()) {
       std::printf(
           "  warning: this CPU runs the %s kernel (nominal %.1f GFLOP/s): MFU above is against a "
-          "weaker "
-          "kernel's peak\n",
+          "weaker kernel's peak\n",
           r["blas_best_kernel"].get<std::string>().c_str(),
           r["blas_best_nominal_gflops"].get<double>());
     }

@@ -4,6 +4,8 @@
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
+#include "cli/path_flags.h"
+#include "cli/validators.h"
 #include "train/trainer.h"
 
 namespace gnmr {
@@ -14,25 +16,31 @@ CommandAction add_train_command(CLI::App& app) {
   auto backend = std::make_shared<std::string>();
   auto steps = std::make_shared<int64_t>(0);
   options->out_dir = "runs/latest";
-  app.add_option("--out", options->out_dir, "Run directory (config.json, log.txt, metrics.jsonl, checkpoints/)")
+  app.add_option("--out", options->out_dir,
+                 "Run directory (config.json, log.txt, metrics.jsonl, checkpoints/)")
       ->capture_default_str();
   app.add_option("--resume", options->resume,
-                 "Continue a run: 'auto' (newest intact checkpoint in --out) or a checkpoint dir");
+                 "Continue a run: 'auto' (newest intact checkpoint in --out; a run without one "
+                 "starts over, an empty --out starts fresh) or a checkpoint dir");
   app.add_flag("--force", options->force, "Replace a run directory that already holds a run");
   app.add_option("--backend", *backend, "cpu or cuda (overrides the config's backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--steps", *steps, "Number of optimizer steps (overrides train.steps)")->check(CLI::PositiveNumber);
-  app.add_option("--stop-at", options->stop_at, "Checkpoint and stop after this step (the schedule still spans train.steps)");
-  app.add_option("--init", options->init, "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
+  app.add_option("--steps", *steps, "Number of optimizer steps (overrides train.steps)")
+      ->check(at_least(1));
+  app.add_option("--stop-at", options->stop_at,
+                 "Checkpoint and stop after this step (the schedule still spans train.steps)");
+  app.add_option("--init", options->init,
+                 "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
   return [flags, options, backend, steps] {
+    if (!options->init.empty()) require_directory("--init", options->init, ErrorKind::Checkpoint);
     ConfigFlags resolved = *flags;
     if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
     if (*steps > 0) resolved.overrides.push_back("train.steps=" + std::to_string(*steps));
     RunConfig config = resolved.load();
     if (config.log.level != "info") spdlog::set_level(spdlog::level::from_str(config.log.level));
     TrainSummary summary = run_training(config, *options);
-    spdlog::info("done: {} steps, final loss {:.4f}, final val loss {:.4f}", summary.steps_done, summary.final_loss,
-                 summary.final_val_loss);
+    spdlog::info("done: {} steps, final loss {:.4f}, final val loss {:.4f}", summary.steps_done,
+                 summary.final_loss, summary.final_val_loss);
   };
 }
 

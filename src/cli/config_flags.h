@@ -2,7 +2,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,9 +18,9 @@ struct ConfigFlags {
 
 inline std::shared_ptr<ConfigFlags> add_config_flags(CLI::App& app) {
   auto flags = std::make_shared<ConfigFlags>();
-  app.add_option("--config", flags->file, "Run config (JSON; may include model and precision presets)")
-      ->required()
-      ->check(CLI::ExistingFile);
+  app.add_option("--config", flags->file,
+                 "Run config (JSON; may include model and precision presets)")
+      ->required();  // a missing file is a config error (exit 3), named by the loader
   app.add_option("--set", flags->overrides, "Override a config value: KEY.PATH=VALUE (repeatable)");
   return flags;
 }

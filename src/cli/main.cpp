@@ -7,6 +7,7 @@
 
 #include "backend/cpu/blas_autotune.h"
 #include "cli/commands.h"
+#include "cli/unknown_subcommand.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -26,10 +27,14 @@ int main(int argc, char** argv) {
     commands.emplace_back(sub, adder(*sub));
   };
   add("train", "Pretrain a model from a config", gnmr::add_train_command);
-  add("prepare", "Tokenize text / JSONL (optionally gzip) into token shards", gnmr::add_prepare_command);
-  add("tokenizer", "Tokenizer tools (train a sentencepiece BPE model)", gnmr::add_tokenizer_command);
-  add("eval", "Perplexity of a checkpoint or exported model on shards or a text file", gnmr::add_eval_command);
-  add("export", "Write a checkpoint as a Hugging Face LlamaForCausalLM folder", gnmr::add_export_command);
+  add("prepare", "Tokenize text / JSONL (optionally gzip) into token shards",
+      gnmr::add_prepare_command);
+  add("tokenizer", "Tokenizer tools (train a sentencepiece BPE model)",
+      gnmr::add_tokenizer_command);
+  add("eval", "Perplexity of a checkpoint or exported model on shards or a text file",
+      gnmr::add_eval_command);
+  add("export", "Write a checkpoint as a Hugging Face LlamaForCausalLM folder",
+      gnmr::add_export_command);
   add("bench", "Measure training throughput, MFU and memory for a config", gnmr::add_bench_command);
   add("config", "Config tools (show the fully resolved config)", gnmr::add_config_command);
   add("version", "Print the version and build features", gnmr::add_version_command);
@@ -37,6 +42,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    const std::string unknown =
+        e.get_exit_code() != 0 ? gnmr::unknown_subcommand_message(app) : std::string();
+    if (!unknown.empty()) {
+      std::cerr << "gnmr: error: " << unknown << "\n";
+      return static_cast<int>(gnmr::ErrorKind::Usage);
+    }
     int rc = app.exit(e);
     return rc == 0 ? 0 : static_cast<int>(gnmr::ErrorKind::Usage);
   }

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "util/error.h"
+#include "util/nearest_name.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -19,20 +20,6 @@ namespace {
 
 [[noreturn]] void config_error(const std::string& message) {
   throw Error(ErrorKind::Config, "config: " + message);
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t substitute = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, substitute});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
 }
 
 void collect_key_paths(const json& schema, const std::string& prefix,
@@ -55,12 +42,7 @@ std::string suggestion_for(const std::string& path) {
         return " (did you mean \"" + c + "\"?)";
     }
   }
-  std::string best;
-  size_t best_distance = std::max<size_t>(2, path.size() / 3) + 1;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(path, c);
-    if (d < best_distance) best_distance = d, best = c;
-  }
+  std::string best = nearest_name(path, candidates);
   if (best.empty()) return "";
   return " (did you mean \"" + best + "\"?)";
 }
@@ -111,6 +93,7 @@ void deep_merge(json& base, const json& overlay) {
 
 json parse_json_file(const std::string& file) {
   std::error_code ec;
+  if (!fs::exists(file, ec)) config_error("config file " + file + " not found");
   if (fs::is_directory(file, ec)) config_error(file + " is a directory, not a config file");
   std::ifstream in(file);
   if (!in) config_error("cannot open config file " + file);
@@ -211,6 +194,11 @@ void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
   require(m.dim > 0, "model.dim", "must be > 0");
   require(m.n_layers > 0, "model.n_layers", "must be > 0");
+  try {
+    validate_budget(c.gnmr.max_active, m.n_layers * kKindsPerLayer);
+  } catch (const std::invalid_argument& e) {
+    config_error(e.what());
+  }
   require(m.n_heads > 0, "model.n_heads", "must be > 0");
   require(
       m.dim % m.n_heads == 0, "model.n_heads",

@@ -4,8 +4,10 @@
 
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "data/utf8.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -40,6 +42,17 @@ void check_inputs_readable(const std::vector<std::string>& inputs) {
     }
     if (!std::filesystem::is_regular_file(input, ec)) {
       throw Error(ErrorKind::Data, "input " + input + ": not a regular file");
+    }
+    // zlib reads a file without the gzip header as plain text; a .gz name promises gzip.
+    if (ends_with(input, ".gz")) {
+      char magic[2] = {0, 0};
+      std::ifstream(input, std::ios::binary).read(magic, 2);
+      if (static_cast<unsigned char>(magic[0]) != 0x1F ||
+          static_cast<unsigned char>(magic[1]) != 0x8B) {
+        throw Error(ErrorKind::Data, "input " + input +
+                                         ": not gzip data (no 1f 8b header); rename it without "
+                                         ".gz if it is plain text");
+      }
     }
   }
 }
@@ -85,6 +98,10 @@ bool DocumentReader::read_line(std::string& line) {
   if (!got_any) return false;
   ++line_number_;
   if (!line.empty() && line.back() == '\r') line.pop_back();
+  if (replace_invalid_utf8(line) > 0) {
+    if (invalid_utf8_lines_ == 0) first_invalid_utf8_line_ = line_number_;
+    ++invalid_utf8_lines_;
+  }
   return true;
 }
 

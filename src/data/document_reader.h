@@ -2,7 +2,9 @@
 //   *.jsonl / *.json / *.ndjson : one document per line, its string field "text" (as C4 ships)
 //   anything else               : plain text, one document per block of lines separated by one
 //                                 or more blank lines
-// Either may be gzip-compressed (*.gz); zlib reads plain files transparently too.
+// Either may be gzip-compressed (*.gz, checked by its magic bytes: a plain file named .gz is
+// refused rather than read as text). Bytes that are not valid UTF-8 become U+FFFD (utf8.h),
+// as sentencepiece would make them; the reader counts the lines this happened on.
 #pragma once
 
 #include <cstdint>
@@ -18,7 +20,8 @@ enum class DocumentFormat { PlainText, JsonLines };
 // Decided from the file name with any .gz suffix removed.
 DocumentFormat document_format_for(const std::string& path);
 
-// Throws Error(ErrorKind::Data) naming the first input that is not a readable file.
+// Throws Error(ErrorKind::Data) naming the first input that is not a readable file, or that
+// is named *.gz but is not gzip.
 void check_inputs_readable(const std::vector<std::string>& inputs);
 
 class DocumentReader {
@@ -37,6 +40,9 @@ class DocumentReader {
   // How far into the file on disk (compressed bytes for .gz) reading has got; for ETAs.
   int64_t bytes_consumed() const;
   const std::string& path() const { return path_; }
+  // Lines that held invalid UTF-8 so far, and the number of the first (0 = none).
+  int64_t invalid_utf8_lines() const { return invalid_utf8_lines_; }
+  int64_t first_invalid_utf8_line() const { return first_invalid_utf8_line_; }
 
  private:
   bool read_line(std::string& line);
@@ -47,6 +53,8 @@ class DocumentReader {
   DocumentFormat format_;
   gzFile_s* file_ = nullptr;
   int64_t line_number_ = 0;
+  int64_t invalid_utf8_lines_ = 0;
+  int64_t first_invalid_utf8_line_ = 0;
   std::vector<char> chunk_;
 };
 

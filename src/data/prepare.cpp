@@ -153,6 +153,9 @@ class PreparePipeline {
   }
 
   int64_t input_bytes_read() const { return input_bytes_read_.load(); }
+  // Valid once next_encoded has returned false (the reader sets them before it finishes).
+  int64_t invalid_utf8_lines() const { return invalid_utf8_lines_; }
+  const std::string& first_invalid_utf8_line() const { return first_invalid_utf8_line_; }
 
  private:
   template <typename Stage>
@@ -210,6 +213,10 @@ class PreparePipeline {
         }
       }
       bytes_before_file += static_cast<int64_t>(fs::file_size(input));
+      if (reader.invalid_utf8_lines() > 0 && invalid_utf8_lines_ == 0) {
+        first_invalid_utf8_line_ = input + ":" + std::to_string(reader.first_invalid_utf8_line());
+      }
+      invalid_utf8_lines_ += reader.invalid_utf8_lines();
     }
     input_bytes_read_.store(bytes_before_file);
     if (!batch.texts.empty()) {
@@ -268,6 +275,8 @@ class PreparePipeline {
   bool stopping_ = false;
   std::exception_ptr error_;
   std::atomic<int64_t> input_bytes_read_{0};
+  int64_t invalid_utf8_lines_ = 0;  // written by the reader thread only
+  std::string first_invalid_utf8_line_;
   std::vector<std::thread> threads_;
 };
 
@@ -285,7 +294,8 @@ void validate_options(const PrepareOptions& options) {
 }
 
 // Creates OUT_DIR, or accepts an existing one that holds no shards (nothing is overwritten).
-void claim_out_dir(const std::string& out_dir) {
+// Returns whether it created the directory.
+bool claim_out_dir(const std::string& out_dir) {
   std::error_code ec;
   if (fs::exists(out_dir, ec)) {
     if (!fs::is_directory(out_dir, ec)) {
@@ -298,9 +308,16 @@ void claim_out_dir(const std::string& out_dir) {
                                          name + "; choose a new --out or remove the old shards");
       }
     }
-    return;
+    return false;
   }
   fs::create_directories(out_dir);
+  return true;
+}
+
+std::string joined(const std::vector<std::string>& items) {
+  std::string out;
+  for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
 }
 
 std::vector<std::string> file_names(const std::vector<std::string>& paths) {
@@ -320,7 +337,7 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
                                      ": the model has no BOS/EOS piece, which prepare puts "
                                      "around every document");
   }
-  claim_out_dir(options.out_dir);
+  const bool created_out_dir = claim_out_dir(options.out_dir);
 
   int64_t total_input_bytes = 0;
   for (const auto& input : options.inputs) total_input_bytes += fs::file_size(input);
@@ -335,6 +352,8 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
   ShardSequence val(options.out_dir, "val", tokenizer.vocab_size(), options.shard_tokens);
   PrepareProgress progress(total_input_bytes, options.progress);
   int64_t documents = 0;
+  int64_t invalid_utf8_lines = 0;
+  std::string first_invalid_utf8_line;
   {
     PreparePipeline pipeline(options, tokenizer, workers);
     EncodedBatch batch;
@@ -349,6 +368,16 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
       documents += batch.documents;
       progress.update(batch.input_bytes_after, documents, train.tokens() + val.tokens());
     }
+    invalid_utf8_lines = pipeline.invalid_utf8_lines();
+    first_invalid_utf8_line = pipeline.first_invalid_utf8_line();
+  }
+  if (documents == 0) {
+    std::error_code ec;
+    if (created_out_dir) fs::remove(options.out_dir, ec);  // only if still empty
+    throw Error(ErrorKind::Data, "prepare: the inputs hold no documents (" +
+                                     joined(options.inputs) +
+                                     " are empty or hold only blank lines or empty \"text\" "
+                                     "fields); nothing was written");
   }
   progress.finish(total_input_bytes, documents, train.tokens() + val.tokens());
   train.finish();
@@ -362,6 +391,8 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
   summary.val_tokens = val.tokens();
   summary.train_shards = train.paths();
   summary.val_shards = val.paths();
+  summary.invalid_utf8_lines = invalid_utf8_lines;
+  summary.first_invalid_utf8_line = first_invalid_utf8_line;
 
   nlohmann::json record = {
       {"format_version", kShardVersion},
@@ -378,6 +409,7 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
       {"val_documents", summary.val_documents},
       {"train_tokens", summary.train_tokens},
       {"val_tokens", summary.val_tokens},
+      {"invalid_utf8_lines", summary.invalid_utf8_lines},
       {"train_shards", file_names(summary.train_shards)},
       {"val_shards", file_names(summary.val_shards)},
   };
@@ -388,6 +420,12 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
       "shard(s), in {}",
       summary.documents, summary.train_tokens, summary.train_shards.size(), summary.val_tokens,
       summary.val_shards.size(), options.out_dir);
+  if (summary.invalid_utf8_lines > 0) {
+    spdlog::warn(
+        "prepare: {} line(s) held invalid UTF-8, the first at {}; each invalid byte was "
+        "tokenized as U+FFFD (counted in prepare.json \"invalid_utf8_lines\")",
+        summary.invalid_utf8_lines, summary.first_invalid_utf8_line);
+  }
   if (summary.val_documents == 0 && options.val_fraction > 0) {
     spdlog::warn(
         "prepare: no document fell into the validation split (val_fraction {}); raise "

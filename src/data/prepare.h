@@ -37,10 +37,15 @@ struct PrepareSummary {
   int64_t val_tokens = 0;
   std::vector<std::string> train_shards;  // paths, in order
   std::vector<std::string> val_shards;
+  // Lines whose invalid UTF-8 bytes were replaced by U+FFFD (document_reader.h), and the
+  // first of them as FILE:LINE ("" when none).
+  int64_t invalid_utf8_lines = 0;
+  std::string first_invalid_utf8_line;
 };
 
-// Errors (all Error(ErrorKind::Data) unless noted): a missing input or tokenizer, an
-// out_dir that already holds shards, a malformed JSON Lines record (naming file:line);
+// Errors (all Error(ErrorKind::Data) unless noted): a missing input or tokenizer, an input
+// named .gz that is not gzip, inputs that hold no document at all, an out_dir that already
+// holds shards, a malformed JSON Lines record (naming file:line);
 // bad option values are ErrorKind::Usage. On failure the shards written so far are removed.
 PrepareSummary run_prepare(const PrepareOptions& options);
 

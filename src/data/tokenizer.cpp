@@ -10,11 +10,16 @@ namespace gnmr {
 
 Tokenizer Tokenizer::load(const std::string& model_path) {
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(model_path, ec)) {
+  if (!std::filesystem::exists(model_path, ec)) {
     throw Error(ErrorKind::Data,
                 "tokenizer " + model_path +
                     ": file not found (train one with `gnmr tokenizer train`, or "
                     "pass a sentencepiece .model such as data/brown/tokenizer.model)");
+  }
+  if (!std::filesystem::is_regular_file(model_path, ec)) {
+    throw Error(ErrorKind::Data, "tokenizer " + model_path +
+                                     ": not a file (a sentencepiece .model file is needed, such "
+                                     "as data/brown/tokenizer.model)");
   }
   auto processor = std::make_shared<sentencepiece::SentencePieceProcessor>();
   const auto status = processor->Load(model_path);

@@ -18,15 +18,16 @@ int checked_layers(int n_layers) {
   return n_layers;
 }
 
-const ControllerOptions& validated(const ControllerOptions& options) {
+const ControllerOptions& validated(const ControllerOptions& options, int n_layers) {
   validate_controller_options(options);
+  validate_budget(options.max_active, checked_layers(n_layers) * kKindsPerLayer);
   return options;
 }
 
 }  // namespace
 
 Controller::Controller(const ControllerOptions& options, int n_layers)
-    : options_(validated(options)),
+    : options_(validated(options, n_layers)),
       kind_(parse_controller_kind(options.controller)),
       ranking_(parse_ranking_key(options.ranking)),
       history_(parse_history_mode(options.history)),

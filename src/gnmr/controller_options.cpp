@@ -144,6 +144,15 @@ void validate_controller_options(const ControllerOptions& o) {
   }
 }
 
+void validate_budget(double max_active, int n_units) {
+  if (max_active >= 1.0 && max_active > n_units) {
+    fail("max_active", show(max_active) + " is more than the model's " + std::to_string(n_units) +
+                           " projection units (" + std::to_string(kKindsPerLayer) +
+                           " per layer); use at most " + std::to_string(n_units) +
+                           ", or a fraction in (0, 1)");
+  }
+}
+
 ControllerOptions controller_options_from_json(const json& section) {
   if (!section.is_object()) {
     throw std::invalid_argument("gnmr: must be an object (got " + section.dump() + ")");

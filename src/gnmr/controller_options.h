@@ -86,6 +86,11 @@ nlohmann::json controller_options_to_json(const ControllerOptions& options);
 // Checks values and cross-key rules; throws std::invalid_argument naming the key.
 void validate_controller_options(const ControllerOptions& options);
 
+// Checks the budget against the model: a count (max_active >= 1) above n_units, the
+// projection units of the model (kKindsPerLayer per layer), would be silently cut to n_units,
+// so it is refused; throws std::invalid_argument naming gnmr.max_active and n_units.
+void validate_budget(double max_active, int n_units);
+
 // ---- resolved forms, used by the controller --------------------------------------------
 
 enum class ControllerKind : uint8_t {

@@ -155,7 +155,7 @@ std::string find_latest_checkpoint(const std::string& run_dir) {
   return (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(steps.back())).string();
 }
 
-std::string newest_intact_checkpoint(const std::string& run_dir) {
+std::string newest_intact_checkpoint(const std::string& run_dir, std::vector<std::string>& skipped) {
   std::vector<int64_t> steps = checkpoint_steps(run_dir);
   std::string newest_problem;
   for (auto step = steps.rbegin(); step != steps.rend(); ++step) {
@@ -163,7 +163,7 @@ std::string newest_intact_checkpoint(const std::string& run_dir) {
         (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(*step)).string();
     const std::string problem = checkpoint_problem(dir);
     if (problem.empty()) return dir;
-    spdlog::warn("--resume auto: skipping checkpoint {}: {}", dir, problem);
+    skipped.push_back("--resume auto: skipping checkpoint " + dir + ": " + problem);
     if (newest_problem.empty()) newest_problem = dir + ": " + problem;
   }
   if (steps.empty()) return "";

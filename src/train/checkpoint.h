@@ -37,9 +37,9 @@ void remove_stale_checkpoint_temps(const std::string& run_dir);
 std::string find_latest_checkpoint(const std::string& run_dir);
 
 // `--resume auto`: the newest checkpoint that is complete and undamaged; each damaged newer
-// one is skipped with a warning naming it and the reason. "" when there is no checkpoint; a
-// Checkpoint error when there are some but none is intact.
-std::string newest_intact_checkpoint(const std::string& run_dir);
+// one is skipped, with a line naming it and the reason appended to `skipped` (for the log).
+// "" when there is no checkpoint; a Checkpoint error when there are some but none is intact.
+std::string newest_intact_checkpoint(const std::string& run_dir, std::vector<std::string>& skipped);
 
 // The resolved config stored in a checkpoint.
 nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);

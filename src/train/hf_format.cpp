@@ -172,7 +172,11 @@ void export_hf_model(const std::string& checkpoint_dir, const std::string& out_d
   if (dtype != "float32" && dtype != "bfloat16") {
     throw Error(ErrorKind::Usage, "--dtype must be float32 or bfloat16, got \"" + dtype + "\"");
   }
-  if (fs::exists(out_dir)) throw Error(ErrorKind::Usage, "export: " + out_dir + " already exists");
+  if (fs::exists(out_dir)) {
+    throw Error(ErrorKind::Checkpoint, "export: --out " + out_dir +
+                                           " already exists; choose a new folder (export "
+                                           "never overwrites)");
+  }
   verify_checkpoint(checkpoint_dir);
   json config = read_checkpoint_config(checkpoint_dir);
   RunConfig run = run_config_from_json(config);

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "data/counter_hash.h"
+#include "data/tokenizer.h"
 #include "train/lr_schedule.h"
 #include "util/error.h"
 
@@ -18,7 +19,8 @@ namespace gnmr {
 namespace {
 
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
+      .count();
 }
 
 DebugHooks debug_hooks_from(const json& section) {
@@ -38,18 +40,42 @@ bool contains(const std::vector<int64_t>& list, int64_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
+// data.tokenizer is copied into every checkpoint, so it is loaded before the first step. It
+// may have fewer pieces than model.vocab_size (a vocabulary padded to a round size, as
+// LLaMA-style models do, leaves the extra embedding rows unused), never more: the model could
+// not embed the extra ids.
+void check_tokenizer(const DataConfig& data, const ModelConfig& model) {
+  if (data.tokenizer.empty()) {
+    spdlog::warn("data.tokenizer is not set: checkpoints will hold no tokenizer.model");
+    return;
+  }
+  try {
+    const Tokenizer tokenizer = Tokenizer::load(data.tokenizer);
+    if (tokenizer.vocab_size() > model.vocab_size) {
+      throw Error(ErrorKind::Data,
+                  "tokenizer " + data.tokenizer + " has " + std::to_string(tokenizer.vocab_size()) +
+                      " pieces, more than model.vocab_size (" + std::to_string(model.vocab_size) +
+                      "); use the tokenizer the shards were made with, or raise model.vocab_size");
+    }
+  } catch (const Error& e) {
+    throw Error(e.kind(), std::string("data.tokenizer: ") + e.what());
+  }
+}
+
 }  // namespace
 
 TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
     : config_(config), synthetic_data_(synthetic_data) {
   debug_ = debug_hooks_from(config.resolved.at("debug"));
   if (debug_.spike_unit >= 7 * config.model.n_layers) {
-    throw Error(ErrorKind::Config, "config: \"debug.spike_unit\" (" + std::to_string(debug_.spike_unit) +
-                                       ") is not a unit id: the model has " + std::to_string(7 * config.model.n_layers) +
-                                       " projection units");
+    throw Error(ErrorKind::Config,
+                "config: \"debug.spike_unit\" (" + std::to_string(debug_.spike_unit) +
+                    ") is not a unit id: the model has " +
+                    std::to_string(7 * config.model.n_layers) + " projection units");
   }
   if (config.backend != "cpu") {
-    throw Error(ErrorKind::NotBuilt, "backend \"" + config.backend + "\" is not built yet; use backend=cpu");
+    throw Error(ErrorKind::NotBuilt,
+                "backend \"" + config.backend + "\" is not built yet; use backend=cpu");
   }
   comm_ = make_communicator(config.dist.communicator);
   backend_ = make_cpu_backend(config.train.threads);
@@ -59,14 +85,16 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   const int micro_batch = config.train.micro_batch;
   const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();
   if (config.train.global_batch_tokens % tokens_per_micro_step != 0) {
-    throw Error(ErrorKind::Config, "config: \"train.global_batch_tokens\" (" +
-                                       std::to_string(config.train.global_batch_tokens) +
-                                       ") must be a multiple of train.micro_batch × data.seq_len × ranks (" +
-                                       std::to_string(tokens_per_micro_step) + " with " +
-                                       std::to_string(comm_->world_size()) + " ranks)");
+    throw Error(ErrorKind::Config,
+                "config: \"train.global_batch_tokens\" (" +
+                    std::to_string(config.train.global_batch_tokens) +
+                    ") must be a multiple of train.micro_batch × data.seq_len × ranks (" +
+                    std::to_string(tokens_per_micro_step) + " with " +
+                    std::to_string(comm_->world_size()) + " ranks)");
   }
   accumulation_steps_ = int(config.train.global_batch_tokens / tokens_per_micro_step);
-  model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len, config.precision);
+  model_ =
+      std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len, config.precision);
   model_->init_weights(config.train.seed);
   optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
   try {
@@ -76,9 +104,9 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   }
   for (int layer : config.precision.recovery_layers) {
     if (layer < -config.model.n_layers || layer >= config.model.n_layers) {
-      throw Error(ErrorKind::Config, "config: \"precision.recovery_layers\" holds " + std::to_string(layer) +
-                                         ", not a layer of this " + std::to_string(config.model.n_layers) +
-                                         "-layer model");
+      throw Error(ErrorKind::Config, "config: \"precision.recovery_layers\" holds " +
+                                         std::to_string(layer) + ", not a layer of this " +
+                                         std::to_string(config.model.n_layers) + "-layer model");
     }
   }
   plan_ = with_fixed_recovery(controller_->initial_plan());
@@ -88,18 +116,23 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   targets_.resize(tokens_.size());
 
   if (!synthetic_data_) {
-    if (config.data.train.empty()) throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
+    if (config.data.train.empty())
+      throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
+    check_tokenizer(config.data, config.model);
     // Loader errors name the shard or glob; prefix the config field they came from.
-    auto open_loader = [&](const char* field, const std::string& glob, const std::string& sampling) {
+    auto open_loader = [&](const char* field, const std::string& glob,
+                           const std::string& sampling) {
       try {
-        return std::make_unique<TokenLoader>(glob, seq_len, config.model.vocab_size, sampling, config.train.seed,
-                                             comm_->rank(), comm_->world_size(), accumulation_steps_);
+        return std::make_unique<TokenLoader>(glob, seq_len, config.model.vocab_size, sampling,
+                                             config.train.seed, comm_->rank(), comm_->world_size(),
+                                             accumulation_steps_);
       } catch (const Error& e) {
         throw Error(e.kind(), std::string(field) + ": " + e.what());
       }
     };
     train_loader_ = open_loader("data.train", config.data.train, config.data.sampling);
-    if (!config.data.val.empty()) val_loader_ = open_loader("data.val", config.data.val, "sequential");
+    if (!config.data.val.empty())
+      val_loader_ = open_loader("data.val", config.data.val, "sequential");
   }
 }
 
@@ -112,7 +145,9 @@ RoutingPlan TrainingSession::with_fixed_recovery(RoutingPlan plan) const {
   return plan;
 }
 
-int64_t TrainingSession::tokens_per_step() const { return config_.train.global_batch_tokens; }
+int64_t TrainingSession::tokens_per_step() const {
+  return config_.train.global_batch_tokens;
+}
 
 void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
   if (train_loader_) {
@@ -123,7 +158,9 @@ void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
   // Synthetic tokens for throughput measurement: values do not change the work done.
   const uint64_t vocab = uint64_t(config_.model.vocab_size);
   for (size_t i = 0; i < tokens_.size(); ++i) {
-    tokens_[i] = int32_t(hash_values({uint64_t(comm_->rank()), uint64_t(step_index), uint64_t(micro_step), i}) % vocab);
+    tokens_[i] = int32_t(
+        hash_values({uint64_t(comm_->rank()), uint64_t(step_index), uint64_t(micro_step), i}) %
+        vocab);
   }
   for (size_t i = 0; i < tokens_.size(); ++i) targets_[i] = tokens_[(i + 1) % tokens_.size()];
 }
@@ -221,17 +258,20 @@ double TrainingSession::evaluate(int64_t token_budget) {
   const int micro_batch = config_.train.micro_batch;
   const int64_t batch_tokens = int64_t(micro_batch) * config_.data.seq_len;
   // Whole batches only: the model's shapes are fixed at construction.
-  int64_t batches = std::min(token_budget / batch_tokens, val_loader_->num_eval_windows() / micro_batch);
+  int64_t batches =
+      std::min(token_budget / batch_tokens, val_loader_->num_eval_windows() / micro_batch);
   if (batches < 1) {
-    throw Error(ErrorKind::Data, "validation shards " + config_.data.val + " hold fewer than one batch (" +
-                                     std::to_string(batch_tokens) + " tokens) of windows");
+    throw Error(ErrorKind::Data, "validation shards " + config_.data.val +
+                                     " hold fewer than one batch (" + std::to_string(batch_tokens) +
+                                     " tokens) of windows");
   }
   // Rank r evaluates batches r, r + world, ...; the sum is reduced across ranks.
   double sums[2] = {0.0, 0.0};  // loss sum, batch count
   for (int64_t b = comm_->rank(); b < batches; b += comm_->world_size()) {
     for (int row = 0; row < micro_batch; ++row) {
       const size_t offset = size_t(row) * size_t(config_.data.seq_len);
-      val_loader_->eval_window(b * micro_batch + row, tokens_.data() + offset, targets_.data() + offset);
+      val_loader_->eval_window(b * micro_batch + row, tokens_.data() + offset,
+                               targets_.data() + offset);
     }
     sums[0] += model_->forward_loss(tokens_.data(), targets_.data());
     sums[1] += 1.0;

@@ -15,6 +15,7 @@
 #include "train/checkpoint_manifest.h"
 #include "train/hf_format.h"
 #include "train/metrics.h"
+#include "train/run_dir.h"
 #include "train/session.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
@@ -32,47 +33,6 @@ std::atomic<int> g_stop_signal{0};
 
 void on_stop_signal(int signal) {
   g_stop_signal.store(signal);
-}
-
-bool holds_a_run(const fs::path& dir) {
-  return fs::exists(dir / "config.json") || fs::exists(dir / "metrics.jsonl") ||
-         fs::exists(dir / "checkpoints");
-}
-
-// Decides which checkpoint to resume from (or none) and prepares the directory.
-std::string prepare_run_dir(const TrainOptions& options) {
-  fs::path dir = options.out_dir;
-  if (!options.resume.empty()) {
-    if (options.force) throw Error(ErrorKind::Usage, "--resume and --force cannot be combined");
-    if (options.resume != "auto") {
-      verify_checkpoint(options.resume);  // names a missing or damaged file
-      return options.resume;
-    }
-    std::string latest = find_latest_checkpoint(dir.string());
-    if (latest.empty()) {
-      if (holds_a_run(dir)) {
-        throw Error(ErrorKind::Checkpoint,
-                    "--resume auto: " + dir.string() +
-                        " holds a run but no complete checkpoint; use --force to restart it");
-      }
-      spdlog::info("--resume auto: no checkpoint in {}, starting a fresh run", dir.string());
-    }
-    return latest;
-  }
-  if (holds_a_run(dir)) {
-    if (!options.force) {
-      throw Error(
-          ErrorKind::Checkpoint,
-          "run directory " + dir.string() +
-              " already holds a run; pass --resume auto to continue it or --force to replace it");
-    }
-    fs::remove_all(dir / "checkpoints");
-    for (const char* file :
-         {"metrics.jsonl", "config.json", "log.txt", "gnmr_summary.json", "gnmr_trace.jsonl"}) {
-      fs::remove(dir / file);
-    }
-  }
-  return "";
 }
 
 int64_t peak_rss_bytes() {
@@ -129,30 +89,34 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (!comm.all_agree(fnv1a(config_text.data(), config_text.size()))) {
     throw Error(ErrorKind::Usage, "the ranks of this job were started with different configs");
   }
-  std::string resume_from;
-  if (writer) {
-    resume_from = prepare_run_dir(options);
-    fs::create_directories(options.out_dir);
-    add_log_file((fs::path(options.out_dir) / "log.txt").string());
-    remove_stale_checkpoint_temps(options.out_dir);
-    // Here rather than in prepare_run_dir so that skipped damaged checkpoints reach log.txt.
-    if (options.resume == "auto" && !resume_from.empty()) {
-      resume_from = newest_intact_checkpoint(options.out_dir);
-    }
-    write_file_atomic((fs::path(options.out_dir) / "config.json").string(),
-                      config.resolved.dump(2) + "\n");
-  }
-  resume_from = broadcast_string(comm, resume_from);
+  // Rank 0 decides what the run directory means; nothing in it changes until the checkpoint
+  // (or the --init weights) has loaded, so a refused run leaves the directory as it was.
+  RunDirPlan plan;
+  if (writer) plan = plan_run_dir(options);
+  const std::string resume_from = broadcast_string(comm, plan.resume_from);
 
   TrainerState& state = session.state();
   if (!resume_from.empty()) {
     state = load_checkpoint(resume_from, config, session.backend(), session.model(),
                             session.optimizer());
     session.restore_controller_state(resume_from);
-    spdlog::info("resumed from {} at step {}", resume_from, state.step);
   } else if (!options.init.empty()) {
     if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
     load_model_weights(options.init, session.backend(), session.model());
+  }
+
+  if (writer) {
+    apply_run_dir_plan(plan);
+    add_log_file((fs::path(options.out_dir) / "log.txt").string());
+    remove_stale_checkpoint_temps(options.out_dir);
+    write_file_atomic((fs::path(options.out_dir) / "config.json").string(),
+                      config.resolved.dump(2) + "\n");
+  }
+  for (const std::string& skipped : plan.skipped_checkpoints) spdlog::warn("{}", skipped);
+  if (!plan.note.empty()) spdlog::info("{}", plan.note);
+  if (!resume_from.empty()) {
+    spdlog::info("resumed from {} at step {}", resume_from, state.step);
+  } else if (!options.init.empty()) {
     spdlog::info("initialised weights from {}", options.init);
   }
 

@@ -1,7 +1,10 @@
 // Bad input at the command line: every case exits non-zero with a message naming the problem.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <fstream>
+#include <utility>
+#include <vector>
 
 #include "cli_fixture.h"
 
@@ -27,14 +30,113 @@ TEST(CliErrors, UsageErrorsExitTwo) {
   expect_failure("", 2, "subcommand");
   expect_failure("frobnicate", 2, "subcommand");
   expect_failure("train", 2, "--config");
-  expect_failure("export --checkpoint /nonexistent --out x", 2, "/nonexistent");
+}
+
+TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {
+  expect_failure("trian", 2, "unknown subcommand \"trian\" (did you mean \"train\"?)");
+  expect_failure("--log-level debug evl", 2, "unknown subcommand \"evl\" (did you mean \"eval\"?)");
+  expect_failure("tokenizer trian", 2, "unknown subcommand \"trian\" (did you mean \"train\"?)");
+  expect_failure("config shw", 2, "(did you mean \"show\"?)");
+  auto r = run_gnmr("frobnicate");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown subcommand \"frobnicate\"; gnmr takes one of: train, prepare"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
+}
+
+TEST(CliErrors, AMissingPathExitsWithTheCodeOfWhatItNames) {
+  // Exit codes (README): a config 3, a data input 4, a checkpoint or model folder 5; never 2,
+  // which is for a command line that does not parse.
+  const std::string dir = gnmr_test::scratch_dir("cli_missing_paths");
+  const std::string config = gnmr_test::write_tiny_config(dir);
+  expect_failure("train --config " + dir + "/none.json --out " + dir + "/run", 3,
+                 dir + "/none.json not found");
+  expect_failure("train --config " + dir + " --out " + dir + "/run", 3, "is a directory");
+  expect_failure("bench --config " + dir + "/none.json", 3, dir + "/none.json");
+  expect_failure("config show --config " + dir + "/none.json", 3, dir + "/none.json");
+  expect_failure("eval --checkpoint " + dir + "/none --data 'x_*.bin'", 5,
+                 "--checkpoint " + dir + "/none: directory not found");
+  expect_failure("eval --checkpoint " + config + " --data 'x_*.bin'", 5, "not a directory");
+  expect_failure("eval --checkpoint " + dir + " --text " + dir + "/none.txt", 4,
+                 "--text " + dir + "/none.txt: file not found");
+  expect_failure("export --checkpoint " + dir + "/none --out " + dir + "/hf", 5,
+                 "--checkpoint " + dir + "/none");
+  expect_failure("export --checkpoint " + dir + " --out " + dir, 5, "already exists");
+  expect_failure("train --config " + config + " --out " + dir + "/run --init " + dir + "/none", 5,
+                 "--init " + dir + "/none");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << "a refused run made its directory";
+  expect_failure("prepare --tokenizer " + dir + "/none.model --out " + dir + "/shards " + config, 4,
+                 dir + "/none.model");
+  expect_failure("tokenizer train --vocab-size 300 --out " + dir + "/tok " + dir + "/none.txt", 4,
+                 dir + "/none.txt");
+}
+
+TEST(CliErrors, ACountFlagBelowItsMinimumSaysTheMinimum) {
+  const std::string config = gnmr_test::source_path("configs/quickstart.json");
+  for (const std::string& args :
+       {"train --config " + config + " --steps 0", "bench --config " + config + " --steps 0",
+        std::string("prepare --shard-tokens 0 --tokenizer t.model --out o in.txt")}) {
+    auto r = run_gnmr(args);
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
+    EXPECT_NE(r.output.find("must be at least 1 (got 0)"), std::string::npos) << r.output;
+    EXPECT_LT(r.output.size(), 200u) << "a bound printed as a 300-digit number?\n" << r.output;
+  }
+  expect_failure("bench --config " + config + " --warmup -1", 2, "must be at least 0 (got -1)");
+}
+
+TEST(CliErrors, TrainLoadsTheTokenizerBeforeTheFirstStep) {
+  const std::string dir = gnmr_test::scratch_dir("cli_bad_tokenizer");
+  std::ofstream(dir + "/random.model", std::ios::binary) << std::string(5000, '\x9c');
+  std::filesystem::create_directories(dir + "/a_directory.model");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {dir + "/none.model", "file not found"},
+      {dir + "/random.model", "not a valid sentencepiece model"},
+      {dir + "/a_directory.model", "not a file"}};
+  for (const auto& [tokenizer, why] : cases) {
+    std::string config = gnmr_test::write_tiny_config(
+        dir, R"({"data": {"tokenizer": ")" + tokenizer + R"("}, "train": {"steps": 2}})");
+    auto r = run_gnmr("train --config " + config + " --out " + dir + "/run");
+    EXPECT_EQ(r.exit_code, 4) << tokenizer << "\n" << r.output;
+    EXPECT_NE(r.output.find("data.tokenizer: tokenizer " + tokenizer + ": " + why),
+              std::string::npos)
+        << r.output;
+    EXPECT_FALSE(std::filesystem::exists(dir + "/run")) << tokenizer << ": a run was started";
+  }
+  // More pieces (the bundled 4096) than the model can embed is refused ...
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"model": {"vocab_size": 4000}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4,
+                 "has 4096 pieces, more than model.vocab_size (4000)");
+  // ... fewer (a padded vocabulary) passes the tokenizer check: here the shards' header is what
+  // stops the run.
+  config = gnmr_test::write_tiny_config(dir, R"({"model": {"vocab_size": 4224}})");
+  auto padded = run_gnmr("train --config " + config + " --out " + dir + "/run");
+  EXPECT_EQ(padded.exit_code, 4) << padded.output;
+  EXPECT_EQ(padded.output.find("data.tokenizer"), std::string::npos) << padded.output;
+  EXPECT_NE(padded.output.find("does not match the model's vocab size 4224"), std::string::npos)
+      << padded.output;
+}
+
+TEST(CliErrors, BenchTrainsOnSyntheticTokensAndNeverReadsTheTokenizer) {
+  const std::string dir = gnmr_test::scratch_dir("cli_bench_tokenizer");
+  const std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"data": {"tokenizer": ")" + dir + R"(/none.model"}})");
+  auto r = run_gnmr("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output.find("none.model"), std::string::npos) << r.output;
 }
 
 TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
   std::string config = gnmr_test::source_path("configs/quickstart.json");
-  expect_failure("config show --config " + config + " --set train.lrr=1", 3, "did you mean \"train.lr\"");
+  expect_failure("config show --config " + config + " --set train.lrr=1", 3,
+                 "did you mean \"train.lr\"");
   expect_failure("config show --config " + config + " --set model.n_heads=5", 3, "model.n_heads");
-  expect_failure("config show --config " + config + " --set gnmr.max_active=-2", 3, "gnmr.max_active");
+  expect_failure("config show --config " + config + " --set gnmr.max_active=-2", 3,
+                 "gnmr.max_active");
+  // A count budget above the model's projection units (7 per layer) is named with the count.
+  expect_failure(
+      "config show --config " + config + " --set model.n_layers=2 --set gnmr.max_active=20", 3,
+      "gnmr.max_active: 20 is more than the model's 14 projection units");
   auto ok = run_gnmr("config show --config " + config + " --set train.lr=0.5");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_EQ(nlohmann::json::parse(ok.output)["train"]["lr"], 0.5);
@@ -42,16 +144,18 @@ TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
 
 TEST(CliErrors, MissingDataFilesExitFourAndNameTheField) {
   std::string dir = gnmr_test::scratch_dir("cli_missing_data");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"data": {"train": "/nonexistent/train_*.bin"}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"data": {"train": "/nonexistent/train_*.bin"}})");
   expect_failure("train --config " + config + " --out " + dir + "/run", 4, "data.train");
 }
 
 TEST(CliErrors, PrepareWithMissingInputOrTokenizerExitsFour) {
   std::string dir = gnmr_test::scratch_dir("cli_prepare_missing");
-  expect_failure("prepare --tokenizer " + gnmr_test::source_path("data/brown/tokenizer.model") + " --out " + dir +
-                     "/out /nonexistent/corpus.jsonl",
+  expect_failure("prepare --tokenizer " + gnmr_test::source_path("data/brown/tokenizer.model") +
+                     " --out " + dir + "/out /nonexistent/corpus.jsonl",
                  4, "/nonexistent/corpus.jsonl");
   std::ofstream(dir + "/a.txt") << "hello world\n";
-  expect_failure("prepare --tokenizer /nonexistent/tok.model --out " + dir + "/out2 " + dir + "/a.txt", 4,
-                 "/nonexistent/tok.model");
+  expect_failure(
+      "prepare --tokenizer /nonexistent/tok.model --out " + dir + "/out2 " + dir + "/a.txt", 4,
+      "/nonexistent/tok.model");
 }

@@ -14,8 +14,9 @@ namespace {
 // Sentences from a small vocabulary with digits, punctuation and non-ASCII text, so byte
 // fallback and digit splitting are exercised.
 std::vector<std::string> made_up_documents(int count, uint32_t seed) {
-  const std::vector<std::string> words = {"the", "river", "Ångström", "measured", "1987", "quietly", "über",
-                                          "data,", "naïve", "42.5%", "tokens", "—", "zebra", "café", "\"quoted\""};
+  const std::vector<std::string> words = {"the",     "river", "Ångström", "measured", "1987",
+                                          "quietly", "über",  "data,",    "naïve",    "42.5%",
+                                          "tokens",  "—",     "zebra",    "café",     "\"quoted\""};
   std::mt19937 rng(seed);
   std::vector<std::string> docs;
   for (int d = 0; d < count; ++d) {
@@ -43,12 +44,15 @@ void write_jsonl_gz(const std::string& path, const std::vector<std::string>& doc
 TEST(CliPrepare, JsonlGzCorpusBecomesShardsWithTheRightTokenCounts) {
   std::string dir = gnmr_test::scratch_dir("cli_prepare_jsonl");
   auto docs = made_up_documents(400, 7);
-  write_jsonl_gz(dir + "/part-0.jsonl.gz", std::vector<std::string>(docs.begin(), docs.begin() + 250));
-  write_jsonl_gz(dir + "/part-1.jsonl.gz", std::vector<std::string>(docs.begin() + 250, docs.end()));
+  write_jsonl_gz(dir + "/part-0.jsonl.gz",
+                 std::vector<std::string>(docs.begin(), docs.begin() + 250));
+  write_jsonl_gz(dir + "/part-1.jsonl.gz",
+                 std::vector<std::string>(docs.begin() + 250, docs.end()));
   std::string tokenizer_path = gnmr_test::source_path("data/brown/tokenizer.model");
-  auto r = gnmr_test::run_gnmr("prepare --no-progress --threads 2 --val-fraction 0.1 --shard-tokens 3000 --tokenizer " +
-                               tokenizer_path + " --out " + dir + "/out " + dir + "/part-0.jsonl.gz " + dir +
-                               "/part-1.jsonl.gz");
+  auto r = gnmr_test::run_gnmr(
+      "prepare --no-progress --threads 2 --val-fraction 0.1 --shard-tokens 3000 --tokenizer " +
+      tokenizer_path + " --out " + dir + "/out " + dir + "/part-0.jsonl.gz " + dir +
+      "/part-1.jsonl.gz");
   ASSERT_EQ(r.exit_code, 0) << r.output;
 
   auto tokenizer = gnmr::Tokenizer::load(tokenizer_path);
@@ -62,7 +66,8 @@ TEST(CliPrepare, JsonlGzCorpusBecomesShardsWithTheRightTokenCounts) {
     if (entry.path().extension() != ".bin") continue;
     gnmr::ShardReader shard(entry.path().string());
     EXPECT_EQ(shard.vocab_size(), tokenizer.vocab_size());
-    for (int64_t i = 0; i < shard.token_count(); ++i) documents += shard.token(i) == tokenizer.bos_id();
+    for (int64_t i = 0; i < shard.token_count(); ++i)
+      documents += shard.token(i) == tokenizer.bos_id();
     (name.rfind("train_", 0) == 0 ? train_tokens : val_tokens) += shard.token_count();
   }
   EXPECT_EQ(train_tokens + val_tokens, expected);
@@ -74,8 +79,8 @@ TEST(CliPrepare, JsonlGzCorpusBecomesShardsWithTheRightTokenCounts) {
 
   // Running it again into the same directory is refused and loses nothing.
   const std::string before = gnmr_test::read_bytes(dir + "/out/prepare.json");
-  auto again = gnmr_test::run_gnmr("prepare --no-progress --tokenizer " + tokenizer_path + " --out " + dir + "/out " +
-                                   dir + "/part-0.jsonl.gz");
+  auto again = gnmr_test::run_gnmr("prepare --no-progress --tokenizer " + tokenizer_path +
+                                   " --out " + dir + "/out " + dir + "/part-0.jsonl.gz");
   EXPECT_EQ(again.exit_code, 4) << again.output;
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/out/prepare.json"), before);
 }
@@ -83,18 +88,21 @@ TEST(CliPrepare, JsonlGzCorpusBecomesShardsWithTheRightTokenCounts) {
 TEST(CliTokenizer, TrainsABpeModelThatPrepareAccepts) {
   std::string dir = gnmr_test::scratch_dir("cli_tokenizer");
   std::ofstream text(dir + "/corpus.txt");
-  for (int i = 0; i < 400; ++i) text << "Line " << i << " of a small corpus about rivers, 1987 and cafés.\n";
+  for (int i = 0; i < 400; ++i)
+    text << "Line " << i << " of a small corpus about rivers, 1987 and cafés.\n";
   text.close();
-  auto r = gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/tok " + dir + "/corpus.txt");
+  auto r = gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/tok " + dir +
+                               "/corpus.txt");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto tokenizer = gnmr::Tokenizer::load(dir + "/tok.model");
   EXPECT_EQ(tokenizer.vocab_size(), 300);
   EXPECT_EQ(tokenizer.bos_id(), 1);
   EXPECT_EQ(tokenizer.eos_id(), 2);
   EXPECT_EQ(tokenizer.decode(tokenizer.encode("Line 7 of a café")), "Line 7 of a café");
-  auto prepared = gnmr_test::run_gnmr("prepare --no-progress --tokenizer " + dir + "/tok.model --out " + dir +
-                                      "/shards " + dir + "/corpus.txt");
+  auto prepared = gnmr_test::run_gnmr("prepare --no-progress --tokenizer " + dir +
+                                      "/tok.model --out " + dir + "/shards " + dir + "/corpus.txt");
   EXPECT_EQ(prepared.exit_code, 0) << prepared.output;
-  auto missing = gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/x /nonexistent.txt");
+  auto missing =
+      gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/x /nonexistent.txt");
   EXPECT_EQ(missing.exit_code, 4) << missing.output;
 }

@@ -136,7 +136,8 @@ TEST(ConfigErrors, ImpossibleValuesNameTheField) {
 
 TEST(ConfigErrors, BadFilesAreNamed) {
   std::string dir = gnmr_test::scratch_dir("config_files");
-  expect_config_error(dir + "/missing.json", {}, "cannot open config file");
+  expect_config_error(dir + "/missing.json", {}, "config file " + dir + "/missing.json not found");
+  expect_config_error(dir, {}, dir + " is a directory, not a config file");
   expect_config_error(write_config(dir, "bad.json", "{\"model\": "), {}, "invalid JSON");
   expect_config_error(write_config(dir, "inc.json", R"({"include": "nope.json"})"), {},
                       "nope.json does not exist");

@@ -242,3 +242,62 @@ TEST(Prepare, MissingInputIsADataErrorNamingIt) {
   options.inputs = {dir + "/nowhere.jsonl.gz"};
   gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); }, {dir + "/nowhere.jsonl.gz"});
 }
+
+namespace {
+
+gnmr::PrepareOptions small_options(const std::string& dir, std::vector<std::string> inputs) {
+  gnmr::PrepareOptions options;
+  options.tokenizer = gnmr_test::source_path(kBrownTokenizer);
+  options.out_dir = dir + "/out";
+  options.inputs = std::move(inputs);
+  options.val_fraction = 0.0;
+  options.progress = false;
+  return options;
+}
+
+}  // namespace
+
+TEST(Prepare, InvalidUtf8IsTokenizedAsReplacementCharactersCountedAndLocated) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_invalid_utf8");
+  // Line 3 holds a lone continuation byte, line 5 (in the second document) a Latin-1 "é".
+  gnmr_test::write_text(dir + "/latin1.txt",
+                        "Clean first line.\nStill clean.\nBad \x80 byte.\n\nCaf\xE9 au lait.\n");
+  gnmr_test::write_gzip(dir + "/clean.jsonl.gz", "{\"text\": \"All valid: caf\\u00e9.\"}\n");
+  auto options = small_options(dir, {dir + "/clean.jsonl.gz", dir + "/latin1.txt"});
+  const auto summary = gnmr::run_prepare(options);
+  EXPECT_EQ(summary.documents, 3);
+  EXPECT_EQ(summary.invalid_utf8_lines, 2);
+  EXPECT_EQ(summary.first_invalid_utf8_line, dir + "/latin1.txt:3");
+  const auto record = nlohmann::json::parse(gnmr_test::read_bytes(dir + "/out/prepare.json"));
+  EXPECT_EQ(record["invalid_utf8_lines"], 2);
+  // The shards hold exactly what the tokenizer makes of the text with U+FFFD in place.
+  const auto tokenizer = gnmr::Tokenizer::load(options.tokenizer);
+  const auto decoded = documents_of(summary.train_shards[0]);
+  ASSERT_EQ(decoded.size(), 3u);
+  EXPECT_EQ(decoded[1],
+            tokenizer.encode("Clean first line.\nStill clean.\nBad \xEF\xBF\xBD byte."));
+  EXPECT_EQ(decoded[2], tokenizer.encode("Caf\xEF\xBF\xBD au lait."));
+}
+
+TEST(Prepare, APlainFileNamedGzIsADataErrorNamingIt) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_not_gzip");
+  gnmr_test::write_text(dir + "/corpus.txt.gz", "plain text, not gzip\n");
+  gnmr_test::write_text(dir + "/empty.jsonl.gz", "");
+  for (const char* name : {"/corpus.txt.gz", "/empty.jsonl.gz"}) {
+    auto options = small_options(dir, {dir + name});
+    gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); }, {dir + name, "not gzip"});
+    EXPECT_FALSE(fs::exists(dir + "/out/prepare.json"));
+  }
+}
+
+TEST(Prepare, InputsWithoutADocumentAreADataErrorAndWriteNothing) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_no_documents");
+  gnmr_test::write_text(dir + "/empty.txt", "");
+  gnmr_test::write_text(dir + "/blank.txt", "\n  \n\t\n");
+  gnmr_test::write_text(dir + "/empty_texts.jsonl", "{\"text\": \"\"}\n\n{\"text\": \"\"}\n");
+  for (const char* name : {"/empty.txt", "/blank.txt", "/empty_texts.jsonl"}) {
+    auto options = small_options(dir, {dir + name});
+    gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); }, {dir + name, "no documents"});
+    EXPECT_FALSE(fs::exists(dir + "/out")) << name << ": the output directory it made is left";
+  }
+}

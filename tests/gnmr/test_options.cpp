@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gnmr/controller.h"
 #include "gnmr/controller_options.h"
 #include "gnmr/policy.h"
 
@@ -105,6 +106,27 @@ TEST(ControllerOptionsBudget, FractionsRoundDownAndCountsClampToTheUnitCount) {
   EXPECT_EQ(resolve_budget(1.0, 14), 1);
   EXPECT_EQ(resolve_budget(3.0, 14), 3);
   EXPECT_EQ(resolve_budget(100.0, 14), 14);
+}
+
+TEST(ControllerOptionsBudget, ACountAboveTheModelsUnitsIsRefusedNamingBoth) {
+  EXPECT_NO_THROW(validate_budget(14.0, 14));  // every unit: allowed
+  EXPECT_NO_THROW(validate_budget(0.99, 14));  // a fraction always fits
+  EXPECT_NO_THROW(validate_budget(0.0, 14));
+  std::string message;
+  try {
+    validate_budget(20.0, 14);
+  } catch (const std::invalid_argument& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("gnmr.max_active"), std::string::npos) << message;
+  EXPECT_NE(message.find("20"), std::string::npos) << message;
+  EXPECT_NE(message.find("14 projection units"), std::string::npos) << message;
+
+  ControllerOptions options;
+  options.max_active = 15;  // a 2-layer model has 14 units
+  EXPECT_THROW(Controller(options, 2), std::invalid_argument);
+  options.max_active = 14;
+  EXPECT_NO_THROW(Controller(options, 2));
 }
 
 TEST(ThresholdSchedule, ConstantLinearAndCosineMoveFromStartToFinal) {

@@ -140,13 +140,18 @@ TEST(CheckpointResume, AutoSkipsADamagedNewestCheckpointForThePreviousOne) {
   std::string run = gnmr_test::scratch_dir("ckpt_auto");
   std::string older = save_tiny_checkpoint(run, 3);
   std::string newest = save_tiny_checkpoint(run, 6);
-  EXPECT_EQ(gnmr::newest_intact_checkpoint(run), newest);
+  std::vector<std::string> skipped;
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(run, skipped), newest);
+  EXPECT_TRUE(skipped.empty());
   flip_byte(newest + "/model.safetensors", 200);
-  EXPECT_EQ(gnmr::newest_intact_checkpoint(run), older);
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(run, skipped), older);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("step_00000006: model.safetensors is damaged"), std::string::npos)
+      << skipped[0];
   fs::remove(older + "/controller.bin");
-  expect_error([&] { gnmr::newest_intact_checkpoint(run); }, ErrorKind::Checkpoint,
+  expect_error([&] { gnmr::newest_intact_checkpoint(run, skipped); }, ErrorKind::Checkpoint,
                {"no intact checkpoint", "step_00000006: model.safetensors is damaged"});
-  EXPECT_EQ(gnmr::newest_intact_checkpoint(gnmr_test::scratch_dir("ckpt_auto_empty")), "");
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(gnmr_test::scratch_dir("ckpt_auto_empty"), skipped), "");
 }
 
 TEST(CheckpointResume, ResavingADamagedCheckpointReplacesIt) {

@@ -1,0 +1,110 @@
+#include "train/run_dir.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
+#include "util/atomic_file.h"
+#include "util/error.h"
+
+namespace fs = std::filesystem;
+
+namespace gnmr {
+
+namespace {
+
+// The files a run writes at its top level (checkpoints/ aside).
+constexpr const char* kRunFiles[] = {"metrics.jsonl", "config.json", "log.txt", "gnmr_summary.json",
+                                     "gnmr_trace.jsonl"};
+// What a run that never reached a checkpoint leaves behind, except log.txt and config.json.
+constexpr const char* kProgressFiles[] = {"metrics.jsonl", "gnmr_summary.json", "gnmr_trace.jsonl"};
+
+bool holds_a_run(const fs::path& dir) {
+  return fs::exists(dir / "config.json") || fs::exists(dir / "metrics.jsonl") ||
+         fs::exists(dir / "checkpoints");
+}
+
+// A gnmr run's config.json is a resolved config: an object with a model and a train section.
+bool has_gnmr_config(const fs::path& dir) {
+  const fs::path path = dir / "config.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return false;
+  auto config =
+      nlohmann::json::parse(read_file(path.string()), nullptr, /*allow_exceptions=*/false);
+  return config.is_object() && config.contains("model") && config.contains("train");
+}
+
+}  // namespace
+
+RunDirPlan plan_run_dir(const TrainOptions& options) {
+  RunDirPlan plan;
+  plan.dir = options.out_dir;
+  const fs::path dir = options.out_dir;
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec)) {
+    throw Error(ErrorKind::Checkpoint,
+                "--out " + dir.string() + " is a file, not a run directory; choose another --out");
+  }
+  if (!options.resume.empty()) {
+    if (options.force) throw Error(ErrorKind::Usage, "--resume and --force cannot be combined");
+    if (options.resume != "auto") {
+      if (!fs::is_directory(options.resume, ec)) {
+        throw Error(ErrorKind::Checkpoint,
+                    "--resume " + options.resume + " is not a gnmr checkpoint directory");
+      }
+      verify_checkpoint(options.resume);  // names a missing or damaged file
+      plan.resume_from = options.resume;
+      return plan;
+    }
+    plan.resume_from = newest_intact_checkpoint(dir.string(), plan.skipped_checkpoints);
+    if (!plan.resume_from.empty()) return plan;
+    if (!holds_a_run(dir)) {
+      plan.note = "--resume auto: no run in " + dir.string() + " yet, starting a fresh one";
+      return plan;
+    }
+    if (!has_gnmr_config(dir)) {
+      throw Error(ErrorKind::Checkpoint,
+                  "--resume auto: " + dir.string() +
+                      " has no gnmr config.json, so it does not hold a gnmr run; choose another "
+                      "--out, or pass --force (without --resume) to replace what is there");
+    }
+    // Killed before its first checkpoint: nothing to continue from, so the run starts over,
+    // as a requeued job (SLURM --requeue with --resume auto) expects.
+    plan.start_over = true;
+    plan.note = "--resume auto: " + dir.string() +
+                " holds a run that never reached a checkpoint; starting it over from step 0 "
+                "(its metrics.jsonl is cleared)";
+    return plan;
+  }
+  if (holds_a_run(dir)) {
+    if (!options.force) {
+      throw Error(
+          ErrorKind::Checkpoint,
+          "run directory " + dir.string() +
+              " already holds a run; pass --resume auto to continue it or --force to replace it");
+    }
+    plan.remove_run = true;
+  }
+  return plan;
+}
+
+void apply_run_dir_plan(const RunDirPlan& plan) {
+  const fs::path dir = plan.dir;
+  if (plan.remove_run) {
+    fs::remove_all(dir / "checkpoints");
+    for (const char* file : kRunFiles) fs::remove(dir / file);
+  }
+  if (plan.start_over) {
+    for (const char* file : kProgressFiles) fs::remove(dir / file);
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    throw Error(ErrorKind::Checkpoint, "--out " + dir.string() +
+                                           ": cannot create the run directory (" + ec.message() +
+                                           "); choose another --out");
+  }
+}
+
+}  // namespace gnmr
