@@ -3,7 +3,8 @@
 // target_clones, an ifunc resolved once). The default build is portable (README "Build"): a
 // binary built on a login node runs on any x86-64 node, and the few loops that matter still
 // get wide vectors. Results do not depend on the copy: FMA contraction is off and no fast
-// math is on, so every copy rounds every operation the same way.
+// math is on, so every copy rounds every operation the same way. `flatten` inlines every call
+// the loop makes into each copy: a helper left out of line would run its baseline build.
 //
 // An OpenMP region's body is compiled once, outside the clones, so a cloned function is called
 // from inside the region (once per thread, on its share of the rows), never the other way.
@@ -13,7 +14,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(GNMR_NATIVE_BUILD)
 #define GNMR_ISA_CLONES \
-  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+  __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4"), flatten))
 #else
 #define GNMR_ISA_CLONES
 #endif
