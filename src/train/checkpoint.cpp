@@ -155,7 +155,8 @@ std::string find_latest_checkpoint(const std::string& run_dir) {
   return (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(steps.back())).string();
 }
 
-std::string newest_intact_checkpoint(const std::string& run_dir, std::vector<std::string>& skipped) {
+std::string newest_intact_checkpoint(const std::string& run_dir,
+                                     std::vector<std::string>& skipped) {
   std::vector<int64_t> steps = checkpoint_steps(run_dir);
   std::string newest_problem;
   for (auto step = steps.rbegin(); step != steps.rend(); ++step) {

@@ -330,7 +330,9 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
-int cpu_backend_threads(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+int cpu_backend_threads(int threads) {
+  return threads > 0 ? threads : omp_get_max_threads();
+}
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
   return std::make_unique<CpuBackend>(threads);
