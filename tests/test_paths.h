@@ -1,13 +1,19 @@
-// Where tests find the source tree and the gnmr binary, and a scratch directory helper.
+// Where tests find the source tree and the gnmr binary, a scratch directory helper, and the
+// one way tests damage a file.
 #pragma once
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace gnmr_test {
 
-inline std::string source_path(const std::string& rel) { return std::string(GNMR_SOURCE_DIR) + "/" + rel; }
-inline std::string gnmr_binary() { return GNMR_BINARY; }
+inline std::string source_path(const std::string& rel) {
+  return std::string(GNMR_SOURCE_DIR) + "/" + rel;
+}
+inline std::string gnmr_binary() {
+  return GNMR_BINARY;
+}
 
 // A fresh, empty directory under the test's working directory, removed first if present.
 inline std::string scratch_dir(const std::string& name) {
@@ -15,6 +21,17 @@ inline std::string scratch_dir(const std::string& name) {
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p.string();
+}
+
+// Flips the lowest bit of the byte at `offset` of the file at `path` (bit rot in a checkpoint).
+inline void flip_byte(const std::string& path, std::streamoff offset) {
+  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
+  file.seekg(offset);
+  char c = 0;
+  file.read(&c, 1);
+  c = char(c ^ 0x01);
+  file.seekp(offset);
+  file.write(&c, 1);
 }
 
 }  // namespace gnmr_test

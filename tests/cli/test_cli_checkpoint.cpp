@@ -22,15 +22,7 @@ std::string val_data() {
   return " --data '" + gnmr_test::brown_shards_dir() + "/val_*.bin' --tokens 1024";
 }
 
-void flip_byte(const std::string& path, std::streamoff offset) {
-  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-  file.seekg(offset);
-  char c = 0;
-  file.read(&c, 1);
-  c = char(c ^ 0x01);
-  file.seekp(offset);
-  file.write(&c, 1);
-}
+using gnmr_test::flip_byte;
 
 void expect_exit_five_naming(const gnmr_test::CommandResult& r, const std::string& needle) {
   EXPECT_EQ(r.exit_code, 5) << r.output;

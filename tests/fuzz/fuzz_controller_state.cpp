@@ -9,21 +9,12 @@
 #include <vector>
 
 #include "gnmr/controller.h"
+#include "seed_options.h"
 #include "util/fnv1a.h"
 
 namespace {
 
 constexpr int kLayers = 2;
-
-// The options corpus/controller_state was written with (write_seeds.cpp).
-gnmr::ControllerOptions seed_options() {
-  gnmr::ControllerOptions o;
-  o.max_active = 2;
-  o.window = 2;
-  o.lock_steps = 3;
-  o.warmup_steps = 0;
-  return o;
-}
 
 // last_step from the blob layout (controller_state.cpp), or -1 when the blob is too short.
 int64_t recorded_last_step(const std::vector<uint8_t>& blob) {

@@ -11,6 +11,7 @@
 #include "data/shard.h"
 #include "gnmr/controller.h"
 #include "precision/bf16.h"
+#include "seed_options.h"
 #include "train/safetensors.h"
 #include "util/atomic_file.h"
 
@@ -46,15 +47,6 @@ void write_safetensors_seeds(const fs::path& dir) {
   gnmr::write_safetensors((dir / "empty.safetensors").string(), {});
   const std::string whole = gnmr::read_file((dir / "three_dtypes.safetensors").string());
   write_text(dir / "truncated.safetensors", whole.substr(0, whole.size() - 5));
-}
-
-gnmr::ControllerOptions seed_options() {  // as in fuzz_controller_state.cpp
-  gnmr::ControllerOptions o;
-  o.max_active = 2;
-  o.window = 2;
-  o.lock_steps = 3;
-  o.warmup_steps = 0;
-  return o;
 }
 
 // The blob without its 8-byte checksum: fuzz_controller_state appends it.

@@ -39,15 +39,7 @@ std::string save_tiny_checkpoint(const std::string& run_dir, int64_t step) {
                                session.optimizer(), session.state());
 }
 
-void flip_byte(const std::string& path, std::streamoff offset) {
-  std::fstream file(path, std::ios::in | std::ios::out | std::ios::binary);
-  file.seekg(offset);
-  char c = 0;
-  file.read(&c, 1);
-  c = char(c ^ 0x01);
-  file.seekp(offset);
-  file.write(&c, 1);
-}
+using gnmr_test::flip_byte;
 
 std::vector<std::string> entries_of(const std::string& dir) {
   std::vector<std::string> names;
