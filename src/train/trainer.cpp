@@ -10,6 +10,8 @@
 #include <filesystem>
 #include <sstream>
 
+#include "backend/cpu/blas_autotune.h"
+#include "backend/cpu/cpu_backend.h"
 #include "train/bench.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
@@ -128,15 +130,11 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   }
   // The BLAS in the log and, as a header line at each (re)start, in the metrics: a weaker kernel
   // than the CPU runs explains a slow run (README "Benchmarks").
-  const json blas = blas_json(config);
-  spdlog::info("BLAS: {}, kernel {} ({}; {}), {} thread(s) per GEMM on {} core(s)",
-               blas["blas"].get<std::string>(), blas["blas_kernel"].get<std::string>(),
-               blas["blas_kernel_isa"].get<std::string>(),
-               blas["blas_kernel_chosen_by"].get<std::string>(),
-               blas["blas_threads_per_gemm"].get<int>(), blas["gemm_threads"].get<int>());
+  const int gemm_threads = cpu_backend_threads(config.train.threads);
+  spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas_report(gemm_threads)), gemm_threads);
   if (writer) {
     json header = {{"kind", "run"}, {"step", state.step}};
-    header.update(blas);
+    header.update(blas_json(config));
     metrics.write(header);
   }
 
