@@ -14,7 +14,7 @@ eligible unit-steps would exceed α (GNMR) or β (Δ-GNMR):
 Pick the setting whose exceedance rate is near the recovery budget (gnmr.max_active as a
 fraction of the units): far above it the budget is always full and the choice of units
 churns; far below it the controller rarely acts. The replay uses the monitor's definitions
-(src/gnmr/monitor.h, history "raw", one decision unit per projection): GNMR_t = n_t / mean of
+(src/controller/monitor.h, history "raw", one decision unit per projection): GNMR_t = n_t / mean of
 the unit's earlier recorded norms, Δ-GNMR_t = GNMR_t / mean of its previous δ GNMR values;
 steps before --history-start are not recorded; a unit-step is eligible from --warmup on once
 both are defined. Replaying a static-low trace ignores that routing changes the norms a

@@ -7,6 +7,7 @@
 #                                 table scripts use (python3-torch, numpy, matplotlib)
 #   scripts/setup.sh --fuzz       also install clang with libFuzzer and libomp (the fuzz
 #                                 preset, scripts/fuzz.sh)
+#   scripts/setup.sh --format     also install clang-format (scripts/format.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,6 +19,7 @@ for arg in "$@"; do
     --deps-only) deps_only=1 ;;
     --python) packages+=(python3-torch python3-numpy python3-matplotlib) ;;
     --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
+    --format) packages+=(clang-format) ;;
     *) echo "setup.sh: unknown option $arg" >&2; exit 2 ;;
   esac
 done

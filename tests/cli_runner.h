@@ -44,8 +44,8 @@ inline std::string brown_shards_dir() {
   fs::remove_all(tmp);
   fs::create_directories(tmp.parent_path());
   CommandResult r = run_gnmr("prepare --no-progress --val-fraction 0.05 --tokenizer '" +
-                             source_path("data/brown/tokenizer.model") + "' --out '" + tmp.string() + "' '" +
-                             source_path("data/brown/brown.jsonl.gz") + "'");
+                             source_path("data/brown/tokenizer.model") + "' --out '" +
+                             tmp.string() + "' '" + source_path("data/brown/brown.jsonl.gz") + "'");
   if (r.exit_code != 0) {
     fs::remove_all(tmp);
     return "";

@@ -192,32 +192,12 @@ void require_one_of(const std::string& field, const std::string& value,
 
 void validate(const RunConfig& c) {
   const ModelConfig& m = c.model;
-  require(m.dim > 0, "model.dim", "must be > 0");
-  require(m.n_layers > 0, "model.n_layers", "must be > 0");
+  validate_model_shape(m, c.data.seq_len);
   try {
     validate_budget(c.gnmr.max_active, m.n_layers * kKindsPerLayer);
   } catch (const std::invalid_argument& e) {
     config_error(e.what());
   }
-  require(m.n_heads > 0, "model.n_heads", "must be > 0");
-  require(
-      m.dim % m.n_heads == 0, "model.n_heads",
-      "(" + std::to_string(m.n_heads) + ") must divide model.dim (" + std::to_string(m.dim) + ")");
-  require(m.head_dim() % 2 == 0, "model.n_heads",
-          "must leave an even head dim for rotary embeddings");
-  require(m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
-          "(" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" +
-              std::to_string(m.n_heads) + ")");
-  require(m.ffn_dim > 0, "model.ffn_dim", "must be > 0");
-  require(m.vocab_size > 0, "model.vocab_size", "must be > 0");
-  require(m.max_seq_len > 0, "model.max_seq_len", "must be > 0");
-  require(m.norm_eps > 0, "model.norm_eps", "must be > 0");
-  require(m.rope_theta > 0, "model.rope_theta", "must be > 0");
-  require(m.init_std > 0, "model.init_std", "must be > 0");
-  require(c.data.seq_len > 0, "data.seq_len", "must be > 0");
-  require(c.data.seq_len <= m.max_seq_len, "data.seq_len",
-          "(" + std::to_string(c.data.seq_len) + ") must be <= model.max_seq_len (" +
-              std::to_string(m.max_seq_len) + ")");
   require_one_of("data.sampling", c.data.sampling, {"random", "sequential"});
   const TrainConfig& t = c.train;
   require(t.steps > 0, "train.steps", "must be > 0");
@@ -272,6 +252,30 @@ void read_value(const json& section, const std::string& path, T& out) {
 }
 
 }  // namespace
+
+void validate_model_shape(const ModelConfig& m, int seq_len) {
+  require(m.dim > 0, "model.dim", "must be > 0");
+  require(m.n_layers > 0, "model.n_layers", "must be > 0");
+  require(m.n_heads > 0, "model.n_heads", "must be > 0");
+  require(
+      m.dim % m.n_heads == 0, "model.n_heads",
+      "(" + std::to_string(m.n_heads) + ") must divide model.dim (" + std::to_string(m.dim) + ")");
+  require(m.head_dim() % 2 == 0, "model.n_heads",
+          "must leave an even head dim for rotary embeddings");
+  require(m.n_kv_heads > 0 && m.n_heads % m.n_kv_heads == 0, "model.n_kv_heads",
+          "(" + std::to_string(m.n_kv_heads) + ") must divide model.n_heads (" +
+              std::to_string(m.n_heads) + ")");
+  require(m.ffn_dim > 0, "model.ffn_dim", "must be > 0");
+  require(m.vocab_size > 0, "model.vocab_size", "must be > 0");
+  require(m.max_seq_len > 0, "model.max_seq_len", "must be > 0");
+  require(m.norm_eps > 0, "model.norm_eps", "must be > 0");
+  require(m.rope_theta > 0, "model.rope_theta", "must be > 0");
+  require(m.init_std > 0, "model.init_std", "must be > 0");
+  require(seq_len > 0, "data.seq_len", "must be > 0");
+  require(seq_len <= m.max_seq_len, "data.seq_len",
+          "(" + std::to_string(seq_len) + ") must be <= model.max_seq_len (" +
+              std::to_string(m.max_seq_len) + ")");
+}
 
 RunConfig run_config_from_json(const json& resolved) {
   check_against_schema(default_config_json(), resolved, "");

@@ -4,25 +4,24 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "gnmr/controller_options.h"
+#include "controller/controller_options.h"
 #include "precision/recipe.h"
 
 namespace gnmr {
 
 struct ModelConfig {
   std::string name = "tiny";
-  int dim = 64;            // hidden size
+  int dim = 64;  // hidden size
   int n_layers = 2;
   int n_heads = 4;
-  int n_kv_heads = 4;      // grouped-query attention when < n_heads
-  int ffn_dim = 172;       // SwiGLU inner size
+  int n_kv_heads = 4;  // grouped-query attention when < n_heads
+  int ffn_dim = 172;   // SwiGLU inner size
   int vocab_size = 4096;
-  int max_seq_len = 256;   // upper bound for data.seq_len (rotary table size)
+  int max_seq_len = 256;  // upper bound for data.seq_len (rotary table size)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float init_std = 0.02f;
@@ -30,9 +29,9 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string train;       // glob of train shards, e.g. data/brown/train_*.bin
-  std::string val;         // glob of validation shards
-  std::string tokenizer;   // sentencepiece .model used to make the shards
+  std::string train;      // glob of train shards, e.g. data/brown/train_*.bin
+  std::string val;        // glob of validation shards
+  std::string tokenizer;  // sentencepiece .model used to make the shards
   int seq_len = 128;
   std::string sampling = "random";  // random | sequential
 };
@@ -48,11 +47,11 @@ struct TrainConfig {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;              // global-norm clip; 0 disables
+  double grad_clip = 1.0;  // global-norm clip; 0 disables
   uint64_t seed = 1234;
-  int max_nonfinite_steps = 3;         // consecutive non-finite steps before the run stops
-  std::string gemm_precision = "fp32"; // fp32 | bf16 (bf16-rounded inputs, fp32 accumulation)
-  int threads = 0;                     // CPU threads; 0 = all cores
+  int max_nonfinite_steps = 3;          // consecutive non-finite steps before the run stops
+  std::string gemm_precision = "fp32";  // fp32 | bf16 (bf16-rounded inputs, fp32 accumulation)
+  int threads = 0;                      // CPU threads; 0 = all cores
 };
 
 struct EvalConfig {
@@ -61,19 +60,20 @@ struct EvalConfig {
 };
 
 struct CheckpointConfig {
-  int64_t every = 0;       // steps between checkpoints; 0 = only at the end
-  int keep = 3;            // keep the newest K checkpoints
+  int64_t every = 0;  // steps between checkpoints; 0 = only at the end
+  int keep = 3;       // keep the newest K checkpoints
 };
 
 struct LogConfig {
-  int64_t every = 10;      // steps between human log lines (metrics.jsonl gets every step)
+  int64_t every = 10;  // steps between human log lines (metrics.jsonl gets every step)
   std::string level = "info";
-  bool gnmr_trace = false;  // write RUN_DIR/gnmr_trace.jsonl: per-unit norm, GNMR, Δ-GNMR, lock, path
+  bool gnmr_trace =
+      false;  // write RUN_DIR/gnmr_trace.jsonl: per-unit norm, GNMR, Δ-GNMR, lock, path
 };
 
-
 struct DistConfig {
-  std::string communicator = "auto";  // auto (mpi when launched with > 1 process) | local | mpi | nccl
+  std::string communicator =
+      "auto";  // auto (mpi when launched with > 1 process) | local | mpi | nccl
 };
 
 struct RunConfig {
@@ -84,11 +84,17 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   LogConfig log;
   PrecisionRecipe precision;  // section "precision" (src/precision/recipe.h)
-  ControllerOptions gnmr;  // section "gnmr" (src/gnmr/controller_options.h)
+  ControllerOptions gnmr;     // section "gnmr" (src/controller/controller_options.h)
   DistConfig dist;
   std::string backend = "cpu";  // cpu | cuda
   nlohmann::json resolved;      // the full resolved JSON (what config.json in a run dir holds)
 };
+
+// The model shape and the sequence length it runs at: every field positive, heads dividing
+// dim (into an even head dim, for rotary) and kv heads dividing heads, seq_len within
+// max_seq_len. Throws Error(Config) naming the field. The one check of a shape: the config
+// loader and LlamaModel's constructor both call it.
+void validate_model_shape(const ModelConfig& model, int seq_len);
 
 // Loads FILE (following "include" chains, relative to each including file), applies
 // each "key.path=value" override, validates, and returns the typed config.

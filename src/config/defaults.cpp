@@ -70,7 +70,7 @@ nlohmann::json make_defaults() {
       "spike_scale": 100.0
     }
   })"_json;
-  // The controller owns its section's schema (src/gnmr depends on nothing else).
+  // The controller owns its section's schema (src/controller depends on nothing else).
   defaults["gnmr"] = controller_options_defaults();
   // The recipe parser owns the precision section's schema (src/precision/recipe.h).
   defaults["precision"] = recipe_defaults();

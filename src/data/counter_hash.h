@@ -7,16 +7,9 @@
 #include <cstdint>
 #include <initializer_list>
 
-namespace gnmr {
+#include "util/splitmix64.h"
 
-// splitmix64 finalizer (Steele, Lea & Flood, "Fast splittable pseudorandom number
-// generators", OOPSLA 2014): a bijection on 64-bit integers with full avalanche.
-inline uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+namespace gnmr {
 
 // Hashes an ordered list of values; order matters, so (1, 2) and (2, 1) differ.
 inline uint64_t hash_values(std::initializer_list<uint64_t> values) {

@@ -2,17 +2,11 @@
 
 #include <cmath>
 
+#include "util/splitmix64.h"
+
 namespace gnmr {
 
 namespace {
-
-// splitmix64 finalizer (Steele, Lea, Flood: "Fast splittable pseudorandom number generators").
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // Uniform in (0, 1): 53 random bits, never exactly 0 (log is taken).
 double uniform_open(uint64_t bits) {

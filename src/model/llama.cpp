@@ -10,32 +10,12 @@ namespace gnmr {
 
 namespace {
 
-void require(bool ok, const std::string& message) {
-  if (!ok) throw Error(ErrorKind::Config, "config: " + message);
-}
-
 void validate(const ModelConfig& c, int micro_batch, int seq_len) {
-  const auto str = [](auto v) { return std::to_string(v); };
-  require(c.dim > 0, "model.dim must be positive (got " + str(c.dim) + ")");
-  require(c.n_layers > 0, "model.n_layers must be positive (got " + str(c.n_layers) + ")");
-  require(c.n_heads > 0, "model.n_heads must be positive (got " + str(c.n_heads) + ")");
-  require(c.n_kv_heads > 0, "model.n_kv_heads must be positive (got " + str(c.n_kv_heads) + ")");
-  require(c.ffn_dim > 0, "model.ffn_dim must be positive (got " + str(c.ffn_dim) + ")");
-  require(c.vocab_size > 0, "model.vocab_size must be positive (got " + str(c.vocab_size) + ")");
-  require(c.dim % c.n_heads == 0,
-          "model.n_heads (" + str(c.n_heads) + ") must divide model.dim (" + str(c.dim) + ")");
-  require(c.head_dim() % 2 == 0, "model.dim / model.n_heads (" + str(c.head_dim()) +
-                                     ") must be even for rotary embeddings");
-  require(c.n_heads % c.n_kv_heads == 0, "model.n_kv_heads (" + str(c.n_kv_heads) +
-                                             ") must divide model.n_heads (" + str(c.n_heads) +
-                                             ")");
-  require(c.norm_eps > 0.0f, "model.norm_eps must be positive");
-  require(c.rope_theta > 0.0f, "model.rope_theta must be positive");
-  require(micro_batch > 0, "train.micro_batch must be positive (got " + str(micro_batch) + ")");
-  require(seq_len > 0, "data.seq_len must be positive (got " + str(seq_len) + ")");
-  require(seq_len <= c.max_seq_len, "data.seq_len (" + str(seq_len) +
-                                        ") exceeds model.max_seq_len (" + str(c.max_seq_len) +
-                                        "); raise model.max_seq_len or shorten data.seq_len");
+  validate_model_shape(c, seq_len);
+  if (micro_batch <= 0) {
+    throw Error(ErrorKind::Config, "config: \"train.micro_batch\" must be > 0 (got " +
+                                       std::to_string(micro_batch) + ")");
+  }
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "gnmr/routing_plan.h"
+#include "controller/routing_plan.h"
 #include "model/activations.h"
 #include "model/param_table.h"
 #include "model/projection_paths.h"

@@ -8,7 +8,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "gnmr/units.h"
+#include "controller/units.h"
 
 namespace gnmr {
 

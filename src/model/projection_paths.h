@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "gnmr/routing_plan.h"
+#include "controller/routing_plan.h"
 #include "model/param_table.h"
 #include "precision/recipe.h"
 

@@ -212,19 +212,24 @@ inline void fake_quantize_fp_bands(const float* x, int64_t rows, int64_t cols, i
     float* band_scales = block_scales + br * block_grid_cols;
     switch (format) {
       case FpFormat::kE4M3:
-        fake_quantize_fp_band<FpFormat::kE4M3>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        fake_quantize_fp_band<FpFormat::kE4M3>(x, rows, cols, block_rows, block_cols, br,
+                                               band_scales, out);
         break;
       case FpFormat::kE5M2:
-        fake_quantize_fp_band<FpFormat::kE5M2>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        fake_quantize_fp_band<FpFormat::kE5M2>(x, rows, cols, block_rows, block_cols, br,
+                                               band_scales, out);
         break;
       case FpFormat::kE3M2:
-        fake_quantize_fp_band<FpFormat::kE3M2>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        fake_quantize_fp_band<FpFormat::kE3M2>(x, rows, cols, block_rows, block_cols, br,
+                                               band_scales, out);
         break;
       case FpFormat::kE2M3:
-        fake_quantize_fp_band<FpFormat::kE2M3>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        fake_quantize_fp_band<FpFormat::kE2M3>(x, rows, cols, block_rows, block_cols, br,
+                                               band_scales, out);
         break;
       case FpFormat::kE2M1:
-        fake_quantize_fp_band<FpFormat::kE2M1>(x, rows, cols, block_rows, block_cols, br, band_scales, out);
+        fake_quantize_fp_band<FpFormat::kE2M1>(x, rows, cols, block_rows, block_cols, br,
+                                               band_scales, out);
         break;
     }
   }

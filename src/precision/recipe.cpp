@@ -148,7 +148,8 @@ PrecisionRecipe recipe_from_json(const json& precision_section) {
   if (seed < 0) fail("seed", "must be >= 0 (got " + std::to_string(seed) + ")");
   r.seed = static_cast<uint64_t>(seed);
   const json& layers = s.at("recovery_layers");
-  if (!layers.is_array()) fail("recovery_layers", "must be a list of layer indices (got " + layers.dump() + ")");
+  if (!layers.is_array())
+    fail("recovery_layers", "must be a list of layer indices (got " + layers.dump() + ")");
   for (const auto& layer : layers) {
     if (!layer.is_number_integer()) {
       fail("recovery_layers", "must hold integer layer indices (got " + layer.dump() + ")");

@@ -9,13 +9,13 @@
 namespace gnmr {
 
 struct EvalOptions {
-  std::string model_dir;   // checkpoint dir or HF folder
-  std::string data_glob;   // token shards, or
-  std::string text_file;   // a raw text file
-  std::string tokenizer;   // default: MODEL_DIR/tokenizer.model
-  int64_t tokens = 0;      // token budget; 0 = everything
-  int seq_len = 0;         // 0 = the checkpoint's data.seq_len (HF: min(1024, max_position_embeddings))
-  int batch = 4;           // windows per forward pass
+  std::string model_dir;  // checkpoint dir or HF folder
+  std::string data_glob;  // token shards, or
+  std::string text_file;  // a raw text file
+  std::string tokenizer;  // default: MODEL_DIR/tokenizer.model
+  int64_t tokens = 0;     // token budget; 0 = everything
+  int seq_len = 0;  // 0 = the checkpoint's data.seq_len (HF: min(1024, max_position_embeddings))
+  int batch = 4;    // windows per forward pass
   int threads = 0;
 };
 

@@ -26,7 +26,9 @@ void MetricsWriter::open(const std::string& path, int64_t keep_through_step) {
   if (!file_) throw Error(ErrorKind::Runtime, "cannot open " + path + " for appending");
 }
 
-void MetricsWriter::write(const nlohmann::json& line) { write_line(line.dump()); }
+void MetricsWriter::write(const nlohmann::json& line) {
+  write_line(line.dump());
+}
 
 void MetricsWriter::write_line(const std::string& json_text) {
   if (!file_) return;

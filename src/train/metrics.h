@@ -1,9 +1,8 @@
 // metrics.jsonl: one JSON object per line, flushed per line so a crash loses at most one.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <string>
 
 namespace gnmr {

@@ -32,7 +32,8 @@ class SafetensorsFile {
   const std::vector<int64_t>& shape(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Converts F32, BF16 or F16 data to fp32; the shape must equal expected_shape.
-  void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape, float* out) const;
+  void read_f32(const std::string& name, const std::vector<int64_t>& expected_shape,
+                float* out) const;
 
  private:
   struct Entry {

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "controller/units.h"
 #include "data/counter_hash.h"
 #include "data/tokenizer.h"
 #include "train/lr_schedule.h"
@@ -67,11 +68,11 @@ void check_tokenizer(const DataConfig& data, const ModelConfig& model) {
 TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
     : config_(config), synthetic_data_(synthetic_data) {
   debug_ = debug_hooks_from(config.resolved.at("debug"));
-  if (debug_.spike_unit >= 7 * config.model.n_layers) {
+  if (debug_.spike_unit >= kKindsPerLayer * config.model.n_layers) {
     throw Error(ErrorKind::Config,
                 "config: \"debug.spike_unit\" (" + std::to_string(debug_.spike_unit) +
                     ") is not a unit id: the model has " +
-                    std::to_string(7 * config.model.n_layers) + " projection units");
+                    std::to_string(kKindsPerLayer * config.model.n_layers) + " projection units");
   }
   if (config.backend != "cpu") {
     throw Error(ErrorKind::NotBuilt,
@@ -140,7 +141,8 @@ RoutingPlan TrainingSession::with_fixed_recovery(RoutingPlan plan) const {
   const int n_layers = config_.model.n_layers;
   for (int layer : config_.precision.recovery_layers) {
     const int l = layer < 0 ? n_layers + layer : layer;
-    for (int kind = 0; kind < 7; ++kind) plan.path[size_t(l * 7 + kind)] = Path::Recovery;
+    for (int kind = 0; kind < kKindsPerLayer; ++kind)
+      plan.path[size_t(l * kKindsPerLayer + kind)] = Path::Recovery;
   }
   return plan;
 }

@@ -8,9 +8,9 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "controller/controller.h"
 #include "data/loader.h"
 #include "dist/communicator.h"
-#include "gnmr/controller.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
@@ -18,11 +18,11 @@
 namespace gnmr {
 
 struct StepResult {
-  int64_t step = 0;        // 1-based index of the step just taken
-  double loss = 0;         // mean training loss over the global batch
+  int64_t step = 0;  // 1-based index of the step just taken
+  double loss = 0;   // mean training loss over the global batch
   double lr = 0;
-  double grad_norm = 0;    // global L2 norm before clipping
-  bool skipped = false;    // non-finite loss or gradient: no update
+  double grad_norm = 0;  // global L2 norm before clipping
+  bool skipped = false;  // non-finite loss or gradient: no update
   double forward_backward_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
   int units_recovery = 0;              // units this step ran on the recovery path

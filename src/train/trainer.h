@@ -9,11 +9,11 @@
 namespace gnmr {
 
 struct TrainOptions {
-  std::string out_dir;   // the run directory
-  std::string resume;    // "" (fresh run), "auto" (newest checkpoint in out_dir) or a checkpoint dir
-  bool force = false;    // replace a run directory that already holds a run
-  std::string init;      // initialise weights from an HF folder or a gnmr checkpoint
-  int64_t stop_at = 0;   // checkpoint and stop after this step, as a pre-emption would (0 = never)
+  std::string out_dir;  // the run directory
+  std::string resume;   // "" (fresh run), "auto" (newest checkpoint in out_dir) or a checkpoint dir
+  bool force = false;   // replace a run directory that already holds a run
+  std::string init;     // initialise weights from an HF folder or a gnmr checkpoint
+  int64_t stop_at = 0;  // checkpoint and stop after this step, as a pre-emption would (0 = never)
 };
 
 struct TrainSummary {

@@ -33,7 +33,7 @@ class Error : public std::runtime_error {
 
 }  // namespace gnmr
 
-#define GNMR_CHECK(cond, hint)                                                \
-  do {                                                                        \
-    if (!(cond)) ::gnmr::fail_check(#cond, __FILE__, __LINE__, (hint));       \
+#define GNMR_CHECK(cond, hint)                                          \
+  do {                                                                  \
+    if (!(cond)) ::gnmr::fail_check(#cond, __FILE__, __LINE__, (hint)); \
   } while (0)

@@ -1,6 +1,6 @@
 // FNV-1a, 64-bit: the checksum of controller-state blobs and the cross-rank agreement hashes
 // of configs and weights. Not cryptographic; it detects damage and divergence. Header-only,
-// so src/gnmr can use it without linking anything from the rest of the project.
+// so src/controller can use it without linking anything from the rest of the project.
 #pragma once
 
 #include <cstddef>

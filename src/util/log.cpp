@@ -13,8 +13,9 @@ void init_logging(const std::string& level) {
   logger->set_pattern("%Y-%m-%d %H:%M:%S %^%l%$ %v");
   auto parsed = spdlog::level::from_str(level);
   if (parsed == spdlog::level::off && level != "off") {
-    throw Error(ErrorKind::Usage, "log level \"" + level +
-                                      "\" is not one of trace, debug, info, warn, error, critical, off");
+    throw Error(
+        ErrorKind::Usage,
+        "log level \"" + level + "\" is not one of trace, debug, info, warn, error, critical, off");
   }
   logger->set_level(parsed);
   spdlog::set_default_logger(logger);
@@ -27,6 +28,8 @@ void add_log_file(const std::string& path) {
   spdlog::default_logger()->flush_on(spdlog::level::info);  // a crash keeps the log
 }
 
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
+bool stderr_is_terminal() {
+  return isatty(STDERR_FILENO) == 1;
+}
 
 }  // namespace gnmr

@@ -95,7 +95,7 @@ TEST(QuantizeOps, FakeQuantizeFpBlockwiseEqualsTheReferenceForEveryFormatAndBloc
                             std::numeric_limits<float>::denorm_min()};
   for (size_t i = 0; i < x.size(); i += 97) x[i] = specials[(i / 97) % 8];
   std::fill(x.begin() + 140 * cols, x.begin() + 141 * cols, 0.0f);  // an all-zero 1x128 tile
-  for (int64_t c = 0; c < cols; ++c) x[3 * cols + c] *= 1e-30f;  // tiny tiles
+  for (int64_t c = 0; c < cols; ++c) x[3 * cols + c] *= 1e-30f;     // tiny tiles
   const Tensor xt = upload(*be, x, {rows, cols});
   Tensor out = be->allocate("out", {rows, cols}, DType::F32);
   for (FpFormat format :

@@ -2,9 +2,9 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,17 +16,21 @@ namespace gnmr_test {
 inline std::string write_tiny_config(const std::string& dir, const std::string& extra_json = "{}") {
   std::string shards = brown_shards_dir();
   EXPECT_FALSE(shards.empty()) << "gnmr prepare of the bundled corpus failed";
-  nlohmann::json config = {
-      {"include", source_path("configs/models/tiny.json")},
-      {"data",
-       {{"train", shards + "/train_*.bin"},
-        {"val", shards + "/val_*.bin"},
-        {"tokenizer", source_path("data/brown/tokenizer.model")},
-        {"seq_len", 32}}},
-      {"train", {{"steps", 12}, {"warmup_steps", 2}, {"global_batch_tokens", 256}, {"micro_batch", 4}, {"lr", 3e-3}}},
-      {"eval", {{"every", 6}, {"tokens", 1024}}},
-      {"checkpoint", {{"every", 6}, {"keep", 5}}},
-      {"log", {{"every", 4}}}};
+  nlohmann::json config = {{"include", source_path("configs/models/tiny.json")},
+                           {"data",
+                            {{"train", shards + "/train_*.bin"},
+                             {"val", shards + "/val_*.bin"},
+                             {"tokenizer", source_path("data/brown/tokenizer.model")},
+                             {"seq_len", 32}}},
+                           {"train",
+                            {{"steps", 12},
+                             {"warmup_steps", 2},
+                             {"global_batch_tokens", 256},
+                             {"micro_batch", 4},
+                             {"lr", 3e-3}}},
+                           {"eval", {{"every", 6}, {"tokens", 1024}}},
+                           {"checkpoint", {{"every", 6}, {"keep", 5}}},
+                           {"log", {{"every", 4}}}};
   config.merge_patch(nlohmann::json::parse(extra_json));
   std::string path = dir + "/config.json";
   std::ofstream(path) << config.dump(2);
@@ -36,7 +40,8 @@ inline std::string write_tiny_config(const std::string& dir, const std::string& 
 // The train and eval lines of a metrics file; with_run_headers keeps the "kind":"run" line
 // each start or resume writes (the BLAS it ran on), which differ between a resumed run and an
 // uninterrupted one by design.
-inline std::vector<nlohmann::json> read_metrics(const std::string& path, bool with_run_headers = false) {
+inline std::vector<nlohmann::json> read_metrics(const std::string& path,
+                                                bool with_run_headers = false) {
   std::vector<nlohmann::json> lines;
   std::ifstream in(path);
   std::string line;
@@ -49,7 +54,9 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path, bool wi
 
 // The metric fields that depend on wall-clock time or process memory.
 inline nlohmann::json without_timing(nlohmann::json line) {
-  for (const char* key : {"tokens_per_s", "step_ms", "gflops_per_s", "peak_rss_bytes", "controller_ms", "mfu"}) line.erase(key);
+  for (const char* key :
+       {"tokens_per_s", "step_ms", "gflops_per_s", "peak_rss_bytes", "controller_ms", "mfu"})
+    line.erase(key);
   return line;
 }
 

@@ -16,15 +16,14 @@
 #include <string>
 
 #include "cli_fixture.h"
+#include "util/fnv1a.h"
 
 using gnmr_test::run_gnmr;
 
 namespace {
 
-// FNV-1a, 64 bit.
-uint64_t fnv1a(const std::string& bytes, uint64_t h = 0xcbf29ce484222325ull) {
-  for (unsigned char c : bytes) h = (h ^ c) * 0x100000001b3ull;
-  return h;
+uint64_t fnv1a_of(const std::string& bytes) {
+  return gnmr::fnv1a(bytes.data(), bytes.size());
 }
 
 std::string hex(uint64_t v) {
@@ -78,8 +77,8 @@ Hashes run_and_hash(const std::string& recipe, const std::string& controller) {
                     "GNMR_BLAS_AUTOTUNE=0 OPENBLAS_CORETYPE=Prescott OPENBLAS_NUM_THREADS=2");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   Hashes got;
-  got.weights =
-      hex(fnv1a(gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000030/model.safetensors")));
+  got.weights = hex(
+      fnv1a_of(gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000030/model.safetensors")));
   std::string loss_text;
   int train_lines = 0;
   for (const auto& line : gnmr_test::read_metrics(dir + "/run/metrics.jsonl")) {
@@ -90,7 +89,7 @@ Hashes run_and_hash(const std::string& recipe, const std::string& controller) {
     ++train_lines;
   }
   EXPECT_EQ(train_lines, 30) << recipe << " / " << controller;
-  got.losses = hex(fnv1a(loss_text));
+  got.losses = hex(fnv1a_of(loss_text));
   return got;
 }
 

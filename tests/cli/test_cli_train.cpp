@@ -41,7 +41,8 @@ TEST(CliTrain, ResumeAfterAStopIsBitExact) {
   auto second = run_gnmr(train_args(config, dir + "/split") + " --resume auto");
   ASSERT_EQ(second.exit_code, 0) << second.output;
 
-  for (const char* file : {"model.safetensors", "optimizer.safetensors", "trainer.json", "controller.bin"}) {
+  for (const char* file :
+       {"model.safetensors", "optimizer.safetensors", "trainer.json", "controller.bin"}) {
     EXPECT_EQ(gnmr_test::read_bytes(dir + "/whole/checkpoints/step_00000012/" + file),
               gnmr_test::read_bytes(dir + "/split/checkpoints/step_00000012/" + file))
         << file << " differs after resume";
@@ -50,13 +51,15 @@ TEST(CliTrain, ResumeAfterAStopIsBitExact) {
   auto b = gnmr_test::read_metrics(dir + "/split/metrics.jsonl");
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(gnmr_test::without_timing(a[i]), gnmr_test::without_timing(b[i])) << "metrics line " << i;
+    EXPECT_EQ(gnmr_test::without_timing(a[i]), gnmr_test::without_timing(b[i]))
+        << "metrics line " << i;
   }
 }
 
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {
   std::string dir = gnmr_test::scratch_dir("cli_overwrite");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
   ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
   const std::string before = gnmr_test::read_bytes(dir + "/run/metrics.jsonl");
   auto again = run_gnmr(train_args(config, dir + "/run"));
@@ -69,7 +72,8 @@ TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {
 
 TEST(CliTrain, ResumeWithADifferentModelIsRefused) {
   std::string dir = gnmr_test::scratch_dir("cli_mismatch");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
   ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
   auto r = run_gnmr(train_args(config, dir + "/run") + " --resume auto --set model.ffn_dim=128");
   EXPECT_EQ(r.exit_code, 5) << r.output;
@@ -78,7 +82,8 @@ TEST(CliTrain, ResumeWithADifferentModelIsRefused) {
 
 TEST(CliTrain, NonFiniteStepIsSkippedAndCounted) {
   std::string dir = gnmr_test::scratch_dir("cli_nonfinite");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"debug": {"nonfinite_grad_steps": [3]}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"debug": {"nonfinite_grad_steps": [3]}})");
   auto r = run_gnmr(train_args(config, dir + "/run"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto lines = gnmr_test::read_metrics(dir + "/run/metrics.jsonl");
@@ -90,13 +95,15 @@ TEST(CliTrain, NonFiniteStepIsSkippedAndCounted) {
     }
   }
   EXPECT_EQ(skipped, 1);
-  auto trainer = nlohmann::json::parse(gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000012/trainer.json"));
+  auto trainer = nlohmann::json::parse(
+      gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000012/trainer.json"));
   EXPECT_EQ(trainer["skipped_steps"], 1);
 }
 
 TEST(CliTrain, RepeatedNonFiniteStepsStopTheRunWithTheLastCheckpointIntact) {
   std::string dir = gnmr_test::scratch_dir("cli_diverged");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"debug": {"nonfinite_grad_steps": [8, 9, 10]}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"debug": {"nonfinite_grad_steps": [8, 9, 10]}})");
   auto r = run_gnmr(train_args(config, dir + "/run"));
   EXPECT_EQ(r.exit_code, 6) << r.output;
   EXPECT_NE(r.output.find("step_00000006"), std::string::npos) << r.output;
@@ -113,7 +120,8 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   std::string ckpt = dir + "/run/checkpoints/step_00000006";
   auto exported = run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  for (const char* f : {"config.json", "model.safetensors", "tokenizer.model", "generation_config.json"}) {
+  for (const char* f :
+       {"config.json", "model.safetensors", "tokenizer.model", "generation_config.json"}) {
     EXPECT_TRUE(fs::exists(dir + "/hf/" + f)) << f;
   }
   auto hf_config = nlohmann::json::parse(gnmr_test::read_bytes(dir + "/hf/config.json"));
@@ -122,43 +130,53 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   // Exporting over an existing folder is refused.
   EXPECT_NE(run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf").exit_code, 0);
 
-  std::string data = " --data '" + gnmr_test::brown_shards_dir() + "/val_*.bin' --tokens 4096 --seq-len 32";
+  std::string data =
+      " --data '" + gnmr_test::brown_shards_dir() + "/val_*.bin' --tokens 4096 --seq-len 32";
   double from_checkpoint = eval_loss("--checkpoint " + ckpt + data);
   double from_hf = eval_loss("--checkpoint " + dir + "/hf" + data);
   EXPECT_EQ(from_checkpoint, from_hf);  // fp32 export: the same weights, bit for bit
 
   // A bfloat16 export differs only by weight rounding.
-  ASSERT_EQ(run_gnmr("export --dtype bfloat16 --checkpoint " + ckpt + " --out " + dir + "/hf16").exit_code, 0);
+  ASSERT_EQ(run_gnmr("export --dtype bfloat16 --checkpoint " + ckpt + " --out " + dir + "/hf16")
+                .exit_code,
+            0);
   EXPECT_NEAR(eval_loss("--checkpoint " + dir + "/hf16" + data), from_checkpoint, 0.02);
 
   // --init from the HF folder: the first step's loss equals the checkpoint's eval loss regime.
-  std::string config2 = gnmr_test::write_tiny_config(dir + "/..", R"({"train": {"steps": 1}, "eval": {"every": 0}})");
+  std::string config2 =
+      gnmr_test::write_tiny_config(dir + "/..", R"({"train": {"steps": 1}, "eval": {"every": 0}})");
   auto init = run_gnmr(train_args(config2, dir + "/from_hf") + " --init " + dir + "/hf");
   ASSERT_EQ(init.exit_code, 0) << init.output;
   auto lines = gnmr_test::read_metrics(dir + "/from_hf/metrics.jsonl");
-  EXPECT_LT(lines.front()["loss"].get<double>(), std::log(4096.0) - 0.5);  // far below a fresh model's ln(V)
+  EXPECT_LT(lines.front()["loss"].get<double>(),
+            std::log(4096.0) - 0.5);  // far below a fresh model's ln(V)
 }
 
 TEST(CliEval, TextFileAndTruncatedCheckpoint) {
   std::string dir = gnmr_test::scratch_dir("cli_eval");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
   ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
   std::string ckpt = dir + "/run/checkpoints/step_00000002";
-  std::ofstream(dir + "/text.txt") << "The jury said it did find that many of Georgia's registration and election "
-                                      "laws are outmoded or inadequate and often ambiguous. It recommended that "
-                                      "Fulton legislators act to have these laws studied and revised.";
-  auto r = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir + "/text.txt --seq-len 16 --json");
+  std::ofstream(dir + "/text.txt")
+      << "The jury said it did find that many of Georgia's registration and election "
+         "laws are outmoded or inadequate and often ambiguous. It recommended that "
+         "Fulton legislators act to have these laws studied and revised.";
+  auto r =
+      run_gnmr("eval --checkpoint " + ckpt + " --text " + dir + "/text.txt --seq-len 16 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output.substr(r.output.rfind('{')));
   EXPECT_GT(j["tokens"].get<int64_t>(), 0);
   EXPECT_EQ(j["tokens"].get<int64_t>() % 15, 0);  // 15 predictions per 16-token window
-  EXPECT_NEAR(j["ppl"].get<double>(), std::exp(j["loss"].get<double>()), 1e-6 * j["ppl"].get<double>());
+  EXPECT_NEAR(j["ppl"].get<double>(), std::exp(j["loss"].get<double>()),
+              1e-6 * j["ppl"].get<double>());
 
   // Truncate the weights: the manifest names the damaged file, no crash.
   fs::resize_file(ckpt + "/model.safetensors", fs::file_size(ckpt + "/model.safetensors") / 2);
   auto bad = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir + "/text.txt --seq-len 16");
   EXPECT_EQ(bad.exit_code, 5) << bad.output;
-  EXPECT_NE(bad.output.find("model.safetensors is damaged (size mismatch"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("model.safetensors is damaged (size mismatch"), std::string::npos)
+      << bad.output;
 }
 
 TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
@@ -177,7 +195,8 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
   std::string dir = gnmr_test::scratch_dir("cli_learns");
   const int steps = 250;
   std::string config = gnmr_test::write_tiny_config(
-      dir, R"({"data": {"seq_len": 64}, "train": {"global_batch_tokens": 1024, "micro_batch": 8, "warmup_steps": 20,
+      dir,
+      R"({"data": {"seq_len": 64}, "train": {"global_batch_tokens": 1024, "micro_batch": 8, "warmup_steps": 20,
                "lr": 0.01}, "eval": {"every": 0, "tokens": 16384}, "checkpoint": {"every": 0}})");
   auto r = run_gnmr(train_args(config, dir + "/run") + " --steps " + std::to_string(steps));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -185,8 +204,8 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
   const auto& eval = lines.back();
   ASSERT_EQ(eval["kind"], "eval");
   double val_loss = eval["val_loss"].get<double>();
-  std::printf("unigram entropy %.3f nats; validation loss after %d steps %.3f (ppl %.1f)\n", entropy, steps,
-              val_loss, eval["val_ppl"].get<double>());
+  std::printf("unigram entropy %.3f nats; validation loss after %d steps %.3f (ppl %.1f)\n",
+              entropy, steps, val_loss, eval["val_ppl"].get<double>());
   // Well below: at least 0.5 nats under the unigram entropy (a 40% lower perplexity).
   EXPECT_LT(val_loss, entropy - 0.5);
 }
@@ -194,8 +213,9 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
   std::string dir = gnmr_test::scratch_dir("cli_mpi");
   std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
-  const std::string mpirun = std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") +
-                             GNMR_MPIEXEC + "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' ";
+  const std::string mpirun =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") + GNMR_MPIEXEC +
+      "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' ";
   auto run = [&](const std::string& args) {
     gnmr_test::CommandResult r;
     FILE* pipe = popen((mpirun + args + " 2>&1").c_str(), "r");

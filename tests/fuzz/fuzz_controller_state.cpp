@@ -1,4 +1,4 @@
-// Fuzz target: Controller::load_state (src/gnmr/controller_state.cpp), the controller.bin
+// Fuzz target: Controller::load_state (src/controller/controller_state.cpp), the controller.bin
 // of a checkpoint. The input is the blob without its trailing FNV-1a checksum, which the
 // target appends, so the fuzzer gets past the checksum to the records behind it. A restored
 // controller then observes three steps, which touches every restored record. Every
@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/controller.h"
+#include "controller/controller.h"
 #include "seed_options.h"
 #include "util/fnv1a.h"
 

@@ -2,7 +2,7 @@
 // and read back under (fuzz_controller_state.cpp).
 #pragma once
 
-#include "gnmr/controller_options.h"
+#include "controller/controller_options.h"
 
 inline gnmr::ControllerOptions seed_options() {
   gnmr::ControllerOptions o;

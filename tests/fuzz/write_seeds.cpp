@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "controller/controller.h"
 #include "data/shard.h"
-#include "gnmr/controller.h"
 #include "precision/bf16.h"
 #include "seed_options.h"
 #include "train/safetensors.h"

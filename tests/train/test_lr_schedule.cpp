@@ -12,10 +12,11 @@ TEST(LearningRateSchedule, WarmsUpLinearlyThenDecaysByCosineToTheFloor) {
   t.steps = 110;
   EXPECT_DOUBLE_EQ(gnmr::learning_rate_at(t, 0), 0.1);
   EXPECT_DOUBLE_EQ(gnmr::learning_rate_at(t, 9), 1.0);
-  EXPECT_DOUBLE_EQ(gnmr::learning_rate_at(t, 10), 1.0);                    // cosine starts at the peak
-  EXPECT_NEAR(gnmr::learning_rate_at(t, 60), 0.1 + 0.45, 1e-12);           // halfway: mean of peak and floor
-  EXPECT_NEAR(gnmr::learning_rate_at(t, 110), 0.1, 1e-12);                 // the floor
-  for (int s = 11; s < 110; ++s) EXPECT_LT(gnmr::learning_rate_at(t, s), gnmr::learning_rate_at(t, s - 1));
+  EXPECT_DOUBLE_EQ(gnmr::learning_rate_at(t, 10), 1.0);           // cosine starts at the peak
+  EXPECT_NEAR(gnmr::learning_rate_at(t, 60), 0.1 + 0.45, 1e-12);  // halfway: mean of peak and floor
+  EXPECT_NEAR(gnmr::learning_rate_at(t, 110), 0.1, 1e-12);        // the floor
+  for (int s = 11; s < 110; ++s)
+    EXPECT_LT(gnmr::learning_rate_at(t, s), gnmr::learning_rate_at(t, s - 1));
 }
 
 TEST(LearningRateSchedule, NoWarmupStartsAtThePeak) {

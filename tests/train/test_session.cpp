@@ -11,8 +11,9 @@
 namespace {
 
 gnmr::RunConfig tiny_config(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"data.seq_len=16", "train.micro_batch=2", "train.global_batch_tokens=32",
-                                  "train.threads=1", "train.warmup_steps=2"};
+  std::vector<std::string> all = {"data.seq_len=16", "train.micro_batch=2",
+                                  "train.global_batch_tokens=32", "train.threads=1",
+                                  "train.warmup_steps=2"};
   all.insert(all.end(), overrides.begin(), overrides.end());
   return gnmr::load_run_config(gnmr_test::source_path("configs/models/tiny.json"), all);
 }
@@ -24,10 +25,10 @@ TEST(SessionController, InjectedSpikeIsRecoveredNextStepAndReleasedAfterLockStep
   // is in the plans returned after steps 20..23 (the lock counts 3, 2, 1, 0 over the calm
   // steps 21..23) and released by the plan returned after step 24. Thresholds of 5 keep
   // ordinary early-training fluctuations from competing with the locked unit for the budget.
-  auto config = tiny_config({"gnmr.controller=gnmr", "gnmr.max_active=2", "gnmr.warmup_steps=5", "gnmr.alpha=5",
-                             "gnmr.beta=5",
-                             "gnmr.window=4", "gnmr.lock_steps=3", "debug.spike_unit=5", "debug.spike_steps=[20]",
-                             "debug.spike_scale=1000"});
+  auto config =
+      tiny_config({"gnmr.controller=gnmr", "gnmr.max_active=2", "gnmr.warmup_steps=5",
+                   "gnmr.alpha=5", "gnmr.beta=5", "gnmr.window=4", "gnmr.lock_steps=3",
+                   "debug.spike_unit=5", "debug.spike_steps=[20]", "debug.spike_scale=1000"});
   gnmr::TrainingSession session(config, /*synthetic_data=*/true);
   for (int64_t s = 0; s < 26; ++s) {
     gnmr::StepResult r = session.run_step(s);

@@ -4,8 +4,8 @@
 
 #include <string>
 
+#include "controller/controller.h"
 #include "controller_test_util.h"
-#include "gnmr/controller.h"
 #include "util/fnv1a.h"
 
 namespace gnmr {

@@ -25,7 +25,7 @@
 #include <limits>
 #include <vector>
 
-#include "gnmr/controller_options.h"
+#include "controller/controller_options.h"
 
 namespace gnmr {
 

@@ -1,4 +1,4 @@
-#include "gnmr/monitor.h"
+#include "controller/monitor.h"
 
 #include <cmath>
 #include <stdexcept>

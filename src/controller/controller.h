@@ -28,12 +28,12 @@
 #include <stdexcept>
 #include <vector>
 
-#include "gnmr/controller_options.h"
-#include "gnmr/monitor.h"
-#include "gnmr/policy.h"
-#include "gnmr/routing_plan.h"
-#include "gnmr/telemetry.h"
-#include "gnmr/units.h"
+#include "controller/controller_options.h"
+#include "controller/monitor.h"
+#include "controller/policy.h"
+#include "controller/routing_plan.h"
+#include "controller/telemetry.h"
+#include "controller/units.h"
 
 namespace gnmr {
 

@@ -3,8 +3,8 @@
 
 #include <sstream>
 
+#include "controller/controller.h"
 #include "controller_test_util.h"
-#include "gnmr/controller.h"
 
 namespace gnmr {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <cmath>
 
+#include "controller/controller.h"
 #include "controller_test_util.h"
-#include "gnmr/controller.h"
 
 namespace gnmr {
 namespace {

@@ -1,10 +1,10 @@
-#include "gnmr/controller.h"
+#include "controller/controller.h"
 
 #include <limits>
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/baselines.h"
+#include "controller/baselines.h"
 
 namespace gnmr {
 

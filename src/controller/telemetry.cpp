@@ -1,4 +1,4 @@
-#include "gnmr/telemetry.h"
+#include "controller/telemetry.h"
 
 #include <cmath>
 #include <cstdio>

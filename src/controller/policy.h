@@ -22,9 +22,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "gnmr/controller_options.h"
-#include "gnmr/monitor.h"
-#include "gnmr/units.h"
+#include "controller/controller_options.h"
+#include "controller/monitor.h"
+#include "controller/units.h"
 
 namespace gnmr {
 

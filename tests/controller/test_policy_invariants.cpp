@@ -5,8 +5,8 @@
 #include <array>
 #include <string>
 
+#include "controller/controller.h"
 #include "controller_test_util.h"
-#include "gnmr/controller.h"
 
 namespace gnmr {
 namespace {

@@ -1,4 +1,4 @@
-#include "gnmr/policy.h"
+#include "controller/policy.h"
 
 #include <algorithm>
 #include <cmath>

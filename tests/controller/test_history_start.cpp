@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "controller/controller.h"
 #include "controller_test_util.h"
-#include "gnmr/controller.h"
 
 namespace gnmr {
 namespace {

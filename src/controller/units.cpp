@@ -1,4 +1,4 @@
-#include "gnmr/units.h"
+#include "controller/units.h"
 
 #include <cmath>
 #include <limits>

@@ -47,7 +47,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "gnmr/units.h"
+#include "controller/units.h"
 
 namespace gnmr {
 

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "controller/baselines.h"
+#include "controller/controller.h"
 #include "controller_test_util.h"
-#include "gnmr/baselines.h"
-#include "gnmr/controller.h"
 
 namespace gnmr {
 namespace {

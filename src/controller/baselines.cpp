@@ -1,23 +1,13 @@
-#include "gnmr/baselines.h"
+#include "controller/baselines.h"
 
 #include <cmath>
 #include <limits>
 #include <numeric>
 
-#include "gnmr/policy.h"
+#include "controller/policy.h"
+#include "util/splitmix64.h"
 
 namespace gnmr {
-
-namespace {
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;
-}  // namespace
-
-uint64_t splitmix64(uint64_t x) {
-  x += kGolden;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 void random_order(uint64_t seed, int64_t step, int n, std::vector<int>& order) {
   order.resize(static_cast<size_t>(n));
@@ -25,7 +15,7 @@ void random_order(uint64_t seed, int64_t step, int n, std::vector<int>& order) {
   const uint64_t key = splitmix64(seed ^ splitmix64(static_cast<uint64_t>(step)));
   for (int i = n - 1; i > 0; --i) {
     // The i-th draw of the stream; modulo bias is below 2^-50 for any realistic unit count.
-    const uint64_t draw = splitmix64(key + static_cast<uint64_t>(i) * kGolden);
+    const uint64_t draw = splitmix64(key + static_cast<uint64_t>(i) * kSplitmix64Golden);
     const int j = static_cast<int>(draw % static_cast<uint64_t>(i + 1));
     std::swap(order[i], order[j]);
   }

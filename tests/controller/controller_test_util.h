@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "gnmr/controller.h"
+#include "controller/controller.h"
 
 namespace gnmr::testing {
 

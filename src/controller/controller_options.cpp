@@ -1,4 +1,4 @@
-#include "gnmr/controller_options.h"
+#include "controller/controller_options.h"
 
 #include <climits>
 #include <cmath>

@@ -18,7 +18,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/controller.h"
+#include "controller/controller.h"
 #include "util/fnv1a.h"
 
 namespace gnmr {
@@ -163,7 +163,7 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
   const int32_t window = r.i32();
   if (n_layers != units_.n_layers() || n_decision != units_.n_decision_units()) {
     mismatch("made for " + std::to_string(n_layers) + " layers (" +
-             std::to_string(int64_t{n_layers} * 7) + " units), this model has " +
+             std::to_string(int64_t{n_layers} * kKindsPerLayer) + " units), this model has " +
              std::to_string(units_.n_layers()) + " layers (" + std::to_string(units_.n_units()) +
              " units)");
   }

@@ -16,7 +16,4 @@ void random_order(uint64_t seed, int64_t step, int n, std::vector<int>& order);
 // Decision units by decreasing raw norm, ties by id; an invalid (NaN/Inf) norm ranks first.
 void topk_norm_order(const std::vector<double>& norms, std::vector<int>& order);
 
-// SplitMix64 finalizer (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
-uint64_t splitmix64(uint64_t x);
-
 }  // namespace gnmr

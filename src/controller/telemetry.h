@@ -11,8 +11,8 @@
 #include <ostream>
 #include <vector>
 
-#include "gnmr/routing_plan.h"
-#include "gnmr/units.h"
+#include "controller/routing_plan.h"
+#include "controller/units.h"
 
 namespace gnmr {
 

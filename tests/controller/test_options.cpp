@@ -5,9 +5,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "gnmr/controller.h"
-#include "gnmr/controller_options.h"
-#include "gnmr/policy.h"
+#include "controller/controller.h"
+#include "controller/controller_options.h"
+#include "controller/policy.h"
 
 namespace gnmr {
 namespace {

@@ -6,8 +6,8 @@
 #include <random>
 #include <vector>
 
-#include "gnmr/monitor.h"
-#include "gnmr/units.h"
+#include "controller/monitor.h"
+#include "controller/units.h"
 
 namespace gnmr {
 namespace {
