@@ -11,7 +11,7 @@ namespace testing {
 
 // A new F32 tensor of `shape` holding `host`.
 inline Tensor upload(Backend& be, const std::vector<float>& host, std::vector<int64_t> shape) {
-  Tensor t = be.allocate("test", std::move(shape), DType::F32);
+  Tensor t = be.allocate("test", std::move(shape), DType::F32, MemoryRole::Scratch);
   be.copy_from_host(t, host.data());
   return t;
 }

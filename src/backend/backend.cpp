@@ -34,6 +34,30 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
+const char* memory_role_name(MemoryRole role) {
+  switch (role) {
+    case MemoryRole::Weights:
+      return "weights";
+    case MemoryRole::Gradients:
+      return "gradients";
+    case MemoryRole::OptimizerState:
+      return "optimizer_state";
+    case MemoryRole::Activations:
+      return "activations";
+    case MemoryRole::SavedActivations:
+      return "saved_activations";
+    case MemoryRole::Scratch:
+      return "scratch";
+  }
+  return "?";
+}
+
+size_t MemoryUse::total() const {
+  size_t sum = 0;
+  for (size_t b : bytes) sum += b;
+  return sum;
+}
+
 int64_t Tensor::numel() const {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;

@@ -21,6 +21,29 @@ namespace gnmr {
 
 enum class DType { F32, BF16, I32, U8 };
 
+// What a buffer is for, so that `gnmr bench` can say where the memory goes. Weights:
+// parameters; Gradients: their gradients; OptimizerState: AdamW moments; Activations: buffers
+// one micro-step reuses (inputs, logits, activation gradients); SavedActivations: what the
+// forward keeps for the backward (per layer); Scratch: per-step working memory (GEMM inputs,
+// prepared weights, op workspaces).
+enum class MemoryRole {
+  Weights,
+  Gradients,
+  OptimizerState,
+  Activations,
+  SavedActivations,
+  Scratch
+};
+constexpr int kMemoryRoles = 6;
+const char* memory_role_name(MemoryRole role);  // "weights", ..., "saved_activations", "scratch"
+
+// Bytes held per role (indexed by MemoryRole) and their sum.
+struct MemoryUse {
+  size_t bytes[kMemoryRoles] = {};
+  size_t operator[](MemoryRole role) const { return bytes[static_cast<int>(role)]; }
+  size_t total() const;
+};
+
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
 
@@ -69,8 +92,12 @@ class Backend {
   virtual std::string name() const = 0;
 
   // ---- memory ----
-  virtual Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype) = 0;
-  virtual size_t allocated_bytes() const = 0;
+  // A zero-filled tensor (every backend must honour the zeros: the model relies on them for
+  // padding and never-written gradient rows), counted under `role`.
+  virtual Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                          MemoryRole role) = 0;
+  virtual MemoryUse memory_use() const = 0;  // what is allocated now, by role (workspaces too)
+  size_t allocated_bytes() const { return memory_use().total(); }
   virtual size_t peak_allocated_bytes() const = 0;
   virtual void copy_to_host(const Tensor& src, void* host) = 0;  // readback: synchronizes
   virtual void copy_from_host(Tensor& dst, const void* host) = 0;

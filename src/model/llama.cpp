@@ -25,8 +25,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     : config_(config), backend_(backend), micro_batch_(micro_batch), seq_len_(seq_len) {
   validate(config, micro_batch, seq_len);
   table_ = build_param_table(config);
-  flat_weights_ = backend_.allocate("weights", {table_.flat_size}, DType::F32);
-  flat_grads_ = backend_.allocate("grads", {table_.flat_size}, DType::F32);
+  flat_weights_ = backend_.allocate("weights", {table_.flat_size}, DType::F32, MemoryRole::Weights);
+  flat_grads_ = backend_.allocate("grads", {table_.flat_size}, DType::F32, MemoryRole::Gradients);
   for (ParamInfo& p : table_.params) {
     p.weight = tensor_view(flat_weights_, p.shape, p.offset);
     p.grad = tensor_view(flat_grads_, p.shape, p.offset);
@@ -35,34 +35,39 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   const int64_t n = tokens_per_micro_batch(), d = config.dim, f = config.ffn_dim;
   const int64_t hd = config.head_dim(), kv = static_cast<int64_t>(config.n_kv_heads) * hd;
   const int64_t b = micro_batch, t = seq_len, h = config.n_heads;
+  // Per-micro-step buffers (inputs, logits, activation gradients) and what each layer keeps
+  // for its backward.
   auto f32 = [&](const std::string& name, std::vector<int64_t> shape) {
-    return backend_.allocate(name, std::move(shape), DType::F32);
+    return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::Activations);
   };
-  act_.tokens = backend_.allocate("tokens", {n}, DType::I32);
-  act_.targets = backend_.allocate("targets", {n}, DType::I32);
+  auto saved = [&](const std::string& name, std::vector<int64_t> shape) {
+    return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::SavedActivations);
+  };
+  act_.tokens = backend_.allocate("tokens", {n}, DType::I32, MemoryRole::Activations);
+  act_.targets = backend_.allocate("targets", {n}, DType::I32, MemoryRole::Activations);
   for (int l = 0; l <= config.n_layers; ++l) {
-    act_.residual.push_back(f32("residual." + std::to_string(l), {n, d}));
+    act_.residual.push_back(saved("residual." + std::to_string(l), {n, d}));
   }
   for (int l = 0; l < config.n_layers; ++l) {
     const std::string p = "layer." + std::to_string(l) + ".";
     LayerActivations a;
-    a.xn_attn = f32(p + "xn_attn", {n, d});
-    a.rstd_attn = f32(p + "rstd_attn", {n});
-    a.q = f32(p + "q", {n, d});
-    a.k = f32(p + "k", {n, kv});
-    a.v = f32(p + "v", {n, kv});
-    a.probs = f32(p + "probs", {b, h, t, t});
-    a.att = f32(p + "att", {n, d});
-    a.h = f32(p + "h", {n, d});
-    a.xn_mlp = f32(p + "xn_mlp", {n, d});
-    a.rstd_mlp = f32(p + "rstd_mlp", {n});
-    a.gate = f32(p + "gate", {n, f});
-    a.up = f32(p + "up", {n, f});
-    a.act = f32(p + "act", {n, f});
+    a.xn_attn = saved(p + "xn_attn", {n, d});
+    a.rstd_attn = saved(p + "rstd_attn", {n});
+    a.q = saved(p + "q", {n, d});
+    a.k = saved(p + "k", {n, kv});
+    a.v = saved(p + "v", {n, kv});
+    a.probs = saved(p + "probs", {b, h, t, t});
+    a.att = saved(p + "att", {n, d});
+    a.h = saved(p + "h", {n, d});
+    a.xn_mlp = saved(p + "xn_mlp", {n, d});
+    a.rstd_mlp = saved(p + "rstd_mlp", {n});
+    a.gate = saved(p + "gate", {n, f});
+    a.up = saved(p + "up", {n, f});
+    a.act = saved(p + "act", {n, f});
     act_.layers.push_back(a);
   }
-  act_.xn_final = f32("xn_final", {n, d});
-  act_.rstd_final = f32("rstd_final", {n});
+  act_.xn_final = saved("xn_final", {n, d});
+  act_.rstd_final = saved("rstd_final", {n});
   act_.logits = f32("logits", {n, config.vocab_size});
   act_.losses = f32("losses", {n});
 

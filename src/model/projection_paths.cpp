@@ -51,8 +51,10 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
     scale_total += scale_size[u.id];
   }
   if (packed_total > 0) {
-    packed_storage_ = backend_.allocate("saved_packed", {packed_total}, DType::U8);
-    scale_storage_ = backend_.allocate("saved_scales", {scale_total}, DType::F32);
+    packed_storage_ =
+        backend_.allocate("saved_packed", {packed_total}, DType::U8, MemoryRole::SavedActivations);
+    scale_storage_ =
+        backend_.allocate("saved_scales", {scale_total}, DType::F32, MemoryRole::SavedActivations);
     int64_t packed_offset = 0, scale_offset = 0;
     for (const ProjectionUnit& u : table_.units) {
       packed_[u.id] = tensor_view(packed_storage_, {packed_size[u.id]}, packed_offset);
@@ -74,7 +76,8 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
   int64_t cache_total = 0;
   for (int index : cached) cache_total += round_up(table_.params[index].weight.numel(), 16);
   if (cache_total > 0) {
-    weight_cache_ = backend_.allocate("prepared_weights", {cache_total}, DType::F32);
+    weight_cache_ =
+        backend_.allocate("prepared_weights", {cache_total}, DType::F32, MemoryRole::Scratch);
     int64_t offset = 0;
     for (int index : cached) {
       const ParamInfo& p = table_.params[index];
@@ -93,8 +96,9 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
       widest = std::max({widest, p.shape[0], p.shape[1]});
     }
     widest = std::max(widest, table_.params[table_.lm_head].shape[1]);  // lm_head input
-    gemm_x_ = backend_.allocate("gemm_input_x", {tokens * widest}, DType::F32);
-    gemm_dy_ = backend_.allocate("gemm_input_dy", {tokens * widest}, DType::F32);
+    gemm_x_ = backend_.allocate("gemm_input_x", {tokens * widest}, DType::F32, MemoryRole::Scratch);
+    gemm_dy_ =
+        backend_.allocate("gemm_input_dy", {tokens * widest}, DType::F32, MemoryRole::Scratch);
   }
   recompute_stats();
 }

@@ -26,9 +26,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repeats) {
   std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads);
   const int64_t m = size, n = size, k = size;
-  Tensor x = backend->allocate("peak.x", {m, k}, DType::F32);
-  Tensor w = backend->allocate("peak.w", {n, k}, DType::F32);
-  Tensor y = backend->allocate("peak.y", {m, n}, DType::F32);
+  Tensor x = backend->allocate("peak.x", {m, k}, DType::F32, MemoryRole::Scratch);
+  Tensor w = backend->allocate("peak.w", {n, k}, DType::F32, MemoryRole::Scratch);
+  Tensor y = backend->allocate("peak.y", {m, n}, DType::F32, MemoryRole::Scratch);
   std::vector<float> host(size_t(std::max(m, n) * k));
   for (size_t i = 0; i < host.size(); ++i) host[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
   backend->copy_from_host(x, host.data());

@@ -5,8 +5,10 @@ namespace gnmr {
 AdamW::AdamW(Backend& backend, const std::vector<ParamInfo>& params, const TrainConfig& train)
     : backend_(backend), params_(params), train_(train) {
   for (const auto& p : params_) {
-    first_moment_.push_back(backend_.allocate("adamw.m." + p.name, p.shape, DType::F32));
-    second_moment_.push_back(backend_.allocate("adamw.v." + p.name, p.shape, DType::F32));
+    first_moment_.push_back(
+        backend_.allocate("adamw.m." + p.name, p.shape, DType::F32, MemoryRole::OptimizerState));
+    second_moment_.push_back(
+        backend_.allocate("adamw.v." + p.name, p.shape, DType::F32, MemoryRole::OptimizerState));
     backend_.fill_zero(first_moment_.back());
     backend_.fill_zero(second_moment_.back());
   }

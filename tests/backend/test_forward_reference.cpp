@@ -102,8 +102,8 @@ void check_attention_against_reference(int64_t b, int64_t t, int64_t h, int64_t 
   const auto v = random_vector<float>(b * t * hkv * hd, 33);
   Tensor qt = upload(*be, q, {b, t, h, hd}), kt = upload(*be, k, {b, t, hkv, hd});
   Tensor vt = upload(*be, v, {b, t, hkv, hd});
-  Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32);
-  Tensor probs = be->allocate("probs", {b, h, t, t}, DType::F32);
+  Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
+  Tensor probs = be->allocate("probs", {b, h, t, t}, DType::F32, MemoryRole::Scratch);
   be->attention_forward(qt, kt, vt, out, probs);
   const auto got = download(*be, out);
   const auto want = reference_attention(q, k, v, b, t, h, hkv, hd);
@@ -145,7 +145,8 @@ TEST(ForwardReference, RmsnormMatchesDefinition) {
   const auto x = random_vector<float>(n * d, 34, 3.0);
   const auto w = random_vector<float>(d, 35);
   Tensor xt = upload(*be, x, {n, d}), wt = upload(*be, w, {d});
-  Tensor y = be->allocate("y", {n, d}, DType::F32), rstd = be->allocate("rstd", {n}, DType::F32);
+  Tensor y = be->allocate("y", {n, d}, DType::F32, MemoryRole::Scratch),
+         rstd = be->allocate("rstd", {n}, DType::F32, MemoryRole::Scratch);
   be->rmsnorm_forward(xt, wt, eps, y, rstd);
   const auto got = download(*be, y);
   for (int64_t i = 0; i < n; ++i) {

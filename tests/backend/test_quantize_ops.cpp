@@ -48,8 +48,8 @@ TEST(QuantizeOps, IntGroupwiseWritesTheReferenceBytesAndScales) {
         const RngKey key{7, 3, 11};
         const GroupwiseQuantized ref = quantize_int_groupwise(x.data(), rows, cols, spec, key);
         // Buffers larger than needed, as a unit planned for its largest path has.
-        Tensor packed = be->allocate("packed", {rows * cols}, DType::U8);
-        Tensor scales = be->allocate("scales", {rows * cols}, DType::F32);
+        Tensor packed = be->allocate("packed", {rows * cols}, DType::U8, MemoryRole::Scratch);
+        Tensor scales = be->allocate("scales", {rows * cols}, DType::F32, MemoryRole::Scratch);
         be->quantize_int_groupwise(xt, packed, scales, spec, key);
         std::vector<uint8_t> got_packed = download<uint8_t>(*be, packed);
         std::vector<float> got_scales = download<float>(*be, scales);
@@ -58,7 +58,7 @@ TEST(QuantizeOps, IntGroupwiseWritesTheReferenceBytesAndScales) {
         EXPECT_EQ(got_packed, ref.packed) << bits << " bits, group " << group;
         EXPECT_TRUE(same_bits(got_scales, ref.scales)) << bits << " bits, group " << group;
 
-        Tensor out = be->allocate("out", {rows, cols}, DType::F32);
+        Tensor out = be->allocate("out", {rows, cols}, DType::F32, MemoryRole::Scratch);
         be->dequantize_int_groupwise(packed, scales, spec, out);
         std::vector<float> restored(x.size());
         dequantize_int_groupwise(ref, restored.data());
@@ -71,10 +71,11 @@ TEST(QuantizeOps, IntGroupwiseWritesTheReferenceBytesAndScales) {
 TEST(QuantizeOps, IntGroupwiseRejectsBuffersSmallerThanThePackedSize) {
   auto be = make_cpu_backend(1);
   const Tensor x = upload(*be, random_matrix(4, 64, 2), {4, 64});
-  Tensor packed = be->allocate("packed", {4 * 32 - 1}, DType::U8);  // int4 needs 4 * 32
-  Tensor scales = be->allocate("scales", {8}, DType::F32);
+  Tensor packed =
+      be->allocate("packed", {4 * 32 - 1}, DType::U8, MemoryRole::Scratch);  // int4 needs 4 * 32
+  Tensor scales = be->allocate("scales", {8}, DType::F32, MemoryRole::Scratch);
   EXPECT_ANY_THROW(be->quantize_int_groupwise(x, packed, scales, GroupwiseSpec{4, 32, false}, {}));
-  Tensor packed_ok = be->allocate("packed", {4 * 32}, DType::U8);
+  Tensor packed_ok = be->allocate("packed", {4 * 32}, DType::U8, MemoryRole::Scratch);
   EXPECT_ANY_THROW(be->quantize_int_groupwise(x, packed_ok, scales, GroupwiseSpec{4, 16, false},
                                               {}));  // needs 16 scales
 }
@@ -97,7 +98,7 @@ TEST(QuantizeOps, FakeQuantizeFpBlockwiseEqualsTheReferenceForEveryFormatAndBloc
   std::fill(x.begin() + 140 * cols, x.begin() + 141 * cols, 0.0f);  // an all-zero 1x128 tile
   for (int64_t c = 0; c < cols; ++c) x[3 * cols + c] *= 1e-30f;     // tiny tiles
   const Tensor xt = upload(*be, x, {rows, cols});
-  Tensor out = be->allocate("out", {rows, cols}, DType::F32);
+  Tensor out = be->allocate("out", {rows, cols}, DType::F32, MemoryRole::Scratch);
   for (FpFormat format :
        {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3, FpFormat::kE2M1}) {
     for (auto [br, bc] : {std::pair<int64_t, int64_t>{1, 128}, {128, 128}, {128, 1}}) {
@@ -120,7 +121,7 @@ TEST(QuantizeOps, FakeQuantizeInt8PerRowEqualsPackedRoundTripPerRow) {
   std::vector<float> ref(x.size());
   dequantize_int_groupwise(q, ref.data());
   Tensor xt = upload(*be, x, {rows, cols});
-  Tensor out = be->allocate("out", {rows, cols}, DType::F32);
+  Tensor out = be->allocate("out", {rows, cols}, DType::F32, MemoryRole::Scratch);
   be->fake_quantize_int8_per_row(xt, out);
   EXPECT_TRUE(same_bits(download<float>(*be, out), ref));
   be->fake_quantize_int8_per_row(xt, xt);  // in place
@@ -134,7 +135,7 @@ TEST(QuantizeOps, RoundToBf16EqualsTheFormatFunction) {
   x[1] = -0.0f;
   x[2] = INFINITY;
   const Tensor xt = upload(*be, x, {17, 31});
-  Tensor out = be->allocate("out", {17, 31}, DType::F32);
+  Tensor out = be->allocate("out", {17, 31}, DType::F32, MemoryRole::Scratch);
   be->round_to_bf16(xt, out);
   std::vector<float> ref(x.size());
   for (size_t i = 0; i < x.size(); ++i) ref[i] = round_to_bf16(x[i]);
@@ -149,19 +150,19 @@ TEST(QuantizeOps, Fp32GemmOnRoundedInputsEqualsBf16GemmBitForBit) {
   const Tensor x = upload(*be, random_matrix(n, in, 6), {n, in});
   const Tensor w = upload(*be, random_matrix(out, in, 7), {out, in});
   const Tensor dy = upload(*be, random_matrix(n, out, 8), {n, out});
-  Tensor xr = be->allocate("xr", {n, in}, DType::F32),
-         wr = be->allocate("wr", {out, in}, DType::F32);
-  Tensor dyr = be->allocate("dyr", {n, out}, DType::F32);
+  Tensor xr = be->allocate("xr", {n, in}, DType::F32, MemoryRole::Scratch),
+         wr = be->allocate("wr", {out, in}, DType::F32, MemoryRole::Scratch);
+  Tensor dyr = be->allocate("dyr", {n, out}, DType::F32, MemoryRole::Scratch);
   be->round_to_bf16(x, xr);
   be->round_to_bf16(w, wr);
   be->round_to_bf16(dy, dyr);
-  Tensor y1 = be->allocate("y1", {n, out}, DType::F32),
-         y2 = be->allocate("y2", {n, out}, DType::F32);
+  Tensor y1 = be->allocate("y1", {n, out}, DType::F32, MemoryRole::Scratch),
+         y2 = be->allocate("y2", {n, out}, DType::F32, MemoryRole::Scratch);
   be->matmul_forward(x, w, y1, GemmPrecision::BF16);
   be->matmul_forward(xr, wr, y2, GemmPrecision::FP32);
   EXPECT_TRUE(same_bits(download<float>(*be, y1), download<float>(*be, y2)));
-  Tensor dx1 = be->allocate("dx1", {n, in}, DType::F32),
-         dx2 = be->allocate("dx2", {n, in}, DType::F32);
+  Tensor dx1 = be->allocate("dx1", {n, in}, DType::F32, MemoryRole::Scratch),
+         dx2 = be->allocate("dx2", {n, in}, DType::F32, MemoryRole::Scratch);
   be->matmul_backward_input(dy, w, dx1, false, GemmPrecision::BF16);
   be->matmul_backward_input(dyr, wr, dx2, false, GemmPrecision::FP32);
   EXPECT_TRUE(same_bits(download<float>(*be, dx1), download<float>(*be, dx2)));

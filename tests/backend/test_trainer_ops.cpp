@@ -53,7 +53,8 @@ TEST(TrainerOps, AdamwUpdateMatchesHandComputedStep) {
 TEST(TrainerOps, AdamwFirstStepMovesEachWeightByLearningRateTimesSign) {
   auto be = make_cpu_backend(1);
   Tensor p = upload(*be, {0.0f, 0.0f, 0.0f}, {3}), g = upload(*be, {3.0f, -1e-3f, 0.0f}, {3});
-  Tensor m = be->allocate("m", {3}, DType::F32), v = be->allocate("v", {3}, DType::F32);
+  Tensor m = be->allocate("m", {3}, DType::F32, MemoryRole::Scratch),
+         v = be->allocate("v", {3}, DType::F32, MemoryRole::Scratch);
   AdamWStep s;
   s.lr = 0.01f;
   be->adamw_update(p, g, m, v, s);
@@ -110,9 +111,9 @@ TEST(TrainerOps, Bf16GemmRoundsBothInputsAndAccumulatesInFp32) {
   for (float& a : w_rounded) a = round_to_bf16(a);
   Tensor xt = upload(*be, x, {n, in}), wt = upload(*be, w, {out, in});
   Tensor xr = upload(*be, x_rounded, {n, in}), wr = upload(*be, w_rounded, {out, in});
-  Tensor y_fp32 = be->allocate("y", {n, out}, DType::F32);
-  Tensor y_rounded = be->allocate("y", {n, out}, DType::F32);
-  Tensor y_bf16 = be->allocate("y", {n, out}, DType::F32);
+  Tensor y_fp32 = be->allocate("y", {n, out}, DType::F32, MemoryRole::Scratch);
+  Tensor y_rounded = be->allocate("y", {n, out}, DType::F32, MemoryRole::Scratch);
+  Tensor y_bf16 = be->allocate("y", {n, out}, DType::F32, MemoryRole::Scratch);
   be->matmul_forward(xt, wt, y_fp32);
   be->matmul_forward(xr, wr, y_rounded);
   be->set_gemm_precision(GemmPrecision::BF16);
@@ -145,13 +146,27 @@ TEST(TrainerOps, ParseGemmPrecisionNamesTheKeyOnError) {
 TEST(TrainerOps, AllocationIsCountedAndZeroed) {
   auto be = make_cpu_backend(1);
   EXPECT_EQ(be->allocated_bytes(), 0u);
-  Tensor t = be->allocate("x", {10, 10}, DType::F32);
+  Tensor t = be->allocate("x", {10, 10}, DType::F32, MemoryRole::Scratch);
   EXPECT_GE(be->allocated_bytes(), 400u);
   EXPECT_GE(be->peak_allocated_bytes(), be->allocated_bytes());
   EXPECT_EQ(download(*be, t), std::vector<float>(100, 0.0f));
   Tensor view = tensor_view(t, {5, 2}, 90);
   EXPECT_EQ(static_cast<char*>(view.data) - static_cast<char*>(t.data), 360);
   EXPECT_THROW(tensor_view(t, {5, 3}, 90), Error);
+}
+
+TEST(TrainerOps, AllocationIsCountedByRole) {
+  auto be = make_cpu_backend(1);
+  be->allocate("w", {256}, DType::F32, MemoryRole::Weights);
+  be->allocate("m", {64}, DType::F32, MemoryRole::OptimizerState);
+  be->allocate("codes", {1000}, DType::U8, MemoryRole::SavedActivations);
+  const MemoryUse use = be->memory_use();
+  EXPECT_EQ(use[MemoryRole::Weights], 1024u);
+  EXPECT_EQ(use[MemoryRole::OptimizerState], 256u);
+  EXPECT_EQ(use[MemoryRole::SavedActivations], 1024u);  // rounded up to 64-byte blocks
+  EXPECT_EQ(use[MemoryRole::Gradients], 0u);
+  EXPECT_EQ(use.total(), be->allocated_bytes());
+  EXPECT_STREQ(memory_role_name(MemoryRole::SavedActivations), "saved_activations");
 }
 
 TEST(TrainerOps, AttentionBackwardIsBitIdenticalAcrossRuns) {
@@ -161,11 +176,11 @@ TEST(TrainerOps, AttentionBackwardIsBitIdenticalAcrossRuns) {
   Tensor k = upload(*be, random_vector<float>(b * t * hkv * hd, 61), {b, t, hkv, hd});
   Tensor v = upload(*be, random_vector<float>(b * t * hkv * hd, 62), {b, t, hkv, hd});
   Tensor dout = upload(*be, random_vector<float>(b * t * h * hd, 63), {b, t, h, hd});
-  Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32);
-  Tensor probs = be->allocate("probs", {b, h, t, t}, DType::F32);
-  Tensor dq = be->allocate("dq", {b, t, h, hd}, DType::F32);
-  Tensor dk = be->allocate("dk", {b, t, hkv, hd}, DType::F32);
-  Tensor dv = be->allocate("dv", {b, t, hkv, hd}, DType::F32);
+  Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
+  Tensor probs = be->allocate("probs", {b, h, t, t}, DType::F32, MemoryRole::Scratch);
+  Tensor dq = be->allocate("dq", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
+  Tensor dk = be->allocate("dk", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
+  Tensor dv = be->allocate("dv", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
   std::vector<float> first[3];
   for (int run = 0; run < 2; ++run) {
     be->attention_forward(q, k, v, out, probs);

@@ -29,10 +29,10 @@ class TimingBackend final : public Backend {
   std::map<std::string, double> seconds;
 
   std::string name() const override { return in_.name(); }
-  Tensor allocate(const std::string& n, std::vector<int64_t> s, DType d) override {
-    return in_.allocate(n, std::move(s), d);
+  Tensor allocate(const std::string& n, std::vector<int64_t> s, DType d, MemoryRole r) override {
+    return in_.allocate(n, std::move(s), d, r);
   }
-  size_t allocated_bytes() const override { return in_.allocated_bytes(); }
+  MemoryUse memory_use() const override { return in_.memory_use(); }
   size_t peak_allocated_bytes() const override { return in_.peak_allocated_bytes(); }
   void copy_to_host(const Tensor& s, void* h) override {
     time("copy", [&] { in_.copy_to_host(s, h); });

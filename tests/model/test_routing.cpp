@@ -75,8 +75,8 @@ TEST(ProjectionPaths, EachUnitsWeightGradientSeesItsOwnBitsWhenUnitsShareTheirIn
   auto be = make_cpu_backend(2);
   const ModelConfig c = small_config();
   ParamTable table = build_param_table(c);
-  Tensor flat_w = be->allocate("w", {table.flat_size}, DType::F32);
-  Tensor flat_g = be->allocate("g", {table.flat_size}, DType::F32);
+  Tensor flat_w = be->allocate("w", {table.flat_size}, DType::F32, MemoryRole::Scratch);
+  Tensor flat_g = be->allocate("g", {table.flat_size}, DType::F32, MemoryRole::Scratch);
   for (ParamInfo& p : table.params) {
     p.weight = tensor_view(flat_w, p.shape, p.offset);
     p.grad = tensor_view(flat_g, p.shape, p.offset);
@@ -101,19 +101,19 @@ TEST(ProjectionPaths, EachUnitsWeightGradientSeesItsOwnBitsWhenUnitsShareTheirIn
   const int64_t widths[3] = {d, kv, kv};
   std::vector<Tensor> y, dy;
   for (int i = 0; i < 3; ++i) {
-    y.push_back(be->allocate("y", {n, widths[i]}, DType::F32));
+    y.push_back(be->allocate("y", {n, widths[i]}, DType::F32, MemoryRole::Scratch));
     dy.push_back(
         upload(*be, random_vector(static_cast<size_t>(n * widths[i]), 10 + i), {n, widths[i]}));
     paths.forward(units[i], xt, y.back(), true);
   }
-  Tensor dx = be->allocate("dx", {n, d}, DType::F32);
+  Tensor dx = be->allocate("dx", {n, d}, DType::F32, MemoryRole::Scratch);
   for (int i = 0; i < 3; ++i) paths.backward(units[i], dy[i], dx, i > 0);
 
   for (int i = 0; i < 3; ++i) {
     const ProjectionUnit& u = units[i];
     const ParamInfo& p = table.params[u.param_index];
     // The GEMMs themselves run in fp32 under actq.
-    Tensor y_ref = be->allocate("y_ref", {n, widths[i]}, DType::F32);
+    Tensor y_ref = be->allocate("y_ref", {n, widths[i]}, DType::F32, MemoryRole::Scratch);
     be->matmul_forward(xt, p.weight, y_ref, GemmPrecision::FP32);
     EXPECT_TRUE(same_bits(download(*be, y[i]), download(*be, y_ref))) << "unit " << u.id;
 
@@ -123,7 +123,7 @@ TEST(ProjectionPaths, EachUnitsWeightGradientSeesItsOwnBitsWhenUnitsShareTheirIn
       const GroupwiseQuantized q = quantize_int_groupwise(x.data(), n, d, spec, key);
       std::vector<float> restored(x.size());
       dequantize_int_groupwise(q, restored.data());
-      Tensor ref = be->allocate("ref", p.shape, DType::F32);
+      Tensor ref = be->allocate("ref", p.shape, DType::F32, MemoryRole::Scratch);
       be->matmul_backward_weight(upload(*be, restored, {n, d}), dy[i], ref, GemmPrecision::FP32);
       return download(*be, ref);
     };

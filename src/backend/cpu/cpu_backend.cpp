@@ -58,7 +58,8 @@ class CpuBackend final : public Backend {
 
   std::string name() const override { return "cpu"; }
 
-  Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype) override {
+  Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                  MemoryRole role) override {
     Tensor t;
     t.dtype = dtype;
     t.shape = std::move(shape);
@@ -76,11 +77,17 @@ class CpuBackend final : public Backend {
     std::memset(block, 0, bytes);
     blocks_.push_back(block);
     t.data = block;
-    tensor_bytes_ += bytes;
+    tensor_bytes_[static_cast<int>(role)] += bytes;
     return t;
   }
 
-  size_t allocated_bytes() const override { return tensor_bytes_ + workspace_bytes(); }
+  // The op workspaces (grown on first use of a shape, then reused) count as scratch.
+  MemoryUse memory_use() const override {
+    MemoryUse use;
+    for (int r = 0; r < kMemoryRoles; ++r) use.bytes[r] = tensor_bytes_[r];
+    use.bytes[static_cast<int>(MemoryRole::Scratch)] += workspace_bytes();
+    return use;
+  }
   size_t peak_allocated_bytes() const override { return allocated_bytes(); }  // nothing is freed
 
   // Empty tensors may have null data (and null host buffers): memcpy/memset must not see them.
@@ -324,7 +331,7 @@ class CpuBackend final : public Backend {
 
   int threads_;
   std::vector<void*> blocks_;
-  size_t tensor_bytes_ = 0;
+  size_t tensor_bytes_[kMemoryRoles] = {};  // by MemoryRole
   std::vector<float> workspace_rmsnorm_, workspace_attention_, workspace_a_, workspace_b_;
 };
 
