@@ -1,5 +1,5 @@
 """Runs the cells of a table: corpus preparation, one `gnmr train` process per run, N at a
-time, skip / resume / restart decided from what the run directory holds (DESIGN.md §10)."""
+time, skip / resume / restart decided from what the run directory holds (docs/DESIGN.md §10)."""
 
 import glob
 import json

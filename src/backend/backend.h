@@ -1,4 +1,4 @@
-// Backend: the seam between the model's math and the hardware (DESIGN.md §6).
+// Backend: the seam between the model's math and the hardware (docs/DESIGN.md §6).
 //
 // A Tensor is a handle to memory the backend owns (host memory for cpu, device memory for
 // cuda); model code passes handles around and never dereferences `data`. Every op is

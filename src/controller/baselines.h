@@ -1,4 +1,4 @@
-// Baseline controllers for ablations (DESIGN.md §3), under the same budget and caps as GNMR:
+// Baseline controllers for ablations (docs/DESIGN.md §3), under the same budget and caps as GNMR:
 // static_low and static_high need no code beyond the plan; `random` and `topk_norm` only
 // decide the order in which decision units are offered to the BudgetFiller.
 #pragma once

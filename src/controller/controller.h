@@ -1,4 +1,4 @@
-// Controller: the one interface the trainer talks to (DESIGN.md §2 step 5, §3).
+// Controller: the one interface the trainer talks to (docs/DESIGN.md §2 step 5, §3).
 //
 // Each step the trainer passes the L2 norm of every projection unit's weight gradient
 // (after accumulation and all-reduce, before clipping) and gets the routing plan for the

@@ -1,6 +1,6 @@
 // ControllerOptions: the config section `gnmr`, as plain data, with its parser and defaults.
 //
-// Every choice the paper leaves open (DESIGN.md §3) is an option with a documented default:
+// Every choice the paper leaves open (docs/DESIGN.md §3) is an option with a documented default:
 //   controller          "gnmr" | "static_low" | "static_high" | "random" | "topk_norm" |
 //                       "gnmr_no_delta" | "gnmr_no_lock"                      (default "gnmr")
 //   max_active          budget: a count if >= 1 (must be an integer), a fraction of the

@@ -1,4 +1,4 @@
-// RiskMonitor: the two running statistics of every decision unit (paper; DESIGN.md §3).
+// RiskMonitor: the two running statistics of every decision unit (paper; docs/DESIGN.md §3).
 //
 //   GNMR_t(u)   = n_t(u) / mean(n_1(u) .. n_{t-1}(u))            long horizon, all history
 //   Δ-GNMR_t(u) = GNMR_t(u) / mean(GNMR_{t-δ}(u) .. GNMR_{t-1}(u))  short window δ

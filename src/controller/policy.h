@@ -1,4 +1,4 @@
-// The budgeted recovery policy (paper; DESIGN.md §3) and the budget filler that the
+// The budgeted recovery policy (paper; docs/DESIGN.md §3) and the budget filler that the
 // baselines share.
 //
 // At each observation, for decision unit u with scores from the RiskMonitor:

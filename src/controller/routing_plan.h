@@ -6,7 +6,7 @@
 
 namespace gnmr {
 
-// Low = the cheap low-precision path; Recovery = the high-fidelity path (DESIGN.md §4).
+// Low = the cheap low-precision path; Recovery = the high-fidelity path (docs/DESIGN.md §4).
 enum class Path : uint8_t { Low = 0, Recovery = 1 };
 
 struct RoutingPlan {

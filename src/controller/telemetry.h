@@ -1,4 +1,4 @@
-// Controller telemetry (DESIGN.md §3): what one observation decided (StepTelemetry), the
+// Controller telemetry (docs/DESIGN.md §3): what one observation decided (StepTelemetry), the
 // run-level accumulators behind the summary (RunTelemetry), and the compact per-unit trace.
 //
 // Score counts (candidates, exceedances, eligible) are over decision units — projection

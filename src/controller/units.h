@@ -1,5 +1,5 @@
 // Units: the 7 projection operators of every LLaMA-2 layer, and how they are grouped into
-// decision units (DESIGN.md §3: each projection is a "recoverable unit").
+// decision units (docs/DESIGN.md §3: each projection is a "recoverable unit").
 //
 // unit id = layer * 7 + kind, kinds in forward order q, k, v, o, gate, up, down.
 // With granularity "group", a layer's attention projections (q,k,v,o) form one decision

@@ -1,4 +1,4 @@
-// Token shards: the on-disk format `gnmr prepare` writes and the loader reads (DESIGN.md §5).
+// Token shards: the on-disk format `gnmr prepare` writes and the loader reads (docs/DESIGN.md §5).
 //
 // Layout, all little-endian:
 //   offset  0  char[8]  magic "GNMRTOK\0"

@@ -1,4 +1,4 @@
-// Communicator: the data-parallel seam (DESIGN.md §7). The trainer sums gradients and loss
+// Communicator: the data-parallel seam (docs/DESIGN.md §7). The trainer sums gradients and loss
 // totals across ranks through it and never sees MPI or NCCL.
 //
 // Implementations: `local` (one process, every call a no-op) in local_communicator.h,

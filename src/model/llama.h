@@ -55,7 +55,7 @@ class LlamaModel {
   float forward_loss(const int32_t* tokens, const int32_t* targets);
   void zero_grads();
 
-  // ---- routing (DESIGN.md §2 step 2) ----
+  // ---- routing (docs/DESIGN.md §2 step 2) ----
   const PrecisionRecipe& recipe() const { return paths_->recipe(); }
   // The path of every unit from the next forward on (one per unit, by unit id; Error(Runtime)
   // on a size mismatch). No allocation. Default: every unit Low. Ignored by fp32 / bf16.

@@ -1,4 +1,4 @@
-// ProjectionPaths: the per-unit low / recovery switch (DESIGN.md §2 step 2, §4).
+// ProjectionPaths: the per-unit low / recovery switch (docs/DESIGN.md §2 step 2, §4).
 // Shapes: x: [N, in]; W: [out, in]; y, dy: [N, out]; dx: [N, in]; N = tokens.
 #include "model/projection_paths.h"
 

@@ -2,7 +2,7 @@
 // can target, with one dispatch point for their encoders, decoders and largest values.
 // Storage: e4m3 and e5m2 keep their own codes; the 6- and 4-bit formats are stored as e4m3
 // codes of the same value (every fp6/fp4 value is exactly representable in e4m3, so they
-// run on FP8 tensor cores — DESIGN.md §4).
+// run on FP8 tensor cores — docs/DESIGN.md §4).
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Group-wise symmetric integer quantization of activations (DESIGN.md §4, recipe `actq`).
+// Group-wise symmetric integer quantization of activations (docs/DESIGN.md §4, recipe `actq`).
 //
 // x: [rows, cols] fp32, row-major; cols is the hidden dimension. Groups are G contiguous
 // elements of a row (G divides cols), a whole row (kGroupRow, one scale per token) or the

@@ -1,4 +1,4 @@
-// Precision recipes (DESIGN.md §4): what the low and the recovery path of a projection unit
+// Precision recipes (docs/DESIGN.md §4): what the low and the recovery path of a projection unit
 // do, parsed from the config section `precision`. Plain data; the model (src/model/
 // projection_paths.h) executes a PathSpec, the backend supplies the quantizer ops.
 //

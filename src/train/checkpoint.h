@@ -1,4 +1,4 @@
-// Checkpoints (DESIGN §5): RUN_DIR/checkpoints/step_NNNNNNNN/ holding
+// Checkpoints (docs/DESIGN.md §5): RUN_DIR/checkpoints/step_NNNNNNNN/ holding
 //   model.safetensors      fp32 master weights under Hugging Face names
 //   optimizer.safetensors  AdamW moments ("m.NAME", "v.NAME")
 //   trainer.json           step, tokens seen, non-finite counters

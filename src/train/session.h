@@ -1,6 +1,6 @@
 // A training session: everything one optimizer step needs (backend, model, optimizer,
 // loaders, controller), built once from the config. `gnmr train` and `gnmr bench` both
-// drive it; the step itself (DESIGN §2) lives in run_step.
+// drive it; the step itself (docs/DESIGN.md §2) lives in run_step.
 #pragma once
 
 #include <memory>

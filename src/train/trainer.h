@@ -1,4 +1,4 @@
-// `gnmr train`: the run directory contract (DESIGN §10), resume, periodic evaluation and
+// `gnmr train`: the run directory contract (docs/DESIGN.md §10), resume, periodic evaluation and
 // checkpoints, metrics lines, and clean stops on SIGTERM/SIGUSR1 (SLURM pre-emption).
 #pragma once
 

@@ -1,4 +1,4 @@
-// Hand-computed traces of the RiskMonitor (GNMR, Δ-GNMR; DESIGN.md §3) and its edge cases.
+// Hand-computed traces of the RiskMonitor (GNMR, Δ-GNMR; docs/DESIGN.md §3) and its edge cases.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -2,7 +2,6 @@
 //   p *= 1 - lr wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p -= (lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", Algorithm 2.)
-// CUDA twin: kernels/adamw.cu.
 #include <cmath>
 
 #include "backend/cpu/ops.h"

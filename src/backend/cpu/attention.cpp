@@ -3,7 +3,6 @@
 // Per (batch, head) the score and value products are BLAS GEMMs over 64-row blocks that
 // stop at the diagonal block, so the masked upper triangle is mostly never computed.
 // The probabilities [B, H, T, T] are kept for the backward pass.
-// CUDA twin: kernels/attention.cu.
 #include <omp.h>
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // Fused softmax cross-entropy over the vocabulary: the loss per token and, in the same pass,
 // the logits gradient written over the logits (no second [tokens, vocab] buffer).
-// Targets < 0 are ignored (loss 0, zero gradient row). CUDA twin: kernels/cross_entropy.cu.
+// Targets < 0 are ignored (loss 0, zero gradient row).
 #include <algorithm>
 #include <cmath>
 

@@ -1,4 +1,4 @@
-// Elementwise ops: residual add, in-place scale. CUDA twin: kernels/elementwise.cu.
+// Elementwise ops: residual add, in-place scale.
 #include "backend/cpu/ops.h"
 
 namespace gnmr {

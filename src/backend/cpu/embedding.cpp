@@ -1,5 +1,4 @@
 // Token embedding lookup and its scatter-add backward.
-// CUDA twin: kernels/embedding.cu.
 #include <algorithm>
 #include <cstring>
 

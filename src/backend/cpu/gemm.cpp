@@ -1,7 +1,6 @@
 // Row-major GEMM through the BLAS (OpenBLAS cblas_sgemm / cblas_dgemm).
 // The CPU backend runs the BLAS single-threaded and splits the rows of C over its own
 // OpenMP threads, so per-(batch, head) attention GEMMs can run inside a parallel region.
-// CUDA twin: the cuBLASLt wrappers in kernels/gemm.cu.
 #include <cblas.h>
 
 #include <algorithm>

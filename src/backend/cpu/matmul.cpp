@@ -1,5 +1,4 @@
 // Projection GEMMs, y = x W^T with W [out, in] as Hugging Face stores it.
-// CUDA twin: kernels/matmul.cu (cuBLASLt, TN layout).
 #include <algorithm>
 
 #include "backend/cpu/ops.h"

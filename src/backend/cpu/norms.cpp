@@ -1,7 +1,6 @@
 // Multi-tensor sum of squares (per-unit gradient norms for GNMR, the global clip norm).
 // One pass over all tensors in fixed chunks of kSumSquaresChunk elements; each chunk sums in
 // double, chunks combine in order, so the result is the same for any thread count.
-// CUDA twin: kernels/norms.cu.
 #include <vector>
 
 #include "backend/cpu/ops.h"

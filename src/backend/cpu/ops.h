@@ -1,6 +1,7 @@
 // CPU reference ops: plain loops over raw row-major arrays, OpenMP across `threads`.
-// Each is named as its CUDA twin in kernels/ and instantiated for float (what the backend
-// runs) and double (what the gradient-check tests run). Shapes as in backend/backend.h.
+// Each is instantiated for float (what the backend runs) and double (what the gradient-check
+// tests run); a CUDA kernel of the same op is checked against it (docs/DESIGN.md §6).
+// Shapes as in backend/backend.h.
 // Determinism: every output element and every reduction is computed by one thread in a fixed
 // order; partial sums are taken over fixed-size chunks and combined in chunk order.
 #pragma once

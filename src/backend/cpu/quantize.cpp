@@ -1,7 +1,8 @@
 // Quantizer ops of the precision recipes (src/precision/recipe.h) over raw host arrays.
 // Each calls the src/precision function of the same name, whose per-element code the CUDA
-// twins share: kernels/quantize_int_groupwise.cu, kernels/dequantize_int_groupwise.cu,
-// kernels/fake_quantize_fp_blockwise.cu and kernels/fake_quantize_int8_per_row.cu (to come).
+// kernels share: kernels/quantize_int_groupwise.cu and kernels/dequantize_int_groupwise.cu
+// today (kernels/quantize_fp8_tile_1x128.cu covers the e4m3 1 x 128 case of the fp fake
+// quantizer's element code); the others have no CUDA kernel yet.
 // Rows are independent, so results do not depend on the thread count.
 #include <omp.h>
 

@@ -1,6 +1,5 @@
 // RMSNorm as Hugging Face LlamaRMSNorm: y = w * x / sqrt(mean(x^2) + eps), statistics in fp32
 // (here: the row sum of squares accumulated in double, then rounded).
-// CUDA twin: kernels/rmsnorm.cu.
 #include <algorithm>
 #include <cmath>
 

@@ -1,7 +1,7 @@
 // Rotary position embedding, Hugging Face rotate-half convention (apply_rotary_pos_emb):
 //   y[i]     = x[i] cos[i] - x[i + hd/2] sin[i]
 //   y[i+hd/2] = x[i + hd/2] cos[i] + x[i] sin[i],   i < hd/2, angle from the token position.
-// The backward applies the transposed (inverse) rotation. CUDA twin: kernels/rope.cu.
+// The backward applies the transposed (inverse) rotation.
 #include "backend/cpu/ops.h"
 
 namespace gnmr {

@@ -1,6 +1,5 @@
 // SwiGLU gate of the LLaMA MLP: out = silu(gate) * up, silu(x) = x sigmoid(x)
 // (Hugging Face LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))).
-// CUDA twin: kernels/swiglu.cu.
 #include <cmath>
 
 #include "backend/cpu/isa_clones.h"

@@ -2,7 +2,7 @@
 // Cephes expf — range reduction x = n ln2 + r with ln2 split in two, a degree-5 minimax
 // polynomial for e^r on |r| <= ln2 / 2, 2^n assembled in the exponent bits. Max error about
 // 2 ulp over [-87, 88]; below -87 it returns 0 (the softmax and sigmoid uses only need the
-// underflow to be monotone). The CUDA twins use __expf / expf.
+// underflow to be monotone).
 #pragma once
 
 #include <cmath>
