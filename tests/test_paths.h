@@ -1,7 +1,10 @@
 // Where tests find the source tree and the gnmr binary, a scratch directory helper, and the
-// one way tests damage a file.
+// one way tests damage a file. The paths are compiled in; GNMR_TEST_SOURCE_DIR and
+// GNMR_TEST_BINARY override them at run time, for test binaries that travel in the GPU bundle
+// (scripts/gpu_bundle.sh) to a machine where the build tree does not exist.
 #pragma once
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -9,10 +12,12 @@
 namespace gnmr_test {
 
 inline std::string source_path(const std::string& rel) {
-  return std::string(GNMR_SOURCE_DIR) + "/" + rel;
+  const char* moved = std::getenv("GNMR_TEST_SOURCE_DIR");
+  return std::string(moved ? moved : GNMR_SOURCE_DIR) + "/" + rel;
 }
 inline std::string gnmr_binary() {
-  return GNMR_BINARY;
+  const char* moved = std::getenv("GNMR_TEST_BINARY");
+  return moved ? moved : GNMR_BINARY;
 }
 
 // A fresh, empty directory under the test's working directory, removed first if present.

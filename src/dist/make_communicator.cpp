@@ -3,7 +3,9 @@
 #include "dist/communicator.h"
 #include "dist/launch_env.h"
 #include "dist/local_communicator.h"
+#ifdef GNMR_WITH_MPI
 #include "dist/mpi_communicator.h"
+#endif
 #include "util/error.h"
 
 namespace gnmr {
@@ -14,6 +16,7 @@ std::string describe(const LaunchEnv& env) {
   return std::to_string(env.world_size) + " processes (" + env.world_size_variable + ")";
 }
 
+#ifdef GNMR_WITH_MPI
 // The launcher and MPI must agree; an srun step whose MPI has no PMI plugin, for instance,
 // starts N singletons that each see a world of one.
 void check_matches_launch(const Communicator& comm, const LaunchEnv& env) {
@@ -27,6 +30,7 @@ void check_matches_launch(const Communicator& comm, const LaunchEnv& env) {
                     "(srun --mpi=pmix), one process per GPU");
   }
 }
+#endif
 
 }  // namespace
 
@@ -45,9 +49,16 @@ std::unique_ptr<Communicator> make_communicator(const std::string& kind, const L
     return std::make_unique<LocalCommunicator>();
   }
   if (kind == "mpi" || kind == "auto") {
+#ifdef GNMR_WITH_MPI
     auto comm = std::make_unique<MpiCommunicator>();
     check_matches_launch(*comm, env);
     return comm;
+#else
+    throw Error(ErrorKind::NotBuilt,
+                "communicator \"mpi\" is not in this gnmr (built with "
+                "-DGNMR_MPI=OFF); the launcher started " +
+                    describe(env) + ". Use a build with MPI");
+#endif
   }
   if (kind == "nccl") {
     // The seam for GPU data parallelism: an NcclCommunicator will take its unique id over

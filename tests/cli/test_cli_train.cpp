@@ -211,6 +211,7 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
 }
 
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
+  if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
   std::string dir = gnmr_test::scratch_dir("cli_mpi");
   std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
   const std::string mpirun =

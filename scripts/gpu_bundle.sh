@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Builds a relocatable bundle of gnmr for a GPU machine that has an NVIDIA driver and the CUDA
+# 13 toolkit but none of our Debian packages, no root and no network (an HPC node, the device
+# machine). The bundle holds:
+#   bin/gnmr               the gnmr binary, CUDA code for sm_80 and sm_90a, built without MPI
+#   tests/test_gpu_*       the `gpu`-labelled test binaries (each CUDA kernel vs its CPU twin)
+#   lib/                   every shared library they need that is neither glibc nor CUDA
+#                          (OpenBLAS, gfortran, sentencepiece, spdlog, fmt, gomp, zlib, the C++
+#                          runtime); the binaries find it through RPATH $ORIGIN/../lib
+#   share/                 configs/, the bundled corpus and its tokenizer (data/brown/)
+#   reference/cpu_runs.json  the loss of every step of short tiny-model CPU runs, per recipe,
+#                          made here by this bundle's own gnmr: the figures a GPU run is held to
+#   BUNDLE.json            what was built, from which commit, and the size
+# cudart, cuBLASLt and NCCL come from the target's CUDA install at run time
+# (scripts/gpu_check.sh finds them). The bundle must stay under 60 MiB (the device machine
+# takes 64 MiB with the source tree); the script fails if it does not.
+#   scripts/gpu_bundle.sh [OUT_DIR]     default build/gpu-bundle
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-build/gpu-bundle}"
+build=build/gpu-bundle-build
+limit_mib=60
+
+[ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
+command -v nvcc >/dev/null || { echo "gpu_bundle.sh: nvcc not found (install the CUDA toolkit)" >&2; exit 2; }
+
+# RPATH $ORIGIN/../lib in the build tree itself, so the binaries run from wherever the bundle is
+# copied; the CUDA runtime is not given an RPATH (it must come from the target's toolkit). An
+# old-style DT_RPATH (--disable-new-dtags), not DT_RUNPATH: it also serves the libraries'
+# own dependencies (libopenblas needs libgfortran, which needs libquadmath).
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF -DGNMR_TESTS=ON \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
+  -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$build.configure.log" \
+  || { cat "$build.configure.log" >&2; exit 1; }
+grep -q "GNMR_HAVE_CUDA:INTERNAL=ON\|CMAKE_CUDA_COMPILER:" "$build/CMakeCache.txt" \
+  || { echo "gpu_bundle.sh: cmake did not enable CUDA" >&2; exit 1; }
+mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu_[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2)
+cmake --build "$build" -j "$(nproc)" --target gnmr "${gpu_tests[@]}"
+
+rm -rf "$out"
+mkdir -p "$out/bin" "$out/tests" "$out/lib" "$out/share/data" "$out/reference"
+cp "$build/src/cli/gnmr" "$out/bin/"
+for t in "${gpu_tests[@]}"; do cp "$build/tests/gpu/$t" "$out/tests/"; done
+cp -r configs "$out/share/"
+cp -r data/brown "$out/share/data/"
+
+# Libraries: what ldd resolves for every binary, less glibc (the target has its own, and it
+# must match its kernel) and less the CUDA libraries (they must match the target's driver).
+is_system_or_cuda() {
+  case "$(basename "$1")" in
+    libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | linux-vdso*) return 0 ;;
+    libcuda.so* | libcudart.so* | libcublas* | libcublasLt* | libnccl* | libnvrtc* | libnvJitLink*) return 0 ;;
+  esac
+  return 1
+}
+for binary in "$out"/bin/* "$out"/tests/*; do
+  while read -r lib; do
+    [ -n "$lib" ] && ! is_system_or_cuda "$lib" && cp -L -n "$lib" "$out/lib/"
+  done < <(ldd "$binary" | awk '/=> \// {print $3}')
+done
+
+# Relocation check: from a copy elsewhere, every library that is neither glibc nor CUDA must
+# resolve inside the bundle.
+moved="$PWD/$build/relocation-check"
+rm -rf "$moved" && cp -r "$out" "$moved"
+for binary in "$moved"/bin/* "$moved"/tests/*; do
+  while read -r lib; do
+    if ! is_system_or_cuda "$lib" && [[ "$lib" != "$moved"/* ]]; then
+      echo "gpu_bundle.sh: $(basename "$binary") loads $lib from outside the bundle" >&2
+      exit 1
+    fi
+  done < <(ldd "$binary" | awk '/=> \// {print $3}')
+done
+rm -rf "$moved"
+
+# The CPU figures a GPU run is compared with: 20 steps of the tiny model per recipe, from the
+# bundled corpus, on this bundle's own binary (so a bundle and its reference always agree).
+work="$build/reference-runs"
+rm -rf "$work"
+mkdir -p "$work"
+"$out/bin/gnmr" prepare --no-progress --val-fraction 0.05 --tokenizer data/brown/tokenizer.model \
+  --out "$work/shards" data/brown/brown.jsonl.gz >"$work/prepare.log" 2>&1
+python3 - "$out" "$work" <<'EOF'
+import json, os, subprocess, sys
+out, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+recipes = {
+    "fp32": {"recipe": "fp32"},
+    "bf16": {"recipe": "bf16"},
+    "actq": {"recipe": "actq"},
+    "fp8mix": {"recipe": "fp8mix"},
+    "fp8mix-fp4": {"recipe": "fp8mix", "low_format": "e2m1"},
+    "int8": {"recipe": "int8"},
+}
+runs = {}
+for name, precision in recipes.items():
+    config = {
+        "include": os.path.abspath("configs/models/tiny.json"),
+        "data": {"train": f"{work}/shards/train_*.bin", "val": f"{work}/shards/val_*.bin",
+                 "tokenizer": os.path.abspath("data/brown/tokenizer.model"), "seq_len": 64},
+        "train": {"steps": 20, "warmup_steps": 2, "global_batch_tokens": 512, "micro_batch": 4,
+                  "lr": 3e-3, "threads": 2, "gemm_precision": "bf16" if name == "bf16" else "fp32"},
+        "precision": precision,
+        "gnmr": {"controller": "static_low"},
+        "eval": {"every": 0}, "checkpoint": {"every": 0}, "log": {"every": 1},
+    }
+    path = f"{work}/{name}.json"
+    with open(path, "w") as f:
+        json.dump(config, f)
+    subprocess.run([f"{out}/bin/gnmr", "train", "--config", path, "--out", f"{work}/{name}",
+                    "--force"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    losses = [json.loads(l)["loss"] for l in open(f"{work}/{name}/metrics.jsonl")
+              if json.loads(l).get("kind") == "train"]
+    runs[name] = {"config": config, "losses": losses}
+json.dump({"what": "tiny model, 20 steps per recipe, static_low, bundled corpus, CPU backend",
+           "runs": runs}, open(f"{out}/reference/cpu_runs.json", "w"), indent=1)
+EOF
+
+size_bytes=$(du -sb "$out" | cut -f1)
+commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+cat >"$out/BUNDLE.json" <<EOF
+{"commit": "$commit", "dirty": $dirty, "built": "$(date -u +%FT%TZ)",
+ "cuda_architectures": "80;90a", "mpi": false, "nvcc": "$(nvcc --version | tail -1)",
+ "gpu_tests": [$(printf '"%s",' "${gpu_tests[@]}" | sed 's/,$//')], "bytes": $size_bytes}
+EOF
+echo "gpu_bundle.sh: $out, $((size_bytes / 1048576)) MiB ($(ls "$out/lib" | wc -l) libraries)"
+if [ "$size_bytes" -gt $((limit_mib * 1048576)) ]; then
+  echo "gpu_bundle.sh: the bundle is over $limit_mib MiB" >&2
+  exit 1
+fi

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# Verifies gnmr on a machine with an NVIDIA GPU, from a bundle made by scripts/gpu_bundle.sh:
+# needs the NVIDIA driver and a CUDA 13 toolkit (for cudart, cuBLASLt, compute-sanitizer), none
+# of our Debian packages, no network, no root. Prints a pass/fail table last; exits 1 if any
+# stage failed (a stage that cannot run here says why and is not a failure).
+#
+#   scripts/gpu_check.sh [--bundle DIR] [--logs DIR] [STAGE...]
+#     --bundle DIR   the bundle (default build/gpu-bundle)
+#     --logs DIR     where each stage writes STAGE.log (default gpu-check-logs)
+#   stages, in order (default all), each under its own timeout, together at most 7 minutes:
+#     preflight   the GPU (name, compute capability, driver), the CUDA libraries the bundle
+#                 needs found on this machine, every bundle binary's libraries resolved, and
+#                 `gnmr version` running                                              (30 s)
+#     gemm-sweep  cuBLASLt's algorithm for every GEMM of the test and 1B configs      (60 s)
+#     gpu-tests   every `gpu` test binary of the bundle: each CUDA kernel vs its CPU twin;
+#                 a test that skips on a machine with a GPU is a failure               (90 s)
+#     e2e         tiny-model runs per recipe on the GPU vs the CPU losses recorded in the
+#                 bundle (reference/cpu_runs.json)                                     (90 s)
+#     memcheck    compute-sanitizer memcheck and initcheck over the gpu tests          (90 s)
+#     bench       gnmr bench on the GPU: bf16, fp8mix low/high, actq, GNMR             (60 s)
+# gemm-sweep, e2e and bench need the CUDA backend; until it exists they report "not built".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+bundle=build/gpu-bundle
+logs=gpu-check-logs
+stages=()
+while (($#)); do
+  case "$1" in
+    --bundle) bundle="$2"; shift 2 ;;
+    --logs) logs="$2"; shift 2 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
+    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench) stages+=("$1"); shift ;;
+    *) echo "gpu_check.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
+  esac
+done
+((${#stages[@]})) || stages=(preflight gemm-sweep gpu-tests e2e memcheck bench)
+bundle="$(cd "$bundle" 2>/dev/null && pwd)" || { echo "gpu_check.sh: no bundle at $bundle (scripts/gpu_bundle.sh makes one)" >&2; exit 2; }
+mkdir -p "$logs"
+logs="$(cd "$logs" && pwd)"
+
+declare -A result detail seconds
+note() { echo "[$stage] $*" | tee -a "$logs/$stage.log"; }
+
+# ---- what this machine has ----
+cuda_root=""
+for dir in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda /usr/local/cuda-13* /opt/cuda; do
+  [ -n "$dir" ] && [ -d "$dir" ] && { cuda_root="$dir"; break; }
+done
+cuda_lib=""
+for dir in "$cuda_root/lib64" "$cuda_root/lib" "$cuda_root/targets/x86_64-linux/lib"; do
+  [ -e "$dir/libcudart.so.13" ] && { cuda_lib="$dir"; break; }
+done
+[ -n "$cuda_lib" ] && export LD_LIBRARY_PATH="$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+[ -n "$cuda_root" ] && [ -d "$cuda_root/bin" ] && export PATH="$cuda_root/bin:$PATH"
+gpu_name=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpu_name="$(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+fi
+have_gpu() { [ -n "$gpu_name" ]; }
+cuda_backend_built() { "$bundle/bin/gnmr" version 2>/dev/null | grep -q "^backends:.*cuda"; }
+export GNMR_TEST_SOURCE_DIR="$bundle/share" GNMR_TEST_BINARY="$bundle/bin/gnmr"
+
+# ---- stages: each sets status (PASS / FAIL / SKIP) and a one-line why ----
+stage_preflight() {
+  local missing=0
+  note "bundle: $(tr -d '\n' <"$bundle/BUNDLE.json" 2>/dev/null)"
+  note "CUDA toolkit: ${cuda_root:-not found} (libcudart.so.13 in ${cuda_lib:-nowhere})"
+  for binary in "$bundle"/bin/* "$bundle"/tests/*; do
+    if ldd "$binary" | grep "not found" >>"$logs/preflight.log"; then
+      note "$(basename "$binary"): libraries not found (above)"
+      missing=1
+    fi
+  done
+  if ! "$bundle/bin/gnmr" version >>"$logs/preflight.log" 2>&1; then
+    status=FAIL why="bin/gnmr version does not run (see preflight.log)"; return
+  fi
+  ((missing)) && { status=FAIL why="libraries not found (see preflight.log)"; return; }
+  if ! have_gpu; then status=SKIP why="no GPU (nvidia-smi finds none); the bundle itself runs"; return; fi
+  note "GPU: $gpu_name"
+  local cap
+  cap="$(echo "$gpu_name" | awk -F', ' '{print $2}')"
+  case "$cap" in
+    8.0 | 9.0) status=PASS why="$gpu_name" ;;
+    *) status=FAIL why="compute capability $cap: the bundle has code for 8.0 and 9.0 only ($gpu_name)" ;;
+  esac
+}
+
+stage_gpu_tests() {
+  have_gpu || { status=SKIP why="no GPU"; return; }
+  local failed=0 skipped=0 ran=0
+  for t in "$bundle"/tests/test_gpu_*; do
+    "$t" >>"$logs/gpu-tests.log" 2>&1 || failed=$((failed + 1))
+    ran=$((ran + 1))
+  done
+  skipped=$(grep -c "^\[  SKIPPED \]" "$logs/gpu-tests.log" || true)
+  if ((failed)); then status=FAIL why="$failed of $ran test binaries failed (gpu-tests.log)"
+  elif ((skipped)); then status=FAIL why="$skipped tests skipped although a GPU is present"
+  else status=PASS why="$ran binaries, $(grep -c "^\[       OK \]" "$logs/gpu-tests.log") tests"; fi
+}
+
+stage_memcheck() {
+  have_gpu || { status=SKIP why="no GPU"; return; }
+  command -v compute-sanitizer >/dev/null || { status=FAIL why="compute-sanitizer not in the CUDA toolkit here"; return; }
+  local errors=0
+  for tool in memcheck initcheck; do
+    for t in "$bundle"/tests/test_gpu_*; do
+      compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" >>"$logs/memcheck.log" 2>&1 \
+        || { errors=$((errors + 1)); note "$tool: $(basename "$t") reported errors"; }
+    done
+  done
+  if ((errors)); then status=FAIL why="$errors sanitizer runs reported errors (memcheck.log)"
+  else status=PASS why="memcheck + initcheck clean over the gpu tests"; fi
+}
+
+needs_backend() {
+  have_gpu || { status=SKIP why="no GPU"; return 1; }
+  cuda_backend_built || { status=SKIP why="not built: this gnmr has no CUDA backend yet"; return 1; }
+  return 0
+}
+
+stage_gemm_sweep() {
+  needs_backend || return
+  status=FAIL why="the CUDA backend is built but this script has no sweep for it yet"
+}
+
+stage_e2e() {
+  needs_backend || return
+  status=FAIL why="the CUDA backend is built but this script has no comparison for it yet"
+}
+
+stage_bench() {
+  needs_backend || return
+  status=FAIL why="the CUDA backend is built but this script has no bench for it yet"
+}
+
+declare -A timeout_s=([preflight]=30 [gemm-sweep]=60 [gpu-tests]=90 [e2e]=90 [memcheck]=90 [bench]=60)
+for stage in "${stages[@]}"; do
+  : >"$logs/$stage.log"
+  start=$(date +%s)
+  status=FAIL why="did not finish within ${timeout_s[$stage]} s"
+  # Each stage runs in a subshell under its own timeout; it reports through a file.
+  export -f note have_gpu cuda_backend_built needs_backend "stage_${stage//-/_}"
+  export bundle logs stage gpu_name cuda_root cuda_lib
+  timeout "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$logs/$stage.status'; echo \"\$why\" >>'$logs/$stage.status'" \
+    && { status=$(sed -n 1p "$logs/$stage.status"); why=$(sed -n 2p "$logs/$stage.status"); }
+  result[$stage]=$status detail[$stage]=$why seconds[$stage]=$(($(date +%s) - start))
+done
+
+echo
+printf '%-11s %-5s %5s  %s\n' stage result secs detail
+failed=0
+for stage in "${stages[@]}"; do
+  printf '%-11s %-5s %5s  %s\n' "$stage" "${result[$stage]}" "${seconds[$stage]}" "${detail[$stage]}"
+  [ "${result[$stage]}" = FAIL ] && failed=1
+done
+echo "logs: $logs"
+exit $failed

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh on a machine without a GPU, over a minimal bundle (this build's gnmr, no
+# test binaries): every stage must report cleanly (SKIP, not FAIL), the table must list the
+# stages asked for, a bad argument must exit 2, and a missing library must fail preflight.
+#   check_gpu_check.sh GNMR_BINARY WORK_DIR
+set -uo pipefail
+gnmr="$1" work="$2"
+script="$(cd "$(dirname "$0")/../.." && pwd)/scripts/gpu_check.sh"
+fail() { echo "check_gpu_check.sh: $*" >&2; exit 1; }
+command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && { echo "a GPU is present: skipped"; exit 77; }
+
+rm -rf "$work" && mkdir -p "$work/bundle/bin" "$work/bundle/tests"
+cp "$gnmr" "$work/bundle/bin/gnmr"
+echo '{"commit": "test"}' >"$work/bundle/BUNDLE.json"
+
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" 2>&1) || fail "exit $? without a GPU: $out"
+for stage in preflight gemm-sweep gpu-tests e2e memcheck bench; do
+  echo "$out" | grep -Eq "^$stage +SKIP" || fail "stage $stage is not SKIP: $out"
+  [ -f "$work/logs/$stage.log" ] || fail "no $stage.log"
+done
+echo "$out" | grep -q "no GPU" || fail "no 'no GPU' reason: $out"
+
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight bench 2>&1)
+[ "$(echo "$out" | grep -Ec '^(preflight|bench) ')" = 2 ] || fail "stage selection: $out"
+echo "$out" | grep -Eq '^gpu-tests ' && fail "an unselected stage ran: $out"
+
+bash "$script" --bundle "$work/bundle" no-such-stage >/dev/null 2>&1
+[ $? = 2 ] || fail "an unknown stage does not exit 2"
+bash "$script" --bundle "$work/no-bundle" >/dev/null 2>&1
+[ $? = 2 ] || fail "a missing bundle does not exit 2"
+
+# A binary whose library is missing fails preflight (exit 1), naming it in the log.
+printf '#!/bin/sh\nexit 1\n' >"$work/bundle/bin/gnmr"
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight 2>&1)
+[ $? = 1 ] || fail "a gnmr that does not run passes preflight: $out"
+echo "$out" | grep -Eq '^preflight +FAIL' || fail "preflight is not FAIL: $out"
+echo "gpu_check.sh: every stage reports cleanly without a GPU"
