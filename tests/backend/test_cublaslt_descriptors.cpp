@@ -1,0 +1,115 @@
+// The cuBLASLt descriptors made from each GemmPlan, read back attribute by attribute. Creating
+// and reading descriptors needs no GPU, so this runs (label cpu) on CI machines without one and
+// catches a wrong transpose, layout or scale mode before a GPU ever sees it.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cublaslt_descriptors.h"
+
+namespace gnmr {
+namespace {
+
+int32_t desc_i32(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr) {
+  int32_t v = -1;
+  size_t written = 0;
+  GNMR_CUBLASLT_CHECK(cublasLtMatmulDescGetAttribute(d, attr, &v, sizeof v, &written), "test");
+  EXPECT_EQ(written, sizeof v);
+  return v;
+}
+
+struct Layout {
+  int64_t rows, cols, ld;
+  int32_t type;
+};
+
+Layout read_layout(cublasLtMatrixLayout_t l) {
+  Layout out{};
+  uint64_t rows = 0, cols = 0;
+  size_t written = 0;
+  GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_ROWS, &rows,
+                                                       sizeof rows, &written),
+                      "test");
+  GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_COLS, &cols,
+                                                       sizeof cols, &written),
+                      "test");
+  GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_LD, &out.ld,
+                                                       sizeof out.ld, &written),
+                      "test");
+  GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutGetAttribute(l, CUBLASLT_MATRIX_LAYOUT_TYPE, &out.type,
+                                                       sizeof out.type, &written),
+                      "test");
+  out.rows = int64_t(rows), out.cols = int64_t(cols);
+  return out;
+}
+
+// op(A) must be m x k and op(B) k x n for the plan's transposes, D m x n.
+void expect_consistent(const GemmPlan& p) {
+  SCOPED_TRACE(std::string(gemm_role_name(p.role)) + " " + gemm_impl_name(p.impl));
+  LtGemmDescriptors d(p);
+  EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE), int32_t(CUBLAS_COMPUTE_32F));
+  EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
+            p.transa ? CUBLAS_OP_T : CUBLAS_OP_N);
+  EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
+            p.transb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  const Layout a = read_layout(d.a()), b = read_layout(d.b()), c = read_layout(d.d());
+  const int64_t a_rows = p.transa ? a.cols : a.rows, a_cols = p.transa ? a.rows : a.cols;
+  const int64_t b_rows = p.transb ? b.cols : b.rows, b_cols = p.transb ? b.rows : b.cols;
+  EXPECT_EQ(a_rows, p.m);
+  EXPECT_EQ(a_cols, p.k);
+  EXPECT_EQ(b_rows, p.k);
+  EXPECT_EQ(b_cols, p.n);
+  EXPECT_EQ(a.ld, p.lda);
+  EXPECT_EQ(b.ld, p.ldb);
+  EXPECT_GE(a.ld, a.rows);  // column-major: the leading dimension covers a column
+  EXPECT_GE(b.ld, b.rows);
+  EXPECT_EQ(c.rows, p.m);
+  EXPECT_EQ(c.cols, p.n);
+  EXPECT_EQ(c.ld, p.m);
+  EXPECT_EQ(c.type, int32_t(CUDA_R_32F));
+  EXPECT_EQ(a.type, int32_t(cuda_data_type(p.a.type)));
+  if (p.impl == GemmImpl::kFp8Block) {
+    EXPECT_EQ(a.type, int32_t(CUDA_R_8F_E4M3));
+    EXPECT_TRUE(p.transa && !p.transb) << "FP8 must be TN";
+    EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_A_SCALE_MODE),
+              p.a.scale_mode == ScaleMode::kVec128 ? CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F
+                                                   : CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F);
+    EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_B_SCALE_MODE),
+              CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
+  }
+}
+
+TEST(CublasLtDescriptors, EveryRoleAndImplementationReadsBackAsPlanned) {
+  PathSpec fp8;
+  fp8.kind = PathKind::kFineGrainedFp;
+  PathSpec bf16;
+  bf16.kind = PathKind::kBf16Gemm;
+  PathSpec backend;
+  for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
+    expect_consistent(
+        plan_gemm(role, 192, 656, 320, fp8, GemmPrecision::FP32, GpuTarget{90}, false));
+    expect_consistent(
+        plan_gemm(role, 192, 656, 320, bf16, GemmPrecision::FP32, GpuTarget{90}, false));
+    expect_consistent(
+        plan_gemm(role, 192, 656, 320, backend, GemmPrecision::FP32, GpuTarget{80}, false));
+    // The 1B GPU shape: ffn 5632 on 8 x 1024 tokens.
+    expect_consistent(
+        plan_gemm(role, 8192, 2048, 5632, fp8, GemmPrecision::FP32, GpuTarget{90}, false));
+  }
+}
+
+TEST(CublasLtDescriptors, AFailingCallNamesItselfAndTheShape) {
+  try {
+    check_cublaslt(CUBLAS_STATUS_NOT_SUPPORTED, "cublasLtMatmul(...)",
+                   "forward fp8_block 8 x 8 x 8");
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("cublasLtMatmul"), std::string::npos) << m;
+    EXPECT_NE(m.find("forward fp8_block 8 x 8 x 8"), std::string::npos) << m;
+    EXPECT_NE(m.find("(15)"), std::string::npos) << m;
+  }
+}
+
+}  // namespace
+}  // namespace gnmr
