@@ -11,8 +11,10 @@
 
 #include "backend/cuda/block_scaled_gemm_reference.h"
 #include "backend/cuda/gemm_plan.h"
+#include "config/config.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
+#include "test_paths.h"
 
 namespace gnmr {
 namespace {
@@ -154,6 +156,36 @@ TEST(CudaGemmPlan, WhatCublasLtCannotTakeIsEmulatedAndSaysWhy) {
   EXPECT_TRUE(plan(GemmRole::kForward, fp_path(FpFormat::kE4M3)).emulated_because.empty());
   EXPECT_STREQ(gemm_impl_name(GemmImpl::kFp8Block), "fp8_block");
   EXPECT_STREQ(gemm_role_name(GemmRole::kWeightGradient), "weight_gradient");
+}
+
+// Every projection GEMM of a model config: q, k, v, o, gate, up, down, each role.
+std::vector<GemmPlan> fp8_plans_of(const std::string& config, int64_t tokens) {
+  const ModelConfig m = load_run_config(gnmr_test::source_path(config), {}).model;
+  const int64_t d = m.dim, kv = int64_t(m.n_kv_heads) * m.head_dim(), f = m.ffn_dim;
+  const int64_t shapes[][2] = {{d, d}, {d, kv}, {d, kv}, {d, d}, {d, f}, {d, f}, {f, d}};
+  std::vector<GemmPlan> plans;
+  for (const auto& s : shapes)
+    for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient})
+      plans.push_back(plan_gemm(role, tokens, s[0], s[1], fp_path(FpFormat::kE4M3),
+                                GemmPrecision::FP32, GpuTarget{90}, false));
+  return plans;
+}
+
+TEST(CudaGemmPlan, TheGpuConfigsRunEveryFp8GemmForReal) {
+  for (const char* config : {"configs/models/llama2-1b-gpu.json", "configs/models/tiny-gpu.json"}) {
+    for (const GemmPlan& p : fp8_plans_of(config, 8 * 128)) {
+      EXPECT_EQ(p.impl, GemmImpl::kFp8Block) << config << ": " << p.emulated_because;
+    }
+  }
+  // llama2-1b's ffn 5461 sends its MLP GEMMs to the emulated path, and says so.
+  int emulated = 0;
+  for (const GemmPlan& p : fp8_plans_of("configs/models/llama2-1b.json", 8 * 1024)) {
+    if (p.impl == GemmImpl::kEmulated) {
+      ++emulated;
+      EXPECT_NE(p.emulated_because.find("5461"), std::string::npos) << p.emulated_because;
+    }
+  }
+  EXPECT_EQ(emulated, 9);  // gate, up, down x 3 roles
 }
 
 TEST(CudaScaleLayout, IndexMapsAreBijectionsOntoTheDocumentedOrders) {

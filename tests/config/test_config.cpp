@@ -64,6 +64,15 @@ TEST(ConfigLoad, RepoPresetsResolve) {
     EXPECT_EQ(m.model.name, preset);
     EXPECT_EQ(m.model.vocab_size, 32000);
   }
+  auto gpu = load_run_config(gnmr_test::source_path("configs/models/llama2-1b-gpu.json"), {});
+  EXPECT_EQ(gpu.model.ffn_dim, 5632);  // a multiple of 128: FP8 GEMMs take it
+  EXPECT_EQ(gpu.model.dim, 2048);
+  auto bench =
+      load_run_config(gnmr_test::source_path("configs/bench/llama2-1b-gpu-seq1024.json"), {});
+  EXPECT_EQ(bench.data.seq_len, 1024);
+  EXPECT_EQ(bench.model.name, "llama2-1b-gpu");
+  auto tiny_gpu = load_run_config(gnmr_test::source_path("configs/models/tiny-gpu.json"), {});
+  EXPECT_NE(tiny_gpu.model.n_heads, tiny_gpu.model.n_kv_heads);  // GQA
   auto m60 = load_run_config(gnmr_test::source_path("configs/models/llama2-60m.json"), {});
   EXPECT_EQ(m60.model.dim, 512);
   EXPECT_EQ(m60.model.ffn_dim, 1376);
