@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "precision/counter_rng.h"
+#include "precision/fp_format.h"
 #include "precision/quantize_groupwise.h"
 
 namespace gnmr::cuda {
@@ -25,10 +26,15 @@ void dequantize_int_groupwise(const uint8_t* packed, const float* scales, int64_
                               int64_t cols, const GroupwiseSpec& spec, float* out,
                               cudaStream_t stream);
 
-// x: [rows, cols] fp32 -> codes: [rows, cols] e4m3, scales: [rows, ceil(cols / 128)] fp32.
-// Twin: gnmr::quantize_fp_tile_1x128(..., FpFormat::kE4M3, ...)
-// (src/precision/quantize_fine_grained.h).
-void quantize_fp8_tile_1x128(const float* x, int64_t rows, int64_t cols, uint8_t* codes,
-                             float* scales, cudaStream_t stream);
+// Where a scale goes: the CPU's row-major tile grid, or cuBLASLt's VEC128 order (row fastest,
+// precision/scale_layout.h), the one its block-scaled FP8 GEMM reads.
+enum class ScaleOrder { kCpu, kVec128 };
+
+// x: [rows, cols] fp32 -> codes: [rows, cols] storage codes of `format` (e4m3 codes for the
+// fp6 / fp4 formats), scales: rows * ceil(cols / 128) fp32 in `order`.
+// Twin: gnmr::quantize_fp_tile_1x128 (src/precision/quantize_fine_grained.h), whose scales
+// are in ScaleOrder::kCpu; vec128_from_row_tiles reorders them.
+void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat format,
+                            ScaleOrder order, uint8_t* codes, float* scales, cudaStream_t stream);
 
 }  // namespace gnmr::cuda

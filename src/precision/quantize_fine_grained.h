@@ -8,7 +8,8 @@
 // x, codes: [rows, cols] row-major (fp32 in, one byte per element out).
 // scales: [ceil(rows / block_rows), ceil(cols / block_cols)] fp32, row-major.
 // An all-zero tile has scale 0 and codes +0.
-// CUDA twin: kernels/quantize_fp8_tile_1x128.cu (e4m3, 1x128) calls quantize_fp_element.
+// CUDA twin: kernels/quantize_fp_tile_1x128.cu (1x128 tiles, every format) calls
+// quantize_fp_element.
 #pragma once
 
 #include <cmath>

@@ -14,6 +14,7 @@
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "precision/quantize_groupwise.h"
+#include "precision/scale_layout.h"
 
 namespace gnmr {
 namespace {
@@ -119,25 +120,33 @@ TEST(GpuQuantize, IntGroupwiseKernelsWriteTheCpuBytes) {
   }
 }
 
-TEST(GpuQuantize, Fp8Tile1x128KernelWritesTheCpuCodesAndScales) {
+TEST(GpuQuantize, FpTile1x128KernelWritesTheCpuCodesAndScalesInEitherOrder) {
   SKIP_WITHOUT_GPU();
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{33, 300}, {128, 4096}, {3, 5}, {1, 128}}) {
-    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
-    std::vector<float> x = random_activations(rows, cols, 99);
-    x[0] = -0.0f;
-    if (x.size() > 2) x[2] = 1e30f;  // a huge outlier: the rest of its tile underflows
-    const size_t scale_count = fp_blockwise_scale_count(rows, cols, 1, 128);
-    std::vector<uint8_t> cpu_codes(x.size());
-    std::vector<float> cpu_scales(scale_count);
-    quantize_fp_tile_1x128(x.data(), rows, cols, FpFormat::kE4M3, cpu_codes.data(),
-                           cpu_scales.data());
-    DeviceBuffer<float> d_x(x);
-    DeviceBuffer<uint8_t> d_codes(x.size());
-    DeviceBuffer<float> d_scales(scale_count);
-    cuda::quantize_fp8_tile_1x128(d_x.get(), rows, cols, d_codes.get(), d_scales.get(), nullptr);
-    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-    expect_same_bits(d_scales.to_host(), cpu_scales, "scales");
-    ASSERT_EQ(d_codes.to_host(), cpu_codes);
+  for (FpFormat format :
+       {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3, FpFormat::kE2M1}) {
+    for (auto [rows, cols] :
+         {std::pair<int64_t, int64_t>{33, 300}, {128, 4096}, {3, 5}, {1, 128}, {200, 656}}) {
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
+      std::vector<float> x = random_activations(rows, cols, 99);
+      x[0] = -0.0f;
+      if (x.size() > 2) x[2] = 1e30f;  // a huge outlier: the rest of its tile underflows
+      const size_t scale_count = fp_blockwise_scale_count(rows, cols, 1, 128);
+      std::vector<uint8_t> cpu_codes(x.size());
+      std::vector<float> cpu_scales(scale_count);
+      quantize_fp_tile_1x128(x.data(), rows, cols, format, cpu_codes.data(), cpu_scales.data());
+      const std::vector<float> vec128_scales = vec128_from_row_tiles(cpu_scales.data(), rows, cols);
+      for (cuda::ScaleOrder order : {cuda::ScaleOrder::kCpu, cuda::ScaleOrder::kVec128}) {
+        DeviceBuffer<float> d_x(x);
+        DeviceBuffer<uint8_t> d_codes(x.size());
+        DeviceBuffer<float> d_scales(scale_count);
+        cuda::quantize_fp_tile_1x128(d_x.get(), rows, cols, format, order, d_codes.get(),
+                                     d_scales.get(), nullptr);
+        GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+        expect_same_bits(d_scales.to_host(),
+                         order == cuda::ScaleOrder::kCpu ? cpu_scales : vec128_scales, "scales");
+        ASSERT_EQ(d_codes.to_host(), cpu_codes);
+      }
+    }
   }
 }
 

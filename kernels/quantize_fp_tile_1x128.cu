@@ -1,7 +1,9 @@
-// Fine-grained fp8 e4m3 quantization of activations in 1x128 tiles (DeepSeek-V3 §3.3.2):
-// one warp per tile, each lane holding 4 of its elements; scale = absmax / 448.
-// CPU twin: gnmr::quantize_fp_tile_1x128(..., FpFormat::kE4M3, ...) in
-// src/precision/quantize_fine_grained.h; both call fine_grained_scale and
+// Fine-grained fp quantization of activations in 1x128 tiles (DeepSeek-V3 §3.3.2), any of
+// the five formats (fp6 / fp4 stored as e4m3 codes): one warp per tile, each lane holding 4 of
+// its elements; scale = absmax / format max. The scales go in the CPU's order or in cuBLASLt's
+// VEC128 order (precision/scale_layout.h), which the block-scaled FP8 GEMM reads.
+// CPU twin: gnmr::quantize_fp_tile_1x128 in src/precision/quantize_fine_grained.h (CPU
+// order; vec128_from_row_tiles gives the VEC128 order); both call fine_grained_scale and
 // quantize_fp_element, so codes and scales are identical. Partial last tiles included.
 #include <algorithm>
 
@@ -9,6 +11,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
+#include "precision/scale_layout.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -16,8 +19,9 @@ namespace {
 constexpr int kThreads = 256;  // 8 tiles per block
 constexpr int kTile = static_cast<int>(kFineGrainedTile);
 
-__global__ void quantize_fp8_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols,
-                                               uint8_t* codes, float* scales) {
+__global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols,
+                                              FpFormat format, ScaleOrder order, uint8_t* codes,
+                                              float* scales) {
   const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
   const int64_t tiles = rows * tiles_per_row;
   const int lane = threadIdx.x % 32;
@@ -36,26 +40,31 @@ __global__ void quantize_fp8_tile_1x128_kernel(const float* x, int64_t rows, int
       values[k] = c < width ? in[c] : 0.0f;
       absmax = fmaxf(absmax, fabsf(values[k]));
     }
-    const float scale = fine_grained_scale(warp_max(absmax), FpFormat::kE4M3);
-    if (lane == 0) scales[tile] = scale;
+    const float scale = fine_grained_scale(warp_max(absmax), format);
+    if (lane == 0) {
+      const int64_t at =
+          order == ScaleOrder::kCpu ? tile : vec128_scale_index(row, tile % tiles_per_row, rows);
+      scales[at] = scale;
+    }
     uint8_t* out = codes + row * cols + col0;
     for (int k = 0; k < kTile / 32; ++k) {
       const int c = lane + 32 * k;
-      if (c < width) out[c] = quantize_fp_element(values[k], scale, FpFormat::kE4M3);
+      if (c < width) out[c] = quantize_fp_element(values[k], scale, format);
     }
   }
 }
 
 }  // namespace
 
-void quantize_fp8_tile_1x128(const float* x, int64_t rows, int64_t cols, uint8_t* codes,
-                             float* scales, cudaStream_t stream) {
+void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat format,
+                            ScaleOrder order, uint8_t* codes, float* scales, cudaStream_t stream) {
   const int64_t tiles = rows * ((cols + kTile - 1) / kTile);
   if (tiles == 0) return;
   const int64_t tiles_per_block = kThreads / 32;
   const int blocks =
       static_cast<int>(std::min<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block, 1 << 20));
-  quantize_fp8_tile_1x128_kernel<<<blocks, kThreads, 0, stream>>>(x, rows, cols, codes, scales);
+  quantize_fp_tile_1x128_kernel<<<blocks, kThreads, 0, stream>>>(x, rows, cols, format, order,
+                                                                 codes, scales);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
