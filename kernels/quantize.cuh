@@ -1,8 +1,8 @@
 // Host API of the quantization kernels. All pointers are device pointers; work is queued on
 // `stream` and errors surface through GNMR_CUDA_CHECK (kernels/cuda_check.cuh). Plain C++:
 // a .cpp file can include this and link gnmr_kernels.
-// Each function is the CUDA twin of the CPU function of the same name in src/precision and
-// writes the same bytes (both call the shared host+device per-element functions).
+// Each function names its CPU twin in src/precision and writes the same bytes (both call the
+// shared host+device per-element functions); the gpu tests (tests/gpu) compare them.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,5 +36,26 @@ enum class ScaleOrder { kCpu, kVec128 };
 // are in ScaleOrder::kCpu; vec128_from_row_tiles reorders them.
 void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat format,
                             ScaleOrder order, uint8_t* codes, float* scales, cudaStream_t stream);
+
+// w: [rows, cols] fp32 -> codes [rows, cols] and scales (blk128_scale_count(rows, cols), the
+// BLK128x128 order); when codes_t / scales_t are not null also the codes of W^T [cols, rows]
+// and its scales (blk128_scale_count(cols, rows)). Padding scales are zero.
+// Twin: gnmr::quantize_fp_block_128x128 + blk128_from_blocks (transposed for W^T).
+void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFormat format,
+                               uint8_t* codes, float* scales, uint8_t* codes_t, float* scales_t,
+                               cudaStream_t stream);
+
+// x: [n, cols] fp32 -> codes_t: [cols, n] (x^T, quantized in 128 x 1 tiles along n), scales:
+// vec128_scale_count(cols, n) in VEC128 order. Twin: gnmr::quantize_fp_blockwise(x, n, cols,
+// 128, 1, ...) with its codes transposed.
+void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, FpFormat format,
+                                       uint8_t* codes_t, float* scales, cudaStream_t stream);
+
+// x: [count] fp32 -> out: [count] bf16 bits. Twin: gnmr::encode_bf16 (src/precision/bf16.h).
+void convert_to_bf16(const float* x, int64_t count, uint16_t* out, cudaStream_t stream);
+
+// x, out: [rows, cols] fp32 (out may be x). Twin: gnmr::fake_quantize_int_per_row(..., 8, ...).
+void fake_quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, float* out,
+                                cudaStream_t stream);
 
 }  // namespace gnmr::cuda

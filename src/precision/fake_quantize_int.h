@@ -4,7 +4,7 @@
 // the packed buffer: what an int8 GEMM input looks like (recipe int8: per-token activations
 // and output gradients, per-output-channel weights [out, in]).
 // x, out: [rows, cols] fp32 row-major; out may equal x.
-// A CUDA kernel of it (none yet) is to call the same per-element code.
+// CUDA twin: kernels/fake_quantize_int8_per_row.cu calls fake_quantize_int_row.
 #pragma once
 
 #include <cmath>

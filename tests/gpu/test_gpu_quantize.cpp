@@ -12,6 +12,8 @@
 
 #include "kernels/cuda_check.cuh"
 #include "kernels/quantize.cuh"
+#include "precision/bf16.h"
+#include "precision/fake_quantize_int.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/quantize_groupwise.h"
 #include "precision/scale_layout.h"
@@ -148,6 +150,85 @@ TEST(GpuQuantize, FpTile1x128KernelWritesTheCpuCodesAndScalesInEitherOrder) {
       }
     }
   }
+}
+
+TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
+  SKIP_WITHOUT_GPU();
+  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE2M1}) {
+    // 300 x 700: partial blocks both ways; L = 6 and 3, so both grids carry L4 padding.
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{300, 700}, {128, 128}, {5, 3}}) {
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
+      const std::vector<float> w = random_activations(rows, cols, 7);
+      std::vector<uint8_t> cpu_codes(w.size());
+      std::vector<float> cpu_scales(fp_blockwise_scale_count(rows, cols, 128, 128));
+      quantize_fp_block_128x128(w.data(), rows, cols, format, cpu_codes.data(), cpu_scales.data());
+      std::vector<uint8_t> cpu_codes_t(w.size());
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) cpu_codes_t[c * rows + r] = cpu_codes[r * cols + c];
+      DeviceBuffer<float> d_w(w);
+      DeviceBuffer<uint8_t> d_codes(w.size()), d_codes_t(w.size());
+      DeviceBuffer<float> d_scales(blk128_scale_count(rows, cols)),
+          d_scales_t(blk128_scale_count(cols, rows));
+      cuda::quantize_fp_block_128x128(d_w.get(), rows, cols, format, d_codes.get(), d_scales.get(),
+                                      d_codes_t.get(), d_scales_t.get(), nullptr);
+      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+      ASSERT_EQ(d_codes.to_host(), cpu_codes);
+      ASSERT_EQ(d_codes_t.to_host(), cpu_codes_t);
+      expect_same_bits(d_scales.to_host(), blk128_from_blocks(cpu_scales.data(), rows, cols, false),
+                       "W scales");
+      expect_same_bits(d_scales_t.to_host(),
+                       blk128_from_blocks(cpu_scales.data(), cols, rows, true), "W^T scales");
+    }
+  }
+}
+
+TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
+  SKIP_WITHOUT_GPU();
+  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE3M2}) {
+    for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {1, 3}}) {
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
+      const std::vector<float> x = random_activations(n, cols, 8);
+      std::vector<uint8_t> cpu_codes(x.size());
+      std::vector<float> cpu_scales(fp_blockwise_scale_count(n, cols, 128, 1));
+      quantize_fp_blockwise(x.data(), n, cols, 128, 1, format, cpu_codes.data(), cpu_scales.data());
+      std::vector<uint8_t> cpu_codes_t(x.size());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < cols; ++c) cpu_codes_t[c * n + t] = cpu_codes[t * cols + c];
+      DeviceBuffer<float> d_x(x);
+      DeviceBuffer<uint8_t> d_codes_t(x.size());
+      DeviceBuffer<float> d_scales(vec128_scale_count(cols, n));
+      cuda::quantize_fp_tile_128x1_transposed(d_x.get(), n, cols, format, d_codes_t.get(),
+                                              d_scales.get(), nullptr);
+      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+      ASSERT_EQ(d_codes_t.to_host(), cpu_codes_t);
+      expect_same_bits(d_scales.to_host(), vec128_from_column_tiles(cpu_scales.data(), cols, n),
+                       "scales");
+    }
+  }
+}
+
+TEST(GpuQuantize, Bf16ConversionAndInt8PerRowMatchTheCpuBitForBit) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> x = random_activations(37, 129, 9);
+  x[1] = 1e38f * 3.0f;  // overflows bf16 to inf
+  x[2] = std::nanf("1");
+  x[3] = -0.0f;
+  x[4] = 1.0f + 1.0f / 256;  // a tie: rounds to even
+  std::vector<uint16_t> cpu_bf16(x.size());
+  for (size_t i = 0; i < x.size(); ++i) cpu_bf16[i] = encode_bf16(x[i]);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<uint16_t> d_bf16(x.size());
+  cuda::convert_to_bf16(d_x.get(), int64_t(x.size()), d_bf16.get(), nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  ASSERT_EQ(d_bf16.to_host(), cpu_bf16);
+
+  std::vector<float> finite = random_activations(37, 129, 10);
+  std::vector<float> cpu_int8(finite.size());
+  fake_quantize_int_per_row(finite.data(), 37, 129, 8, cpu_int8.data());
+  DeviceBuffer<float> d_in(finite), d_out(finite.size());
+  cuda::fake_quantize_int8_per_row(d_in.get(), 37, 129, d_out.get(), nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  expect_same_bits(d_out.to_host(), cpu_int8, "int8 per row");
 }
 
 TEST(GpuQuantize, InvalidSpecIsAConfigErrorBeforeAnyLaunch) {

@@ -1,8 +1,7 @@
 // Quantizer ops of the precision recipes (src/precision/recipe.h) over raw host arrays.
 // Each calls the src/precision function of the same name, whose per-element code the CUDA
-// kernels share: kernels/quantize_int_groupwise.cu and kernels/dequantize_int_groupwise.cu
-// today (kernels/quantize_fp_tile_1x128.cu covers the 1 x 128 case of the fp fake
-// quantizer's element code); the others have no CUDA kernel yet.
+// kernels in kernels/ share (quantize.cuh lists them and their twins; the fp quantizers there
+// write real codes and scales where this file fake-quantizes).
 // Rows are independent, so results do not depend on the thread count.
 #include <omp.h>
 

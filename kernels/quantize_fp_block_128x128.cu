@@ -1,0 +1,65 @@
+// Fine-grained fp quantization of a weight W [rows, cols] in 128x128 blocks (DeepSeek-V3
+// §3.3.2), the FP8 GEMM's weight operands: the codes of W (forward), optionally the codes of
+// W^T (the input gradient's TN operand; the same blocks transposed, so the same scales), and
+// the scales in cuBLASLt's BLK128x128 order for W and for W^T (precision/scale_layout.h; the
+// L4 padding entries are zero). One thread block per 128x128 block.
+// CPU twin: gnmr::quantize_fp_block_128x128 in src/precision/quantize_fine_grained.h (CPU
+// scale order; blk128_from_blocks reorders, transposed or not); both call fine_grained_scale
+// and quantize_fp_element, so codes and scales are identical.
+#include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/quantize.cuh"
+#include "precision/quantize_fine_grained.h"
+#include "precision/scale_layout.h"
+
+namespace gnmr::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kBlock = kFineGrainedTile;
+
+__global__ void quantize_fp_block_128x128_kernel(const float* w, int64_t rows, int64_t cols,
+                                                 FpFormat format, uint8_t* codes, uint8_t* codes_t,
+                                                 float* scales, float* scales_t) {
+  const int64_t rb = blockIdx.y, cb = blockIdx.x;
+  const int64_t row0 = rb * kBlock, col0 = cb * kBlock;
+  const int64_t height = rows - row0 < kBlock ? rows - row0 : kBlock;
+  const int64_t width = cols - col0 < kBlock ? cols - col0 : kBlock;
+  float absmax = 0.0f;
+  for (int64_t i = threadIdx.x; i < height * width; i += blockDim.x) {
+    absmax = fmaxf(absmax, fabsf(w[(row0 + i / width) * cols + col0 + i % width]));
+  }
+  const float scale = fine_grained_scale(block_max(absmax), format);
+  if (threadIdx.x == 0) {
+    scales[blk128_scale_index(rb, cb, cols)] = scale;
+    if (scales_t) scales_t[blk128_scale_index(cb, rb, rows)] = scale;
+  }
+  for (int64_t i = threadIdx.x; i < height * width; i += blockDim.x) {
+    const int64_t r = row0 + i / width, c = col0 + i % width;
+    const uint8_t code = quantize_fp_element(w[r * cols + c], scale, format);
+    codes[r * cols + c] = code;
+    if (codes_t) codes_t[c * rows + r] = code;
+  }
+}
+
+}  // namespace
+
+void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFormat format,
+                               uint8_t* codes, float* scales, uint8_t* codes_t, float* scales_t,
+                               cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return;
+  // The padding of the BLK128x128 grids is never written by a block: zero it first.
+  GNMR_CUDA_CHECK(
+      cudaMemsetAsync(scales, 0, blk128_scale_count(rows, cols) * sizeof(float), stream));
+  if (scales_t) {
+    GNMR_CUDA_CHECK(
+        cudaMemsetAsync(scales_t, 0, blk128_scale_count(cols, rows) * sizeof(float), stream));
+  }
+  const dim3 grid(static_cast<unsigned>(block_count(cols, kBlock)),
+                  static_cast<unsigned>(block_count(rows, kBlock)));
+  quantize_fp_block_128x128_kernel<<<grid, kThreads, 0, stream>>>(w, rows, cols, format, codes,
+                                                                  codes_t, scales, scales_t);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gnmr::cuda
