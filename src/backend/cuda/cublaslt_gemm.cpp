@@ -1,0 +1,101 @@
+// GemmPlan -> cublasLtMatmul, with cached descriptors and algorithms (cublaslt_gemm.h).
+#include "backend/cuda/cublaslt_gemm.h"
+
+#include <cstdint>
+
+#include "kernels/cuda_check.cuh"
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+}  // namespace
+
+std::string gemm_plan_key(const GemmPlan& p) {
+  std::string key = std::string(gemm_role_name(p.role)) + "/" + gemm_impl_name(p.impl);
+  for (int64_t v :
+       {p.m, p.n, p.k, p.lda, p.ldb, p.ldc, int64_t(p.transa), int64_t(p.transb), int64_t(p.a.type),
+        int64_t(p.b.type), int64_t(p.a.scale_mode), int64_t(p.b.scale_mode)}) {
+    key += "/" + std::to_string(v);
+  }
+  return key + (p.beta != 0.0f ? "/acc" : "/set");
+}
+
+LtGemmRunner::LtGemmRunner() {
+  GNMR_CUBLASLT_CHECK(cublasLtCreate(&handle_), "the cuBLASLt handle");
+  GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&preference_), "the matmul preference");
+  const uint64_t workspace = kWorkspaceBytes;
+  GNMR_CUBLASLT_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(preference_, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                           &workspace, sizeof workspace),
+      "the matmul preference");
+  GNMR_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));  // 256-byte aligned, as required
+}
+
+// Destroy calls have nothing actionable to report from a destructor.
+LtGemmRunner::~LtGemmRunner() {
+  cache_.clear();
+  if (workspace_) cudaFree(workspace_);
+  if (preference_) cublasLtMatmulPreferenceDestroy(preference_);
+  if (handle_) cublasLtDestroy(handle_);
+}
+
+LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan) {
+  const std::string key = gemm_plan_key(plan);
+  auto it = cache_.find(key);
+  if (it != cache_.end()) return it->second;
+  Prepared p;
+  p.descriptors = std::make_unique<LtGemmDescriptors>(plan);
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle_, p.descriptors->matmul(), p.descriptors->a(), p.descriptors->b(), p.descriptors->c(),
+      p.descriptors->d(), preference_, 1, &p.heuristic, &found);
+  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+    p.refusal = "cuBLASLt has no algorithm for " + p.descriptors->what() + " (" + key + ", " +
+                cublasLtGetStatusString(status) + ")";
+  }
+  return cache_.emplace(key, std::move(p)).first->second;
+}
+
+std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
+  return prepare(plan).refusal;
+}
+
+void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
+                       const float* b_scales, float* d, cudaStream_t stream) {
+  Prepared& p = prepare(plan);
+  const std::string& what = p.descriptors->what();
+  if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
+  if (!aligned16(a) || !aligned16(b) || !aligned16(d)) {
+    throw Error(ErrorKind::Runtime, "cuBLASLt: " + what + ": an operand is not 16-byte aligned");
+  }
+  const bool fp8 = plan.impl == GemmImpl::kFp8Block;
+  GNMR_CHECK(fp8 == (a_scales != nullptr) && fp8 == (b_scales != nullptr),
+             "LtGemmRunner::run: scales are given exactly for FP8 plans (" + what + ")");
+  if (fp8) {
+    if (!aligned16(a_scales) || !aligned16(b_scales)) {
+      throw Error(ErrorKind::Runtime, "cuBLASLt: " + what + ": scales are not 16-byte aligned");
+    }
+    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.descriptors->matmul(),
+                                                       CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                                       &a_scales, sizeof a_scales),
+                        what);
+    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.descriptors->matmul(),
+                                                       CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                                       &b_scales, sizeof b_scales),
+                        what);
+  }
+  const float alpha = 1.0f, beta = plan.beta;
+  GNMR_CUBLASLT_CHECK(
+      cublasLtMatmul(handle_, p.descriptors->matmul(), &alpha, a, p.descriptors->a(), b,
+                     p.descriptors->b(), &beta, d, p.descriptors->c(), d, p.descriptors->d(),
+                     &p.heuristic.algo, workspace_, kWorkspaceBytes, stream),
+      what);
+}
+
+}  // namespace gnmr

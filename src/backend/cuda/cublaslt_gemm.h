@@ -1,0 +1,55 @@
+// LtGemmRunner: runs GemmPlans on cuBLASLt. One handle and one 32 MiB workspace (cuBLAS's
+// recommendation for sm_90); per plan the descriptors and the heuristic's algorithm are made
+// once and cached (llm.c and llm.q rebuild both on every call). Needs a GPU.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "backend/cuda/cublaslt_descriptors.h"
+#include "backend/cuda/gemm_plan.h"
+
+namespace gnmr {
+
+// Everything that makes two plans different GEMMs for cuBLASLt (the cache key).
+std::string gemm_plan_key(const GemmPlan& plan);
+
+class LtGemmRunner {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+
+  LtGemmRunner();  // Error(Runtime) naming the call when there is no usable GPU
+  ~LtGemmRunner();
+  LtGemmRunner(const LtGemmRunner&) = delete;
+  LtGemmRunner& operator=(const LtGemmRunner&) = delete;
+
+  // d = op(a) op(b) + plan.beta * d, queued on `stream`. Device pointers in the plan's layouts
+  // and types; a_scales / b_scales (dequantization multipliers, passed as is) only for
+  // kFp8Block, else null. An emulated plan is its fp32 GEMM: the caller fake-quantized the
+  // inputs. Error(Runtime) naming the plan when cuBLASLt has no algorithm or a pointer is not
+  // 16-byte aligned.
+  void run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
+           const float* b_scales, float* d, cudaStream_t stream);
+
+  // "" when cuBLASLt has an algorithm for the plan, else why not (the gpu_check sweep).
+  std::string check_algorithm(const GemmPlan& plan);
+
+ private:
+  struct Prepared {
+    std::unique_ptr<LtGemmDescriptors> descriptors;
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    std::string refusal;  // non-empty: no algorithm
+  };
+  Prepared& prepare(const GemmPlan& plan);
+
+  cublasLtHandle_t handle_ = nullptr;
+  cublasLtMatmulPreference_t preference_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<std::string, Prepared> cache_;
+};
+
+}  // namespace gnmr
