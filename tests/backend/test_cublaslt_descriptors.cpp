@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/cublaslt_descriptors.h"
+#include "backend/cuda/device_probe.h"
 
 namespace gnmr {
 namespace {
@@ -109,6 +110,23 @@ TEST(CublasLtDescriptors, AFailingCallNamesItselfAndTheShape) {
     EXPECT_NE(m.find("forward fp8_block 8 x 8 x 8"), std::string::npos) << m;
     EXPECT_NE(m.find("(15)"), std::string::npos) << m;
   }
+}
+
+TEST(CudaDeviceProbe, SaysWhatIsMissingOrWhatWasFound) {
+  const CudaDeviceProbe p = probe_cuda_device(0);
+  if (p.usable) {
+    EXPECT_TRUE(p.problem.empty());
+    EXPECT_NE(p.device.find("sm_"), std::string::npos) << p.device;
+  } else {
+    // Without a GPU (CI): the driver or the device is named, never a bare error code.
+    EXPECT_TRUE(p.problem.find("driver") != std::string::npos ||
+                p.problem.find("no CUDA device") != std::string::npos)
+        << p.problem;
+  }
+  EXPECT_FALSE(probe_cuda_device(4096).usable);  // no machine has 4097 GPUs
+  EXPECT_TRUE(cuda_build_runs_on(90));
+  EXPECT_TRUE(cuda_build_runs_on(80));
+  EXPECT_FALSE(cuda_build_runs_on(75));
 }
 
 }  // namespace
