@@ -1,0 +1,32 @@
+// A rendezvous without MPI: rank 0 listens on a TCP port, every other rank connects and says
+// who it is (job id, rank, world size), and once all have joined rank 0 sends each the same
+// bytes (the NCCL unique id, when the NCCL communicator takes it over a cluster whose MPI has
+// no working PMIx/PMI2). docs/DESIGN.md §7.
+//
+// Nothing hangs: every wait has the deadline `timeout_s`. If a rank has not joined by then,
+// rank 0 tells the ranks that did that the rendezvous failed, and every rank throws
+// Error(Runtime) naming the missing ranks (rank 0) or what it waited for (the others). A
+// connection from another job (another job id) or a second claim on a rank is refused and
+// named; it cannot take a rank's place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gnmr {
+
+struct RendezvousOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string host = "127.0.0.1";  // rank 0's address (MASTER_ADDR)
+  int port = 29500;                // MASTER_PORT
+  std::string job_id;              // SLURM_JOB_ID or any string the ranks share
+  double timeout_s = 60.0;
+};
+
+// Rank 0 passes `payload`; every rank returns rank 0's payload (at most 1 MiB).
+std::vector<uint8_t> tcp_rendezvous_broadcast(const RendezvousOptions& options,
+                                              const std::vector<uint8_t>& payload);
+
+}  // namespace gnmr

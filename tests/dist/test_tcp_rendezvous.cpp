@@ -1,0 +1,124 @@
+// The TCP rendezvous with real processes on this machine (fork): 2 and 4 ranks get rank 0's
+// bytes; a rank that never starts, and a connection from another job, make every started rank
+// fail within the deadline, with a message that names the problem. Bounded: nothing may hang.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dist/tcp_rendezvous.h"
+#include "test_paths.h"
+#include "util/error.h"
+
+namespace gnmr {
+namespace {
+
+struct Launch {
+  int rank;
+  int world;
+  std::string job;
+};
+
+struct Outcome {
+  int exit_code;
+  std::string message;  // the error a failed rank threw
+};
+
+std::vector<uint8_t> test_payload() {
+  std::vector<uint8_t> p(128);  // an NCCL unique id's size
+  for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(i * 37 + 11);
+  return p;
+}
+
+// Runs each launch in its own process against one port; returns their outcomes.
+std::vector<Outcome> run_ranks(const std::vector<Launch>& launches, double timeout_s,
+                               const std::string& name) {
+  const std::string dir = gnmr_test::scratch_dir("rendezvous_" + name);
+  const int port = 20000 + int(getpid() % 20000);
+  std::vector<pid_t> pids;
+  for (const Launch& l : launches) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      std::string message;
+      try {
+        RendezvousOptions o;
+        o.rank = l.rank, o.world_size = l.world, o.port = port, o.job_id = l.job;
+        o.timeout_s = timeout_s;
+        const std::vector<uint8_t> got =
+            tcp_rendezvous_broadcast(o, l.rank == 0 ? test_payload() : std::vector<uint8_t>{});
+        code = got == test_payload() ? 0 : 2;
+      } catch (const Error& e) {
+        code = 1;
+        message = e.what();
+      }
+      std::ofstream(dir + "/rank" + std::to_string(l.rank) + "_" + l.job) << message;
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<Outcome> out;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    std::ifstream in(dir + "/rank" + std::to_string(launches[i].rank) + "_" + launches[i].job);
+    std::stringstream s;
+    s << in.rdbuf();
+    out.push_back({WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()});
+  }
+  return out;
+}
+
+TEST(TcpRendezvous, EveryRankGetsRankZerosBytes) {
+  for (int world : {2, 4}) {
+    std::vector<Launch> launches;
+    for (int r = world - 1; r >= 0; --r) launches.push_back({r, world, "job-7"});  // rank 0 last
+    for (const Outcome& o : run_ranks(launches, 20.0, "ok" + std::to_string(world))) {
+      EXPECT_EQ(o.exit_code, 0) << o.message;
+    }
+  }
+}
+
+TEST(TcpRendezvous, ARankThatNeverStartsFailsEveryoneWithinTheDeadline) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Outcome> out =
+      run_ranks({{0, 3, "job-8"}, {1, 3, "job-8"}}, 1.5, "missing");  // rank 2 never starts
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].exit_code, 1);
+  EXPECT_NE(out[0].message.find("rank(s) 2 did not join within 1.5 s"), std::string::npos)
+      << out[0].message;
+  EXPECT_EQ(out[1].exit_code, 1);
+  EXPECT_NE(out[1].message.find("rank 0 gave up"), std::string::npos) << out[1].message;
+}
+
+TEST(TcpRendezvous, AnotherJobCannotTakeARanksPlace) {
+  const std::vector<Outcome> out =
+      run_ranks({{0, 2, "job-9"}, {1, 2, "stale-job"}}, 1.5, "foreign");
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[1].exit_code, 1);
+  EXPECT_NE(out[1].message.find("refused this rank: job \"stale-job\" is not this job"),
+            std::string::npos)
+      << out[1].message;
+  EXPECT_EQ(out[0].exit_code, 1);
+  EXPECT_NE(out[0].message.find("rank(s) 1 did not join"), std::string::npos) << out[0].message;
+  EXPECT_NE(out[0].message.find("refused"), std::string::npos) << out[0].message;
+}
+
+TEST(TcpRendezvous, ANonRootRankWithoutRankZeroGivesUpAtItsDeadline) {
+  const std::vector<Outcome> out = run_ranks({{1, 2, "job-10"}}, 1.0, "noroot");
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].exit_code, 1);
+  EXPECT_NE(out[0].message.find("rank 0 did not listen within 1.0 s"), std::string::npos)
+      << out[0].message;
+}
+
+}  // namespace
+}  // namespace gnmr
