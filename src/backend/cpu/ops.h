@@ -24,7 +24,7 @@ template <typename T>
 void gemm_parallel(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, T alpha, const T* a,
                    int64_t lda, const T* b, int64_t ldb, T beta, T* c, int64_t ldc, int threads);
 
-// ---- matmul.cpp (kernels/matmul.cu) ----
+// ---- matmul.cpp ----
 // x: [n, in]; w: [out, in]; y: [n, out] = x w^T
 template <typename T>
 void matmul_forward(const T* x, const T* w, T* y, int64_t n, int64_t in, int64_t out, int threads);
@@ -51,7 +51,7 @@ void fake_quantize_fp_blockwise(const float* x, int64_t rows, int64_t cols, FpFo
 // out = symmetric int8 fake quantization, one scale per row; out may be x
 void fake_quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, float* out);
 
-// ---- rmsnorm.cpp (kernels/rmsnorm.cu) ----
+// ---- rmsnorm.cpp ----
 // x, out: [n, d]; w: [d]; rstd: [n]
 template <typename T>
 void rmsnorm_forward(const T* x, const T* w, T eps, T* out, T* rstd, int64_t n, int64_t d,
@@ -73,7 +73,7 @@ template <typename T>
 void rope_backward(T* dx, const float* cos, const float* sin, int64_t b, int64_t t, int64_t heads,
                    int64_t hd, int threads);
 
-// ---- attention.cpp (kernels/attention.cu) ----
+// ---- attention.cpp ----
 struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
 };
@@ -87,7 +87,7 @@ template <typename T>
 void attention_backward(const T* q, const T* k, const T* v, const T* probs, const T* dout, T* dq,
                         T* dk, T* dv, const AttentionShape& s, T* workspace, int threads);
 
-// ---- swiglu.cpp (kernels/swiglu.cu) ----
+// ---- swiglu.cpp ----
 template <typename T>
 void swiglu_forward(const T* gate, const T* up, T* out, int64_t count, int threads);
 template <typename T>
@@ -103,7 +103,7 @@ template <typename T>
 void embedding_backward(const int32_t* tokens, const T* dout, T* dtable, int64_t n, int64_t d,
                         int threads);
 
-// ---- cross_entropy.cpp (kernels/cross_entropy.cu) ----
+// ---- cross_entropy.cpp ----
 // logits: [n, vocab]; targets: [n]; losses: [n]
 template <typename T>
 void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, int64_t n,
@@ -119,13 +119,13 @@ void residual_forward(const T* a, const T* b, T* out, int64_t count, int threads
 template <typename T>
 void scale(T* x, T factor, int64_t count, int threads);
 
-// ---- norms.cpp (kernels/norms.cu) ----
+// ---- norms.cpp ----
 // Elements per partial sum; the result does not depend on the thread count.
 constexpr int64_t kSumSquaresChunk = 1 << 16;
 void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num_tensors,
                  double* out_per_tensor, int threads);
 
-// ---- adamw.cpp (kernels/adamw.cu) ----
+// ---- adamw.cpp ----
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
                   const AdamWStep& s, int threads);
 

@@ -1,8 +1,10 @@
 // Rotary position embedding, Hugging Face rotate-half convention (apply_rotary_pos_emb):
 //   y[i]     = x[i] cos[i] - x[i + hd/2] sin[i]
 //   y[i+hd/2] = x[i + hd/2] cos[i] + x[i] sin[i],   i < hd/2, angle from the token position.
-// The backward applies the transposed (inverse) rotation.
+// The backward applies the transposed (inverse) rotation. The pair rotation is shared with
+// kernels/rope.cu (backend/rope_math.h).
 #include "backend/cpu/ops.h"
+#include "backend/rope_math.h"
 
 namespace gnmr {
 namespace cpu {
@@ -24,12 +26,7 @@ void rotate(T* x, const float* cos, const float* sin, int64_t b, int64_t t, int6
         T* lo = row + h * hd;
         T* hi = lo + half;
         for (int64_t i = 0; i < half; ++i) {
-          const T x0 = lo[i];
-          const T x1 = hi[i];
-          const T ci = static_cast<T>(c[i]);
-          const T si = kInverse ? -static_cast<T>(s[i]) : static_cast<T>(s[i]);
-          lo[i] = x0 * ci - x1 * si;
-          hi[i] = x1 * ci + x0 * si;
+          rope_rotate_pair(lo[i], hi[i], static_cast<T>(c[i]), static_cast<T>(s[i]), kInverse);
         }
       }
     }
