@@ -34,11 +34,11 @@ CommandAction add_bench_command(CLI::App& app) {
                 static_cast<long long>(r["tokens_per_step"].get<int64_t>()), config.train.threads);
     std::printf("  tokens/s        %10.1f\n", r["tokens_per_s"].get<double>());
     std::printf(
-        "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, controller %.3f, "
-        "optimizer %.1f)\n",
+        "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, optimizer %.1f, "
+        "readback %.2f, controller %.3f)\n",
         r["step_ms"].get<double>(), r["forward_backward_ms"].get<double>(),
-        r["norms_ms"].get<double>(), r["controller_ms"].get<double>(),
-        r["optimizer_ms"].get<double>());
+        r["norms_ms"].get<double>(), r["optimizer_ms"].get<double>(),
+        r["readback_ms"].get<double>(), r["controller_ms"].get<double>());
     std::printf(
         "  achieved        %10.1f GFLOP/s of a measured GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
         r["achieved_gflops"].get<double>(), r["gemm_peak_gflops"].get<double>(),

@@ -64,7 +64,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   TrainingSession session(config, /*synthetic_data=*/true);
   const double flops_per_token = double(session.model().flops_per_token());
 
-  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
+  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0, readback_ms = 0;
   for (int64_t s = 0; s < options.warmup_steps + options.steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = session.run_step(s);
@@ -75,6 +75,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     norms_ms += r.norms_ms;
     controller_ms += r.controller_ms;
     optimizer_ms += r.optimizer_ms;
+    readback_ms += r.readback_ms;
     spdlog::info("bench step {}: {:.1f} ms, loss {:.4f}", s - options.warmup_steps + 1,
                  step_s * 1e3, r.loss);
   }
@@ -103,6 +104,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"norms_ms", norms_ms / n},
                  {"controller_ms", controller_ms / n},
                  {"optimizer_ms", optimizer_ms / n},
+                 {"readback_ms", readback_ms / n},
                  {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms}};
   result.update(blas_json(config));
   return result;
