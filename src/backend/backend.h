@@ -4,8 +4,9 @@
 // cuda); model code passes handles around and never dereferences `data`. Every op is
 // enqueued: on a GPU it returns before the work is done. Only copy_to_host hands numbers to
 // the host; it and synchronize() are the calls that wait for the device (sync_count() counts
-// them), and a training step makes one: the loss, the clip factor and the squared gradient
-// norms are computed and consumed in backend memory and read back together at the end.
+// them), and a training step makes one: the loss and the squared gradient norms are computed
+// in backend memory, the clip factor and the skip decision are made from them there, and the
+// loss and norms are read back together at the end.
 // Memory is planned once (the model allocates everything at construction); no op allocates
 // a Tensor during a step.
 #pragma once

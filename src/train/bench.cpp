@@ -8,6 +8,7 @@
 
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_backend.h"
+#include "train/make_backend.h"
 #include "train/session.h"
 #include "util/error.h"
 
@@ -24,7 +25,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repeats) {
-  std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads);
+  std::unique_ptr<Backend> backend = make_backend(config);
   const int64_t m = size, n = size, k = size;
   Tensor x = backend->allocate("peak.x", {m, k}, DType::F32, MemoryRole::Scratch);
   Tensor w = backend->allocate("peak.w", {n, k}, DType::F32, MemoryRole::Scratch);
@@ -36,7 +37,7 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repea
   double best = 0;
   for (int rep = 0; rep < repeats; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
-    backend->matmul_forward(x, w, y);
+    backend->matmul_forward(x, w, y, GemmPrecision::FP32);
     backend->synchronize();
     best = std::max(best, 2.0 * double(m) * double(n) * double(k) / seconds_since(t0) * 1e-9);
   }

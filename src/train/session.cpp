@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
 #include "controller/units.h"
 #include "data/counter_hash.h"
 #include "data/tokenizer.h"
 #include "train/lr_schedule.h"
+#include "train/make_backend.h"
 #include "util/error.h"
 
 using nlohmann::json;
@@ -74,14 +74,9 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                     ") is not a unit id: the model has " +
                     std::to_string(kKindsPerLayer * config.model.n_layers) + " projection units");
   }
-  if (config.backend != "cpu") {
-    throw Error(ErrorKind::NotBuilt,
-                "backend \"" + config.backend + "\" is not built yet; use backend=cpu");
-  }
+  // Before the communicator: a backend this binary lacks stops the run before any rank joins.
+  backend_ = make_backend(config);
   comm_ = make_communicator(config.dist.communicator);
-  backend_ = make_cpu_backend(config.train.threads);
-  backend_->set_gemm_precision(config.train.gemm_precision == "bf16" ? GemmPrecision::BF16
-                                                                     : GemmPrecision::FP32);
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
   const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();
