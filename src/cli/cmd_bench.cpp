@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "cli/validators.h"
@@ -65,6 +66,14 @@ CommandAction add_bench_command(CLI::App& app) {
     std::printf("  peak memory     %10.1f MiB (process), %.1f MiB planned by the backend\n",
                 r["peak_mem_bytes"].get<double>() / 1048576.0,
                 r["backend_peak_bytes"].get<double>() / 1048576.0);
+    std::printf("  backend memory  %10.1f MiB allocated, %.1f MiB at peak, by role:\n",
+                r["backend_bytes"].get<double>() / 1048576.0,
+                r["backend_peak_bytes"].get<double>() / 1048576.0);
+    for (int role = 0; role < kMemoryRoles; ++role) {
+      const char* name = memory_role_name(MemoryRole(role));
+      std::printf("    %-18s %10.3f MiB\n", name,
+                  r["backend_bytes_by_role"][name].get<double>() / 1048576.0);
+    }
     std::printf("  controller + norm pass: %.3f%% of the step\n",
                 100.0 * r["controller_and_norms_fraction"].get<double>());
     std::cout << r.dump() << std::endl;

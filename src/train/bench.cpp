@@ -87,6 +87,12 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   const int64_t peak_rss = int64_t(usage.ru_maxrss) * 1024;
+  // After the steps: the op workspaces have reached their high-water marks.
+  const MemoryUse memory = session.backend().memory_use();
+  json memory_by_role = json::object();
+  for (int role = 0; role < kMemoryRoles; ++role) {
+    memory_by_role[memory_role_name(MemoryRole(role))] = memory.bytes[role];
+  }
 
   json result = {{"model", config.model.name},
                  {"recipe", config.resolved["precision"]["recipe"]},
@@ -100,6 +106,8 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"gemm_peak_gflops", peak_gflops},
                  {"mfu", achieved_gflops / peak_gflops},
                  {"peak_mem_bytes", peak_rss},
+                 {"backend_bytes", memory.total()},
+                 {"backend_bytes_by_role", memory_by_role},
                  {"backend_peak_bytes", session.backend().peak_allocated_bytes()},
                  {"forward_backward_ms", fb_ms / n},
                  {"norms_ms", norms_ms / n},

@@ -1,6 +1,6 @@
 // `gnmr bench`: trains a config on synthetic tokens for a fixed number of steps and reports
 // throughput, achieved GFLOP/s, MFU against the GEMM peak measured on the same backend,
-// peak memory and where the step time goes.
+// peak memory, the backend's allocation by MemoryRole and where the step time goes.
 #pragma once
 
 #include <nlohmann/json.hpp>
