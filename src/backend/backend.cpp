@@ -9,6 +9,8 @@ namespace gnmr {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
+    case DType::F64:
+      return 8;
     case DType::F32:
     case DType::I32:
       return 4;
@@ -30,6 +32,8 @@ const char* dtype_name(DType dtype) {
       return "i32";
     case DType::U8:
       return "u8";
+    case DType::F64:
+      return "f64";
   }
   return "?";
 }

@@ -2,8 +2,11 @@
 //
 // A Tensor is a handle to memory the backend owns (host memory for cpu, device memory for
 // cuda); model code passes handles around and never dereferences `data`. Every op is
-// enqueued: on a GPU it returns before the work is done. Only the explicitly named readbacks
-// (copy_to_host, sum_squares) hand numbers to the host, and they synchronize.
+// enqueued: on a GPU it returns before the work is done. Only copy_to_host hands numbers to
+// the host; it and synchronize() are the calls that wait for the device (sync_count() counts
+// them), and a training step makes one: the loss and the squared gradient norms are computed
+// in backend memory, the clip factor and the skip decision are made from them there, and the
+// loss and norms are read back together at the end.
 // Memory is planned once (the model allocates everything at construction); no op allocates
 // a Tensor during a step.
 #pragma once
@@ -19,7 +22,8 @@
 
 namespace gnmr {
 
-enum class DType { F32, BF16, I32, U8 };
+// F64 holds the trainer's double scalars in backend memory (loss sums, squared norms).
+enum class DType { F32, BF16, I32, U8, F64 };
 
 // What a buffer is for, so that `gnmr bench` can say where the memory goes. Weights:
 // parameters; Gradients: their gradients; OptimizerState: AdamW moments; Activations: buffers
@@ -69,7 +73,8 @@ enum class GemmPrecision { FP32, BF16 };
 
 GemmPrecision parse_gemm_precision(const std::string& name);  // "fp32" | "bf16", else Error(Config)
 
-// One AdamW step as torch.optim.AdamW computes it (decoupled weight decay):
+// One AdamW step as torch.optim.AdamW computes it (decoupled weight decay), with the gradient
+// scale (the global-norm clip factor) read from backend memory, see adamw_update:
 //   g = grad * grad_scale;  p -= lr * weight_decay * p
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
 //   p -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
@@ -79,8 +84,7 @@ struct AdamWStep {
   float beta2 = 0.95f;
   float eps = 1e-8f;
   float weight_decay = 0.0f;
-  float grad_scale = 1.0f;  // e.g. the global-norm clip factor, folded in
-  int64_t step = 1;         // 1-based, for bias correction
+  int64_t step = 1;  // 1-based, for bias correction
 };
 
 // Shapes below: N = tokens = batch * seq, D = model dim, F = ffn dim, V = vocab,
@@ -100,10 +104,16 @@ class Backend {
   size_t allocated_bytes() const { return memory_use().total(); }
   virtual size_t peak_allocated_bytes() const = 0;
   virtual void copy_to_host(const Tensor& src, void* host) = 0;  // readback: synchronizes
+  // Returns once `host` may be overwritten or freed: the caller's buffer is never read after
+  // the call (the CPU copies at once; a GPU backend stages it or waits for its own copy),
+  // so the model reuses one host buffer for every micro-batch's tokens. Not a readback.
   virtual void copy_from_host(Tensor& dst, const void* host) = 0;
   virtual void copy(const Tensor& src, Tensor& dst) = 0;  // same numel and dtype
   virtual void fill_zero(Tensor& t) = 0;
   virtual void synchronize() = 0;
+  // The calls so far that wait for the device (copy_to_host, synchronize): a GPU stalls at
+  // each, so tests hold the trainer to one per optimizer step.
+  virtual int64_t sync_count() const = 0;
 
   void set_gemm_precision(GemmPrecision precision) { gemm_precision_ = precision; }
   GemmPrecision gemm_precision() const { return gemm_precision_; }
@@ -203,13 +213,27 @@ class Backend {
   virtual void round_to_bf16(const Tensor& x, Tensor& out) = 0;
 
   // ---- trainer ops ----
+  // None of these reads back: the step's scalars stay in backend memory until the trainer's
+  // one copy_to_host per step.
+  // loss_sum[0] += double(float(sum(losses) / valid_targets)), the sum in double in index
+  // order: a micro-batch's mean loss, accumulated across micro-steps. losses: [N] f32;
+  // loss_sum: [1] f64.
+  virtual void accumulate_mean_loss(const Tensor& losses, int64_t valid_targets,
+                                    Tensor& loss_sum) = 0;
   // out_per_tensor[i] = sum of squares of tensors[i], accumulated in double, one fused pass.
-  // A readback point (synchronizes). Deterministic: fixed chunking, fixed reduction order.
-  virtual void sum_squares(const std::vector<Tensor>& tensors, double* out_per_tensor) = 0;
+  // out_per_tensor: [tensors.size()] f64. Deterministic: fixed chunking, fixed reduction order.
+  virtual void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) = 0;
+  // Global-norm clipping and the skip decision of a step. norm = sqrt(sum of sum_squares[i]
+  // added in index order, in double); clip[0] = float(max_norm / norm) when max_norm > 0 and
+  // norm > max_norm, else 1; clip[1] = 1 when loss_sum[0] and norm are finite, else 0.
+  // sum_squares: [P] f64; loss_sum: [1] f64; clip: [2] f32.
+  virtual void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
+                                Tensor& clip) = 0;
   virtual void scale(Tensor& t, float factor) = 0;  // t *= factor
-  // param, grad, m, v: same shape, F32
+  // param, grad, m, v: same shape, F32; clip as global_norm_clip wrote it: grad_scale =
+  // clip[0], and nothing is written when clip[1] == 0 (a non-finite step is skipped).
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                            const AdamWStep& s) = 0;
+                            const AdamWStep& s, const Tensor& clip) = 0;
 
  private:
   GemmPrecision gemm_precision_ = GemmPrecision::FP32;

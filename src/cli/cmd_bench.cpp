@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "cli/validators.h"
@@ -34,11 +35,11 @@ CommandAction add_bench_command(CLI::App& app) {
                 static_cast<long long>(r["tokens_per_step"].get<int64_t>()), config.train.threads);
     std::printf("  tokens/s        %10.1f\n", r["tokens_per_s"].get<double>());
     std::printf(
-        "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, controller %.3f, "
-        "optimizer %.1f)\n",
+        "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, optimizer %.1f, "
+        "readback %.2f, controller %.3f)\n",
         r["step_ms"].get<double>(), r["forward_backward_ms"].get<double>(),
-        r["norms_ms"].get<double>(), r["controller_ms"].get<double>(),
-        r["optimizer_ms"].get<double>());
+        r["norms_ms"].get<double>(), r["optimizer_ms"].get<double>(),
+        r["readback_ms"].get<double>(), r["controller_ms"].get<double>());
     std::printf(
         "  achieved        %10.1f GFLOP/s of a measured GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
         r["achieved_gflops"].get<double>(), r["gemm_peak_gflops"].get<double>(),
@@ -65,6 +66,14 @@ CommandAction add_bench_command(CLI::App& app) {
     std::printf("  peak memory     %10.1f MiB (process), %.1f MiB planned by the backend\n",
                 r["peak_mem_bytes"].get<double>() / 1048576.0,
                 r["backend_peak_bytes"].get<double>() / 1048576.0);
+    std::printf("  backend memory  %10.1f MiB allocated, %.1f MiB at peak, by role:\n",
+                r["backend_bytes"].get<double>() / 1048576.0,
+                r["backend_peak_bytes"].get<double>() / 1048576.0);
+    for (int role = 0; role < kMemoryRoles; ++role) {
+      const char* name = memory_role_name(MemoryRole(role));
+      std::printf("    %-18s %10.3f MiB\n", name,
+                  r["backend_bytes_by_role"][name].get<double>() / 1048576.0);
+    }
     std::printf("  controller + norm pass: %.3f%% of the step\n",
                 100.0 * r["controller_and_norms_fraction"].get<double>());
     std::cout << r.dump() << std::endl;

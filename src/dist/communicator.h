@@ -28,7 +28,9 @@ class Communicator {
   virtual int world_size() const = 0;  // number of data-parallel ranks
   virtual int local_rank() const = 0;  // rank among the processes on this node (GPU index)
 
-  // tensor = sum over ranks of tensor, in place. F32 only. The result is bit-identical on
+  // tensor = sum over ranks of tensor, in place. F32 (gradients) or F64 (the trainer's loss
+  // sum in backend memory: the same sum as allreduce_sum(double*) below). The result is
+  // bit-identical on
   // every rank (replicated weights must never drift apart); how each implementation
   // guarantees that is written next to it. The memory must be what the implementation can
   // read: host memory for mpi (pair it with the cpu backend).

@@ -9,8 +9,9 @@ namespace gnmr {
 // A no-op, but it holds the tensor to the same contract as the other communicators, so a
 // dtype mistake shows up in a one-process run and not first on a cluster.
 void LocalCommunicator::allreduce_sum(Tensor& tensor) {
-  GNMR_CHECK(tensor.dtype == DType::F32,
-             std::string("allreduce_sum takes F32 tensors, got ") + dtype_name(tensor.dtype));
+  GNMR_CHECK(
+      tensor.dtype == DType::F32 || tensor.dtype == DType::F64,
+      std::string("allreduce_sum takes F32 or F64 tensors, got ") + dtype_name(tensor.dtype));
 }
 
 void LocalCommunicator::broadcast(void* host_bytes, size_t bytes, int root) {

@@ -70,11 +70,16 @@ void MpiCommunicator::sum_in_place(void* data, size_t count, MPI_Datatype dataty
 }
 
 void MpiCommunicator::allreduce_sum(Tensor& tensor) {
-  GNMR_CHECK(tensor.dtype == DType::F32,
-             std::string("allreduce_sum takes F32 tensors, got ") + dtype_name(tensor.dtype));
+  GNMR_CHECK(
+      tensor.dtype == DType::F32 || tensor.dtype == DType::F64,
+      std::string("allreduce_sum takes F32 or F64 tensors, got ") + dtype_name(tensor.dtype));
   const auto count = static_cast<size_t>(tensor.numel());
   if (count == 0) return;
   GNMR_CHECK(tensor.data != nullptr, "allreduce_sum of an unallocated tensor");
+  if (tensor.dtype == DType::F64) {
+    allreduce_sum(static_cast<double*>(tensor.data), count);
+    return;
+  }
   sum_in_place(tensor.data, count, MPI_FLOAT, sizeof(float));
 }
 

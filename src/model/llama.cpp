@@ -187,8 +187,8 @@ float LlamaModel::forward_loss(const int32_t* tokens, const int32_t* targets) {
   return read_mean_loss(valid);
 }
 
-float LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets,
-                                   float loss_scale) {
+int LlamaModel::forward_backward_pass(const int32_t* tokens, const int32_t* targets,
+                                      float loss_scale) {
   const int valid = upload_batch(tokens, targets);
   paths_->set_micro_step(micro_step_++);
   forward(/*save_for_backward=*/true);
@@ -196,7 +196,18 @@ float LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets
   backend_.cross_entropy_forward_backward(act_.logits, act_.targets, act_.losses,
                                           loss_scale / static_cast<float>(valid));
   backward();
-  return read_mean_loss(valid);
+  return valid;
+}
+
+void LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets, float loss_scale,
+                                  Tensor& loss_sum) {
+  const int valid = forward_backward_pass(tokens, targets, loss_scale);
+  backend_.accumulate_mean_loss(act_.losses, valid, loss_sum);
+}
+
+float LlamaModel::forward_backward(const int32_t* tokens, const int32_t* targets,
+                                   float loss_scale) {
+  return read_mean_loss(forward_backward_pass(tokens, targets, loss_scale));
 }
 
 void LlamaModel::forward(bool save_for_backward) {

@@ -47,11 +47,16 @@ class LlamaModel {
   // index, element), so independent of thread count.
   void init_weights(uint64_t seed);
 
-  // tokens, targets: host int32 [micro_batch * seq_len]; target -1 = ignored position.
-  // Forward and backward; ADDS loss_scale * d(mean loss)/d(theta) to the gradients.
-  // Returns the mean loss over the non-ignored targets (a readback).
+  // tokens, targets: host int32 [micro_batch * seq_len]; target -1 = ignored position; the
+  // buffers may be reused as soon as the call returns.
+  // Forward and backward; ADDS loss_scale * d(mean loss)/d(theta) to the gradients and the
+  // mean loss over the non-ignored targets (as a float, widened) to loss_sum, an f64 [1] in
+  // backend memory: no readback, so micro-steps queue back to back.
+  void forward_backward(const int32_t* tokens, const int32_t* targets, float loss_scale,
+                        Tensor& loss_sum);
+  // The same, returning this micro-batch's mean loss at once (a readback; tests and tools).
   float forward_backward(const int32_t* tokens, const int32_t* targets, float loss_scale);
-  // Mean loss, gradients untouched (evaluation).
+  // Mean loss, gradients untouched (evaluation; a readback).
   float forward_loss(const int32_t* tokens, const int32_t* targets);
   void zero_grads();
 
@@ -84,10 +89,13 @@ class LlamaModel {
                         bool accumulate_dx);
 
   int upload_batch(const int32_t* tokens, const int32_t* targets);  // returns valid targets
-  void forward(bool save_for_backward);                             // through the logits
-  void backward();                                                  // from the dlogits in logits
+  // Upload, forward and backward, the losses left in act_.losses; returns the valid targets.
+  int forward_backward_pass(const int32_t* tokens, const int32_t* targets, float loss_scale);
+  void forward(bool save_for_backward);                 // through the logits
+  void backward();                                      // from the dlogits in logits
   Tensor heads_view(const Tensor& t, int heads) const;  // [N, heads*hd] -> [B, T, heads, hd]
   const ProjectionUnit& unit(int layer, ProjectionKind kind) const;
+  // act_.losses read back and averaged, in the arithmetic of Backend::accumulate_mean_loss.
   float read_mean_loss(int valid_targets);
 
   ModelConfig config_;

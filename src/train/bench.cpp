@@ -8,6 +8,7 @@
 
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_backend.h"
+#include "train/make_backend.h"
 #include "train/session.h"
 #include "util/error.h"
 
@@ -24,7 +25,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repeats) {
-  std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads);
+  std::unique_ptr<Backend> backend = make_backend(config);
   const int64_t m = size, n = size, k = size;
   Tensor x = backend->allocate("peak.x", {m, k}, DType::F32, MemoryRole::Scratch);
   Tensor w = backend->allocate("peak.w", {n, k}, DType::F32, MemoryRole::Scratch);
@@ -36,7 +37,7 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repea
   double best = 0;
   for (int rep = 0; rep < repeats; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
-    backend->matmul_forward(x, w, y);
+    backend->matmul_forward(x, w, y, GemmPrecision::FP32);
     backend->synchronize();
     best = std::max(best, 2.0 * double(m) * double(n) * double(k) / seconds_since(t0) * 1e-9);
   }
@@ -64,7 +65,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   TrainingSession session(config, /*synthetic_data=*/true);
   const double flops_per_token = double(session.model().flops_per_token());
 
-  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
+  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0, readback_ms = 0;
   for (int64_t s = 0; s < options.warmup_steps + options.steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = session.run_step(s);
@@ -75,6 +76,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     norms_ms += r.norms_ms;
     controller_ms += r.controller_ms;
     optimizer_ms += r.optimizer_ms;
+    readback_ms += r.readback_ms;
     spdlog::info("bench step {}: {:.1f} ms, loss {:.4f}", s - options.warmup_steps + 1,
                  step_s * 1e3, r.loss);
   }
@@ -85,6 +87,12 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   const int64_t peak_rss = int64_t(usage.ru_maxrss) * 1024;
+  // After the steps: the op workspaces have reached their high-water marks.
+  const MemoryUse memory = session.backend().memory_use();
+  json memory_by_role = json::object();
+  for (int role = 0; role < kMemoryRoles; ++role) {
+    memory_by_role[memory_role_name(MemoryRole(role))] = memory.bytes[role];
+  }
 
   json result = {{"model", config.model.name},
                  {"recipe", config.resolved["precision"]["recipe"]},
@@ -98,11 +106,14 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"gemm_peak_gflops", peak_gflops},
                  {"mfu", achieved_gflops / peak_gflops},
                  {"peak_mem_bytes", peak_rss},
+                 {"backend_bytes", memory.total()},
+                 {"backend_bytes_by_role", memory_by_role},
                  {"backend_peak_bytes", session.backend().peak_allocated_bytes()},
                  {"forward_backward_ms", fb_ms / n},
                  {"norms_ms", norms_ms / n},
                  {"controller_ms", controller_ms / n},
                  {"optimizer_ms", optimizer_ms / n},
+                 {"readback_ms", readback_ms / n},
                  {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms}};
   result.update(blas_json(config));
   return result;

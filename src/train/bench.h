@@ -1,6 +1,6 @@
 // `gnmr bench`: trains a config on synthetic tokens for a fixed number of steps and reports
 // throughput, achieved GFLOP/s, MFU against the GEMM peak measured on the same backend,
-// peak memory and where the step time goes.
+// peak memory, the backend's allocation by MemoryRole and where the step time goes.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -14,8 +14,10 @@ struct BenchOptions {
   int64_t warmup_steps = 2;  // excluded from every figure
 };
 
-// Measures the backend's fp32 GEMM throughput (GFLOP/s), best of `repeats` products of
-// [size × size] · [size × size]: the physical limit MFU is quoted against.
+// Measures the run's backend's fp32 GEMM throughput (GFLOP/s), best of `repeats` products of
+// [size × size] · [size × size]: the physical limit MFU is quoted against. The backend is a
+// fresh one made as the run's (make_backend(config)), so its buffers never count in the run's
+// memory figures.
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, int repeats = 5);
 
 // The BLAS the run's GEMMs go through (library, version, kernel and how it was chosen, threads,

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <functional>
 
-#include "backend/cpu/cpu_backend.h"
 #include "config/config.h"
 #include "data/loader.h"
 #include "data/tokenizer.h"
@@ -15,6 +14,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
 #include "train/hf_format.h"
+#include "train/make_backend.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -82,7 +82,8 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
                 "eval: --seq-len must be in [2, " + std::to_string(config.model.max_seq_len) + "]");
   }
 
-  std::unique_ptr<Backend> backend = make_cpu_backend(o.threads);
+  config.train.threads = o.threads;
+  std::unique_ptr<Backend> backend = make_backend(config);
   EvalResult result;
   if (!o.data_glob.empty()) {
     TokenLoader loader(o.data_glob, seq_len, config.model.vocab_size, "sequential", 0, 0, 1);

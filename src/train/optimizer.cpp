@@ -14,7 +14,7 @@ AdamW::AdamW(Backend& backend, const std::vector<ParamInfo>& params, const Train
   }
 }
 
-void AdamW::step(double lr, float clip_factor, int64_t step) {
+void AdamW::step(double lr, const Tensor& clip, int64_t step) {
   for (size_t i = 0; i < params_.size(); ++i) {
     AdamWStep s;
     s.lr = float(lr);
@@ -22,10 +22,9 @@ void AdamW::step(double lr, float clip_factor, int64_t step) {
     s.beta2 = float(train_.beta2);
     s.eps = float(train_.eps);
     s.weight_decay = params_[i].weight_decay ? float(train_.weight_decay) : 0.0f;
-    s.grad_scale = clip_factor;
     s.step = step;
     Tensor param = params_[i].weight;
-    backend_.adamw_update(param, params_[i].grad, first_moment_[i], second_moment_[i], s);
+    backend_.adamw_update(param, params_[i].grad, first_moment_[i], second_moment_[i], s, clip);
   }
 }
 

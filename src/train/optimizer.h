@@ -14,9 +14,11 @@ class AdamW {
  public:
   AdamW(Backend& backend, const std::vector<ParamInfo>& params, const TrainConfig& train);
 
-  // One update of every parameter. step: 1-based (bias correction); clip_factor multiplies
-  // the gradient (global-norm clipping folded into the update).
-  void step(double lr, float clip_factor, int64_t step);
+  // One update of every parameter. step: 1-based (bias correction); clip: f32 [2] in backend
+  // memory as Backend::global_norm_clip writes it: clip[0] multiplies the gradient (global-norm
+  // clipping folded into the update), clip[1] == 0 leaves every parameter and moment as it
+  // was (a non-finite step). Nothing is read back.
+  void step(double lr, const Tensor& clip, int64_t step);
 
   // Moments for checkpoints: first (m) and second (v) moment of parameter i.
   Tensor& first_moment(size_t i) { return first_moment_[i]; }

@@ -6,11 +6,11 @@
 #include <chrono>
 #include <cmath>
 
-#include "backend/cpu/cpu_backend.h"
 #include "controller/units.h"
 #include "data/counter_hash.h"
 #include "data/tokenizer.h"
 #include "train/lr_schedule.h"
+#include "train/make_backend.h"
 #include "util/error.h"
 
 using nlohmann::json;
@@ -74,14 +74,9 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                     ") is not a unit id: the model has " +
                     std::to_string(kKindsPerLayer * config.model.n_layers) + " projection units");
   }
-  if (config.backend != "cpu") {
-    throw Error(ErrorKind::NotBuilt,
-                "backend \"" + config.backend + "\" is not built yet; use backend=cpu");
-  }
+  // Before the communicator: a backend this binary lacks stops the run before any rank joins.
+  backend_ = make_backend(config);
   comm_ = make_communicator(config.dist.communicator);
-  backend_ = make_cpu_backend(config.train.threads);
-  backend_->set_gemm_precision(config.train.gemm_precision == "bf16" ? GemmPrecision::BF16
-                                                                     : GemmPrecision::FP32);
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
   const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();
@@ -112,7 +107,13 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   }
   plan_ = with_fixed_recovery(controller_->initial_plan());
   for (const auto& p : model_->params()) grads_.push_back(p.grad);
-  grad_sum_squares_.resize(grads_.size());
+  const int64_t num_params = int64_t(grads_.size());
+  step_scalars_ =
+      backend_->allocate("step_scalars", {1 + num_params}, DType::F64, MemoryRole::Scratch);
+  loss_sum_ = tensor_view(step_scalars_, {1}, 0);
+  grad_sum_squares_ = tensor_view(step_scalars_, {num_params}, 1);
+  grad_clip_ = backend_->allocate("grad_clip", {2}, DType::F32, MemoryRole::Scratch);
+  host_step_scalars_.resize(size_t(1 + num_params));
   tokens_.resize(size_t(micro_batch) * seq_len);
   targets_.resize(tokens_.size());
 
@@ -191,46 +192,62 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   r.units_recovery = model_->routing_stats().units_recovery;
   r.saved_activation_bytes = model_->routing_stats().saved_activation_bytes;
 
+  // Everything up to the readback is issued without waiting for the backend (DESIGN.md §2).
   auto t0 = std::chrono::steady_clock::now();
   model_->zero_grads();
-  double loss_sum = 0;
+  backend_->fill_zero(loss_sum_);
   const float loss_scale = 1.0f / float(accumulation_steps_);
   for (int m = 0; m < accumulation_steps_; ++m) {
     fill_batch(step_index, m);
-    loss_sum += model_->forward_backward(tokens_.data(), targets_.data(), loss_scale);
+    model_->forward_backward(tokens_.data(), targets_.data(), loss_scale, loss_sum_);
   }
   if (comm_->world_size() > 1) {
-    // Data parallel: every rank ends with the mean gradient and mean loss of the global
+    // Data parallel: every rank ends with the mean gradient and the loss sum of the global
     // batch, bit-identical on all ranks, so every rank's controller and update agree.
     Tensor grads = model_->flat_grads();
     comm_->allreduce_sum(grads);
     backend_->scale(grads, 1.0f / float(comm_->world_size()));
-    comm_->allreduce_sum(&loss_sum, 1);
-    loss_sum /= comm_->world_size();
+    comm_->allreduce_sum(loss_sum_);
   }
-  r.loss = loss_sum / accumulation_steps_;
   if (contains(debug_.nonfinite_grad_steps, r.step)) backend_->scale(grads_[0], NAN);
   r.forward_backward_ms = elapsed_ms(t0);
 
   // One fused pass gives every parameter's squared gradient norm: the global norm for
-  // clipping and each projection unit's norm for the controller come from it.
+  // clipping and each projection unit's norm for the controller come from it. The clip
+  // factor and the finite flag (loss and norm) stay in backend memory for the optimizer,
+  // which skips a non-finite step by itself.
   t0 = std::chrono::steady_clock::now();
-  backend_->sum_squares(grads_, grad_sum_squares_.data());
+  backend_->sum_squares(grads_, grad_sum_squares_);
+  backend_->global_norm_clip(grad_sum_squares_, loss_sum_, config_.train.grad_clip, grad_clip_);
+  r.norms_ms = elapsed_ms(t0);
+  t0 = std::chrono::steady_clock::now();
+  optimizer_->step(r.lr, grad_clip_, r.step);
+  r.optimizer_ms = elapsed_ms(t0);
+
+  // The step's one readback: the loss and the squared norms. The host recomputes the norm and
+  // the skip decision from them in the order global_norm_clip used, so they agree with it.
+  t0 = std::chrono::steady_clock::now();
+  backend_->copy_to_host(step_scalars_, host_step_scalars_.data());
+  r.readback_ms = elapsed_ms(t0);
+  double loss_sum = host_step_scalars_[0];
+  if (comm_->world_size() > 1) loss_sum /= comm_->world_size();
+  r.loss = loss_sum / accumulation_steps_;
+  const double* sum_squares = host_step_scalars_.data() + 1;
   double total = 0;
-  for (double s : grad_sum_squares_) total += s;
+  for (size_t i = 0; i < grads_.size(); ++i) total += sum_squares[i];
   r.grad_norm = std::sqrt(total);
   const auto& units = model_->units();
   r.unit_grad_norms.resize(units.size());
   for (size_t u = 0; u < units.size(); ++u) {
-    r.unit_grad_norms[u] = float(std::sqrt(grad_sum_squares_[size_t(units[u].param_index)]));
+    r.unit_grad_norms[u] = float(std::sqrt(sum_squares[size_t(units[u].param_index)]));
   }
-  r.norms_ms = elapsed_ms(t0);
   if (debug_.spike_unit >= 0 && contains(debug_.spike_steps, r.step)) {
     r.unit_grad_norms[size_t(debug_.spike_unit)] *= float(debug_.spike_scale);
   }
 
   // The controller sees every step's norms, non-finite ones included (it treats them as
-  // maximally risky without letting them into its history), and plans the next step.
+  // maximally risky without letting them into its history), and plans the next step; the
+  // update it follows has already been issued.
   t0 = std::chrono::steady_clock::now();
   plan_ = with_fixed_recovery(controller_->observe(r.step, r.unit_grad_norms));
   r.controller_ms = elapsed_ms(t0);
@@ -245,13 +262,6 @@ StepResult TrainingSession::run_step(int64_t step_index) {
     return r;
   }
   state_.consecutive_nonfinite = 0;
-
-  t0 = std::chrono::steady_clock::now();
-  const double clip = config_.train.grad_clip;
-  const float clip_factor = (clip > 0 && r.grad_norm > clip) ? float(clip / r.grad_norm) : 1.0f;
-  optimizer_->step(r.lr, clip_factor, r.step);
-  backend_->synchronize();
-  r.optimizer_ms = elapsed_ms(t0);
   return r;
 }
 

@@ -23,7 +23,12 @@ struct StepResult {
   double lr = 0;
   double grad_norm = 0;  // global L2 norm before clipping
   bool skipped = false;  // non-finite loss or gradient: no update
-  double forward_backward_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0;
+  // Host time between the calls that issue each part of the step; none of them waits for the
+  // backend. The CPU backend runs every op before returning, so on it these are the work
+  // itself; on an asynchronous backend they are enqueue times and the work shows up in
+  // readback_ms, the wait in the step's one readback. controller_ms is host work either way.
+  double forward_backward_ms = 0, norms_ms = 0, optimizer_ms = 0, readback_ms = 0,
+         controller_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
   int units_recovery = 0;              // units this step ran on the recovery path
   size_t saved_activation_bytes = 0;   // what the projections saved for their weight gradients
@@ -84,7 +89,12 @@ class TrainingSession {
   int accumulation_steps_ = 1;
   std::vector<int32_t> tokens_, targets_;
   std::vector<Tensor> grads_;
-  std::vector<double> grad_sum_squares_;
+  // The step's scalars, computed and consumed in backend memory and read back once per step
+  // (after the update is issued): f64 [1 + params] = the loss summed over micro-steps, then
+  // each parameter's squared gradient norm. loss_sum_ and grad_sum_squares_ are views of it.
+  Tensor step_scalars_, loss_sum_, grad_sum_squares_;
+  Tensor grad_clip_;  // f32 [2]: clip factor, finite flag (Backend::global_norm_clip)
+  std::vector<double> host_step_scalars_;
 };
 
 }  // namespace gnmr

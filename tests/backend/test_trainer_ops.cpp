@@ -1,5 +1,6 @@
-// Trainer-facing backend ops (adamw_update, sum_squares, scale), bf16 GEMM emulation,
-// memory accounting and run-to-run determinism of the CPU backend.
+// Trainer-facing backend ops (adamw_update, sum_squares, global_norm_clip,
+// accumulate_mean_loss, scale), bf16 GEMM emulation, memory accounting, the sync counter and
+// run-to-run determinism of the CPU backend.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +20,19 @@ using testing::upload;
 
 using testing::random_vector;
 
+// An f64 tensor holding `host` (the trainer's scalars in backend memory).
+Tensor upload_f64(Backend& be, const std::vector<double>& host) {
+  Tensor t =
+      be.allocate("test", {static_cast<int64_t>(host.size())}, DType::F64, MemoryRole::Scratch);
+  be.copy_from_host(t, host.data());
+  return t;
+}
+
+// The clip tensor global_norm_clip would write: {grad scale, finite flag}.
+Tensor clip_tensor(Backend& be, float grad_scale, bool finite) {
+  return upload(be, {grad_scale, finite ? 1.0f : 0.0f}, {2});
+}
+
 TEST(TrainerOps, AdamwUpdateMatchesHandComputedStep) {
   auto be = make_cpu_backend(2);
   Tensor p = upload(*be, {1.0f, -2.0f}, {2}), g = upload(*be, {0.5f, 0.0f}, {2});
@@ -29,9 +43,8 @@ TEST(TrainerOps, AdamwUpdateMatchesHandComputedStep) {
   s.beta2 = 0.99f;
   s.eps = 1e-8f;
   s.weight_decay = 0.1f;
-  s.grad_scale = 0.5f;
   s.step = 3;
-  be->adamw_update(p, g, m, v, s);
+  be->adamw_update(p, g, m, v, s, clip_tensor(*be, 0.5f, true));
   // element 0 by hand: g = 0.25, m = 0.9*0.1 + 0.1*0.25 = 0.115,
   // v = 0.99*0.01 + 0.01*0.0625 = 0.010525, bias1 = 1 - 0.9^3 = 0.271,
   // bias2 = 1 - 0.99^3 = 0.029701, p = 1 * (1 - 0.1*0.1) - 0.1/0.271 * 0.115 /
@@ -57,7 +70,7 @@ TEST(TrainerOps, AdamwFirstStepMovesEachWeightByLearningRateTimesSign) {
          v = be->allocate("v", {3}, DType::F32, MemoryRole::Scratch);
   AdamWStep s;
   s.lr = 0.01f;
-  be->adamw_update(p, g, m, v, s);
+  be->adamw_update(p, g, m, v, s, clip_tensor(*be, 1.0f, true));
   const auto got = download(*be, p);
   // m_hat = g, v_hat = g^2 after bias correction: the step is lr * g / (|g| + eps)
   EXPECT_NEAR(got[0], -0.01f, 1e-8);
@@ -83,15 +96,81 @@ TEST(TrainerOps, SumSquaresMatchesDoubleReferenceForAnyThreadCount) {
     for (size_t i = 0; i < sizes.size(); ++i) {
       tensors.push_back(upload(*be, hosts[i], {static_cast<int64_t>(sizes[i])}));
     }
+    Tensor sums = upload_f64(*be, std::vector<double>(sizes.size(), -1.0));
+    be->sum_squares(tensors, sums);
     std::vector<double>& out = results[threads - 1];
-    out.assign(sizes.size(), -1.0);
-    be->sum_squares(tensors, out.data());
+    out = download<double>(*be, sums);
     for (size_t i = 0; i < sizes.size(); ++i) {
       // exact squares summed in double in another order: ~n * 1e-16 relative
       EXPECT_NEAR(out[i], reference[i], 1e-12 * (1.0 + reference[i])) << i;
     }
   }
   EXPECT_EQ(results[0], results[1]);  // bit-identical across thread counts
+}
+
+TEST(TrainerOps, AdamwLeavesEverythingAsItWasWhenTheFlagSaysNonFinite) {
+  auto be = make_cpu_backend(1);
+  Tensor p = upload(*be, {1.0f, -2.0f}, {2}), g = upload(*be, {0.5f, NAN}, {2});
+  Tensor m = upload(*be, {0.1f, 0.2f}, {2}), v = upload(*be, {0.01f, 0.04f}, {2});
+  AdamWStep s;
+  s.lr = 0.1f;
+  s.weight_decay = 0.1f;  // would move p even with a zero gradient
+  be->adamw_update(p, g, m, v, s, clip_tensor(*be, 1.0f, false));
+  EXPECT_EQ(download(*be, p), (std::vector<float>{1.0f, -2.0f}));
+  EXPECT_EQ(download(*be, m), (std::vector<float>{0.1f, 0.2f}));
+  EXPECT_EQ(download(*be, v), (std::vector<float>{0.01f, 0.04f}));
+}
+
+TEST(TrainerOps, GlobalNormClipGivesTheHostFormulaAndTheFiniteFlag) {
+  auto be = make_cpu_backend(1);
+  Tensor clip = be->allocate("clip", {2}, DType::F32, MemoryRole::Scratch);
+  const std::vector<double> squares = {9.0, 0.5, 16.0, 0.25};  // norm sqrt(25.75) ~ 5.07
+  Tensor sums = upload_f64(*be, squares);
+  Tensor loss = upload_f64(*be, {3.5});
+  double total = 0.0;
+  for (double s : squares) total += s;
+  // Above the limit: the trainer's float(max_norm / norm), bit for bit.
+  be->global_norm_clip(sums, loss, 1.0, clip);
+  EXPECT_EQ(download(*be, clip), (std::vector<float>{float(1.0 / std::sqrt(total)), 1.0f}));
+  // Below the limit, and with clipping off (max_norm 0): no scaling.
+  be->global_norm_clip(sums, loss, 10.0, clip);
+  EXPECT_EQ(download(*be, clip), (std::vector<float>{1.0f, 1.0f}));
+  be->global_norm_clip(sums, loss, 0.0, clip);
+  EXPECT_EQ(download(*be, clip), (std::vector<float>{1.0f, 1.0f}));
+  // A non-finite loss or squared norm clears the flag.
+  Tensor nan_loss = upload_f64(*be, {NAN});
+  be->global_norm_clip(sums, nan_loss, 1.0, clip);
+  EXPECT_EQ(download(*be, clip)[1], 0.0f);
+  Tensor inf_sums = upload_f64(*be, {1.0, INFINITY});
+  be->global_norm_clip(inf_sums, loss, 1.0, clip);
+  EXPECT_EQ(download(*be, clip)[1], 0.0f);
+}
+
+TEST(TrainerOps, AccumulateMeanLossAddsTheFloatMeanOfEachCall) {
+  auto be = make_cpu_backend(2);
+  const std::vector<float> a = {1.0f, 2.0f, 0.0f, 4.5f}, b = {0.1f, 0.2f, 0.3f, 0.0f};
+  Tensor loss_sum = upload_f64(*be, {0.0});
+  be->accumulate_mean_loss(upload(*be, a, {4}), 3, loss_sum);
+  be->accumulate_mean_loss(upload(*be, b, {4}), 3, loss_sum);
+  // Each mean: a double sum in index order, divided, rounded to float, then widened.
+  auto mean = [](const std::vector<float>& x) {
+    double sum = 0.0;
+    for (float l : x) sum += l;
+    return double(float(sum / 3.0));
+  };
+  EXPECT_EQ(download<double>(*be, loss_sum)[0], 0.0 + mean(a) + mean(b));
+}
+
+TEST(TrainerOps, OnlyCopyToHostAndSynchronizeCountAsSynchronisations) {
+  auto be = make_cpu_backend(1);
+  Tensor t = upload(*be, {1.0f, 2.0f}, {2});
+  Tensor sums = be->allocate("sums", {1}, DType::F64, MemoryRole::Scratch);
+  be->sum_squares({t}, sums);
+  be->scale(t, 2.0f);
+  EXPECT_EQ(be->sync_count(), 0);
+  download(*be, t);
+  be->synchronize();
+  EXPECT_EQ(be->sync_count(), 2);
 }
 
 TEST(TrainerOps, ScaleMultipliesInPlace) {

@@ -123,6 +123,20 @@ TEST_F(MpiCommunicatorTest, DoubleAllreduceSumsLossTotals) {
   EXPECT_TRUE(identical_on_every_rank(totals, sizeof(totals)));
 }
 
+TEST_F(MpiCommunicatorTest, F64TensorAllreduceGivesTheBitsOfTheDoubleAllreduce) {
+  // The trainer all-reduces its loss sum as an F64 tensor in backend memory; it must be the
+  // sum the host-double path gave before (the recorded runs pin it).
+  std::vector<double> as_tensor = {0.1 * (rank() + 1), 1e12 + rank() / 3.0, -3.0};
+  std::vector<double> as_doubles = as_tensor;
+  Tensor t;
+  t.data = as_tensor.data();
+  t.dtype = DType::F64;
+  t.shape = {3};
+  world().allreduce_sum(t);
+  world().allreduce_sum(as_doubles.data(), as_doubles.size());
+  EXPECT_EQ(as_tensor, as_doubles);
+}
+
 TEST_F(MpiCommunicatorTest, EmptyAllreducesAreNoOps) {
   Tensor empty;
   empty.shape = {0};

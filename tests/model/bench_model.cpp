@@ -47,6 +47,7 @@ class TimingBackend final : public Backend {
     time("fill_zero", [&] { in_.fill_zero(t); });
   }
   void synchronize() override { in_.synchronize(); }
+  int64_t sync_count() const override { return in_.sync_count(); }
   void embedding_forward(const Tensor& a, const Tensor& b, Tensor& c) override {
     time("embedding", [&] { in_.embedding_forward(a, b, c); });
   }
@@ -124,14 +125,21 @@ class TimingBackend final : public Backend {
   void cross_entropy_forward_backward(Tensor& l, const Tensor& t, Tensor& o, float d) override {
     time("cross_entropy", [&] { in_.cross_entropy_forward_backward(l, t, o, d); });
   }
-  void sum_squares(const std::vector<Tensor>& t, double* o) override {
+  void accumulate_mean_loss(const Tensor& l, int64_t n, Tensor& s) override {
+    time("cross_entropy", [&] { in_.accumulate_mean_loss(l, n, s); });
+  }
+  void sum_squares(const std::vector<Tensor>& t, Tensor& o) override {
     time("sum_squares", [&] { in_.sum_squares(t, o); });
+  }
+  void global_norm_clip(const Tensor& s, const Tensor& l, double c, Tensor& o) override {
+    time("sum_squares", [&] { in_.global_norm_clip(s, l, c, o); });
   }
   void scale(Tensor& t, float f) override {
     time("scale", [&] { in_.scale(t, f); });
   }
-  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s) override {
-    time("adamw", [&] { in_.adamw_update(p, g, m, v, s); });
+  void adamw_update(Tensor& p, const Tensor& g, Tensor& m, Tensor& v, const AdamWStep& s,
+                    const Tensor& c) override {
+    time("adamw", [&] { in_.adamw_update(p, g, m, v, s, c); });
   }
   int64_t vocab = -1;
 

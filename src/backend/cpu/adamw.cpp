@@ -10,7 +10,7 @@ namespace gnmr {
 namespace cpu {
 
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
-                  const AdamWStep& s, int threads) {
+                  const AdamWStep& s, float grad_scale, int threads) {
   // Bias corrections in double, then fp32 per element as torch does.
   const double t = static_cast<double>(s.step);
   const float bias1 = static_cast<float>(1.0 - std::pow(static_cast<double>(s.beta1), t));
@@ -20,7 +20,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t c
   const float decay = 1.0f - s.lr * s.weight_decay;
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (int64_t i = 0; i < count; ++i) {
-    const float g = grad[i] * s.grad_scale;
+    const float g = grad[i] * grad_scale;
     const float mi = s.beta1 * m[i] + (1.0f - s.beta1) * g;
     const float vi = s.beta2 * v[i] + (1.0f - s.beta2) * g * g;
     m[i] = mi;

@@ -21,6 +21,12 @@ float* f32(const Tensor& t) {
   return static_cast<float*>(t.data);
 }
 
+double* f64(const Tensor& t) {
+  GNMR_CHECK(t.dtype == DType::F64,
+             "expected an f64 tensor, got " + std::string(dtype_name(t.dtype)));
+  return static_cast<double*>(t.data);
+}
+
 const int32_t* i32(const Tensor& t) {
   GNMR_CHECK(t.dtype == DType::I32,
              "expected an i32 tensor, got " + std::string(dtype_name(t.dtype)));
@@ -92,6 +98,7 @@ class CpuBackend final : public Backend {
 
   // Empty tensors may have null data (and null host buffers): memcpy/memset must not see them.
   void copy_to_host(const Tensor& src, void* host) override {
+    ++sync_count_;
     if (src.bytes() > 0) std::memcpy(host, src.data, src.bytes());
   }
   void copy_from_host(Tensor& dst, const void* host) override {
@@ -104,7 +111,9 @@ class CpuBackend final : public Backend {
   void fill_zero(Tensor& t) override {
     if (t.bytes() > 0) std::memset(t.data, 0, t.bytes());
   }
-  void synchronize() override {}
+  // Nothing to wait for on the CPU, but counted as the GPU call that would wait.
+  void synchronize() override { ++sync_count_; }
+  int64_t sync_count() const override { return sync_count_; }
 
   void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
     const int64_t n = tokens.numel(), d = cols(table);
@@ -280,7 +289,17 @@ class CpuBackend final : public Backend {
                                         threads_);
   }
 
-  void sum_squares(const std::vector<Tensor>& tensors, double* out_per_tensor) override {
+  void accumulate_mean_loss(const Tensor& losses, int64_t valid_targets,
+                            Tensor& loss_sum) override {
+    GNMR_CHECK(valid_targets > 0 && loss_sum.numel() == 1,
+               "accumulate_mean_loss: needs valid targets and a one-element sum, got " +
+                   std::to_string(valid_targets) + " and " + loss_sum.shape_string());
+    cpu::accumulate_mean_loss(f32(losses), losses.numel(), valid_targets, f64(loss_sum));
+  }
+  void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) override {
+    GNMR_CHECK(out_per_tensor.numel() == static_cast<int64_t>(tensors.size()),
+               "sum_squares: " + std::to_string(tensors.size()) + " tensors, out " +
+                   out_per_tensor.shape_string());
     std::vector<const float*> pointers;
     std::vector<int64_t> counts;
     for (const Tensor& t : tensors) {
@@ -288,16 +307,28 @@ class CpuBackend final : public Backend {
       counts.push_back(t.numel());
     }
     cpu::sum_squares(pointers.data(), counts.data(), static_cast<int64_t>(tensors.size()),
-                     out_per_tensor, threads_);
+                     f64(out_per_tensor), threads_);
+  }
+  void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
+                        Tensor& clip) override {
+    GNMR_CHECK(loss_sum.numel() == 1 && clip.numel() == 2,
+               "global_norm_clip: loss_sum " + loss_sum.shape_string() + ", clip " +
+                   clip.shape_string() + " (want [1] and [2])");
+    cpu::global_norm_clip(f64(sum_squares), sum_squares.numel(), *f64(loss_sum), max_norm,
+                          f32(clip));
   }
   void scale(Tensor& t, float factor) override { cpu::scale(f32(t), factor, t.numel(), threads_); }
-  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
-                    const AdamWStep& s) override {
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s,
+                    const Tensor& clip) override {
     check_same_shape(param, grad, "adamw_update");
     check_same_shape(param, m, "adamw_update");
     check_same_shape(param, v, "adamw_update");
     GNMR_CHECK(s.step >= 1, "adamw_update: step is 1-based");
-    cpu::adamw_update(f32(param), f32(grad), f32(m), f32(v), param.numel(), s, threads_);
+    GNMR_CHECK(clip.numel() == 2, "adamw_update: clip " + clip.shape_string() + " (want [2])");
+    const float* scale_and_flag = f32(clip);
+    if (scale_and_flag[1] == 0.0f) return;
+    cpu::adamw_update(f32(param), f32(grad), f32(m), f32(v), param.numel(), s, scale_and_flag[0],
+                      threads_);
   }
 
  private:
@@ -330,6 +361,7 @@ class CpuBackend final : public Backend {
   }
 
   int threads_;
+  int64_t sync_count_ = 0;
   std::vector<void*> blocks_;
   size_t tensor_bytes_[kMemoryRoles] = {};  // by MemoryRole
   std::vector<float> workspace_rmsnorm_, workspace_attention_, workspace_a_, workspace_b_;

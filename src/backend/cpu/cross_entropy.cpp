@@ -85,5 +85,13 @@ GNMR_INSTANTIATE(float)
 GNMR_INSTANTIATE(double)
 #undef GNMR_INSTANTIATE
 
+// One thread, index order: the value must not depend on the thread count, and [N] adds are
+// nothing next to the [N, V] pass that produced the losses.
+void accumulate_mean_loss(const float* losses, int64_t n, int64_t valid, double* loss_sum) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += losses[i];
+  *loss_sum += static_cast<double>(static_cast<float>(sum / static_cast<double>(valid)));
+}
+
 }  // namespace cpu
 }  // namespace gnmr

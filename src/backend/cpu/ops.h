@@ -112,6 +112,8 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, T* losses, i
 template <typename T>
 void cross_entropy_forward_backward(T* logits, const int32_t* targets, T* losses, T dloss,
                                     int64_t n, int64_t vocab, int threads);
+// *loss_sum += double(float(sum(losses[0..n)) / valid)), summed in double in index order.
+void accumulate_mean_loss(const float* losses, int64_t n, int64_t valid, double* loss_sum);
 
 // ---- elementwise.cpp (kernels/elementwise.cu) ----
 template <typename T>
@@ -124,10 +126,13 @@ void scale(T* x, T factor, int64_t count, int threads);
 constexpr int64_t kSumSquaresChunk = 1 << 16;
 void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num_tensors,
                  double* out_per_tensor, int threads);
+// clip[0] = the clip factor, clip[1] = the finite flag, as Backend::global_norm_clip.
+void global_norm_clip(const double* sum_squares, int64_t count, double loss_sum, double max_norm,
+                      float* clip);
 
 // ---- adamw.cpp ----
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
-                  const AdamWStep& s, int threads);
+                  const AdamWStep& s, float grad_scale, int threads);
 
 }  // namespace cpu
 }  // namespace gnmr

@@ -1,0 +1,17 @@
+// make_backend: the one place a Backend is made. `gnmr train` (TrainingSession), `gnmr eval`
+// and `gnmr bench` all come here, so a backend is added in this file and nowhere else.
+#pragma once
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "config/config.h"
+
+namespace gnmr {
+
+// config.backend "cpu": the CPU backend on train.threads threads (0 = all cores), its GEMMs at
+// train.gemm_precision. "cuda": Error(NotBuilt) until the CUDA backend exists. Anything
+// else: Error(Config) naming the key.
+std::unique_ptr<Backend> make_backend(const RunConfig& config);
+
+}  // namespace gnmr

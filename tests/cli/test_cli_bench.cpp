@@ -1,0 +1,52 @@
+// `gnmr bench` reports the backend's memory by role, in its text and its JSON line.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_fixture.h"
+#include "config/config.h"
+#include "model/param_table.h"
+
+using gnmr_test::run_gnmr;
+
+namespace {
+
+// The last line of the output that is a JSON object (bench prints its figures last).
+nlohmann::json last_json_line(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
+}
+
+}  // namespace
+
+TEST(CliBench, PrintsTheBackendMemoryByRoleSummingToTheTotal) {
+  const std::string dir = gnmr_test::scratch_dir("cli_bench_memory");
+  const std::string config = gnmr_test::write_tiny_config(dir);
+  auto r = run_gnmr("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json figures = last_json_line(r.output);
+  ASSERT_TRUE(figures.contains("backend_bytes_by_role")) << r.output;
+  const nlohmann::json& by_role = figures["backend_bytes_by_role"];
+  size_t sum = 0;
+  for (const char* role :
+       {"weights", "gradients", "optimizer_state", "activations", "saved_activations", "scratch"}) {
+    ASSERT_TRUE(by_role.contains(role)) << role << ": " << by_role.dump();
+    EXPECT_GT(by_role[role].get<size_t>(), 0u) << role;
+    EXPECT_NE(r.output.find(std::string("    ") + role + " "), std::string::npos) << role;
+    sum += by_role[role].get<size_t>();
+  }
+  EXPECT_EQ(by_role.size(), 6u) << by_role.dump();
+  EXPECT_EQ(sum, figures["backend_bytes"].get<size_t>());
+  // Nothing is freed during a run, so the peak is the total.
+  EXPECT_EQ(figures["backend_peak_bytes"].get<size_t>(), sum);
+  // The weights are one fp32 buffer of every parameter, padding included; the gradients match.
+  const gnmr::ParamTable table = gnmr::build_param_table(gnmr::load_run_config(config, {}).model);
+  EXPECT_EQ(by_role["weights"].get<size_t>(), size_t(4 * table.flat_size));
+  EXPECT_EQ(by_role["gradients"].get<size_t>(), size_t(4 * table.flat_size));
+  EXPECT_NE(r.output.find("backend memory"), std::string::npos) << r.output;
+}
