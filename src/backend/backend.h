@@ -10,11 +10,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "precision/counter_rng.h"
 #include "precision/fp_format.h"
+#include "precision/path_spec.h"
 #include "precision/quantize_groupwise.h"
 
 namespace gnmr {
@@ -68,6 +70,30 @@ Tensor tensor_view(const Tensor& base, std::vector<int64_t> shape, int64_t offse
 enum class GemmPrecision { FP32, BF16 };
 
 GemmPrecision parse_gemm_precision(const std::string& name);  // "fp32" | "bf16", else Error(Config)
+
+// A projection y = x W^T as one unit (or the lm_head) runs it: tokens N, W: [out, in].
+struct ProjectionShape {
+  int64_t tokens = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+  // The caller's dy is dead after projection_backward (the lm_head's dlogits [N, V]): the
+  // backend may round or quantize it in place instead of into a copy.
+  bool backward_may_overwrite_dy = false;
+};
+
+// What a backend planned for one projection (plan_projection): the memory both of its paths
+// need (saved codes, the prepared weight) and what the last saving forward kept for the
+// backward. Opaque to the model, owned by it, valid while the backend lives.
+class ProjectionState {
+ public:
+  virtual ~ProjectionState() = default;
+  // Whether the backward of `path` reads the forward's input x itself: the caller then keeps
+  // x unchanged from projection_forward(save) to projection_backward.
+  virtual bool reads_forward_input(const PathSpec& path) const = 0;
+  // Bytes the state itself keeps for the backward of `path` (e.g. packed codes and scales);
+  // 0 when the backward reads the forward's input instead.
+  virtual size_t saved_bytes(const PathSpec& path) const = 0;
+};
 
 // One AdamW step as torch.optim.AdamW computes it (decoupled weight decay):
 //   g = grad * grad_scale;  p -= lr * weight_decay * p
@@ -147,6 +173,27 @@ class Backend {
     matmul_backward_input(dy, weight, dx, accumulate_dx);
     matmul_backward_weight(x, dy, dweight);
   }
+
+  // ---- projections (the precision recipes' paths, src/precision/path_spec.h) ----
+  // Plans one projection at construction for both of its paths (low and recovery may be the
+  // same spec): every buffer either path needs is allocated here, under `name`, never in a
+  // step. The backend chooses operand layouts and real or emulated execution per path.
+  virtual std::unique_ptr<ProjectionState> plan_projection(const std::string& name,
+                                                           const ProjectionShape& shape,
+                                                           const PathSpec& low,
+                                                           const PathSpec& recovery) = 0;
+  // y = x W^T on `path` (low or recovery of the plan). x: [N, in]; w: [out, in]; y: [N, out].
+  // When `save`, keeps what the backward of `path` reads (and, if reads_forward_input, the
+  // view of x). Stochastic rounding of saved codes reads `key`.
+  virtual void projection_forward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                                  const Tensor& x, Tensor& y, bool save, const RngKey& key) = 0;
+  // dw += dy^T x (x as the last saving forward kept it); dx = dy W (dx += when accumulate_dx).
+  // `path` is the one that forward ran. dy is left unchanged unless the shape allowed it.
+  virtual void projection_backward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                                   Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) = 0;
+  // Drops every prepared (rounded / quantized) weight: call after the weights change. Each
+  // is redone on its next use, then reused by the step's forward and backward GEMMs.
+  virtual void invalidate_prepared_weights() = 0;
 
   // Rotary embedding in place, Hugging Face rotate-half convention.
   // x: [B, T, heads, hd]; cos, sin: [max_seq, hd / 2] (see rope_table.h); position = t.

@@ -143,7 +143,7 @@ void LlamaModel::project_forward(const ProjectionUnit& u, const Tensor& x, Tenso
   paths_->forward(u, x, y, save_for_backward_);
 }
 
-void LlamaModel::project_backward(const ProjectionUnit& u, const Tensor& dy, Tensor& dx,
+void LlamaModel::project_backward(const ProjectionUnit& u, Tensor& dy, Tensor& dx,
                                   bool accumulate_dx) {
   paths_->backward(u, dy, dx, accumulate_dx);
 }
@@ -232,7 +232,7 @@ void LlamaModel::forward(bool save_for_backward) {
   }
   be.rmsnorm_forward(act_.residual[config_.n_layers], P[table_.final_norm].weight, config_.norm_eps,
                      act_.xn_final, act_.rstd_final);
-  paths_->lm_head_forward(act_.xn_final, act_.logits);
+  paths_->lm_head_forward(act_.xn_final, act_.logits, save_for_backward);
 }
 
 void LlamaModel::backward() {
@@ -242,7 +242,7 @@ void LlamaModel::backward() {
   GradientScratch& s = scratch_;
   const int L = config_.n_layers;
   // lm_head and final norm; logits now hold dloss/dlogits
-  paths_->lm_head_backward(act_.xn_final, act_.logits, s.d_normed);
+  paths_->lm_head_backward(act_.logits, s.d_normed);
   be.fill_zero(s.d_residual);
   be.rmsnorm_backward(act_.residual[L], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
                       s.d_residual, P[table_.final_norm].grad);

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/projection.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -171,6 +172,26 @@ class CpuBackend final : public Backend {
     cpu::matmul_backward_weight(xp, dyp, f32(dweight), n, in, out, threads_);
   }
 
+  std::unique_ptr<ProjectionState> plan_projection(const std::string& name,
+                                                   const ProjectionShape& shape,
+                                                   const PathSpec& low,
+                                                   const PathSpec& recovery) override {
+    std::unique_ptr<cpu::CpuProjectionState> state =
+        cpu::plan_projection(*this, name, shape, low, recovery);
+    workspace(workspace_projection_x_, state->x_scratch);
+    workspace(workspace_projection_dy_, state->dy_scratch);
+    return state;
+  }
+  void projection_forward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                          const Tensor& x, Tensor& y, bool save, const RngKey& key) override {
+    cpu::projection_forward(projection_call(state, w), path, x, y, save, key);
+  }
+  void projection_backward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                           Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) override {
+    cpu::projection_backward(projection_call(state, w), path, dy, dx, accumulate_dx, dw);
+  }
+  void invalidate_prepared_weights() override { ++weights_epoch_; }
+
   void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
                               const GroupwiseSpec& spec, const RngKey& key) override {
     const int64_t n = rows(x), d = cols(x);
@@ -310,6 +331,15 @@ class CpuBackend final : public Backend {
     return cpu::AttentionShape{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
   }
 
+  cpu::ProjectionCall projection_call(ProjectionState& state, const Tensor& w) {
+    auto* cpu_state = dynamic_cast<cpu::CpuProjectionState*>(&state);
+    GNMR_CHECK(cpu_state != nullptr, "projection state was not planned by the cpu backend");
+    const cpu::ProjectionScratch scratch{
+        workspace_projection_x_.data(), static_cast<int64_t>(workspace_projection_x_.size()),
+        workspace_projection_dy_.data(), static_cast<int64_t>(workspace_projection_dy_.size())};
+    return cpu::ProjectionCall{*this, *cpu_state, w, scratch, weights_epoch_};
+  }
+
   // In bf16 mode a GEMM input is rounded into a scratch copy; in fp32 mode it is used as is.
   const float* gemm_input(const float* src, int64_t count, GemmPrecision precision,
                           std::vector<float>& scratch) {
@@ -325,14 +355,18 @@ class CpuBackend final : public Backend {
     return buffer.data();
   }
   size_t workspace_bytes() const {
-    return sizeof(float) * (workspace_rmsnorm_.size() + workspace_attention_.size() +
-                            workspace_a_.size() + workspace_b_.size());
+    return sizeof(float) *
+           (workspace_rmsnorm_.size() + workspace_attention_.size() + workspace_a_.size() +
+            workspace_b_.size() + workspace_projection_x_.size() + workspace_projection_dy_.size());
   }
 
   int threads_;
   std::vector<void*> blocks_;
   size_t tensor_bytes_[kMemoryRoles] = {};  // by MemoryRole
   std::vector<float> workspace_rmsnorm_, workspace_attention_, workspace_a_, workspace_b_;
+  // The projections' shared scratch, sized when they are planned (projection.h).
+  std::vector<float> workspace_projection_x_, workspace_projection_dy_;
+  uint64_t weights_epoch_ = 1;  // bumped by invalidate_prepared_weights
 };
 
 }  // namespace
