@@ -95,6 +95,19 @@ class ProjectionState {
   virtual size_t saved_bytes(const PathSpec& path) const = 0;
 };
 
+// B = batch, T = seq, H = query heads, Hkv = key/value heads, hd = head dim.
+struct AttentionShape {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+};
+
+// What the attention forward keeps for its backward (plan_attention), backend-owned and
+// opaque to the model.
+class AttentionState {
+ public:
+  virtual ~AttentionState() = default;
+  virtual size_t saved_bytes() const = 0;  // as allocated, under MemoryRole::SavedActivations
+};
+
 // One AdamW step as torch.optim.AdamW computes it (decoupled weight decay):
 //   g = grad * grad_scale;  p -= lr * weight_decay * p
 //   m = beta1 m + (1 - beta1) g;  v = beta2 v + (1 - beta2) g^2
@@ -202,13 +215,18 @@ class Backend {
   virtual void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) = 0;
 
   // Causal softmax attention with scale 1/sqrt(hd); query head h reads kv head h / (H / Hkv).
-  // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; probs: [B, H, T, T] (saved for backward)
+  // Planned once per layer: the state holds what the backward reads beyond q, k, v (the cpu:
+  // the probabilities [B, H, T, T]; a flash-style kernel: the log-sum-exp [B, H, T] and its
+  // own copy of out), allocated here as saved activations, so the caller need not keep out.
+  virtual std::unique_ptr<AttentionState> plan_attention(const std::string& name,
+                                                         const AttentionShape& shape) = 0;
+  // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; `saved` from plan_attention of that shape.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                 Tensor& probs) = 0;
-  // dq, dk, dv overwritten.
+                                 AttentionState& saved) = 0;
+  // From the q, k, v and `saved` of the forward; dq, dk, dv overwritten.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& probs, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                  Tensor& dv) = 0;
+                                  const AttentionState& saved, const Tensor& dout, Tensor& dq,
+                                  Tensor& dk, Tensor& dv) = 0;
 
   // out = silu(gate) * up. gate, up, out: [N, F]
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) = 0;

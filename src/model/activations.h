@@ -2,6 +2,7 @@
 // N = micro_batch * seq_len tokens; views with 4-d head shapes are made where needed.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
@@ -15,14 +16,15 @@ struct LayerActivations {
   Tensor q;          // [N, H * hd]   after rotary
   Tensor k;          // [N, Hkv * hd] after rotary
   Tensor v;          // [N, Hkv * hd]
-  Tensor probs;      // [B, H, T, T]  softmax probabilities
-  Tensor att;        // [N, D]  attention output: the input of unit o
-  Tensor h;          // [N, D]  x + o_proj(att)
-  Tensor xn_mlp;     // [N, D]  post_attention_layernorm(h): the input of units gate, up
-  Tensor rstd_mlp;   // [N]
-  Tensor gate;       // [N, F]
-  Tensor up;         // [N, F]
-  Tensor act;        // [N, F]  silu(gate) * up: the input of unit down
+  // What attention's backward reads beyond q, k, v (Backend::plan_attention).
+  std::unique_ptr<AttentionState> attention;
+  Tensor att;       // [N, D]  attention output: the input of unit o
+  Tensor h;         // [N, D]  x + o_proj(att)
+  Tensor xn_mlp;    // [N, D]  post_attention_layernorm(h): the input of units gate, up
+  Tensor rstd_mlp;  // [N]
+  Tensor gate;      // [N, F]
+  Tensor up;        // [N, F]
+  Tensor act;       // [N, F]  silu(gate) * up: the input of unit down
 };
 
 struct Activations {

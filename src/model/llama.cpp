@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <string>
+#include <utility>
 
 #include "backend/rope_table.h"
 #include "model/init.h"
@@ -56,7 +57,8 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     a.q = saved(p + "q", {n, d});
     a.k = saved(p + "k", {n, kv});
     a.v = saved(p + "v", {n, kv});
-    a.probs = saved(p + "probs", {b, h, t, t});
+    a.attention = backend_.plan_attention(
+        p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd});
     a.att = saved(p + "att", {n, d});
     a.h = saved(p + "h", {n, d});
     a.xn_mlp = saved(p + "xn_mlp", {n, d});
@@ -64,7 +66,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     a.gate = saved(p + "gate", {n, f});
     a.up = saved(p + "up", {n, f});
     a.act = saved(p + "act", {n, f});
-    act_.layers.push_back(a);
+    act_.layers.push_back(std::move(a));
   }
   act_.xn_final = saved("xn_final", {n, d});
   act_.rstd_final = saved("rstd_final", {n});
@@ -218,7 +220,7 @@ void LlamaModel::forward(bool save_for_backward) {
     Tensor att4 = heads_view(a.att, h);
     be.rope_forward(q4, act_.rope_cos, act_.rope_sin);
     be.rope_forward(k4, act_.rope_cos, act_.rope_sin);
-    be.attention_forward(q4, k4, v4, att4, a.probs);
+    be.attention_forward(q4, k4, v4, att4, *a.attention);
     // o_proj output goes to d_att as scratch before the residual add
     project_forward(unit(l, ProjectionKind::O), a.att, scratch_.d_att);
     be.residual_forward(x, scratch_.d_att, a.h);
@@ -260,7 +262,7 @@ void LlamaModel::backward() {
     project_backward(unit(l, ProjectionKind::O), s.d_residual, s.d_att, false);
     Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
     Tensor dq4 = heads_view(s.dq, h), dk4 = heads_view(s.dk, hkv), dv4 = heads_view(s.dv, hkv);
-    be.attention_backward(q4, k4, v4, a.probs, heads_view(s.d_att, h), dq4, dk4, dv4);
+    be.attention_backward(q4, k4, v4, *a.attention, heads_view(s.d_att, h), dq4, dk4, dv4);
     be.rope_backward(dq4, act_.rope_cos, act_.rope_sin);
     be.rope_backward(dk4, act_.rope_cos, act_.rope_sin);
     project_backward(unit(l, ProjectionKind::Q), s.dq, s.d_normed, false);

@@ -119,13 +119,18 @@ class TimingBackend final : public Backend {
   void rope_backward(Tensor& x, const Tensor& c, const Tensor& s) override {
     time("rope", [&] { in_.rope_backward(x, c, s); });
   }
-  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
-                         Tensor& p) override {
-    time("attention fwd", [&] { in_.attention_forward(q, k, v, o, p); });
+  std::unique_ptr<AttentionState> plan_attention(const std::string& n,
+                                                 const AttentionShape& s) override {
+    return in_.plan_attention(n, s);
   }
-  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p,
-                          const Tensor& d, Tensor& dq, Tensor& dk, Tensor& dv) override {
-    time("attention bwd", [&] { in_.attention_backward(q, k, v, p, d, dq, dk, dv); });
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
+                         AttentionState& saved) override {
+    time("attention fwd", [&] { in_.attention_forward(q, k, v, o, saved); });
+  }
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionState& saved, const Tensor& d, Tensor& dq, Tensor& dk,
+                          Tensor& dv) override {
+    time("attention bwd", [&] { in_.attention_backward(q, k, v, saved, d, dq, dk, dv); });
   }
   void swiglu_forward(const Tensor& g, const Tensor& u, Tensor& o) override {
     time("swiglu", [&] { in_.swiglu_forward(g, u, o); });

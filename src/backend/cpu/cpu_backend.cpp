@@ -41,6 +41,13 @@ int64_t rows(const Tensor& t) {
   return t.numel() / std::max<int64_t>(1, cols(t));
 }
 
+// The attention backward's saved state on the cpu: the softmax probabilities.
+class CpuAttentionState final : public AttentionState {
+ public:
+  size_t saved_bytes() const override { return probs.bytes(); }
+  Tensor probs;  // [B, H, T, T]
+};
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int threads) : threads_(cpu_backend_threads(threads)) {
@@ -246,22 +253,30 @@ class CpuBackend final : public Backend {
                        threads_);
   }
 
+  std::unique_ptr<AttentionState> plan_attention(const std::string& name,
+                                                 const AttentionShape& shape) override {
+    auto state = std::make_unique<CpuAttentionState>();
+    state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
+                            DType::F32, MemoryRole::SavedActivations);
+    return state;
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                         Tensor& probs) override {
+                         AttentionState& saved) override {
     const cpu::AttentionShape s = attention_shape(q, k);
     check_same_shape(k, v, "attention_forward");
     check_same_shape(q, out, "attention_forward");
-    GNMR_CHECK(probs.numel() == s.batch * s.heads * s.seq * s.seq,
-               "attention_forward: probs " + probs.shape_string());
+    const Tensor& probs = attention_probs(saved, s);
     cpu::attention_forward(f32(q), f32(k), f32(v), f32(out), f32(probs), s, threads_);
   }
-  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
+                          Tensor& dv) override {
     const cpu::AttentionShape s = attention_shape(q, k);
     check_same_shape(q, dq, "attention_backward");
     check_same_shape(q, dout, "attention_backward");
     check_same_shape(k, dk, "attention_backward");
     check_same_shape(v, dv, "attention_backward");
+    const Tensor& probs = attention_probs(saved, s);
     float* ws = workspace(workspace_attention_, cpu::attention_backward_workspace(s, threads_));
     cpu::attention_backward(f32(q), f32(k), f32(v), f32(probs), f32(dout), f32(dq), f32(dk),
                             f32(dv), s, ws, threads_);
@@ -322,6 +337,15 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The probabilities of a state this backend planned for shape `s`.
+  static const Tensor& attention_probs(const AttentionState& saved, const cpu::AttentionShape& s) {
+    const auto* state = dynamic_cast<const CpuAttentionState*>(&saved);
+    GNMR_CHECK(state != nullptr, "attention state was not planned by the cpu backend");
+    GNMR_CHECK(state->probs.numel() == s.batch * s.heads * s.seq * s.seq,
+               "attention: state planned for probs " + state->probs.shape_string());
+    return state->probs;
+  }
+
   static cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k) {
     GNMR_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && q.dim(0) == k.dim(0) &&
                    q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && k.dim(2) > 0 &&
@@ -373,6 +397,12 @@ class CpuBackend final : public Backend {
 
 int cpu_backend_threads(int threads) {
   return threads > 0 ? threads : omp_get_max_threads();
+}
+
+const Tensor& cpu_attention_probs(const AttentionState& state) {
+  const auto* cpu_state = dynamic_cast<const CpuAttentionState*>(&state);
+  GNMR_CHECK(cpu_state != nullptr, "attention state was not planned by the cpu backend");
+  return cpu_state->probs;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {
