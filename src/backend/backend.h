@@ -93,6 +93,9 @@ class ProjectionState {
   // Bytes the state itself keeps for the backward of `path` (e.g. packed codes and scales);
   // 0 when the backward reads the forward's input instead.
   virtual size_t saved_bytes(const PathSpec& path) const = 0;
+  // Bytes plan_projection allocated for those copies (room for the larger path), as counted
+  // under MemoryRole::SavedActivations.
+  virtual size_t planned_saved_bytes() const = 0;
 };
 
 // B = batch, T = seq, H = query heads, Hkv = key/value heads, hd = head dim.

@@ -9,7 +9,10 @@
 
 namespace gnmr {
 
-// What one decoder layer saves in the forward pass for its backward pass.
+// What one decoder layer saves in the forward pass for its backward pass. The projection
+// inputs xn_attn, att, xn_mlp and act are the layer's own only when a backward reads them
+// (ProjectionPaths::input_kept); otherwise they are views of one per-step buffer shared by
+// all layers, valid only during the layer's forward.
 struct LayerActivations {
   Tensor xn_attn;    // [N, D]  input_layernorm(x): the input of units q, k, v
   Tensor rstd_attn;  // [N]

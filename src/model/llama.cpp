@@ -1,5 +1,6 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -44,6 +45,24 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   auto saved = [&](const std::string& name, std::vector<int64_t> shape) {
     return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::SavedActivations);
   };
+  // The projections first: what they plan decides which of their inputs each layer keeps.
+  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n);
+  // A projection input that no unit's backward reads (every unit reading it keeps its own
+  // copy, e.g. actq's codes) lives in one per-step buffer shared by all layers; it only has
+  // to last from its producer to its last GEMM in the forward. xn_attn, att, xn_mlp and act
+  // are never live at the same time.
+  bool any_scratch_input = false;
+  for (int l = 0; l < config.n_layers; ++l) {
+    for (int i = 0; i < kInputsPerLayer; ++i) {
+      any_scratch_input |= !paths_->input_kept(l, static_cast<UnitInput>(i));
+    }
+  }
+  Tensor projection_input;
+  if (any_scratch_input) projection_input = f32("projection_input", {n * std::max(d, f)});
+  auto input = [&](int layer, UnitInput which, const std::string& name, int64_t cols) {
+    if (paths_->input_kept(layer, which)) return saved(name, {n, cols});
+    return tensor_view(projection_input, {n, cols});
+  };
   act_.tokens = backend_.allocate("tokens", {n}, DType::I32, MemoryRole::Activations);
   act_.targets = backend_.allocate("targets", {n}, DType::I32, MemoryRole::Activations);
   for (int l = 0; l <= config.n_layers; ++l) {
@@ -52,20 +71,20 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   for (int l = 0; l < config.n_layers; ++l) {
     const std::string p = "layer." + std::to_string(l) + ".";
     LayerActivations a;
-    a.xn_attn = saved(p + "xn_attn", {n, d});
+    a.xn_attn = input(l, UnitInput::kAttentionNorm, p + "xn_attn", d);
     a.rstd_attn = saved(p + "rstd_attn", {n});
     a.q = saved(p + "q", {n, d});
     a.k = saved(p + "k", {n, kv});
     a.v = saved(p + "v", {n, kv});
     a.attention = backend_.plan_attention(
         p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd});
-    a.att = saved(p + "att", {n, d});
+    a.att = input(l, UnitInput::kAttentionOut, p + "att", d);
     a.h = saved(p + "h", {n, d});
-    a.xn_mlp = saved(p + "xn_mlp", {n, d});
+    a.xn_mlp = input(l, UnitInput::kMlpNorm, p + "xn_mlp", d);
     a.rstd_mlp = saved(p + "rstd_mlp", {n});
     a.gate = saved(p + "gate", {n, f});
     a.up = saved(p + "up", {n, f});
-    a.act = saved(p + "act", {n, f});
+    a.act = input(l, UnitInput::kSwigluOut, p + "act", f);
     act_.layers.push_back(std::move(a));
   }
   act_.xn_final = saved("xn_final", {n, d});
@@ -90,7 +109,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   scratch_.d_up = f32("d_up", {n, f});
   scratch_.d_act = f32("d_act", {n, f});
 
-  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n);
   host_targets_.resize(static_cast<size_t>(n));
   host_losses_.resize(static_cast<size_t>(n));
 }

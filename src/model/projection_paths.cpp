@@ -22,7 +22,56 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
   ProjectionShape head_shape{tokens, head.shape[1], head.shape[0]};
   head_shape.backward_may_overwrite_dy = true;  // dlogits [N, V] is dead after the backward
   lm_head_state_ = backend_.plan_projection(head.name, head_shape, lm_head_path_, lm_head_path_);
+  for (const std::unique_ptr<ProjectionState>& state : states_) {
+    stats_.planned_saved_activation_bytes += state->planned_saved_bytes();
+  }
+  const int n_layers = static_cast<int>(table_.layers.size());
+  for (int l = 0; l < n_layers; ++l) {
+    for (int i = 0; i < kInputsPerLayer; ++i) {
+      const UnitInput input = static_cast<UnitInput>(i);
+      if (!input_kept(l, input)) continue;
+      stats_.planned_saved_activation_bytes +=
+          static_cast<size_t>(tokens_ * input_width(l, input)) * sizeof(float);
+    }
+  }
   recompute_stats();
+}
+
+UnitInput unit_input(ProjectionKind kind) {
+  switch (kind) {
+    case ProjectionKind::Q:
+    case ProjectionKind::K:
+    case ProjectionKind::V:
+      return UnitInput::kAttentionNorm;
+    case ProjectionKind::O:
+      return UnitInput::kAttentionOut;
+    case ProjectionKind::Gate:
+    case ProjectionKind::Up:
+      return UnitInput::kMlpNorm;
+    case ProjectionKind::Down:
+      return UnitInput::kSwigluOut;
+  }
+  return UnitInput::kAttentionNorm;
+}
+
+bool ProjectionPaths::input_kept(int layer, UnitInput input) const {
+  for (const ProjectionUnit& u : table_.units) {
+    if (u.layer != layer || unit_input(u.kind) != input) continue;
+    const ProjectionState& state = *states_[static_cast<size_t>(u.id)];
+    if (state.reads_forward_input(recipe_.low) || state.reads_forward_input(recipe_.recovery)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t ProjectionPaths::input_width(int layer, UnitInput input) const {
+  for (const ProjectionUnit& u : table_.units) {
+    if (u.layer == layer && unit_input(u.kind) == input) {
+      return table_.params[static_cast<size_t>(u.param_index)].shape[1];
+    }
+  }
+  return 0;
 }
 
 ProjectionPaths::~ProjectionPaths() = default;
@@ -48,17 +97,29 @@ void ProjectionPaths::recompute_stats() {
   stats_.units_recovery = 0;
   stats_.saved_activation_bytes = 0;
   stats_.saved_bytes_per_unit.assign(n_units, 0);
+  // Per layer activation: whether a unit's current path reads the fp32 input, and its width.
+  std::vector<bool> input_read(table_.layers.size() * kInputsPerLayer, false);
+  std::vector<int64_t> input_cols(input_read.size(), 0);
   for (const ProjectionUnit& u : table_.units) {
     const bool low = recipe_.has_low_path && plan_.path[u.id] == Path::Low;
     (low ? stats_.units_low : stats_.units_recovery) += 1;
     const PathSpec& path = path_of(u.id);
     const ProjectionState& state = *states_[static_cast<size_t>(u.id)];
     const int64_t cols = table_.params[static_cast<size_t>(u.param_index)].shape[1];
-    size_t bytes = state.saved_bytes(path);
-    if (state.reads_forward_input(path))
-      bytes += static_cast<size_t>(tokens_ * cols) * sizeof(float);
-    stats_.saved_bytes_per_unit[u.id] = bytes;
-    stats_.saved_activation_bytes += bytes;
+    const size_t own = state.saved_bytes(path);
+    const bool reads_input = state.reads_forward_input(path);
+    stats_.saved_bytes_per_unit[u.id] =
+        own + (reads_input ? static_cast<size_t>(tokens_ * cols) * sizeof(float) : 0);
+    stats_.saved_activation_bytes += own;
+    const size_t input =
+        static_cast<size_t>(u.layer * kInputsPerLayer) + static_cast<size_t>(unit_input(u.kind));
+    input_read[input] = input_read[input] || reads_input;
+    input_cols[input] = cols;
+  }
+  for (size_t i = 0; i < input_read.size(); ++i) {
+    if (input_read[i]) {
+      stats_.saved_activation_bytes += static_cast<size_t>(tokens_ * input_cols[i]) * sizeof(float);
+    }
   }
 }
 

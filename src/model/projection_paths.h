@@ -24,11 +24,28 @@ namespace gnmr {
 struct RoutingStats {
   int units_low = 0;       // units on the low path (0 for a recipe without one)
   int units_recovery = 0;  // units on the recovery path (all units for fp32 / bf16)
-  // Bytes the projections keep for their weight gradients: packed codes + fp32 scales for a
-  // quantized path, the fp32 activation (N x in x 4) otherwise; summed over units.
+  // Bytes the projections keep for their weight gradients: each unit's own copy (packed
+  // codes + fp32 scales on a quantized path) and, once per layer activation, the fp32 input
+  // (N x in x 4) when the path of a unit reading it needs it; summed over layers.
   size_t saved_activation_bytes = 0;
-  std::vector<size_t> saved_bytes_per_unit;  // [n_units], by unit id
+  // What each unit's weight gradient reads (its own copy, or the fp32 input it may share
+  // with the other units of that input), by unit id.
+  std::vector<size_t> saved_bytes_per_unit;
+  // The memory planned for them, both paths of every unit: the backend's saved-copy buffers
+  // as allocated plus the fp32 inputs kept per layer (input_kept). Not below
+  // saved_activation_bytes under any plan.
+  size_t planned_saved_activation_bytes = 0;
 };
+
+// The layer activation a projection unit reads; units reading the same one share it.
+enum class UnitInput : uint8_t {
+  kAttentionNorm,  // xn_attn: q, k, v
+  kAttentionOut,   // att: o
+  kMlpNorm,        // xn_mlp: gate, up
+  kSwigluOut,      // act: down
+};
+constexpr int kInputsPerLayer = 4;
+UnitInput unit_input(ProjectionKind kind);
 
 class ProjectionPaths {
  public:
@@ -44,6 +61,10 @@ class ProjectionPaths {
   const RoutingStats& stats() const { return stats_; }
   // The spec unit `id` runs under the current plan (recovery when the recipe has no low path).
   const PathSpec& path_of(int id) const;
+  // Whether layer `layer`'s activation `input` must outlive its forward: the path (low or
+  // recovery) of some unit reading it has a backward that reads the fp32 input itself.
+  // Otherwise it may live in per-step scratch shared by all layers.
+  bool input_kept(int layer, UnitInput input) const;
 
   // Stochastic rounding key: (recipe seed, step, unit + n_units * micro_step).
   void set_step(int64_t step) { step_ = step; }
@@ -62,6 +83,7 @@ class ProjectionPaths {
 
  private:
   void recompute_stats();
+  int64_t input_width(int layer, UnitInput input) const;  // columns of that activation
 
   PrecisionRecipe recipe_;
   Backend& backend_;

@@ -220,6 +220,12 @@ int run(int argc, char** argv) {
               static_cast<long long>(model.num_params()), be.peak_allocated_bytes() / 1048576.0,
               loss, model.recipe().name.c_str(),
               model.routing_stats().saved_activation_bytes / 1048576.0);
+  const MemoryUse use = be.memory_use();
+  std::printf("memory by role (MiB):");
+  for (int r = 0; r < kMemoryRoles; ++r) {
+    std::printf(" %s %.1f", memory_role_name(static_cast<MemoryRole>(r)), use.bytes[r] / 1048576.0);
+  }
+  std::printf("\n");
   std::printf("forward_backward: %.1f ms/step, %.0f tokens/s, %.1f GFLOP/s (model flops)\n",
               per_step * 1e3, n / per_step, model.flops_per_token() * n / per_step * 1e-9);
   std::printf("process CPU time %.1f ms/step (wall x threads = %.1f ms: the rest is waiting)\n",

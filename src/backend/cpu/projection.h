@@ -23,6 +23,9 @@ class CpuProjectionState final : public ProjectionState {
   bool reads_forward_input(const PathSpec& path) const override;
   // Packed codes + fp32 scales on kSavedIntGroupwise, else 0.
   size_t saved_bytes(const PathSpec& path) const override;
+  size_t planned_saved_bytes() const override {
+    return packed.data == nullptr ? 0 : packed.bytes() + scales.bytes();
+  }
   GroupwiseSpec saved_spec(const PathSpec& path) const;  // path.saved for a row of `in` values
 
   ProjectionShape shape;
