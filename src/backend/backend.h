@@ -13,11 +13,13 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "precision/counter_rng.h"
 #include "precision/fp_format.h"
+#include "precision/path_spec.h"
 #include "precision/quantize_groupwise.h"
 
 namespace gnmr {
@@ -72,6 +74,46 @@ Tensor tensor_view(const Tensor& base, std::vector<int64_t> shape, int64_t offse
 enum class GemmPrecision { FP32, BF16 };
 
 GemmPrecision parse_gemm_precision(const std::string& name);  // "fp32" | "bf16", else Error(Config)
+
+// A projection y = x W^T as one unit (or the lm_head) runs it: tokens N, W: [out, in].
+struct ProjectionShape {
+  int64_t tokens = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+  // The caller's dy is dead after projection_backward (the lm_head's dlogits [N, V]): the
+  // backend may round or quantize it in place instead of into a copy.
+  bool backward_may_overwrite_dy = false;
+};
+
+// What a backend planned for one projection (plan_projection): the memory both of its paths
+// need (saved codes, the prepared weight) and what the last saving forward kept for the
+// backward. Opaque to the model, owned by it, valid while the backend lives.
+class ProjectionState {
+ public:
+  virtual ~ProjectionState() = default;
+  // Whether the backward of `path` reads the forward's input x itself: the caller then keeps
+  // x unchanged from projection_forward(save) to projection_backward.
+  virtual bool reads_forward_input(const PathSpec& path) const = 0;
+  // Bytes the state itself keeps for the backward of `path` (e.g. packed codes and scales);
+  // 0 when the backward reads the forward's input instead.
+  virtual size_t saved_bytes(const PathSpec& path) const = 0;
+  // Bytes plan_projection allocated for those copies (room for the larger path), as counted
+  // under MemoryRole::SavedActivations.
+  virtual size_t planned_saved_bytes() const = 0;
+};
+
+// B = batch, T = seq, H = query heads, Hkv = key/value heads, hd = head dim.
+struct AttentionShape {
+  int64_t batch, seq, heads, kv_heads, head_dim;
+};
+
+// What the attention forward keeps for its backward (plan_attention), backend-owned and
+// opaque to the model.
+class AttentionState {
+ public:
+  virtual ~AttentionState() = default;
+  virtual size_t saved_bytes() const = 0;  // as allocated, under MemoryRole::SavedActivations
+};
 
 // One AdamW step as torch.optim.AdamW computes it (decoupled weight decay), with the gradient
 // scale (the global-norm clip factor) read from backend memory, see adamw_update:
@@ -158,6 +200,27 @@ class Backend {
     matmul_backward_weight(x, dy, dweight);
   }
 
+  // ---- projections (the precision recipes' paths, src/precision/path_spec.h) ----
+  // Plans one projection at construction for both of its paths (low and recovery may be the
+  // same spec): every buffer either path needs is allocated here, under `name`, never in a
+  // step. The backend chooses operand layouts and real or emulated execution per path.
+  virtual std::unique_ptr<ProjectionState> plan_projection(const std::string& name,
+                                                           const ProjectionShape& shape,
+                                                           const PathSpec& low,
+                                                           const PathSpec& recovery) = 0;
+  // y = x W^T on `path` (low or recovery of the plan). x: [N, in]; w: [out, in]; y: [N, out].
+  // When `save`, keeps what the backward of `path` reads (and, if reads_forward_input, the
+  // view of x). Stochastic rounding of saved codes reads `key`.
+  virtual void projection_forward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                                  const Tensor& x, Tensor& y, bool save, const RngKey& key) = 0;
+  // dw += dy^T x (x as the last saving forward kept it); dx = dy W (dx += when accumulate_dx).
+  // `path` is the one that forward ran. dy is left unchanged unless the shape allowed it.
+  virtual void projection_backward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                                   Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) = 0;
+  // Drops every prepared (rounded / quantized) weight: call after the weights change. Each
+  // is redone on its next use, then reused by the step's forward and backward GEMMs.
+  virtual void invalidate_prepared_weights() = 0;
+
   // Rotary embedding in place, Hugging Face rotate-half convention.
   // x: [B, T, heads, hd]; cos, sin: [max_seq, hd / 2] (see rope_table.h); position = t.
   virtual void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
@@ -165,13 +228,18 @@ class Backend {
   virtual void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) = 0;
 
   // Causal softmax attention with scale 1/sqrt(hd); query head h reads kv head h / (H / Hkv).
-  // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; probs: [B, H, T, T] (saved for backward)
+  // Planned once per layer: the state holds what the backward reads beyond q, k, v (the cpu:
+  // the probabilities [B, H, T, T]; a flash-style kernel: the log-sum-exp [B, H, T] and its
+  // own copy of out), allocated here as saved activations, so the caller need not keep out.
+  virtual std::unique_ptr<AttentionState> plan_attention(const std::string& name,
+                                                         const AttentionShape& shape) = 0;
+  // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; `saved` from plan_attention of that shape.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                                 Tensor& probs) = 0;
-  // dq, dk, dv overwritten.
+                                 AttentionState& saved) = 0;
+  // From the q, k, v and `saved` of the forward; dq, dk, dv overwritten.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor& probs, const Tensor& dout, Tensor& dq, Tensor& dk,
-                                  Tensor& dv) = 0;
+                                  const AttentionState& saved, const Tensor& dout, Tensor& dq,
+                                  Tensor& dk, Tensor& dv) = 0;
 
   // out = silu(gate) * up. gate, up, out: [N, F]
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) = 0;

@@ -2,27 +2,32 @@
 // N = micro_batch * seq_len tokens; views with 4-d head shapes are made where needed.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
 
 namespace gnmr {
 
-// What one decoder layer saves in the forward pass for its backward pass.
+// What one decoder layer saves in the forward pass for its backward pass. The projection
+// inputs xn_attn, att, xn_mlp and act are the layer's own only when a backward reads them
+// (ProjectionPaths::input_kept); otherwise they are views of one per-step buffer shared by
+// all layers, valid only during the layer's forward.
 struct LayerActivations {
   Tensor xn_attn;    // [N, D]  input_layernorm(x): the input of units q, k, v
   Tensor rstd_attn;  // [N]
   Tensor q;          // [N, H * hd]   after rotary
   Tensor k;          // [N, Hkv * hd] after rotary
   Tensor v;          // [N, Hkv * hd]
-  Tensor probs;      // [B, H, T, T]  softmax probabilities
-  Tensor att;        // [N, D]  attention output: the input of unit o
-  Tensor h;          // [N, D]  x + o_proj(att)
-  Tensor xn_mlp;     // [N, D]  post_attention_layernorm(h): the input of units gate, up
-  Tensor rstd_mlp;   // [N]
-  Tensor gate;       // [N, F]
-  Tensor up;         // [N, F]
-  Tensor act;        // [N, F]  silu(gate) * up: the input of unit down
+  // What attention's backward reads beyond q, k, v (Backend::plan_attention).
+  std::unique_ptr<AttentionState> attention;
+  Tensor att;       // [N, D]  attention output: the input of unit o
+  Tensor h;         // [N, D]  x + o_proj(att)
+  Tensor xn_mlp;    // [N, D]  post_attention_layernorm(h): the input of units gate, up
+  Tensor rstd_mlp;  // [N]
+  Tensor gate;      // [N, F]
+  Tensor up;        // [N, F]
+  Tensor act;       // [N, F]  silu(gate) * up: the input of unit down
 };
 
 struct Activations {

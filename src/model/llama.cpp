@@ -1,6 +1,8 @@
 #include "model/llama.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "backend/rope_table.h"
 #include "model/init.h"
@@ -43,6 +45,24 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   auto saved = [&](const std::string& name, std::vector<int64_t> shape) {
     return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::SavedActivations);
   };
+  // The projections first: what they plan decides which of their inputs each layer keeps.
+  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n);
+  // A projection input that no unit's backward reads (every unit reading it keeps its own
+  // copy, e.g. actq's codes) lives in one per-step buffer shared by all layers; it only has
+  // to last from its producer to its last GEMM in the forward. xn_attn, att, xn_mlp and act
+  // are never live at the same time.
+  bool any_scratch_input = false;
+  for (int l = 0; l < config.n_layers; ++l) {
+    for (int i = 0; i < kInputsPerLayer; ++i) {
+      any_scratch_input |= !paths_->input_kept(l, static_cast<UnitInput>(i));
+    }
+  }
+  Tensor projection_input;
+  if (any_scratch_input) projection_input = f32("projection_input", {n * std::max(d, f)});
+  auto input = [&](int layer, UnitInput which, const std::string& name, int64_t cols) {
+    if (paths_->input_kept(layer, which)) return saved(name, {n, cols});
+    return tensor_view(projection_input, {n, cols});
+  };
   act_.tokens = backend_.allocate("tokens", {n}, DType::I32, MemoryRole::Activations);
   act_.targets = backend_.allocate("targets", {n}, DType::I32, MemoryRole::Activations);
   for (int l = 0; l <= config.n_layers; ++l) {
@@ -51,20 +71,21 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   for (int l = 0; l < config.n_layers; ++l) {
     const std::string p = "layer." + std::to_string(l) + ".";
     LayerActivations a;
-    a.xn_attn = saved(p + "xn_attn", {n, d});
+    a.xn_attn = input(l, UnitInput::kAttentionNorm, p + "xn_attn", d);
     a.rstd_attn = saved(p + "rstd_attn", {n});
     a.q = saved(p + "q", {n, d});
     a.k = saved(p + "k", {n, kv});
     a.v = saved(p + "v", {n, kv});
-    a.probs = saved(p + "probs", {b, h, t, t});
-    a.att = saved(p + "att", {n, d});
+    a.attention = backend_.plan_attention(
+        p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd});
+    a.att = input(l, UnitInput::kAttentionOut, p + "att", d);
     a.h = saved(p + "h", {n, d});
-    a.xn_mlp = saved(p + "xn_mlp", {n, d});
+    a.xn_mlp = input(l, UnitInput::kMlpNorm, p + "xn_mlp", d);
     a.rstd_mlp = saved(p + "rstd_mlp", {n});
     a.gate = saved(p + "gate", {n, f});
     a.up = saved(p + "up", {n, f});
-    a.act = saved(p + "act", {n, f});
-    act_.layers.push_back(a);
+    a.act = input(l, UnitInput::kSwigluOut, p + "act", f);
+    act_.layers.push_back(std::move(a));
   }
   act_.xn_final = saved("xn_final", {n, d});
   act_.rstd_final = saved("rstd_final", {n});
@@ -88,7 +109,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   scratch_.d_up = f32("d_up", {n, f});
   scratch_.d_act = f32("d_act", {n, f});
 
-  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n);
   host_targets_.resize(static_cast<size_t>(n));
   host_losses_.resize(static_cast<size_t>(n));
 }
@@ -143,7 +163,7 @@ void LlamaModel::project_forward(const ProjectionUnit& u, const Tensor& x, Tenso
   paths_->forward(u, x, y, save_for_backward_);
 }
 
-void LlamaModel::project_backward(const ProjectionUnit& u, const Tensor& dy, Tensor& dx,
+void LlamaModel::project_backward(const ProjectionUnit& u, Tensor& dy, Tensor& dx,
                                   bool accumulate_dx) {
   paths_->backward(u, dy, dx, accumulate_dx);
 }
@@ -229,7 +249,7 @@ void LlamaModel::forward(bool save_for_backward) {
     Tensor att4 = heads_view(a.att, h);
     be.rope_forward(q4, act_.rope_cos, act_.rope_sin);
     be.rope_forward(k4, act_.rope_cos, act_.rope_sin);
-    be.attention_forward(q4, k4, v4, att4, a.probs);
+    be.attention_forward(q4, k4, v4, att4, *a.attention);
     // o_proj output goes to d_att as scratch before the residual add
     project_forward(unit(l, ProjectionKind::O), a.att, scratch_.d_att);
     be.residual_forward(x, scratch_.d_att, a.h);
@@ -243,7 +263,7 @@ void LlamaModel::forward(bool save_for_backward) {
   }
   be.rmsnorm_forward(act_.residual[config_.n_layers], P[table_.final_norm].weight, config_.norm_eps,
                      act_.xn_final, act_.rstd_final);
-  paths_->lm_head_forward(act_.xn_final, act_.logits);
+  paths_->lm_head_forward(act_.xn_final, act_.logits, save_for_backward);
 }
 
 void LlamaModel::backward() {
@@ -253,7 +273,7 @@ void LlamaModel::backward() {
   GradientScratch& s = scratch_;
   const int L = config_.n_layers;
   // lm_head and final norm; logits now hold dloss/dlogits
-  paths_->lm_head_backward(act_.xn_final, act_.logits, s.d_normed);
+  paths_->lm_head_backward(act_.logits, s.d_normed);
   be.fill_zero(s.d_residual);
   be.rmsnorm_backward(act_.residual[L], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
                       s.d_residual, P[table_.final_norm].grad);
@@ -271,7 +291,7 @@ void LlamaModel::backward() {
     project_backward(unit(l, ProjectionKind::O), s.d_residual, s.d_att, false);
     Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
     Tensor dq4 = heads_view(s.dq, h), dk4 = heads_view(s.dk, hkv), dv4 = heads_view(s.dv, hkv);
-    be.attention_backward(q4, k4, v4, a.probs, heads_view(s.d_att, h), dq4, dk4, dv4);
+    be.attention_backward(q4, k4, v4, *a.attention, heads_view(s.d_att, h), dq4, dk4, dv4);
     be.rope_backward(dq4, act_.rope_cos, act_.rope_sin);
     be.rope_backward(dk4, act_.rope_cos, act_.rope_sin);
     project_backward(unit(l, ProjectionKind::Q), s.dq, s.d_normed, false);

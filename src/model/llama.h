@@ -85,8 +85,7 @@ class LlamaModel {
   // quantized copy of x), so units sharing x each keep their own precision.
   void project_forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y);
   // dW_u += dy^T saved_input; dx = dy W_u (dx += when accumulate_dx).
-  void project_backward(const ProjectionUnit& unit, const Tensor& dy, Tensor& dx,
-                        bool accumulate_dx);
+  void project_backward(const ProjectionUnit& unit, Tensor& dy, Tensor& dx, bool accumulate_dx);
 
   int upload_batch(const int32_t* tokens, const int32_t* targets);  // returns valid targets
   // Upload, forward and backward, the losses left in act_.losses; returns the valid targets.

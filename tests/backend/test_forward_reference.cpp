@@ -103,15 +103,15 @@ void check_attention_against_reference(int64_t b, int64_t t, int64_t h, int64_t 
   Tensor qt = upload(*be, q, {b, t, h, hd}), kt = upload(*be, k, {b, t, hkv, hd});
   Tensor vt = upload(*be, v, {b, t, hkv, hd});
   Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
-  Tensor probs = be->allocate("probs", {b, h, t, t}, DType::F32, MemoryRole::Scratch);
-  be->attention_forward(qt, kt, vt, out, probs);
+  std::unique_ptr<AttentionState> saved = be->plan_attention("attention", {b, t, h, hkv, hd});
+  be->attention_forward(qt, kt, vt, out, *saved);
   const auto got = download(*be, out);
   const auto want = reference_attention(q, k, v, b, t, h, hkv, hd);
   // fp32 dot products of length hd and t with O(1) terms: ~sqrt(t) * 6e-8 * |terms| ~1e-6;
   // 2e-5 absolute leaves margin and is far below any masking or head-mapping error (O(0.1)).
   for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 2e-5) << i;
   // probabilities: rows sum to one, zero above the diagonal
-  const auto p = download(*be, probs);
+  const auto p = download(*be, cpu_attention_probs(*saved));
   for (int64_t row = 0; row < b * h * t; ++row) {
     const int64_t i = row % t;
     double sum = 0.0;

@@ -256,14 +256,14 @@ TEST(TrainerOps, AttentionBackwardIsBitIdenticalAcrossRuns) {
   Tensor v = upload(*be, random_vector<float>(b * t * hkv * hd, 62), {b, t, hkv, hd});
   Tensor dout = upload(*be, random_vector<float>(b * t * h * hd, 63), {b, t, h, hd});
   Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
-  Tensor probs = be->allocate("probs", {b, h, t, t}, DType::F32, MemoryRole::Scratch);
+  std::unique_ptr<AttentionState> saved = be->plan_attention("attention", {b, t, h, hkv, hd});
   Tensor dq = be->allocate("dq", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
   Tensor dk = be->allocate("dk", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
   Tensor dv = be->allocate("dv", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
   std::vector<float> first[3];
   for (int run = 0; run < 2; ++run) {
-    be->attention_forward(q, k, v, out, probs);
-    be->attention_backward(q, k, v, probs, dout, dq, dk, dv);
+    be->attention_forward(q, k, v, out, *saved);
+    be->attention_backward(q, k, v, *saved, dout, dq, dk, dv);
     const std::vector<float> got[3] = {download(*be, dq), download(*be, dk), download(*be, dv)};
     for (int i = 0; i < 3; ++i) {
       if (run == 0)

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/projection.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -45,6 +46,13 @@ int64_t cols(const Tensor& t) {
 int64_t rows(const Tensor& t) {
   return t.numel() / std::max<int64_t>(1, cols(t));
 }
+
+// The attention backward's saved state on the cpu: the softmax probabilities.
+class CpuAttentionState final : public AttentionState {
+ public:
+  size_t saved_bytes() const override { return probs.bytes(); }
+  Tensor probs;  // [B, H, T, T]
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -180,6 +188,26 @@ class CpuBackend final : public Backend {
     cpu::matmul_backward_weight(xp, dyp, f32(dweight), n, in, out, threads_);
   }
 
+  std::unique_ptr<ProjectionState> plan_projection(const std::string& name,
+                                                   const ProjectionShape& shape,
+                                                   const PathSpec& low,
+                                                   const PathSpec& recovery) override {
+    std::unique_ptr<cpu::CpuProjectionState> state =
+        cpu::plan_projection(*this, name, shape, low, recovery);
+    workspace(workspace_projection_x_, state->x_scratch);
+    workspace(workspace_projection_dy_, state->dy_scratch);
+    return state;
+  }
+  void projection_forward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                          const Tensor& x, Tensor& y, bool save, const RngKey& key) override {
+    cpu::projection_forward(projection_call(state, w), path, x, y, save, key);
+  }
+  void projection_backward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                           Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) override {
+    cpu::projection_backward(projection_call(state, w), path, dy, dx, accumulate_dx, dw);
+  }
+  void invalidate_prepared_weights() override { ++weights_epoch_; }
+
   void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
                               const GroupwiseSpec& spec, const RngKey& key) override {
     const int64_t n = rows(x), d = cols(x);
@@ -234,22 +262,30 @@ class CpuBackend final : public Backend {
                        threads_);
   }
 
+  std::unique_ptr<AttentionState> plan_attention(const std::string& name,
+                                                 const AttentionShape& shape) override {
+    auto state = std::make_unique<CpuAttentionState>();
+    state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
+                            DType::F32, MemoryRole::SavedActivations);
+    return state;
+  }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
-                         Tensor& probs) override {
+                         AttentionState& saved) override {
     const cpu::AttentionShape s = attention_shape(q, k);
     check_same_shape(k, v, "attention_forward");
     check_same_shape(q, out, "attention_forward");
-    GNMR_CHECK(probs.numel() == s.batch * s.heads * s.seq * s.seq,
-               "attention_forward: probs " + probs.shape_string());
+    const Tensor& probs = attention_probs(saved, s);
     cpu::attention_forward(f32(q), f32(k), f32(v), f32(out), f32(probs), s, threads_);
   }
-  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& probs,
-                          const Tensor& dout, Tensor& dq, Tensor& dk, Tensor& dv) override {
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
+                          Tensor& dv) override {
     const cpu::AttentionShape s = attention_shape(q, k);
     check_same_shape(q, dq, "attention_backward");
     check_same_shape(q, dout, "attention_backward");
     check_same_shape(k, dk, "attention_backward");
     check_same_shape(v, dv, "attention_backward");
+    const Tensor& probs = attention_probs(saved, s);
     float* ws = workspace(workspace_attention_, cpu::attention_backward_workspace(s, threads_));
     cpu::attention_backward(f32(q), f32(k), f32(v), f32(probs), f32(dout), f32(dq), f32(dk),
                             f32(dv), s, ws, threads_);
@@ -332,6 +368,15 @@ class CpuBackend final : public Backend {
   }
 
  private:
+  // The probabilities of a state this backend planned for shape `s`.
+  static const Tensor& attention_probs(const AttentionState& saved, const cpu::AttentionShape& s) {
+    const auto* state = dynamic_cast<const CpuAttentionState*>(&saved);
+    GNMR_CHECK(state != nullptr, "attention state was not planned by the cpu backend");
+    GNMR_CHECK(state->probs.numel() == s.batch * s.heads * s.seq * s.seq,
+               "attention: state planned for probs " + state->probs.shape_string());
+    return state->probs;
+  }
+
   static cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k) {
     GNMR_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && q.dim(0) == k.dim(0) &&
                    q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && k.dim(2) > 0 &&
@@ -339,6 +384,15 @@ class CpuBackend final : public Backend {
                "attention: q " + q.shape_string() + " and k " + k.shape_string() +
                    " are not [B, T, H, hd] and [B, T, Hkv, hd] with Hkv dividing H");
     return cpu::AttentionShape{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+  }
+
+  cpu::ProjectionCall projection_call(ProjectionState& state, const Tensor& w) {
+    auto* cpu_state = dynamic_cast<cpu::CpuProjectionState*>(&state);
+    GNMR_CHECK(cpu_state != nullptr, "projection state was not planned by the cpu backend");
+    const cpu::ProjectionScratch scratch{
+        workspace_projection_x_.data(), static_cast<int64_t>(workspace_projection_x_.size()),
+        workspace_projection_dy_.data(), static_cast<int64_t>(workspace_projection_dy_.size())};
+    return cpu::ProjectionCall{*this, *cpu_state, w, scratch, weights_epoch_};
   }
 
   // In bf16 mode a GEMM input is rounded into a scratch copy; in fp32 mode it is used as is.
@@ -356,8 +410,9 @@ class CpuBackend final : public Backend {
     return buffer.data();
   }
   size_t workspace_bytes() const {
-    return sizeof(float) * (workspace_rmsnorm_.size() + workspace_attention_.size() +
-                            workspace_a_.size() + workspace_b_.size());
+    return sizeof(float) *
+           (workspace_rmsnorm_.size() + workspace_attention_.size() + workspace_a_.size() +
+            workspace_b_.size() + workspace_projection_x_.size() + workspace_projection_dy_.size());
   }
 
   int threads_;
@@ -365,12 +420,21 @@ class CpuBackend final : public Backend {
   std::vector<void*> blocks_;
   size_t tensor_bytes_[kMemoryRoles] = {};  // by MemoryRole
   std::vector<float> workspace_rmsnorm_, workspace_attention_, workspace_a_, workspace_b_;
+  // The projections' shared scratch, sized when they are planned (projection.h).
+  std::vector<float> workspace_projection_x_, workspace_projection_dy_;
+  uint64_t weights_epoch_ = 1;  // bumped by invalidate_prepared_weights
 };
 
 }  // namespace
 
 int cpu_backend_threads(int threads) {
   return threads > 0 ? threads : omp_get_max_threads();
+}
+
+const Tensor& cpu_attention_probs(const AttentionState& state) {
+  const auto* cpu_state = dynamic_cast<const CpuAttentionState*>(&state);
+  GNMR_CHECK(cpu_state != nullptr, "attention state was not planned by the cpu backend");
+  return cpu_state->probs;
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) {

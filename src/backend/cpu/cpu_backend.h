@@ -13,6 +13,9 @@ namespace gnmr {
 // threads: OpenMP threads for every op; 0 = omp_get_max_threads() (OMP_NUM_THREADS).
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);
 
+// The softmax probabilities [B, H, T, T] a cpu attention state holds (for tests).
+const Tensor& cpu_attention_probs(const AttentionState& state);
+
 // The threads a CPU backend made with `threads` runs on.
 int cpu_backend_threads(int threads);
 

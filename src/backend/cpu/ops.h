@@ -74,9 +74,7 @@ void rope_backward(T* dx, const float* cos, const float* sin, int64_t b, int64_t
                    int64_t hd, int threads);
 
 // ---- attention.cpp ----
-struct AttentionShape {
-  int64_t batch, seq, heads, kv_heads, head_dim;
-};
+using AttentionShape = gnmr::AttentionShape;  // backend.h
 // q, out: [b, t, h, hd]; k, v: [b, t, hkv, hd]; probs: [b, h, t, t]
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* probs,
