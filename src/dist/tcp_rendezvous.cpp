@@ -223,16 +223,22 @@ std::vector<uint8_t> join(const RendezvousOptions& o, Clock::time_point deadline
       !write_all(s.fd, o.job_id.data(), job_bytes)) {
     fail(o, "rank 0 hung up while this rank said hello");
   }
+  // Rank 0 gives its verdict at its own deadline, which may fall a little after this rank's:
+  // wait a grace period longer for the answer, so that verdict (naming the missing ranks) is
+  // what this rank reports.
+  const Clock::time_point answer_deadline = deadline + std::chrono::seconds(2);
   char tag[4];
   uint32_t bytes = 0;
-  if (!read_exact(s.fd, tag, 4, deadline) || !read_exact(s.fd, &bytes, sizeof bytes, deadline)) {
+  if (!read_exact(s.fd, tag, 4, answer_deadline) ||
+      !read_exact(s.fd, &bytes, sizeof bytes, answer_deadline)) {
     fail(o, "rank 0 did not answer within " + seconds(o.timeout_s) +
                 " (every rank must start; rank 0 waits for all of them)");
   }
   if (bytes > kMaxMessage) fail(o, "rank 0 sent a message of " + std::to_string(bytes) + " bytes");
   std::vector<uint8_t> body(bytes);
-  if (bytes > 0 && !read_exact(s.fd, body.data(), bytes, deadline))
+  if (bytes > 0 && !read_exact(s.fd, body.data(), bytes, answer_deadline)) {
     fail(o, "rank 0 hung up mid-message");
+  }
   if (std::memcmp(tag, "OK  ", 4) == 0) return body;
   fail(o, std::string(std::memcmp(tag, "REJ ", 4) == 0 ? "rank 0 refused this rank: "
                                                        : "rank 0 gave up: ") +

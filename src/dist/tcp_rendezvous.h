@@ -3,7 +3,8 @@
 // bytes (the NCCL unique id, when the NCCL communicator takes it over a cluster whose MPI has
 // no working PMIx/PMI2). docs/DESIGN.md §7.
 //
-// Nothing hangs: every wait has the deadline `timeout_s`. If a rank has not joined by then,
+// Nothing hangs: every wait has the deadline `timeout_s` (a joined rank waits 2 s longer for
+// rank 0's answer, so that rank 0's verdict reaches it). If a rank has not joined by then,
 // rank 0 tells the ranks that did that the rendezvous failed, and every rank throws
 // Error(Runtime) naming the missing ranks (rank 0) or what it waited for (the others). A
 // connection from another job (another job id) or a second claim on a rank is refused and
