@@ -14,6 +14,7 @@
 #include "backend/cuda/block_scaled_gemm_reference.h"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "config/config.h"
+#include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
 #include "precision/bf16.h"
 #include "precision/quantize_fine_grained.h"
@@ -23,29 +24,7 @@
 namespace gnmr {
 namespace {
 
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible"
-
-template <typename T>
-struct Device {
-  explicit Device(const std::vector<T>& host) : count(host.size()) {
-    GNMR_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(1, count) * sizeof(T)));
-    GNMR_CUDA_CHECK(cudaMemcpy(data, host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~Device() { cudaFree(data); }
-  std::vector<T> to_host() const {
-    std::vector<T> h(count);
-    GNMR_CUDA_CHECK(cudaMemcpy(h.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-  T* data = nullptr;
-  size_t count;
-};
+using gnmr_test::DeviceBuffer;
 
 std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -124,19 +103,19 @@ TEST(GpuGemm, Fp32AndBf16EveryRoleMatchTheCpu) {
       const std::vector<float> xr = rounded(x), wr = rounded(w), dyr = rounded(dy);
       const std::vector<double> want = reference(role, xr, wr, dyr, 0.25f);
       std::vector<float> d(want.size(), role == GemmRole::kWeightGradient ? 0.25f : 0.0f);
-      Device<float> d_d(d);
+      DeviceBuffer<float> d_d(d);
       const std::vector<float>& a = tensor_of(plan.a.tensor, xr, wr, dyr);
       const std::vector<float>& b = tensor_of(plan.b.tensor, xr, wr, dyr);
       if (bf16) {
         std::vector<uint16_t> a16(a.size()), b16(b.size());
         for (size_t i = 0; i < a.size(); ++i) a16[i] = encode_bf16(a[i]);
         for (size_t i = 0; i < b.size(); ++i) b16[i] = encode_bf16(b[i]);
-        Device<uint16_t> d_a(a16), d_b(b16);
-        runner.run(plan, d_a.data, nullptr, d_b.data, nullptr, d_d.data, nullptr);
+        DeviceBuffer<uint16_t> d_a(a16), d_b(b16);
+        runner.run(plan, d_a.get(), nullptr, d_b.get(), nullptr, d_d.get(), nullptr);
         GNMR_CUDA_CHECK(cudaDeviceSynchronize());
       } else {
-        Device<float> d_a(a), d_b(b);
-        runner.run(plan, d_a.data, nullptr, d_b.data, nullptr, d_d.data, nullptr);
+        DeviceBuffer<float> d_a(a), d_b(b);
+        runner.run(plan, d_a.get(), nullptr, d_b.get(), nullptr, d_d.get(), nullptr);
         GNMR_CUDA_CHECK(cudaDeviceSynchronize());
       }
       // fp32 accumulation over k <= 656 terms of unit-variance products.
@@ -215,9 +194,9 @@ TEST(GpuGemm, Fp8BlockScaledEveryRoleMatchesTheEmulatedDefinitionOnTheSameCodes)
       std::vector<float> want(size_t(plan.m * plan.n), plan.beta != 0.0f ? 0.25f : 0.0f);
       std::vector<float> d = want;
       block_scaled_gemm_reference(plan, format, a.codes, a.scales, b.codes, b.scales, want);
-      Device<uint8_t> d_a(a.codes), d_b(b.codes);
-      Device<float> d_as(a.scales), d_bs(b.scales), d_d(d);
-      runner.run(plan, d_a.data, d_as.data, d_b.data, d_bs.data, d_d.data, nullptr);
+      DeviceBuffer<uint8_t> d_a(a.codes), d_b(b.codes);
+      DeviceBuffer<float> d_as(a.scales), d_bs(b.scales), d_d(d);
+      runner.run(plan, d_a.get(), d_as.get(), d_b.get(), d_bs.get(), d_d.get(), nullptr);
       GNMR_CUDA_CHECK(cudaDeviceSynchronize());
       // Hopper's FP8 tensor cores accumulate with ~14 bits between promotions (DeepSeek-V3):
       // starting tolerance 2e-3 relative, to be tightened on first contact.

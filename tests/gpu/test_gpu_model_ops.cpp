@@ -11,35 +11,14 @@
 #include "backend/cpu/ops.h"
 #include "backend/embedding_index.h"
 #include "backend/rope_table.h"
+#include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/model_ops.cuh"
 
 namespace gnmr {
 namespace {
 
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible"
-
-template <typename T>
-struct Device {
-  explicit Device(const std::vector<T>& host) : count(host.size()) {
-    GNMR_CUDA_CHECK(cudaMalloc(&data, std::max<size_t>(1, count) * sizeof(T)));
-    GNMR_CUDA_CHECK(cudaMemcpy(data, host.data(), count * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~Device() { cudaFree(data); }
-  std::vector<T> to_host() const {
-    std::vector<T> h(count);
-    GNMR_CUDA_CHECK(cudaMemcpy(h.data(), data, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-  T* data = nullptr;
-  size_t count;
-};
+using gnmr_test::DeviceBuffer;
 
 std::vector<float> random_vector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -72,14 +51,15 @@ TEST(GpuModelOps, EmbeddingForwardAndBackwardAreBitExact) {
   const std::vector<float> table = random_vector(size_t(vocab * d), 2),
                            dout = random_vector(size_t(n * d), 3);
   std::vector<float> out(size_t(n * d)), dtable = random_vector(size_t(vocab * d), 4);
-  Device<int32_t> d_tokens(tokens);
-  Device<float> d_table(table), d_out(out), d_dout(dout), d_dtable(dtable);
+  DeviceBuffer<int32_t> d_tokens(tokens);
+  DeviceBuffer<float> d_table(table), d_out(out), d_dout(dout), d_dtable(dtable);
   cpu::embedding_forward(tokens.data(), table.data(), out.data(), n, d, 2);
-  cuda::embedding_forward(d_tokens.data, d_table.data, d_out.data, n, d, nullptr);
+  cuda::embedding_forward(d_tokens.get(), d_table.get(), d_out.get(), n, d, nullptr);
   const EmbeddingIndex index = make_embedding_index(tokens.data(), n);
-  Device<int32_t> d_unique(index.tokens), d_offsets(index.offsets), d_positions(index.positions);
-  cuda::embedding_backward(d_unique.data, d_offsets.data, d_positions.data,
-                           int64_t(index.tokens.size()), d_dout.data, d_dtable.data, d, nullptr);
+  DeviceBuffer<int32_t> d_unique(index.tokens), d_offsets(index.offsets),
+      d_positions(index.positions);
+  cuda::embedding_backward(d_unique.get(), d_offsets.get(), d_positions.get(),
+                           int64_t(index.tokens.size()), d_dout.get(), d_dtable.get(), d, nullptr);
   cpu::embedding_backward(tokens.data(), dout.data(), dtable.data(), n, d, 2);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   expect_same_bits(d_out.to_host(), out, "forward");
@@ -92,23 +72,23 @@ TEST(GpuModelOps, RopeResidualAndScaleAreBitExact) {
   std::vector<float> cos, sin;
   compute_rope_table(10000.0f, int(hd), int(t), cos, sin);
   std::vector<float> x = random_vector(size_t(b * t * heads * hd), 5);
-  Device<float> d_x(x), d_cos(cos), d_sin(sin);
+  DeviceBuffer<float> d_x(x), d_cos(cos), d_sin(sin);
   cpu::rope_forward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
-  cuda::rope_forward(d_x.data, d_cos.data, d_sin.data, b, t, heads, hd, nullptr);
+  cuda::rope_forward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   expect_same_bits(d_x.to_host(), x, "rope forward");
   cpu::rope_backward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
-  cuda::rope_backward(d_x.data, d_cos.data, d_sin.data, b, t, heads, hd, nullptr);
+  cuda::rope_backward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   expect_same_bits(d_x.to_host(), x, "rope backward");
 
   const std::vector<float> a = random_vector(1001, 6), c = random_vector(1001, 7);
   std::vector<float> sum(a.size());
-  Device<float> d_a(a), d_c(c), d_sum(sum);
+  DeviceBuffer<float> d_a(a), d_c(c), d_sum(sum);
   cpu::residual_forward(a.data(), c.data(), sum.data(), int64_t(a.size()), 2);
-  cuda::residual_forward(d_a.data, d_c.data, d_sum.data, int64_t(a.size()), nullptr);
+  cuda::residual_forward(d_a.get(), d_c.get(), d_sum.get(), int64_t(a.size()), nullptr);
   cpu::scale(sum.data(), 0.37f, int64_t(sum.size()), 2);
-  cuda::scale(d_sum.data, 0.37f, int64_t(sum.size()), nullptr);
+  cuda::scale(d_sum.get(), 0.37f, int64_t(sum.size()), nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   expect_same_bits(d_sum.to_host(), sum, "residual then scale");
 }

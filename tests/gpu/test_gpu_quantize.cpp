@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/bf16.h"
@@ -21,39 +22,7 @@
 namespace gnmr {
 namespace {
 
-bool have_gpu() {
-  int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-
-#define SKIP_WITHOUT_GPU() \
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device visible"
-
-// A device copy of a host vector, freed on scope exit.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    GNMR_CUDA_CHECK(cudaMalloc(&data_, std::max<size_t>(1, count) * sizeof(T)));
-  }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    GNMR_CUDA_CHECK(
-        cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(data_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() { return data_; }
-  std::vector<T> to_host() const {
-    std::vector<T> host(count_);
-    GNMR_CUDA_CHECK(cudaMemcpy(host.data(), data_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* data_ = nullptr;
-  size_t count_;
-};
+using gnmr_test::DeviceBuffer;
 
 std::vector<float> random_activations(int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
