@@ -19,7 +19,7 @@
 #                 bundle (reference/cpu_runs.json)                                     (90 s)
 #     memcheck    compute-sanitizer memcheck and initcheck over the gpu tests          (90 s)
 #     bench       gnmr bench on the GPU: bf16, fp8mix low/high, actq, GNMR             (60 s)
-# e2e and bench need the CUDA backend; until it exists they report "not built".
+# e2e and bench need a gnmr built with the CUDA backend.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -116,7 +116,7 @@ stage_memcheck() {
 
 needs_backend() {
   have_gpu || { status=SKIP why="no GPU"; return 1; }
-  cuda_backend_built || { status=SKIP why="not built: this gnmr has no CUDA backend yet"; return 1; }
+  cuda_backend_built || { status=SKIP why="not built: this gnmr has no CUDA backend"; return 1; }
   return 0
 }
 
@@ -132,12 +132,70 @@ stage_gemm_sweep() {
 
 stage_e2e() {
   needs_backend || return
-  status=FAIL why="the CUDA backend is built but this script has no comparison for it yet"
+  command -v python3 >/dev/null || { status=FAIL why="python3 not found (the comparison needs it)"; return; }
+  local work="$logs/e2e-work"
+  rm -rf "$work" && mkdir -p "$work"
+  # The same shards the reference was made from: the bundled corpus and tokenizer.
+  "$bundle/bin/gnmr" prepare --no-progress --val-fraction 0.05 \
+    --tokenizer "$bundle/share/data/brown/tokenizer.model" --out "$work/shards" \
+    "$bundle/share/data/brown/brown.jsonl.gz" >>"$logs/e2e.log" 2>&1 \
+    || { status=FAIL why="gnmr prepare failed (e2e.log)"; return; }
+  local verdict
+  verdict="$(python3 - "$bundle" "$work" <<'EOF_PY' 2>>"$logs/e2e.log"
+import json, subprocess, sys
+bundle, work = sys.argv[1], sys.argv[2]
+reference = json.load(open(f"{bundle}/reference/cpu_runs.json"))
+# Relative |gpu - cpu| / cpu allowed per step (tests/gpu/test_gpu_training.cpp explains them):
+# step 1 runs on the same weights, later steps compound the GEMMs' different summation order.
+tolerance = {"fp32": (1e-5, 1e-4), "bf16": (1e-5, 1e-4), "actq": (1e-4, 1e-3),
+             "fp8mix": (2e-3, 5e-3), "fp8mix-fp4": (2e-3, 1e-2), "int8": (1e-4, 1e-3)}
+failed, worst = [], {}
+for name, run in reference["runs"].items():
+    config = run["config"]
+    config["include"] = f"{bundle}/share/configs/models/tiny.json"
+    config["data"].update({"train": f"{work}/shards/train_*.bin", "val": f"{work}/shards/val_*.bin",
+                           "tokenizer": f"{bundle}/share/data/brown/tokenizer.model"})
+    config["backend"] = "cuda"
+    path = f"{work}/{name}.json"
+    json.dump(config, open(path, "w"))
+    with open(f"{work}/{name}.log", "w") as log:
+        done = subprocess.run([f"{bundle}/bin/gnmr", "train", "--config", path, "--out",
+                               f"{work}/{name}", "--force"], stdout=log, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        failed.append(f"{name} exited {done.returncode}")
+        continue
+    losses = [json.loads(l)["loss"] for l in open(f"{work}/{name}/metrics.jsonl")
+              if json.loads(l).get("kind") == "train"]
+    first, later = tolerance.get(name, (2e-3, 1e-2))
+    errors = [abs(g - c) / c for g, c in zip(losses, run["losses"])]
+    worst[name] = max(errors) if errors else float("nan")
+    if len(losses) != len(run["losses"]):
+        failed.append(f"{name}: {len(losses)} steps, reference {len(run['losses'])}")
+    elif any(e > (first if i == 0 else later) for i, e in enumerate(errors)):
+        failed.append(f"{name}: max rel. loss error {worst[name]:.1e}")
+    print(f"{name}: gpu {losses[-1]:.5f} cpu {run['losses'][-1]:.5f} max rel err {worst[name]:.1e}",
+          file=sys.stderr)
+summary = ", ".join(f"{n} {e:.0e}" for n, e in worst.items())
+print(("FAIL " + "; ".join(failed)) if failed else f"PASS {len(worst)} recipes within tolerance ({summary})")
+EOF_PY
+)"
+  status="${verdict%% *}" why="${verdict#* }"
+  [ -n "$verdict" ] || { status=FAIL why="the comparison did not run (e2e.log)"; }
 }
 
 stage_bench() {
   needs_backend || return
-  status=FAIL why="the CUDA backend is built but this script has no bench for it yet"
+  local config="$bundle/share/configs/bench/llama2-1b-gpu-seq1024.json" failed=0 lines=""
+  [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
+  for recipe in bf16 fp8mix actq; do
+    if "$bundle/bin/gnmr" bench --config "$config" --set backend=cuda --set precision.recipe=$recipe \
+      >>"$logs/bench.log" 2>&1; then
+      lines+="$recipe $(grep -o '[0-9.]* tok/s' "$logs/bench.log" | tail -1); "
+    else
+      failed=$((failed + 1)); lines+="$recipe failed; "
+    fi
+  done
+  if ((failed)); then status=FAIL why="$lines(bench.log)"; else status=PASS why="$lines"; fi
 }
 
 declare -A timeout_s=([preflight]=30 [gemm-sweep]=60 [gpu-tests]=90 [e2e]=90 [memcheck]=90 [bench]=60)

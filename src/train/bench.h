@@ -14,8 +14,9 @@ struct BenchOptions {
   int64_t warmup_steps = 2;  // excluded from every figure
 };
 
-// Measures the run's backend's fp32 GEMM throughput (GFLOP/s), best of `repeats` products of
-// [size × size] · [size × size]: the physical limit MFU is quoted against. The backend is a
+// Measures the run's backend's GEMM throughput (GFLOP/s; fp32 on the cpu, bf16 on cuda), best
+// of `repeats` products of [size × size] · [size × size]: the physical limit MFU is quoted
+// against. The backend is a
 // fresh one made as the run's (make_backend(config)), so its buffers never count in the run's
 // memory figures.
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, int repeats = 5);

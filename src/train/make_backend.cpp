@@ -1,30 +1,48 @@
 #include "train/make_backend.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "backend/cpu/cpu_backend.h"
 #include "util/error.h"
 #ifdef GNMR_WITH_CUDA
-#include "backend/cuda/device_probe.h"
+#include "backend/cuda/cuda_backend.h"
+#include "dist/launch_env.h"
 #endif
 
 namespace gnmr {
 
+namespace {
+
+// GNMR_POISON=1: the backends' debug mode that fills what nothing may read unwritten with NaN.
+bool poison_from_env() {
+  const char* poison = std::getenv("GNMR_POISON");
+  return poison != nullptr && std::strcmp(poison, "1") == 0;
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(const RunConfig& config) {
   if (config.backend == "cpu") {
-    std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads);
+    std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads, poison_from_env());
     backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
     return backend;
   }
   if (config.backend == "cuda") {
-    // Not built yet either way; a CUDA build also says what this machine's GPU would be.
-    std::string found;
 #ifdef GNMR_WITH_CUDA
-    const CudaDeviceProbe probe = probe_cuda_device(0);
-    found = probe.usable ? "; GPU found: " + probe.device
-                         : "; and this machine has no usable GPU: " + probe.problem;
-#endif
+    // One GPU per process: the local rank's (CUDA_VISIBLE_DEVICES narrows what it indexes).
+    CudaBackendOptions options;
+    const LaunchEnv launch = read_launch_env();
+    options.device = launch.local_rank > 0 ? launch.local_rank : 0;
+    options.poison = poison_from_env();
+    std::unique_ptr<Backend> backend = make_cuda_backend(options);
+    backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
+    return backend;
+#else
     throw Error(ErrorKind::NotBuilt,
-                "backend \"cuda\" is not built yet (this binary has the cpu backend only" + found +
-                    "); use backend=cpu");
+                "backend \"cuda\" is not in this binary (it was built without nvcc, or with "
+                "-DGNMR_CUDA=OFF); rebuild with the CUDA toolkit or use backend=cpu");
+#endif
   }
   throw Error(ErrorKind::Config,
               "config: \"backend\" is \"" + config.backend + "\", not one of cpu, cuda");

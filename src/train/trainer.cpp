@@ -130,11 +130,14 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   }
   // The BLAS in the log and, as a header line at each (re)start, in the metrics: a weaker kernel
   // than the CPU runs explains a slow run (README "Benchmarks").
-  const int gemm_threads = cpu_backend_threads(config.train.threads);
-  spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas_report(gemm_threads)), gemm_threads);
+  const bool cpu = config.backend == "cpu";
+  if (cpu) {
+    const int gemm_threads = cpu_backend_threads(config.train.threads);
+    spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas_report(gemm_threads)), gemm_threads);
+  }
   if (writer) {
-    json header = {{"kind", "run"}, {"step", state.step}};
-    header.update(blas_json(config));
+    json header = {{"kind", "run"}, {"step", state.step}, {"backend", config.backend}};
+    if (cpu) header.update(blas_json(config));
     metrics.write(header);
   }
 

@@ -274,5 +274,31 @@ TEST(TrainerOps, AttentionBackwardIsBitIdenticalAcrossRuns) {
   }
 }
 
+// The poison debug mode (make_cpu_backend): what nothing may read unwritten starts as NaN
+// bytes; what the model relies on being zero stays zero.
+TEST(PoisonMode, FillsActivationsSavedAndScratchWithNanAndLeavesTheRestZero) {
+  auto backend = make_cpu_backend(1, /*poison=*/true);
+  for (int r = 0; r < kMemoryRoles; ++r) {
+    const MemoryRole role = static_cast<MemoryRole>(r);
+    Tensor t = backend->allocate("t", {5}, DType::F32, role);
+    std::vector<float> host(5, 1.0f);
+    backend->copy_to_host(t, host.data());
+    const bool poisoned = role == MemoryRole::Activations ||
+                          role == MemoryRole::SavedActivations || role == MemoryRole::Scratch;
+    for (float v : host) {
+      if (poisoned) {
+        EXPECT_TRUE(std::isnan(v)) << memory_role_name(role);
+      } else {
+        EXPECT_EQ(v, 0.0f) << memory_role_name(role);
+      }
+    }
+  }
+  auto clean = make_cpu_backend(1);
+  Tensor t = clean->allocate("t", {3}, DType::F32, MemoryRole::Scratch);
+  std::vector<float> host(3, 1.0f);
+  clean->copy_to_host(t, host.data());
+  EXPECT_EQ(host, std::vector<float>(3, 0.0f));
+}
+
 }  // namespace
 }  // namespace gnmr

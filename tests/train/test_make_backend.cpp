@@ -6,6 +6,9 @@
 #include "expect_error.h"
 #include "test_paths.h"
 #include "train/make_backend.h"
+#ifdef GNMR_WITH_CUDA
+#include "backend/cuda/device_probe.h"
+#endif
 
 namespace {
 
@@ -21,10 +24,26 @@ TEST(MakeBackend, CpuRunsAtTheConfiguredGemmPrecision) {
   EXPECT_EQ(bf16->gemm_precision(), gnmr::GemmPrecision::BF16);
 }
 
-TEST(MakeBackend, CudaIsNotBuiltYetAndTheMessageSaysWhatToUse) {
+#ifdef GNMR_WITH_CUDA
+// A CUDA build makes the cuda backend where a GPU is usable, and elsewhere refuses with the
+// probe's reason and the fix.
+TEST(MakeBackend, CudaRunsWhereAGpuIsUsableAndElseSaysWhy) {
+  const gnmr::CudaDeviceProbe probe = gnmr::probe_cuda_device(0);
+  if (probe.usable) {
+    auto backend = gnmr::make_backend(tiny_config({"backend=cuda"}));
+    EXPECT_EQ(backend->name(), "cuda");
+    return;
+  }
+  gnmr_test::expect_error([] { gnmr::make_backend(tiny_config({"backend=cuda"})); },
+                          gnmr::ErrorKind::Runtime,
+                          {"cuda backend: ", probe.problem, "use backend=cpu"});
+}
+#else
+TEST(MakeBackend, CudaIsNotInThisBuildAndTheMessageSaysWhatToUse) {
   gnmr_test::expect_error([] { gnmr::make_backend(tiny_config({"backend=cuda"})); },
                           gnmr::ErrorKind::NotBuilt,
-                          {"backend \"cuda\" is not built yet", "use backend=cpu"});
+                          {"backend \"cuda\" is not in this binary", "use backend=cpu"});
 }
+#endif
 
 }  // namespace

@@ -10,42 +10,12 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/projection.h"
+#include "backend/tensor_checks.h"
 #include "util/error.h"
 
 namespace gnmr {
 
 namespace {
-
-float* f32(const Tensor& t) {
-  GNMR_CHECK(t.dtype == DType::F32,
-             "expected an f32 tensor, got " + std::string(dtype_name(t.dtype)));
-  return static_cast<float*>(t.data);
-}
-
-double* f64(const Tensor& t) {
-  GNMR_CHECK(t.dtype == DType::F64,
-             "expected an f64 tensor, got " + std::string(dtype_name(t.dtype)));
-  return static_cast<double*>(t.data);
-}
-
-const int32_t* i32(const Tensor& t) {
-  GNMR_CHECK(t.dtype == DType::I32,
-             "expected an i32 tensor, got " + std::string(dtype_name(t.dtype)));
-  return static_cast<const int32_t*>(t.data);
-}
-
-void check_same_shape(const Tensor& a, const Tensor& b, const char* what) {
-  GNMR_CHECK(a.numel() == b.numel(), std::string(what) + ": shapes " + a.shape_string() + " and " +
-                                         b.shape_string() + " differ");
-}
-
-// Rows and columns of a tensor seen as a matrix [numel / last, last].
-int64_t cols(const Tensor& t) {
-  return t.shape.empty() ? 1 : t.shape.back();
-}
-int64_t rows(const Tensor& t) {
-  return t.numel() / std::max<int64_t>(1, cols(t));
-}
 
 // The attention backward's saved state on the cpu: the softmax probabilities.
 class CpuAttentionState final : public AttentionState {
@@ -56,7 +26,7 @@ class CpuAttentionState final : public AttentionState {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int threads) : threads_(cpu_backend_threads(threads)) {
+  CpuBackend(int threads, bool poison) : threads_(cpu_backend_threads(threads)), poison_(poison) {
     // One BLAS thread: the backend parallelizes GEMMs itself (gemm_parallel), and the
     // per-(batch, head) attention GEMMs run inside OpenMP regions.
     openblas_set_num_threads(1);
@@ -88,7 +58,7 @@ class CpuBackend final : public Backend {
                                           " bytes, " + std::to_string(allocated_bytes()) +
                                           " already allocated)");
     }
-    std::memset(block, 0, bytes);
+    std::memset(block, poisoned(role) ? 0xFF : 0, bytes);
     blocks_.push_back(block);
     t.data = block;
     tensor_bytes_[static_cast<int>(role)] += bytes;
@@ -124,32 +94,32 @@ class CpuBackend final : public Backend {
   int64_t sync_count() const override { return sync_count_; }
 
   void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
-    const int64_t n = tokens.numel(), d = cols(table);
+    const int64_t n = tokens.numel(), d = matrix_cols(table);
     GNMR_CHECK(out.numel() == n * d, "embedding_forward: out " + out.shape_string());
-    cpu::embedding_forward(i32(tokens), f32(table), f32(out), n, d, threads_);
+    cpu::embedding_forward(i32_data(tokens), f32_data(table), f32_data(out), n, d, threads_);
   }
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) override {
-    const int64_t n = tokens.numel(), d = cols(dtable);
+    const int64_t n = tokens.numel(), d = matrix_cols(dtable);
     GNMR_CHECK(dout.numel() == n * d, "embedding_backward: dout " + dout.shape_string());
-    cpu::embedding_backward(i32(tokens), f32(dout), f32(dtable), n, d, threads_);
+    cpu::embedding_backward(i32_data(tokens), f32_data(dout), f32_data(dtable), n, d, threads_);
   }
 
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
                        Tensor& rstd) override {
-    const int64_t n = rows(x), d = cols(x);
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
     GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "rmsnorm_forward: shapes");
-    check_same_shape(x, out, "rmsnorm_forward");
-    cpu::rmsnorm_forward(f32(x), f32(weight), eps, f32(out), f32(rstd), n, d, threads_);
+    check_same_numel(x, out, "rmsnorm_forward");
+    cpu::rmsnorm_forward(f32_data(x), f32_data(weight), eps, f32_data(out), f32_data(rstd), n, d, threads_);
   }
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                         const Tensor& dout, Tensor& dx, Tensor& dweight) override {
-    const int64_t n = rows(x), d = cols(x);
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
     GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
                "rmsnorm_backward: shapes");
-    check_same_shape(x, dout, "rmsnorm_backward");
-    check_same_shape(x, dx, "rmsnorm_backward");
+    check_same_numel(x, dout, "rmsnorm_backward");
+    check_same_numel(x, dx, "rmsnorm_backward");
     float* ws = workspace(workspace_rmsnorm_, cpu::rmsnorm_backward_workspace(n, d));
-    cpu::rmsnorm_backward(f32(x), f32(weight), f32(rstd), f32(dout), f32(dx), f32(dweight), n, d,
+    cpu::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout), f32_data(dx), f32_data(dweight), n, d,
                           ws, threads_);
   }
 
@@ -159,33 +129,33 @@ class CpuBackend final : public Backend {
 
   void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y,
                       GemmPrecision precision) override {
-    const int64_t n = rows(x), in = cols(x), out = rows(weight);
-    GNMR_CHECK(cols(weight) == in && y.numel() == n * out, "matmul_forward: x " + x.shape_string() +
+    const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_rows(weight);
+    GNMR_CHECK(matrix_cols(weight) == in && y.numel() == n * out, "matmul_forward: x " + x.shape_string() +
                                                                ", W " + weight.shape_string() +
                                                                ", y " + y.shape_string());
-    const float* xp = gemm_input(f32(x), x.numel(), precision, workspace_a_);
-    const float* wp = gemm_input(f32(weight), weight.numel(), precision, workspace_b_);
-    cpu::matmul_forward(xp, wp, f32(y), n, in, out, threads_);
+    const float* xp = gemm_input(f32_data(x), x.numel(), precision, workspace_a_);
+    const float* wp = gemm_input(f32_data(weight), weight.numel(), precision, workspace_b_);
+    cpu::matmul_forward(xp, wp, f32_data(y), n, in, out, threads_);
   }
   void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx, bool accumulate,
                              GemmPrecision precision) override {
-    const int64_t n = rows(dy), out = cols(dy), in = cols(weight);
-    GNMR_CHECK(rows(weight) == out && dx.numel() == n * in,
+    const int64_t n = matrix_rows(dy), out = matrix_cols(dy), in = matrix_cols(weight);
+    GNMR_CHECK(matrix_rows(weight) == out && dx.numel() == n * in,
                "matmul_backward_input: dy " + dy.shape_string() + ", W " + weight.shape_string() +
                    ", dx " + dx.shape_string());
-    const float* dyp = gemm_input(f32(dy), dy.numel(), precision, workspace_a_);
-    const float* wp = gemm_input(f32(weight), weight.numel(), precision, workspace_b_);
-    cpu::matmul_backward_input(dyp, wp, f32(dx), n, in, out, accumulate, threads_);
+    const float* dyp = gemm_input(f32_data(dy), dy.numel(), precision, workspace_a_);
+    const float* wp = gemm_input(f32_data(weight), weight.numel(), precision, workspace_b_);
+    cpu::matmul_backward_input(dyp, wp, f32_data(dx), n, in, out, accumulate, threads_);
   }
   void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight,
                               GemmPrecision precision) override {
-    const int64_t n = rows(x), in = cols(x), out = cols(dy);
-    GNMR_CHECK(rows(dy) == n && dweight.numel() == out * in,
+    const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_cols(dy);
+    GNMR_CHECK(matrix_rows(dy) == n && dweight.numel() == out * in,
                "matmul_backward_weight: x " + x.shape_string() + ", dy " + dy.shape_string() +
                    ", dW " + dweight.shape_string());
-    const float* xp = gemm_input(f32(x), x.numel(), precision, workspace_a_);
-    const float* dyp = gemm_input(f32(dy), dy.numel(), precision, workspace_b_);
-    cpu::matmul_backward_weight(xp, dyp, f32(dweight), n, in, out, threads_);
+    const float* xp = gemm_input(f32_data(x), x.numel(), precision, workspace_a_);
+    const float* dyp = gemm_input(f32_data(dy), dy.numel(), precision, workspace_b_);
+    cpu::matmul_backward_weight(xp, dyp, f32_data(dweight), n, in, out, threads_);
   }
 
   std::unique_ptr<ProjectionState> plan_projection(const std::string& name,
@@ -210,7 +180,7 @@ class CpuBackend final : public Backend {
 
   void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
                               const GroupwiseSpec& spec, const RngKey& key) override {
-    const int64_t n = rows(x), d = cols(x);
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
     validate_groupwise_spec(d, spec);
     GNMR_CHECK(packed.dtype == DType::U8 && packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
                    static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
@@ -218,12 +188,12 @@ class CpuBackend final : public Backend {
                    std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
                    std::to_string(scale_count(n, d, spec)) + " scales, got " +
                    packed.shape_string() + " and " + scales.shape_string());
-    cpu::quantize_int_groupwise(f32(x), n, d, spec, static_cast<uint8_t*>(packed.data), f32(scales),
+    cpu::quantize_int_groupwise(f32_data(x), n, d, spec, static_cast<uint8_t*>(packed.data), f32_data(scales),
                                 key);
   }
   void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
                                 const GroupwiseSpec& spec, Tensor& out) override {
-    const int64_t n = rows(out), d = cols(out);
+    const int64_t n = matrix_rows(out), d = matrix_cols(out);
     validate_groupwise_spec(d, spec);
     GNMR_CHECK(packed.dtype == DType::U8 && packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
                    static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
@@ -231,34 +201,34 @@ class CpuBackend final : public Backend {
                    std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
                    std::to_string(scale_count(n, d, spec)) + " scales, got " +
                    packed.shape_string() + " and " + scales.shape_string());
-    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32(scales), n, d, spec,
-                                  f32(out));
+    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n, d, spec,
+                                  f32_data(out));
   }
   void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format, int64_t block_rows,
                                   int64_t block_cols) override {
-    check_same_shape(x, out, "fake_quantize_fp_blockwise");
+    check_same_numel(x, out, "fake_quantize_fp_blockwise");
     GNMR_CHECK(block_rows > 0 && block_cols > 0, "fake_quantize_fp_blockwise: empty block");
-    cpu::fake_quantize_fp_blockwise(f32(x), rows(x), cols(x), format, block_rows, block_cols,
-                                    f32(out));
+    cpu::fake_quantize_fp_blockwise(f32_data(x), matrix_rows(x), matrix_cols(x), format, block_rows, block_cols,
+                                    f32_data(out));
   }
   void fake_quantize_int8_per_row(const Tensor& x, Tensor& out) override {
-    check_same_shape(x, out, "fake_quantize_int8_per_row");
-    cpu::fake_quantize_int8_per_row(f32(x), rows(x), cols(x), f32(out));
+    check_same_numel(x, out, "fake_quantize_int8_per_row");
+    cpu::fake_quantize_int8_per_row(f32_data(x), matrix_rows(x), matrix_cols(x), f32_data(out));
   }
   void round_to_bf16(const Tensor& x, Tensor& out) override {
-    check_same_shape(x, out, "round_to_bf16");
-    cpu::round_to_bf16_copy(f32(x), f32(out), x.numel(), threads_);
+    check_same_numel(x, out, "round_to_bf16");
+    cpu::round_to_bf16_copy(f32_data(x), f32_data(out), x.numel(), threads_);
   }
 
   void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
     GNMR_CHECK(x.shape.size() == 4 && cos.dim(0) >= x.dim(1) && cos.dim(1) * 2 == x.dim(3),
                "rope_forward: x " + x.shape_string() + " vs table " + cos.shape_string());
-    cpu::rope_forward(f32(x), f32(cos), f32(sin), x.dim(0), x.dim(1), x.dim(2), x.dim(3), threads_);
+    cpu::rope_forward(f32_data(x), f32_data(cos), f32_data(sin), x.dim(0), x.dim(1), x.dim(2), x.dim(3), threads_);
   }
   void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
     GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
                "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
-    cpu::rope_backward(f32(dx), f32(cos), f32(sin), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3),
+    cpu::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3),
                        threads_);
   }
 
@@ -272,56 +242,56 @@ class CpuBackend final : public Backend {
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                          AttentionState& saved) override {
     const cpu::AttentionShape s = attention_shape(q, k);
-    check_same_shape(k, v, "attention_forward");
-    check_same_shape(q, out, "attention_forward");
+    check_same_numel(k, v, "attention_forward");
+    check_same_numel(q, out, "attention_forward");
     const Tensor& probs = attention_probs(saved, s);
-    cpu::attention_forward(f32(q), f32(k), f32(v), f32(out), f32(probs), s, threads_);
+    cpu::attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(probs), s, threads_);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
                           Tensor& dv) override {
     const cpu::AttentionShape s = attention_shape(q, k);
-    check_same_shape(q, dq, "attention_backward");
-    check_same_shape(q, dout, "attention_backward");
-    check_same_shape(k, dk, "attention_backward");
-    check_same_shape(v, dv, "attention_backward");
+    check_same_numel(q, dq, "attention_backward");
+    check_same_numel(q, dout, "attention_backward");
+    check_same_numel(k, dk, "attention_backward");
+    check_same_numel(v, dv, "attention_backward");
     const Tensor& probs = attention_probs(saved, s);
     float* ws = workspace(workspace_attention_, cpu::attention_backward_workspace(s, threads_));
-    cpu::attention_backward(f32(q), f32(k), f32(v), f32(probs), f32(dout), f32(dq), f32(dk),
-                            f32(dv), s, ws, threads_);
+    cpu::attention_backward(f32_data(q), f32_data(k), f32_data(v), f32_data(probs), f32_data(dout), f32_data(dq), f32_data(dk),
+                            f32_data(dv), s, ws, threads_);
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
-    check_same_shape(gate, up, "swiglu_forward");
-    check_same_shape(gate, out, "swiglu_forward");
-    cpu::swiglu_forward(f32(gate), f32(up), f32(out), gate.numel(), threads_);
+    check_same_numel(gate, up, "swiglu_forward");
+    check_same_numel(gate, out, "swiglu_forward");
+    cpu::swiglu_forward(f32_data(gate), f32_data(up), f32_data(out), gate.numel(), threads_);
   }
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                        Tensor& dup) override {
-    check_same_shape(gate, dout, "swiglu_backward");
-    check_same_shape(gate, dgate, "swiglu_backward");
-    check_same_shape(up, dup, "swiglu_backward");
-    cpu::swiglu_backward(f32(gate), f32(up), f32(dout), f32(dgate), f32(dup), gate.numel(),
+    check_same_numel(gate, dout, "swiglu_backward");
+    check_same_numel(gate, dgate, "swiglu_backward");
+    check_same_numel(up, dup, "swiglu_backward");
+    cpu::swiglu_backward(f32_data(gate), f32_data(up), f32_data(dout), f32_data(dgate), f32_data(dup), gate.numel(),
                          threads_);
   }
 
   void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) override {
-    check_same_shape(a, b, "residual_forward");
-    check_same_shape(a, out, "residual_forward");
-    cpu::residual_forward(f32(a), f32(b), f32(out), a.numel(), threads_);
+    check_same_numel(a, b, "residual_forward");
+    check_same_numel(a, out, "residual_forward");
+    cpu::residual_forward(f32_data(a), f32_data(b), f32_data(out), a.numel(), threads_);
   }
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
-    const int64_t n = rows(logits), vocab = cols(logits);
+    const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
     GNMR_CHECK(targets.numel() == n && losses.numel() == n, "cross_entropy_forward: shapes");
-    cpu::cross_entropy_forward(f32(logits), i32(targets), f32(losses), n, vocab, threads_);
+    cpu::cross_entropy_forward(f32_data(logits), i32_data(targets), f32_data(losses), n, vocab, threads_);
   }
   void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
                                       float dloss) override {
-    const int64_t n = rows(logits), vocab = cols(logits);
+    const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
     GNMR_CHECK(targets.numel() == n && losses.numel() == n,
                "cross_entropy_forward_backward: shapes");
-    cpu::cross_entropy_forward_backward(f32(logits), i32(targets), f32(losses), dloss, n, vocab,
+    cpu::cross_entropy_forward_backward(f32_data(logits), i32_data(targets), f32_data(losses), dloss, n, vocab,
                                         threads_);
   }
 
@@ -330,7 +300,7 @@ class CpuBackend final : public Backend {
     GNMR_CHECK(valid_targets > 0 && loss_sum.numel() == 1,
                "accumulate_mean_loss: needs valid targets and a one-element sum, got " +
                    std::to_string(valid_targets) + " and " + loss_sum.shape_string());
-    cpu::accumulate_mean_loss(f32(losses), losses.numel(), valid_targets, f64(loss_sum));
+    cpu::accumulate_mean_loss(f32_data(losses), losses.numel(), valid_targets, f64_data(loss_sum));
   }
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) override {
     GNMR_CHECK(out_per_tensor.numel() == static_cast<int64_t>(tensors.size()),
@@ -339,31 +309,31 @@ class CpuBackend final : public Backend {
     std::vector<const float*> pointers;
     std::vector<int64_t> counts;
     for (const Tensor& t : tensors) {
-      pointers.push_back(f32(t));
+      pointers.push_back(f32_data(t));
       counts.push_back(t.numel());
     }
     cpu::sum_squares(pointers.data(), counts.data(), static_cast<int64_t>(tensors.size()),
-                     f64(out_per_tensor), threads_);
+                     f64_data(out_per_tensor), threads_);
   }
   void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
                         Tensor& clip) override {
     GNMR_CHECK(loss_sum.numel() == 1 && clip.numel() == 2,
                "global_norm_clip: loss_sum " + loss_sum.shape_string() + ", clip " +
                    clip.shape_string() + " (want [1] and [2])");
-    cpu::global_norm_clip(f64(sum_squares), sum_squares.numel(), *f64(loss_sum), max_norm,
-                          f32(clip));
+    cpu::global_norm_clip(f64_data(sum_squares), sum_squares.numel(), *f64_data(loss_sum), max_norm,
+                          f32_data(clip));
   }
-  void scale(Tensor& t, float factor) override { cpu::scale(f32(t), factor, t.numel(), threads_); }
+  void scale(Tensor& t, float factor) override { cpu::scale(f32_data(t), factor, t.numel(), threads_); }
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s,
                     const Tensor& clip) override {
-    check_same_shape(param, grad, "adamw_update");
-    check_same_shape(param, m, "adamw_update");
-    check_same_shape(param, v, "adamw_update");
+    check_same_numel(param, grad, "adamw_update");
+    check_same_numel(param, m, "adamw_update");
+    check_same_numel(param, v, "adamw_update");
     GNMR_CHECK(s.step >= 1, "adamw_update: step is 1-based");
     GNMR_CHECK(clip.numel() == 2, "adamw_update: clip " + clip.shape_string() + " (want [2])");
-    const float* scale_and_flag = f32(clip);
+    const float* scale_and_flag = f32_data(clip);
     if (scale_and_flag[1] == 0.0f) return;
-    cpu::adamw_update(f32(param), f32(grad), f32(m), f32(v), param.numel(), s, scale_and_flag[0],
+    cpu::adamw_update(f32_data(param), f32_data(grad), f32_data(m), f32_data(v), param.numel(), s, scale_and_flag[0],
                       threads_);
   }
 
@@ -378,12 +348,7 @@ class CpuBackend final : public Backend {
   }
 
   static cpu::AttentionShape attention_shape(const Tensor& q, const Tensor& k) {
-    GNMR_CHECK(q.shape.size() == 4 && k.shape.size() == 4 && q.dim(0) == k.dim(0) &&
-                   q.dim(1) == k.dim(1) && q.dim(3) == k.dim(3) && k.dim(2) > 0 &&
-                   q.dim(2) % k.dim(2) == 0,
-               "attention: q " + q.shape_string() + " and k " + k.shape_string() +
-                   " are not [B, T, H, hd] and [B, T, Hkv, hd] with Hkv dividing H");
-    return cpu::AttentionShape{q.dim(0), q.dim(1), q.dim(2), k.dim(2), q.dim(3)};
+    return attention_shape_of(q, k);
   }
 
   cpu::ProjectionCall projection_call(ProjectionState& state, const Tensor& w) {
@@ -415,7 +380,14 @@ class CpuBackend final : public Backend {
             workspace_b_.size() + workspace_projection_x_.size() + workspace_projection_dy_.size());
   }
 
+  // The poison mode's fill (make_cpu_backend): the roles nothing may read before it writes.
+  bool poisoned(MemoryRole role) const {
+    return poison_ && (role == MemoryRole::Activations || role == MemoryRole::SavedActivations ||
+                       role == MemoryRole::Scratch);
+  }
+
   int threads_;
+  bool poison_;
   int64_t sync_count_ = 0;
   std::vector<void*> blocks_;
   size_t tensor_bytes_[kMemoryRoles] = {};  // by MemoryRole
@@ -437,8 +409,8 @@ const Tensor& cpu_attention_probs(const AttentionState& state) {
   return cpu_state->probs;
 }
 
-std::unique_ptr<Backend> make_cpu_backend(int threads) {
-  return std::make_unique<CpuBackend>(threads);
+std::unique_ptr<Backend> make_cpu_backend(int threads, bool poison) {
+  return std::make_unique<CpuBackend>(threads, poison);
 }
 
 }  // namespace gnmr

@@ -38,6 +38,10 @@ class LtGemmRunner {
   // "" when cuBLASLt has an algorithm for the plan, else why not (the gpu_check sweep).
   std::string check_algorithm(const GemmPlan& plan);
 
+  // The handle and workspace, shared with the backend's other cuBLASLt users (attention v1).
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+
  private:
   struct Prepared {
     std::unique_ptr<LtGemmDescriptors> descriptors;

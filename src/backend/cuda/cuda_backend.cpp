@@ -1,0 +1,503 @@
+// CudaBackend (cuda_backend.h): each op checks shapes on the host (tensor_checks.h), then
+// queues its kernel (kernels/*.cuh) or cuBLASLt matmul on the backend's stream.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "backend/cuda/attention_v1.h"
+#include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/cuda_projection.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/device_probe.h"
+#include "backend/embedding_index.h"
+#include "backend/tensor_checks.h"
+#include "kernels/cuda_check.cuh"
+#include "kernels/model_ops.cuh"
+#include "kernels/quantize.cuh"
+#include "kernels/train_ops.cuh"
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+// Host-to-device uploads go through pinned staging slots, so copy_from_host returns at once
+// (the caller's buffer is copied before it returns) without waiting for the GPU. A slot is
+// reused after kStagingSlots further uploads, once its event says its copy is done: with a
+// step's few uploads per micro-batch that copy finished long before.
+constexpr int kStagingSlots = 16;
+
+struct StagingSlot {
+  void* host = nullptr;  // pinned
+  size_t bytes = 0;
+  cudaEvent_t done = nullptr;
+};
+
+class CudaAttentionState final : public AttentionState {
+ public:
+  size_t saved_bytes() const override { return probs.bytes(); }
+  Tensor probs;  // [B, H, T, T]
+  AttentionShape shape{};
+};
+
+int64_t last_dim(const Tensor& t) {
+  return matrix_cols(t);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(const CudaBackendOptions& options) : memory_(options.poison) {
+    const CudaDeviceProbe probe = probe_cuda_device(options.device);
+    if (!probe.usable) {
+      throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
+                                          "; use backend=cpu on a machine without a usable GPU");
+    }
+    GNMR_CUDA_CHECK(cudaSetDevice(options.device));
+    cudaDeviceProp prop{};
+    GNMR_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
+    target_.compute_capability = prop.major * 10 + prop.minor;
+    device_name_ = probe.device;
+    // A blocking stream: it orders after the synchronous cudaMemset of each allocation
+    // (issued on the legacy default stream).
+    GNMR_CUDA_CHECK(cudaStreamCreate(&stream_));
+    gemm_ = std::make_unique<LtGemmRunner>();
+    attention_ = std::make_unique<cuda::MaterializedAttention>(
+        gemm_->handle(), gemm_->workspace(), LtGemmRunner::kWorkspaceBytes);
+    for (StagingSlot& slot : staging_) {
+      GNMR_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+    }
+  }
+
+  // Destroy calls have nothing actionable to report from a destructor.
+  ~CudaBackend() override {
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (StagingSlot& slot : staging_) {
+      if (slot.host) cudaFreeHost(slot.host);
+      if (slot.done) cudaEventDestroy(slot.done);
+    }
+    attention_.reset();
+    gemm_.reset();
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  std::string name() const override { return "cuda"; }
+
+  // ---- memory ----
+  Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
+                  MemoryRole role) override {
+    Tensor t;
+    t.dtype = dtype;
+    t.shape = std::move(shape);
+    for (int64_t s : t.shape) {
+      GNMR_CHECK(s >= 0, "allocate " + name + ": negative extent in " + t.shape_string());
+    }
+    t.data = memory_.allocate(name, t.bytes(), role);
+    if (dtype == DType::I32) {
+      // Token ids: room for the embedding index of a batch of this size (embedding_backward).
+      const int64_t n = t.numel();
+      embedding_index_.reserve(memory_, sizeof(int32_t) * size_t(3 * n + 1));
+    }
+    return t;
+  }
+  MemoryUse memory_use() const override {
+    MemoryUse use = memory_.use();
+    use.bytes[static_cast<int>(MemoryRole::Scratch)] += LtGemmRunner::kWorkspaceBytes;
+    return use;
+  }
+  size_t peak_allocated_bytes() const override {
+    return memory_.peak() + LtGemmRunner::kWorkspaceBytes;
+  }
+
+  void copy_to_host(const Tensor& src, void* host) override {
+    ++sync_count_;
+    if (src.bytes() > 0) {
+      GNMR_CUDA_CHECK(
+          cudaMemcpyAsync(host, src.data, src.bytes(), cudaMemcpyDeviceToHost, stream_));
+    }
+    GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  void copy_from_host(Tensor& dst, const void* host) override {
+    if (dst.bytes() == 0) return;
+    if (dst.dtype == DType::I32) {  // token ids: the embedding backward indexes them on the host
+      auto& mirror = host_tokens_[dst.data];
+      mirror.resize(size_t(dst.numel()));
+      std::memcpy(mirror.data(), host, dst.bytes());
+    }
+    upload(dst.data, host, dst.bytes());
+  }
+  void copy(const Tensor& src, Tensor& dst) override {
+    GNMR_CHECK(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy: tensors differ");
+    if (src.bytes() > 0) {
+      GNMR_CUDA_CHECK(
+          cudaMemcpyAsync(dst.data, src.data, src.bytes(), cudaMemcpyDeviceToDevice, stream_));
+    }
+  }
+  void fill_zero(Tensor& t) override {
+    if (t.bytes() > 0) GNMR_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
+  }
+  void synchronize() override {
+    ++sync_count_;
+    GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+  int64_t sync_count() const override { return sync_count_; }
+
+  // ---- model ops ----
+  void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
+    const int64_t n = tokens.numel(), d = last_dim(table);
+    GNMR_CHECK(out.numel() == n * d, "embedding_forward: out " + out.shape_string());
+    cuda::embedding_forward(i32_data(tokens), f32_data(table), f32_data(out), n, d, stream_);
+  }
+  void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) override {
+    const int64_t n = tokens.numel(), d = last_dim(dtable);
+    GNMR_CHECK(dout.numel() == n * d, "embedding_backward: dout " + dout.shape_string());
+    auto it = host_tokens_.find(tokens.data);
+    GNMR_CHECK(it != host_tokens_.end() && int64_t(it->second.size()) == n,
+               "embedding_backward: the tokens were not uploaded with copy_from_host");
+    const EmbeddingIndex index = make_embedding_index(it->second.data(), n);
+    // One upload: [unique tokens | offsets | positions].
+    std::vector<int32_t> packed;
+    packed.reserve(index.tokens.size() + index.offsets.size() + index.positions.size());
+    packed.insert(packed.end(), index.tokens.begin(), index.tokens.end());
+    packed.insert(packed.end(), index.offsets.begin(), index.offsets.end());
+    packed.insert(packed.end(), index.positions.begin(), index.positions.end());
+    auto* device = static_cast<int32_t*>(embedding_index_.data);
+    GNMR_CHECK(device != nullptr && packed.size() * sizeof(int32_t) <= embedding_index_.bytes,
+               "embedding_backward: index buffer too small");
+    upload(device, packed.data(), packed.size() * sizeof(int32_t));
+    const int64_t unique = int64_t(index.tokens.size());
+    cuda::embedding_backward(device, device + unique, device + 2 * unique + 1, unique,
+                             f32_data(dout), f32_data(dtable), d, stream_);
+  }
+
+  void rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
+                       Tensor& rstd) override {
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
+    GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "rmsnorm_forward: shapes");
+    check_same_numel(x, out, "rmsnorm_forward");
+    cuda::rmsnorm_forward(f32_data(x), f32_data(weight), eps, f32_data(out), f32_data(rstd), n, d,
+                          stream_);
+  }
+  void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                        const Tensor& dout, Tensor& dx, Tensor& dweight) override {
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
+    GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
+               "rmsnorm_backward: shapes");
+    check_same_numel(x, dout, "rmsnorm_backward");
+    check_same_numel(x, dx, "rmsnorm_backward");
+    auto* ws = static_cast<float*>(rmsnorm_workspace_.reserve(
+        memory_, sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(n, d))));
+    cuda::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout),
+                           f32_data(dx), f32_data(dweight), n, d, ws, stream_);
+  }
+
+  using Backend::matmul_backward_input;
+  using Backend::matmul_backward_weight;
+  using Backend::matmul_forward;
+
+  // The plain GEMMs: a projection with no plan of its own (kBackendGemm at `precision`), its
+  // bf16 operands rounded into the shared scratch on every call.
+  void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y,
+                      GemmPrecision precision) override {
+    const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_rows(weight);
+    GNMR_CHECK(matrix_cols(weight) == in && y.numel() == n * out,
+               "matmul_forward: x " + x.shape_string() + ", W " + weight.shape_string() +
+                   ", y " + y.shape_string());
+    const GemmPlan plan = plan_gemm(GemmRole::kForward, n, in, out, PathSpec{}, precision,
+                                    target_, false);
+    gemm_->run(plan, gemm_input(weight, precision, matmul_a_), nullptr,
+               gemm_input(x, precision, matmul_b_), nullptr, f32_data(y), stream_);
+  }
+  void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx, bool accumulate,
+                             GemmPrecision precision) override {
+    const int64_t n = matrix_rows(dy), out = matrix_cols(dy), in = matrix_cols(weight);
+    GNMR_CHECK(matrix_rows(weight) == out && dx.numel() == n * in,
+               "matmul_backward_input: dy " + dy.shape_string() + ", W " +
+                   weight.shape_string() + ", dx " + dx.shape_string());
+    const GemmPlan plan = plan_gemm(GemmRole::kInputGradient, n, in, out, PathSpec{}, precision,
+                                    target_, accumulate);
+    gemm_->run(plan, gemm_input(weight, precision, matmul_a_), nullptr,
+               gemm_input(dy, precision, matmul_b_), nullptr, f32_data(dx), stream_);
+  }
+  void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight,
+                              GemmPrecision precision) override {
+    const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_cols(dy);
+    GNMR_CHECK(matrix_rows(dy) == n && dweight.numel() == out * in,
+               "matmul_backward_weight: x " + x.shape_string() + ", dy " + dy.shape_string() +
+                   ", dW " + dweight.shape_string());
+    const GemmPlan plan = plan_gemm(GemmRole::kWeightGradient, n, in, out, PathSpec{}, precision,
+                                    target_, true);
+    gemm_->run(plan, gemm_input(x, precision, matmul_a_), nullptr,
+               gemm_input(dy, precision, matmul_b_), nullptr, f32_data(dweight), stream_);
+  }
+
+  // ---- projections ----
+  std::unique_ptr<ProjectionState> plan_projection(const std::string& name,
+                                                   const ProjectionShape& shape,
+                                                   const PathSpec& low,
+                                                   const PathSpec& recovery) override {
+    // Every RMSNorm output is some projection's input [tokens, in], so its backward's
+    // workspace is sized here, before the first step.
+    rmsnorm_workspace_.reserve(memory_, sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(
+                                                            shape.tokens, shape.in)));
+    return cuda::plan_projection(projection_context(), name, shape, low, recovery);
+  }
+  void projection_forward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                          const Tensor& x, Tensor& y, bool save, const RngKey& key) override {
+    cuda::projection_forward(projection_context(), cuda_state(state), path, w, x, y, save, key);
+  }
+  void projection_backward(ProjectionState& state, const PathSpec& path, const Tensor& w,
+                           Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) override {
+    cuda::projection_backward(projection_context(), cuda_state(state), path, w, dy, dx,
+                              accumulate_dx, dw);
+  }
+  void invalidate_prepared_weights() override { ++weights_epoch_; }
+
+  // ---- rope, attention, swiglu, residual, loss ----
+  void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
+    GNMR_CHECK(x.shape.size() == 4 && cos.dim(0) >= x.dim(1) && cos.dim(1) * 2 == x.dim(3),
+               "rope_forward: x " + x.shape_string() + " vs table " + cos.shape_string());
+    cuda::rope_forward(f32_data(x), f32_data(cos), f32_data(sin), x.dim(0), x.dim(1), x.dim(2),
+                       x.dim(3), stream_);
+  }
+  void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
+    GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
+               "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
+    cuda::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1),
+                        dx.dim(2), dx.dim(3), stream_);
+  }
+
+  std::unique_ptr<AttentionState> plan_attention(const std::string& name,
+                                                 const AttentionShape& shape) override {
+    auto state = std::make_unique<CudaAttentionState>();
+    state->shape = shape;
+    state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
+                            DType::F32, MemoryRole::SavedActivations);
+    attention_scratch_.reserve(
+        memory_, sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(shape)));
+    return state;
+  }
+  void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
+                         AttentionState& saved) override {
+    const AttentionShape s = attention_shape_of(q, k);
+    check_same_numel(k, v, "attention_forward");
+    check_same_numel(q, out, "attention_forward");
+    const Tensor& probs = attention_probs(saved, s);
+    attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(probs), s,
+                        stream_);
+  }
+  void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
+                          const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
+                          Tensor& dv) override {
+    const AttentionShape s = attention_shape_of(q, k);
+    check_same_numel(q, dq, "attention_backward");
+    check_same_numel(q, dout, "attention_backward");
+    check_same_numel(k, dk, "attention_backward");
+    check_same_numel(v, dv, "attention_backward");
+    const Tensor& probs = attention_probs(saved, s);
+    auto* scratch = static_cast<float*>(attention_scratch_.reserve(
+        memory_,
+        sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(s))));
+    attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(probs), f32_data(dout),
+                         f32_data(dq), f32_data(dk), f32_data(dv), scratch, s, stream_);
+  }
+
+  void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    check_same_numel(gate, up, "swiglu_forward");
+    check_same_numel(gate, out, "swiglu_forward");
+    cuda::swiglu_forward(f32_data(gate), f32_data(up), f32_data(out), gate.numel(), stream_);
+  }
+  void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                       Tensor& dup) override {
+    check_same_numel(gate, dout, "swiglu_backward");
+    check_same_numel(gate, dgate, "swiglu_backward");
+    check_same_numel(up, dup, "swiglu_backward");
+    cuda::swiglu_backward(f32_data(gate), f32_data(up), f32_data(dout), f32_data(dgate),
+                          f32_data(dup), gate.numel(), stream_);
+  }
+  void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+    check_same_numel(a, b, "residual_forward");
+    check_same_numel(a, out, "residual_forward");
+    cuda::residual_forward(f32_data(a), f32_data(b), f32_data(out), a.numel(), stream_);
+  }
+
+  void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
+    const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
+    GNMR_CHECK(targets.numel() == n && losses.numel() == n, "cross_entropy_forward: shapes");
+    cuda::cross_entropy_forward(f32_data(logits), i32_data(targets), f32_data(losses), n, vocab,
+                                stream_);
+  }
+  void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
+                                      float dloss) override {
+    const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
+    GNMR_CHECK(targets.numel() == n && losses.numel() == n,
+               "cross_entropy_forward_backward: shapes");
+    cuda::cross_entropy_forward_backward(f32_data(logits), i32_data(targets), f32_data(losses),
+                                         dloss, n, vocab, stream_);
+  }
+
+  // ---- precision-recipe ops ----
+  void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
+                              const GroupwiseSpec& spec, const RngKey& key) override {
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
+    check_groupwise_buffers(n, d, spec, packed, scales, "quantize_int_groupwise");
+    cuda::quantize_int_groupwise(f32_data(x), n, d, spec, static_cast<uint8_t*>(packed.data),
+                                 f32_data(scales), key, stream_);
+  }
+  void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
+                                const GroupwiseSpec& spec, Tensor& out) override {
+    const int64_t n = matrix_rows(out), d = matrix_cols(out);
+    check_groupwise_buffers(n, d, spec, packed, scales, "dequantize_int_groupwise");
+    cuda::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n,
+                                   d, spec, f32_data(out), stream_);
+  }
+  void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format, int64_t block_rows,
+                                  int64_t block_cols) override {
+    check_same_numel(x, out, "fake_quantize_fp_blockwise");
+    GNMR_CHECK(block_rows > 0 && block_cols > 0, "fake_quantize_fp_blockwise: empty block");
+    cuda::fake_quantize_fp_blockwise(f32_data(x), f32_data(out), matrix_rows(x), matrix_cols(x),
+                                     format, block_rows, block_cols, stream_);
+  }
+  void fake_quantize_int8_per_row(const Tensor& x, Tensor& out) override {
+    check_same_numel(x, out, "fake_quantize_int8_per_row");
+    cuda::fake_quantize_int8_per_row(f32_data(x), matrix_rows(x), matrix_cols(x), f32_data(out),
+                                     stream_);
+  }
+  void round_to_bf16(const Tensor& x, Tensor& out) override {
+    check_same_numel(x, out, "round_to_bf16");
+    cuda::round_to_bf16(f32_data(x), f32_data(out), x.numel(), stream_);
+  }
+
+  // ---- trainer ops ----
+  void accumulate_mean_loss(const Tensor& losses, int64_t valid_targets,
+                            Tensor& loss_sum) override {
+    GNMR_CHECK(valid_targets > 0 && loss_sum.numel() == 1,
+               "accumulate_mean_loss: needs valid targets and a one-element sum, got " +
+                   std::to_string(valid_targets) + " and " + loss_sum.shape_string());
+    cuda::accumulate_mean_loss(f32_data(losses), losses.numel(), valid_targets,
+                               f64_data(loss_sum), stream_);
+  }
+  void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) override {
+    GNMR_CHECK(out_per_tensor.numel() == static_cast<int64_t>(tensors.size()),
+               "sum_squares: " + std::to_string(tensors.size()) + " tensors, out " +
+                   out_per_tensor.shape_string());
+    std::vector<const float*> pointers;
+    std::vector<int64_t> counts;
+    for (const Tensor& t : tensors) {
+      pointers.push_back(f32_data(t));
+      counts.push_back(t.numel());
+    }
+    const int64_t num = static_cast<int64_t>(tensors.size());
+    auto* ws = static_cast<double*>(sum_squares_workspace_.reserve(
+        memory_,
+        sizeof(double) * size_t(std::max<int64_t>(
+                             1, cuda::sum_squares_workspace_doubles(counts.data(), num)))));
+    cuda::sum_squares(pointers.data(), counts.data(), num, f64_data(out_per_tensor), ws, stream_);
+  }
+  void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
+                        Tensor& clip) override {
+    GNMR_CHECK(loss_sum.numel() == 1 && clip.numel() == 2,
+               "global_norm_clip: loss_sum " + loss_sum.shape_string() + ", clip " +
+                   clip.shape_string() + " (want [1] and [2])");
+    cuda::global_norm_clip(f64_data(sum_squares), sum_squares.numel(), f64_data(loss_sum),
+                           max_norm, f32_data(clip), stream_);
+  }
+  void scale(Tensor& t, float factor) override {
+    cuda::scale(f32_data(t), factor, t.numel(), stream_);
+  }
+  void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s,
+                    const Tensor& clip) override {
+    check_same_numel(param, grad, "adamw_update");
+    check_same_numel(param, m, "adamw_update");
+    check_same_numel(param, v, "adamw_update");
+    GNMR_CHECK(s.step >= 1, "adamw_update: step is 1-based");
+    GNMR_CHECK(clip.numel() == 2, "adamw_update: clip " + clip.shape_string() + " (want [2])");
+    cuda::adamw_update(f32_data(param), f32_data(grad), f32_data(m), f32_data(v), param.numel(), s,
+                       f32_data(clip), stream_);
+  }
+
+ private:
+  // One staged upload (see kStagingSlots): pinned copy, then an async copy on the stream.
+  void upload(void* device, const void* host, size_t bytes) {
+    StagingSlot& slot = staging_[next_slot_];
+    next_slot_ = (next_slot_ + 1) % kStagingSlots;
+    GNMR_CUDA_CHECK(cudaEventSynchronize(slot.done));  // its previous copy has been made
+    if (slot.bytes < bytes) {
+      if (slot.host) GNMR_CUDA_CHECK(cudaFreeHost(slot.host));
+      slot.host = nullptr;
+      slot.bytes = 0;
+      GNMR_CUDA_CHECK(cudaMallocHost(&slot.host, bytes));
+      slot.bytes = bytes;
+    }
+    std::memcpy(slot.host, host, bytes);
+    GNMR_CUDA_CHECK(cudaMemcpyAsync(device, slot.host, bytes, cudaMemcpyHostToDevice, stream_));
+    GNMR_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
+  }
+
+  // A plain GEMM's operand: as is in fp32, else rounded to bf16 into `scratch`.
+  const void* gemm_input(const Tensor& t, GemmPrecision precision, DeviceScratch& scratch) {
+    if (precision == GemmPrecision::FP32) return f32_data(t);
+    auto* out = static_cast<uint16_t*>(scratch.reserve(memory_, size_t(t.numel()) * 2));
+    cuda::convert_to_bf16(f32_data(t), t.numel(), out, stream_);
+    return out;
+  }
+
+  static void check_groupwise_buffers(int64_t n, int64_t d, const GroupwiseSpec& spec,
+                                      const Tensor& packed, const Tensor& scales,
+                                      const char* what) {
+    validate_groupwise_spec(d, spec);
+    GNMR_CHECK(packed.dtype == DType::U8 && packed.bytes() >= gnmr::packed_bytes(n, d, spec) &&
+                   static_cast<size_t>(scales.numel()) >= scale_count(n, d, spec),
+               std::string(what) + ": [" + std::to_string(n) + ", " + std::to_string(d) +
+                   "] needs " + std::to_string(gnmr::packed_bytes(n, d, spec)) +
+                   " packed bytes and " + std::to_string(scale_count(n, d, spec)) +
+                   " scales, got " + packed.shape_string() + " and " + scales.shape_string());
+  }
+
+  static const Tensor& attention_probs(const AttentionState& saved, const AttentionShape& s) {
+    const auto* state = dynamic_cast<const CudaAttentionState*>(&saved);
+    GNMR_CHECK(state != nullptr, "attention state was not planned by the cuda backend");
+    GNMR_CHECK(state->probs.numel() == s.batch * s.heads * s.seq * s.seq,
+               "attention: state planned for probs " + state->probs.shape_string());
+    return state->probs;
+  }
+
+  static cuda::CudaProjectionState& cuda_state(ProjectionState& state) {
+    auto* s = dynamic_cast<cuda::CudaProjectionState*>(&state);
+    GNMR_CHECK(s != nullptr, "projection state was not planned by the cuda backend");
+    return *s;
+  }
+  cuda::ProjectionContext projection_context() {
+    return cuda::ProjectionContext{memory_,  projection_scratch_, *gemm_,         stream_,
+                                   gemm_precision(), target_,    weights_epoch_};
+  }
+
+  DeviceMemory memory_;
+  GpuTarget target_;
+  std::string device_name_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<LtGemmRunner> gemm_;
+  std::unique_ptr<cuda::MaterializedAttention> attention_;
+  int64_t sync_count_ = 0;
+  uint64_t weights_epoch_ = 1;  // bumped by invalidate_prepared_weights
+  StagingSlot staging_[kStagingSlots];
+  int next_slot_ = 0;
+  // The host copy of each uploaded i32 tensor, by device address (embedding_backward).
+  std::map<const void*, std::vector<int32_t>> host_tokens_;
+  cuda::ProjectionScratch projection_scratch_;
+  DeviceScratch embedding_index_{"embedding_index"}, rmsnorm_workspace_{"rmsnorm_workspace"},
+      attention_scratch_{"attention_scratch"}, sum_squares_workspace_{"sum_squares_workspace"},
+      matmul_a_{"matmul_a"}, matmul_b_{"matmul_b"};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
+  return std::make_unique<CudaBackend>(options);
+}
+
+}  // namespace gnmr

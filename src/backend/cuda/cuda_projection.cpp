@@ -1,0 +1,309 @@
+// The CUDA projection executor (cuda_projection.h). Shapes: x: [N, in]; W: [out, in];
+// y, dy: [N, out]; dx: [N, in]; N = tokens. As on the CPU, the backward runs the weight
+// gradient first, then the input gradient (the last reader of dy, which it may overwrite when
+// the shape allows it).
+#include "backend/cuda/cuda_projection.h"
+
+#include <cstdint>
+
+#include "backend/tensor_checks.h"
+#include "kernels/quantize.cuh"
+#include "kernels/train_ops.cuh"
+#include "precision/scale_layout.h"
+#include "util/error.h"
+
+namespace gnmr {
+namespace cuda {
+
+namespace {
+
+// One GEMM operand as cuBLASLt reads it.
+struct Operand {
+  const void* data = nullptr;
+  const float* scales = nullptr;  // fp8 codes only
+};
+
+void* need(const DeviceScratch& s, size_t bytes, const char* what) {
+  GNMR_CHECK(s.data != nullptr && s.bytes >= bytes,
+             std::string("cuda projection: ") + what + " scratch of " + std::to_string(s.bytes) +
+                 " bytes was planned, " + std::to_string(bytes) + " needed");
+  return s.data;
+}
+
+// The weight side: W as the forward (transposed = false) or the input gradient (true) reads it.
+Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                       OperandPrep prep, const Tensor& w, bool transposed) {
+  const int64_t out = s.shape.out, in = s.shape.in;
+  const float* wf = f32_data(w);
+  auto fresh = [&](PreparedWeight& p) {
+    return p.epoch == c.weights_epoch && p.prep == prep && p.format == path.format &&
+           p.tile == path.tile;
+  };
+  auto stamp = [&](PreparedWeight& p) {
+    p.epoch = c.weights_epoch;
+    p.prep = prep;
+    p.format = path.format;
+    p.tile = path.tile;
+  };
+  switch (prep) {
+    case OperandPrep::kAsIs:
+      return {wf, nullptr};
+    case OperandPrep::kBf16: {
+      PreparedWeight& p = s.weight_bf16;
+      GNMR_CHECK(p.data != nullptr, "cuda projection: no bf16 weight was planned");
+      if (!fresh(p)) {
+        convert_to_bf16(wf, out * in, static_cast<uint16_t*>(p.data), c.stream);
+        stamp(p);
+      }
+      return {p.data, nullptr};  // the descriptor transposes for the input gradient
+    }
+    case OperandPrep::kFp8Codes: {
+      PreparedWeight& p = s.weight_fp8;
+      GNMR_CHECK(p.data != nullptr, "cuda projection: no fp8 weight was planned");
+      uint8_t* codes = static_cast<uint8_t*>(p.data);
+      uint8_t* codes_t = codes + out * in;
+      float* scales_t = p.scales + blk128_scale_count(out, in);
+      if (!fresh(p)) {
+        quantize_fp_block_128x128(wf, out, in, path.format, codes, p.scales, codes_t, scales_t,
+                                  c.stream);
+        stamp(p);
+      }
+      return transposed ? Operand{codes_t, scales_t} : Operand{codes, p.scales};
+    }
+    case OperandPrep::kFakeQuantFp:
+    case OperandPrep::kFakeQuantInt8: {
+      PreparedWeight& p = s.weight_fake_quant;
+      GNMR_CHECK(p.data != nullptr, "cuda projection: no fake-quantized weight was planned");
+      float* wq = static_cast<float*>(p.data);
+      if (!fresh(p)) {
+        if (prep == OperandPrep::kFakeQuantFp) {  // DeepSeek-V3: tile x tile weight blocks
+          fake_quantize_fp_blockwise(wf, wq, out, in, path.format, path.tile, path.tile,
+                                     c.stream);
+        } else {  // one scale per output channel
+          fake_quantize_int8_per_row(wf, out, in, wq, c.stream);
+        }
+        stamp(p);
+      }
+      return {wq, nullptr};
+    }
+    case OperandPrep::kDequantized:
+    case OperandPrep::kDequantizedBf16:
+      break;
+  }
+  throw Error(ErrorKind::Runtime, std::string("cuda projection: a weight cannot be prepared as ") +
+                                      operand_prep_name(prep));
+}
+
+// The x side: B of the forward (1 x tile tiles along in) or A of the weight gradient (tile x 1
+// along N, transposed for FP8).
+Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                  OperandPrep prep, GemmRole role, const Tensor& x) {
+  const int64_t n = s.shape.tokens, in = s.shape.in;
+  const bool wgrad = role == GemmRole::kWeightGradient;
+  ProjectionScratch& sc = c.scratch;
+  switch (prep) {
+    case OperandPrep::kAsIs:
+      return {f32_data(x), nullptr};
+    case OperandPrep::kBf16: {
+      auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
+      convert_to_bf16(f32_data(x), n * in, out, c.stream);
+      return {out, nullptr};
+    }
+    case OperandPrep::kFp8Codes: {
+      auto* codes = static_cast<uint8_t*>(need(sc.x_low, size_t(n * in), "x codes"));
+      auto* scales = static_cast<float*>(need(
+          sc.x_scales, sizeof(float) * size_t(vec128_scale_count(wgrad ? in : n, wgrad ? n : in)),
+          "x scales"));
+      if (wgrad) {
+        quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales,
+                                          c.stream);
+      } else {
+        quantize_fp_tile_1x128(f32_data(x), n, in, path.format, ScaleOrder::kVec128, codes,
+                               scales, c.stream);
+      }
+      return {codes, scales};
+    }
+    case OperandPrep::kFakeQuantFp: {
+      auto* out = static_cast<float*>(need(sc.x_f32, sizeof(float) * size_t(n * in), "x fp32"));
+      fake_quantize_fp_blockwise(f32_data(x), out, n, in, path.format, wgrad ? path.tile : 1,
+                                 wgrad ? 1 : path.tile, c.stream);
+      return {out, nullptr};
+    }
+    case OperandPrep::kFakeQuantInt8: {
+      auto* out = static_cast<float*>(need(sc.x_f32, sizeof(float) * size_t(n * in), "x fp32"));
+      fake_quantize_int8_per_row(f32_data(x), n, in, out, c.stream);
+      return {out, nullptr};
+    }
+    case OperandPrep::kDequantized:
+    case OperandPrep::kDequantizedBf16: {
+      auto* restored =
+          static_cast<float*>(need(sc.x_f32, sizeof(float) * size_t(n * in), "x fp32"));
+      dequantize_int_groupwise(static_cast<const uint8_t*>(s.saved_codes), s.saved_scales, n, in,
+                               s.saved_spec(path), restored, c.stream);
+      if (prep == OperandPrep::kDequantized) return {restored, nullptr};
+      auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
+      convert_to_bf16(restored, n * in, out, c.stream);
+      return {out, nullptr};
+    }
+  }
+  return {};
+}
+
+// The dy side: B of the input gradient (1 x tile along out) and of the weight gradient
+// (tile x 1 along N, transposed for FP8).
+Operand dy_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                   OperandPrep prep, GemmRole role, Tensor& dy) {
+  const int64_t n = s.shape.tokens, out = s.shape.out;
+  const bool wgrad = role == GemmRole::kWeightGradient;
+  ProjectionScratch& sc = c.scratch;
+  // Where a fake-quantized dy goes: dy itself for the input gradient when allowed.
+  auto f32_target = [&]() {
+    if (!wgrad && s.shape.backward_may_overwrite_dy) return f32_data(dy);
+    return static_cast<float*>(need(sc.dy_f32, sizeof(float) * size_t(n * out), "dy fp32"));
+  };
+  switch (prep) {
+    case OperandPrep::kAsIs:
+      return {f32_data(dy), nullptr};
+    case OperandPrep::kBf16: {
+      auto* low = static_cast<uint16_t*>(need(sc.dy_low, size_t(n * out) * 2, "dy bf16"));
+      convert_to_bf16(f32_data(dy), n * out, low, c.stream);
+      return {low, nullptr};
+    }
+    case OperandPrep::kFp8Codes: {
+      auto* codes = static_cast<uint8_t*>(need(sc.dy_low, size_t(n * out), "dy codes"));
+      auto* scales = static_cast<float*>(
+          need(sc.dy_scales,
+               sizeof(float) * size_t(vec128_scale_count(wgrad ? out : n, wgrad ? n : out)),
+               "dy scales"));
+      if (wgrad) {
+        quantize_fp_tile_128x1_transposed(f32_data(dy), n, out, path.format, codes, scales,
+                                          c.stream);
+      } else {
+        quantize_fp_tile_1x128(f32_data(dy), n, out, path.format, ScaleOrder::kVec128, codes,
+                               scales, c.stream);
+      }
+      return {codes, scales};
+    }
+    case OperandPrep::kFakeQuantFp: {
+      float* target = f32_target();
+      fake_quantize_fp_blockwise(f32_data(dy), target, n, out, path.format, wgrad ? path.tile : 1,
+                                 wgrad ? 1 : path.tile, c.stream);
+      return {target, nullptr};
+    }
+    case OperandPrep::kFakeQuantInt8: {
+      float* target = f32_target();
+      fake_quantize_int8_per_row(f32_data(dy), n, out, target, c.stream);
+      return {target, nullptr};
+    }
+    case OperandPrep::kDequantized:
+    case OperandPrep::kDequantizedBf16:
+      break;
+  }
+  throw Error(ErrorKind::Runtime, std::string("cuda projection: dy cannot be prepared as ") +
+                                      operand_prep_name(prep));
+}
+
+void run(const ProjectionContext& c, const ProjectionGemm& g, const Operand& a, const Operand& b,
+         Tensor& d) {
+  c.gemm.run(g.plan, a.data, a.scales, b.data, b.scales, f32_data(d), c.stream);
+}
+
+void check_shapes(const CudaProjectionState& s, const Tensor& w, const char* what) {
+  GNMR_CHECK(w.numel() == s.shape.out * s.shape.in,
+             std::string(what) + ": W " + w.shape_string() + " is not the planned [" +
+                 std::to_string(s.shape.out) + ", " + std::to_string(s.shape.in) + "]");
+}
+
+}  // namespace
+
+size_t CudaProjectionState::saved_bytes(const PathSpec& path) const {
+  if (path.kind != PathKind::kSavedIntGroupwise) return 0;
+  const GroupwiseSpec spec = saved_spec(path);
+  return packed_bytes(shape.tokens, shape.in, spec) +
+         scale_count(shape.tokens, shape.in, spec) * sizeof(float);
+}
+
+std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
+                                                     const std::string& name,
+                                                     const ProjectionShape& shape,
+                                                     const PathSpec& low,
+                                                     const PathSpec& recovery) {
+  auto s = std::make_unique<CudaProjectionState>();
+  s->shape = shape;
+  s->buffers = projection_buffers(shape, low, recovery, c.precision, c.target);
+  const ProjectionBuffers& b = s->buffers;
+  DeviceMemory& m = c.memory;
+  if (b.saved_codes > 0) {
+    s->saved_codes = m.allocate(name + ".saved_codes", b.saved_codes, MemoryRole::SavedActivations);
+    s->saved_scales = static_cast<float*>(
+        m.allocate(name + ".saved_scales", b.saved_scales, MemoryRole::SavedActivations));
+  }
+  if (b.weight_bf16 > 0) {
+    s->weight_bf16.data = m.allocate(name + ".weight_bf16", b.weight_bf16, MemoryRole::Scratch);
+  }
+  if (b.weight_fp8_codes > 0) {
+    s->weight_fp8.data =
+        m.allocate(name + ".weight_fp8_codes", b.weight_fp8_codes, MemoryRole::Scratch);
+    s->weight_fp8.scales = static_cast<float*>(
+        m.allocate(name + ".weight_fp8_scales", b.weight_fp8_scales, MemoryRole::Scratch));
+  }
+  if (b.weight_fake_quant > 0) {
+    s->weight_fake_quant.data =
+        m.allocate(name + ".weight_fake_quant", b.weight_fake_quant, MemoryRole::Scratch);
+  }
+  ProjectionScratch& sc = c.scratch;
+  if (b.x_f32 > 0) sc.x_f32.reserve(m, b.x_f32);
+  if (b.x_low > 0) sc.x_low.reserve(m, b.x_low);
+  if (b.x_scales > 0) sc.x_scales.reserve(m, b.x_scales);
+  if (b.dy_f32 > 0) sc.dy_f32.reserve(m, b.dy_f32);
+  if (b.dy_low > 0) sc.dy_low.reserve(m, b.dy_low);
+  if (b.dy_scales > 0) sc.dy_scales.reserve(m, b.dy_scales);
+  return s;
+}
+
+void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                        const Tensor& w, const Tensor& x, Tensor& y, bool save,
+                        const RngKey& key) {
+  check_shapes(s, w, "projection_forward");
+  GNMR_CHECK(x.numel() == s.shape.tokens * s.shape.in && y.numel() == s.shape.tokens * s.shape.out,
+             "projection_forward: x " + x.shape_string() + ", y " + y.shape_string() +
+                 " do not match the plan");
+  const ProjectionGemm g =
+      plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false);
+  const Operand a = weight_operand(c, s, path, g.a, w, false);
+  const Operand b = x_operand(c, s, path, g.b, GemmRole::kForward, x);
+  run(c, g, a, b, y);
+  if (!save) return;
+  s.saved_input = x;
+  if (path.kind == PathKind::kSavedIntGroupwise) {
+    GNMR_CHECK(s.saved_codes != nullptr, "projection_forward: no saved codes were planned");
+    quantize_int_groupwise(f32_data(x), s.shape.tokens, s.shape.in, s.saved_spec(path),
+                           static_cast<uint8_t*>(s.saved_codes), s.saved_scales, key, c.stream);
+  }
+}
+
+void projection_backward(const ProjectionContext& c, CudaProjectionState& s,
+                         const PathSpec& path, const Tensor& w, Tensor& dy, Tensor& dx,
+                         bool accumulate_dx, Tensor& dw) {
+  check_shapes(s, w, "projection_backward");
+  GNMR_CHECK(!s.reads_forward_input(path) || s.saved_input.data != nullptr,
+             "projection_backward before a saving projection_forward");
+  GNMR_CHECK(dw.numel() == w.numel() && dy.numel() == s.shape.tokens * s.shape.out &&
+                 dx.numel() == s.shape.tokens * s.shape.in,
+             "projection_backward: dy " + dy.shape_string() + ", dx " + dx.shape_string() +
+                 ", dW " + dw.shape_string() + " do not match the plan");
+  const ProjectionGemm wg =
+      plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
+  const Operand xa = x_operand(c, s, path, wg.a, GemmRole::kWeightGradient, s.saved_input);
+  const Operand dyb = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
+  run(c, wg, xa, dyb, dw);
+
+  const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
+                                                 c.precision, c.target, accumulate_dx);
+  const Operand wa = weight_operand(c, s, path, ig.a, w, true);
+  const Operand dyi = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
+  run(c, ig, wa, dyi, dx);
+}
+
+}  // namespace cuda
+}  // namespace gnmr

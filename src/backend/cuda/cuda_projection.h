@@ -1,0 +1,85 @@
+// The CUDA backend's projection op (Backend::plan_projection, projection_forward,
+// projection_backward): each GEMM of a path as projection_plan.h says — the operands rounded
+// to bf16, quantized to e4m3 codes with cuBLASLt's block scales, fake-quantized into fp32
+// (emulated), or restored from the unit's saved codes — then one cuBLASLt matmul. The
+// numbers are compared with the CPU backend's emulation (cpu/projection.cpp) in tests/gpu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/device_memory.h"
+#include "backend/cuda/projection_plan.h"
+
+namespace gnmr {
+namespace cuda {
+
+// A prepared weight: the buffer and what it was made from (remade when either changes).
+struct PreparedWeight {
+  void* data = nullptr;
+  float* scales = nullptr;  // fp8 codes: W's scales, then W^T's
+  uint64_t epoch = 0;       // the backend's weights epoch it was made in; 0 = never
+  OperandPrep prep = OperandPrep::kAsIs;
+  FpFormat format = FpFormat::kE4M3;
+  int64_t tile = 0;
+};
+
+class CudaProjectionState final : public ProjectionState {
+ public:
+  bool reads_forward_input(const PathSpec& path) const override {
+    return path.kind != PathKind::kSavedIntGroupwise;
+  }
+  size_t saved_bytes(const PathSpec& path) const override;
+  size_t planned_saved_bytes() const override {
+    return buffers.saved_codes + buffers.saved_scales;
+  }
+  GroupwiseSpec saved_spec(const PathSpec& path) const {
+    return groupwise_spec_for_width(path.saved, shape.in);
+  }
+
+  ProjectionShape shape;
+  ProjectionBuffers buffers;
+  Tensor saved_input;  // the x the last saving forward read (a view the caller keeps)
+  void* saved_codes = nullptr;
+  float* saved_scales = nullptr;
+  PreparedWeight weight_bf16, weight_fp8, weight_fake_quant;
+};
+
+// The projections' shared scratch (one projection runs at a time), sized by planning.
+struct ProjectionScratch {
+  DeviceScratch x_f32{"projection.x_f32"}, x_low{"projection.x_low"},
+      x_scales{"projection.x_scales"};
+  DeviceScratch dy_f32{"projection.dy_f32"}, dy_low{"projection.dy_low"},
+      dy_scales{"projection.dy_scales"};
+};
+
+// Everything a call needs from the backend.
+struct ProjectionContext {
+  DeviceMemory& memory;
+  ProjectionScratch& scratch;
+  LtGemmRunner& gemm;
+  cudaStream_t stream;
+  GemmPrecision precision;
+  GpuTarget target;
+  uint64_t weights_epoch;
+};
+
+std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
+                                                     const std::string& name,
+                                                     const ProjectionShape& shape,
+                                                     const PathSpec& low,
+                                                     const PathSpec& recovery);
+void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                        const Tensor& w, const Tensor& x, Tensor& y, bool save,
+                        const RngKey& key);
+void projection_backward(const ProjectionContext& c, CudaProjectionState& s,
+                         const PathSpec& path, const Tensor& w, Tensor& dy, Tensor& dx,
+                         bool accumulate_dx, Tensor& dw);
+
+}  // namespace cuda
+}  // namespace gnmr

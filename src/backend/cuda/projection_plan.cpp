@@ -1,0 +1,160 @@
+// The CUDA projection executor's operand preparation and buffers (projection_plan.h).
+#include "backend/cuda/projection_plan.h"
+
+#include <algorithm>
+
+#include "precision/scale_layout.h"
+
+namespace gnmr {
+
+namespace {
+
+size_t u(int64_t v) {
+  return static_cast<size_t>(v);
+}
+
+// How a GEMM implementation prepares an operand that is not a saved-int restore.
+OperandPrep prep_for(GemmImpl impl, const PathSpec& path) {
+  switch (impl) {
+    case GemmImpl::kFp32:
+      return OperandPrep::kAsIs;
+    case GemmImpl::kBf16:
+      return OperandPrep::kBf16;
+    case GemmImpl::kFp8Block:
+      return OperandPrep::kFp8Codes;
+    case GemmImpl::kEmulated:
+      return path.kind == PathKind::kInt8Gemm ? OperandPrep::kFakeQuantInt8
+                                              : OperandPrep::kFakeQuantFp;
+  }
+  return OperandPrep::kAsIs;
+}
+
+}  // namespace
+
+const char* operand_prep_name(OperandPrep prep) {
+  switch (prep) {
+    case OperandPrep::kAsIs:
+      return "as_is";
+    case OperandPrep::kBf16:
+      return "bf16";
+    case OperandPrep::kFp8Codes:
+      return "fp8_codes";
+    case OperandPrep::kFakeQuantFp:
+      return "fake_quant_fp";
+    case OperandPrep::kFakeQuantInt8:
+      return "fake_quant_int8";
+    case OperandPrep::kDequantized:
+      return "dequantized";
+    case OperandPrep::kDequantizedBf16:
+      return "dequantized_bf16";
+  }
+  return "?";
+}
+
+ProjectionGemm plan_projection_gemm(GemmRole role, const ProjectionShape& shape,
+                                    const PathSpec& path, GemmPrecision backend_precision,
+                                    const GpuTarget& target, bool accumulate) {
+  ProjectionGemm g;
+  g.plan = plan_gemm(role, shape.tokens, shape.in, shape.out, path, backend_precision, target,
+                     accumulate);
+  g.a = g.b = prep_for(g.plan.impl, path);
+  // The saved-int path's weight gradient reads the unit's restored codes, not x.
+  if (role == GemmRole::kWeightGradient && path.kind == PathKind::kSavedIntGroupwise) {
+    g.a = g.plan.impl == GemmImpl::kBf16 ? OperandPrep::kDequantizedBf16
+                                         : OperandPrep::kDequantized;
+  }
+  return g;
+}
+
+ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpec& low,
+                                     const PathSpec& recovery, GemmPrecision backend_precision,
+                                     const GpuTarget& target) {
+  ProjectionBuffers b;
+  const size_t n = u(shape.tokens), in = u(shape.in), out = u(shape.out);
+  for (const PathSpec* path : {&low, &recovery}) {
+    for (GemmRole role :
+         {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
+      const ProjectionGemm g =
+          plan_projection_gemm(role, shape, *path, backend_precision, target, false);
+      // The weight side (A of the forward and the input gradient).
+      if (role != GemmRole::kWeightGradient) {
+        switch (g.a) {
+          case OperandPrep::kBf16:
+            b.weight_bf16 = out * in * 2;
+            break;
+          case OperandPrep::kFp8Codes:
+            b.weight_fp8_codes = 2 * out * in;
+            b.weight_fp8_scales = sizeof(float) * u(blk128_scale_count(shape.out, shape.in) +
+                                                    blk128_scale_count(shape.in, shape.out));
+            break;
+          case OperandPrep::kFakeQuantFp:
+          case OperandPrep::kFakeQuantInt8:
+            b.weight_fake_quant = out * in * sizeof(float);
+            break;
+          default:
+            break;
+        }
+      }
+      // The x side (B of the forward, A of the weight gradient).
+      const OperandPrep x = role == GemmRole::kForward          ? g.b
+                            : role == GemmRole::kWeightGradient ? g.a
+                                                                : OperandPrep::kAsIs;
+      switch (x) {
+        case OperandPrep::kBf16:
+          b.x_low = std::max(b.x_low, n * in * 2);
+          break;
+        case OperandPrep::kFp8Codes:
+          b.x_low = std::max(b.x_low, n * in);
+          b.x_scales = std::max(b.x_scales, sizeof(float) * u(std::max(
+                                                                vec128_scale_count(shape.tokens, shape.in),
+                                                                vec128_scale_count(shape.in, shape.tokens))));
+          break;
+        case OperandPrep::kFakeQuantFp:
+        case OperandPrep::kFakeQuantInt8:
+        case OperandPrep::kDequantized:
+          b.x_f32 = std::max(b.x_f32, n * in * sizeof(float));
+          break;
+        case OperandPrep::kDequantizedBf16:
+          b.x_f32 = std::max(b.x_f32, n * in * sizeof(float));
+          b.x_low = std::max(b.x_low, n * in * 2);
+          break;
+        case OperandPrep::kAsIs:
+          break;
+      }
+      // The dy side (B of the input and weight gradients).
+      if (role != GemmRole::kForward) {
+        switch (g.b) {
+          case OperandPrep::kBf16:
+            b.dy_low = std::max(b.dy_low, n * out * 2);
+            break;
+          case OperandPrep::kFp8Codes:
+            b.dy_low = std::max(b.dy_low, n * out);
+            b.dy_scales = std::max(
+                b.dy_scales, sizeof(float) * u(std::max(vec128_scale_count(shape.tokens, shape.out),
+                                                        vec128_scale_count(shape.out, shape.tokens))));
+            break;
+          case OperandPrep::kFakeQuantFp:
+          case OperandPrep::kFakeQuantInt8:
+            // The weight gradient's copy always (dy is read again by the input gradient);
+            // the input gradient's only when dy may not be overwritten.
+            if (role == GemmRole::kWeightGradient || !shape.backward_may_overwrite_dy) {
+              b.dy_f32 = std::max(b.dy_f32, n * out * sizeof(float));
+            }
+            break;
+          default:
+            break;
+        }
+      }
+    }
+    if (path->kind == PathKind::kSavedIntGroupwise) {
+      const GroupwiseSpec spec = groupwise_spec_for_width(path->saved, shape.in);
+      validate_groupwise_spec(shape.in, spec);
+      b.saved_codes = std::max(b.saved_codes, packed_bytes(shape.tokens, shape.in, spec));
+      b.saved_scales =
+          std::max(b.saved_scales, sizeof(float) * scale_count(shape.tokens, shape.in, spec));
+    }
+  }
+  return b;
+}
+
+}  // namespace gnmr

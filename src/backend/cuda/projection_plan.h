@@ -1,0 +1,62 @@
+// How the CUDA backend executes one projection (docs/DESIGN.md §6): for each GEMM of a path,
+// the cuBLASLt plan (gemm_plan.h) and how each of its two operands is prepared before
+// cuBLASLt reads it; and, for a projection's two paths, the buffers that preparation needs.
+// Plain host functions, so every rule is tested on a machine without a GPU; the backend
+// (cuda_backend.cpp) only allocates what this says and calls the kernels it names.
+//
+// Operand sides: the forward GEMM reads the weight side (A) and the x side (B); the input
+// gradient the weight side (A) and the dy side (B); the weight gradient the x side (A) and the
+// dy side (B).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/gemm_plan.h"
+
+namespace gnmr {
+
+// What is done to a tensor before the GEMM reads it.
+enum class OperandPrep : uint8_t {
+  kAsIs,           // the fp32 tensor the model holds
+  kBf16,           // rounded to bf16 storage (the weight: its prepared copy)
+  kFp8Codes,       // e4m3 codes with fp32 block scales in the plan's scale order
+  kFakeQuantFp,    // fake-quantized to the path's format in fp32 (an emulated GEMM)
+  kFakeQuantInt8,  // int8 fake quantization with one scale per row, in fp32 (emulated)
+  kDequantized,    // the unit's saved group-wise int codes restored to fp32
+  kDequantizedBf16,  // restored to fp32, then rounded to bf16 storage
+};
+
+const char* operand_prep_name(OperandPrep prep);
+
+struct ProjectionGemm {
+  GemmPlan plan;
+  OperandPrep a = OperandPrep::kAsIs, b = OperandPrep::kAsIs;
+};
+
+// One GEMM of a projection on `path`. accumulate: the input gradient adds into dx (the weight
+// gradient always accumulates).
+ProjectionGemm plan_projection_gemm(GemmRole role, const ProjectionShape& shape,
+                                    const PathSpec& path, GemmPrecision backend_precision,
+                                    const GpuTarget& target, bool accumulate);
+
+// What a projection's two paths need, in bytes. Prepared weights are per projection and live
+// across micro-steps (remade after invalidate_prepared_weights); the x-side and dy-side
+// scratch is shared by all projections (one runs at a time), so the backend keeps the largest.
+struct ProjectionBuffers {
+  size_t weight_bf16 = 0;           // W [out, in] in bf16
+  size_t weight_fp8_codes = 0;      // W [out, in] and W^T [in, out] e4m3 codes
+  size_t weight_fp8_scales = 0;     // their BLK128x128 scales (padding included)
+  size_t weight_fake_quant = 0;     // W [out, in] fake-quantized, fp32
+  size_t x_f32 = 0, x_low = 0, x_scales = 0;     // x side: fp32 copy, bf16 / codes, scales
+  size_t dy_f32 = 0, dy_low = 0, dy_scales = 0;  // dy side
+  size_t saved_codes = 0, saved_scales = 0;      // kSavedIntGroupwise: the larger path's copy
+};
+
+// Both paths' three GEMMs (accumulating or not changes no buffer).
+ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpec& low,
+                                     const PathSpec& recovery, GemmPrecision backend_precision,
+                                     const GpuTarget& target);
+
+}  // namespace gnmr

@@ -1,0 +1,135 @@
+// The CUDA projection executor's rules, checked on the CPU: how each GEMM operand of each path
+// is prepared (projection_plan.h), the buffers a projection's two paths need, and the
+// out-of-memory report (device_memory_report.h).
+#include <gtest/gtest.h>
+
+#include "backend/cuda/device_memory_report.h"
+#include "backend/cuda/projection_plan.h"
+#include "precision/quantize_groupwise.h"
+
+namespace gnmr {
+namespace {
+
+PathSpec path_of(PathKind kind, FpFormat format = FpFormat::kE4M3) {
+  PathSpec p;
+  p.kind = kind;
+  p.format = format;
+  p.saved = GroupwiseSpec{4, 128, false};
+  return p;
+}
+
+// N = 256 tokens, in = 384, out = 512: every FP8 rule holds (multiples of 128).
+const ProjectionShape kShape{256, 384, 512, false};
+constexpr size_t kN = 256, kIn = 384, kOut = 512;
+
+ProjectionGemm gemm(GemmRole role, const PathSpec& path, int sm = 90,
+                    GemmPrecision precision = GemmPrecision::FP32) {
+  return plan_projection_gemm(role, kShape, path, precision, GpuTarget{sm}, false);
+}
+
+TEST(CudaProjectionPlan, Fp8OnHopperQuantizesEveryOperandToCodes) {
+  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp);
+  for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
+    const ProjectionGemm g = gemm(role, fp8);
+    EXPECT_EQ(g.plan.impl, GemmImpl::kFp8Block) << gemm_role_name(role);
+    EXPECT_EQ(g.a, OperandPrep::kFp8Codes);
+    EXPECT_EQ(g.b, OperandPrep::kFp8Codes);
+  }
+  const ProjectionBuffers b = projection_buffers(kShape, fp8, fp8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(b.weight_fp8_codes, 2 * kOut * kIn);  // W and W^T
+  // BLK128x128: W [512, 384] 4 row blocks x round_up(3, 4); W^T [384, 512] 3 x 4.
+  EXPECT_EQ(b.weight_fp8_scales, sizeof(float) * (4 * 4 + 3 * 4));
+  EXPECT_EQ(b.x_low, kN * kIn);
+  EXPECT_EQ(b.dy_low, kN * kOut);
+  // VEC128: the larger of x [256, 384] (256 x 3) and x^T [384, 256] (384 x 2).
+  EXPECT_EQ(b.x_scales, sizeof(float) * 768);
+  EXPECT_EQ(b.dy_scales, sizeof(float) * 1024);  // dy [256, 512]: 256 x 4; dy^T: 512 x 2
+  EXPECT_EQ(b.weight_fake_quant + b.x_f32 + b.dy_f32 + b.weight_bf16 + b.saved_codes, 0u);
+}
+
+TEST(CudaProjectionPlan, Fp8OnAmpereIsEmulatedWithFakeQuantizedCopies) {
+  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp);
+  const ProjectionGemm g = gemm(GemmRole::kForward, fp8, 80);
+  EXPECT_EQ(g.plan.impl, GemmImpl::kEmulated);
+  EXPECT_EQ(g.a, OperandPrep::kFakeQuantFp);
+  EXPECT_EQ(g.b, OperandPrep::kFakeQuantFp);
+  const ProjectionBuffers b = projection_buffers(kShape, fp8, fp8, GemmPrecision::FP32, {80});
+  EXPECT_EQ(b.weight_fake_quant, kOut * kIn * sizeof(float));
+  EXPECT_EQ(b.x_f32, kN * kIn * sizeof(float));
+  // dy is fake-quantized into a copy: the weight gradient's, then (dy may not be overwritten)
+  // the input gradient's.
+  EXPECT_EQ(b.dy_f32, kN * kOut * sizeof(float));
+  EXPECT_EQ(b.weight_fp8_codes + b.x_low + b.dy_low, 0u);
+}
+
+TEST(CudaProjectionPlan, SavedIntRestoresItsCodesForTheWeightGradient) {
+  const PathSpec actq = path_of(PathKind::kSavedIntGroupwise);
+  EXPECT_EQ(gemm(GemmRole::kWeightGradient, actq).a, OperandPrep::kDequantized);
+  EXPECT_EQ(gemm(GemmRole::kWeightGradient, actq).b, OperandPrep::kAsIs);
+  EXPECT_EQ(gemm(GemmRole::kForward, actq).b, OperandPrep::kAsIs);
+  EXPECT_EQ(gemm(GemmRole::kWeightGradient, actq, 90, GemmPrecision::BF16).a,
+            OperandPrep::kDequantizedBf16);
+
+  const ProjectionBuffers fp32 =
+      projection_buffers(kShape, actq, actq, GemmPrecision::FP32, {90});
+  const GroupwiseSpec spec = groupwise_spec_for_width(actq.saved, kShape.in);
+  EXPECT_EQ(fp32.saved_codes, packed_bytes(kShape.tokens, kShape.in, spec));
+  EXPECT_EQ(fp32.saved_scales, sizeof(float) * scale_count(kShape.tokens, kShape.in, spec));
+  EXPECT_EQ(fp32.x_f32, kN * kIn * sizeof(float));
+  EXPECT_EQ(fp32.weight_bf16 + fp32.x_low + fp32.dy_low, 0u);
+
+  const ProjectionBuffers bf16 =
+      projection_buffers(kShape, actq, actq, GemmPrecision::BF16, {90});
+  EXPECT_EQ(bf16.weight_bf16, kOut * kIn * 2);
+  EXPECT_EQ(bf16.x_low, kN * kIn * 2);
+  EXPECT_EQ(bf16.dy_low, kN * kOut * 2);
+}
+
+TEST(CudaProjectionPlan, SavedCodesHaveRoomForTheLargerPath) {
+  PathSpec int2 = path_of(PathKind::kSavedIntGroupwise), int8 = int2;
+  int2.saved.bits = 2;
+  int8.saved.bits = 8;
+  const ProjectionBuffers b = projection_buffers(kShape, int2, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(b.saved_codes, kN * kIn);  // 8 bits per value
+}
+
+TEST(CudaProjectionPlan, Int8QuantizesInPlaceWhenDyMayBeOverwritten) {
+  const PathSpec int8 = path_of(PathKind::kInt8Gemm);
+  EXPECT_EQ(gemm(GemmRole::kForward, int8).a, OperandPrep::kFakeQuantInt8);
+  EXPECT_EQ(gemm(GemmRole::kWeightGradient, int8).a, OperandPrep::kBf16);  // SwitchBack
+  ProjectionShape head = kShape;
+  head.backward_may_overwrite_dy = true;
+  const ProjectionBuffers in_place =
+      projection_buffers(head, int8, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(in_place.dy_f32, 0u);
+  EXPECT_EQ(in_place.dy_low, kN * kOut * 2);  // the bf16 weight gradient's dy
+  const ProjectionBuffers copied =
+      projection_buffers(kShape, int8, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(copied.dy_f32, kN * kOut * sizeof(float));
+}
+
+TEST(CudaProjectionPlan, Fp32BackendGemmsNeedNothing) {
+  const PathSpec plain = path_of(PathKind::kBackendGemm);
+  const ProjectionBuffers b = projection_buffers(kShape, plain, plain, GemmPrecision::FP32, {90});
+  const ProjectionBuffers none;
+  EXPECT_EQ(b.weight_bf16 + b.weight_fp8_codes + b.weight_fake_quant + b.x_f32 + b.x_low +
+                b.dy_f32 + b.dy_low + b.saved_codes,
+            none.weight_bf16);
+}
+
+TEST(DeviceMemoryReport, NamesTheTensorTheRolesAndTheDevice) {
+  MemoryUse held;
+  held.bytes[static_cast<int>(MemoryRole::Weights)] = size_t(3) << 30;
+  held.bytes[static_cast<int>(MemoryRole::SavedActivations)] = size_t(1) << 29;
+  const std::string m = device_out_of_memory_message("blocks.3.attn.probs", size_t(1) << 31, held,
+                                                     size_t(1) << 30, size_t(80) << 30);
+  for (const char* part :
+       {"blocks.3.attn.probs (2.00 GiB)", "already holds 3.50 GiB", "weights 3.00 GiB",
+        "saved_activations 0.50 GiB", "1.00 GiB free of 80.00 GiB", "train.micro_batch"}) {
+    EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
+  }
+  EXPECT_EQ(m.find("gradients"), std::string::npos) << "a role holding nothing is not listed";
+}
+
+}  // namespace
+}  // namespace gnmr
