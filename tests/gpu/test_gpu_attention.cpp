@@ -1,0 +1,258 @@
+// The v1 CUDA attention (backend/cuda/attention_v1.h: cuBLASLt strided-batched GEMMs and the
+// causal softmax kernels of kernels/causal_softmax.cu) against its CPU twin
+// cpu::attention_forward / attention_backward<float> (src/backend/cpu/attention.cpp): out, P,
+// dq, dk, dv for T in {1, 17, 128}, H = Hkv and GQA (H = 8, Hkv = 2), hd 64 and 128, B = 2;
+// bit determinism over two runs; outputs poisoned with NaN before the call are fully
+// overwritten. The softmax kernels are also checked alone against a plain host loop. Skip
+// without a GPU.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/attention_v1.h"
+#include "backend/cuda/cublaslt_descriptors.h"
+#include "gpu_test_util.h"
+#include "kernels/attention_ops.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace gnmr::cuda {
+namespace {
+
+using gnmr_test::DeviceBuffer;
+
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32: 2^-24
+
+std::vector<float> random_normal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// Every byte 0xFF: a NaN in fp32, so an element the op skips is visible afterwards.
+void poison(DeviceBuffer<float>& buf, size_t count) {
+  GNMR_CUDA_CHECK(cudaMemset(buf.get(), 0xFF, std::max<size_t>(1, count) * sizeof(float)));
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double(got[i]) - double(want[i]);
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+size_t count_non_finite(const std::vector<float>& x) {
+  return size_t(std::count_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); }));
+}
+
+std::string shape_name(const AttentionShape& s) {
+  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
+         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
+         " hd=" + std::to_string(s.head_dim);
+}
+
+// One handle and workspace for the test binary, as the backend has one.
+class Lt {
+ public:
+  static constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  Lt() {
+    GNMR_CUBLASLT_CHECK(cublasLtCreate(&handle_), "test handle");
+    GNMR_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspaceBytes));
+  }
+  ~Lt() {
+    cudaFree(workspace_);
+    cublasLtDestroy(handle_);
+  }
+  cublasLtHandle_t handle() const { return handle_; }
+  void* workspace() const { return workspace_; }
+
+ private:
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+struct Result {
+  std::vector<float> out, probs, dq, dk, dv;
+};
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  explicit Inputs(const AttentionShape& s) {
+    const size_t nq = size_t(s.batch * s.seq * s.heads * s.head_dim);
+    const size_t nkv = size_t(s.batch * s.seq * s.kv_heads * s.head_dim);
+    q = random_normal(nq, 11), k = random_normal(nkv, 12), v = random_normal(nkv, 13);
+    dout = random_normal(nq, 14);
+  }
+};
+
+Result run_gpu(MaterializedAttention& attention, const Inputs& in, const AttentionShape& s) {
+  const size_t np = size_t(s.batch * s.heads * s.seq * s.seq);
+  const size_t scratch_floats = size_t(MaterializedAttention::backward_scratch_floats(s));
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
+  DeviceBuffer<float> out(in.q.size()), probs(np), dq(in.q.size()), dk(in.k.size()),
+      dv(in.k.size()), scratch(scratch_floats);
+  poison(out, in.q.size()), poison(probs, np), poison(dq, in.q.size());
+  poison(dk, in.k.size()), poison(dv, in.k.size()), poison(scratch, scratch_floats);
+  attention.forward(q.get(), k.get(), v.get(), out.get(), probs.get(), s, nullptr);
+  attention.backward(q.get(), k.get(), v.get(), probs.get(), dout.get(), dq.get(), dk.get(),
+                     dv.get(), scratch.get(), s, nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  return {out.to_host(), probs.to_host(), dq.to_host(), dk.to_host(), dv.to_host()};
+}
+
+Result run_cpu(const Inputs& in, const AttentionShape& s) {
+  Result r;
+  r.out.resize(in.q.size()), r.dq.resize(in.q.size());
+  r.dk.resize(in.k.size()), r.dv.resize(in.k.size());
+  r.probs.resize(size_t(s.batch * s.heads * s.seq * s.seq));
+  cpu::attention_forward<float>(in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.probs.data(),
+                                s, 2);
+  std::vector<float> workspace(size_t(cpu::attention_backward_workspace(s, 2)));
+  cpu::attention_backward<float>(in.q.data(), in.k.data(), in.v.data(), r.probs.data(),
+                                 in.dout.data(), r.dq.data(), r.dk.data(), r.dv.data(), s,
+                                 workspace.data(), 2);
+  return r;
+}
+
+std::vector<AttentionShape> shapes() {
+  std::vector<AttentionShape> all;
+  for (int64_t t : {1, 17, 128}) {
+    for (int64_t hd : {64, 128}) {
+      all.push_back({2, t, 4, 4, hd});
+      all.push_back({2, t, 8, 2, hd});
+    }
+  }
+  return all;
+}
+
+TEST(GpuAttention, MatchesTheCpuForwardAndBackwardAndOverwritesEveryOutput) {
+  SKIP_WITHOUT_GPU();
+  Lt lt;
+  MaterializedAttention attention(lt.handle(), lt.workspace(), Lt::kWorkspaceBytes);
+  for (const AttentionShape& s : shapes()) {
+    SCOPED_TRACE(shape_name(s));
+    const Inputs in(s);
+    const Result gpu = run_gpu(attention, in, s);
+    const Result cpu = run_cpu(in, s);
+    // Poisoned with NaN before the call: any element left unwritten is still NaN.
+    for (const auto* x : {&gpu.out, &gpu.probs, &gpu.dq, &gpu.dk, &gpu.dv}) {
+      ASSERT_EQ(count_non_finite(*x), 0u);
+    }
+    // Tolerance: both sides are fp32 GEMMs over the same inputs with different summation
+    // orders (and CUDA's expf against the CPU's, each within a few ulp). An inner product of
+    // length K in fp32 is off by at most ~K u |a||b| (u = 2^-24) in any order, so two orders
+    // differ by at most 2 K u in the norm; K is at most max(T, hd). The forward is one GEMM
+    // deep after the softmax (P v over T terms, the scores over hd); the backward chains dP
+    // (hd terms), the softmax backward and dq / dk (T terms), so it gets 3x the forward's
+    // bound. This is the worst case; random data typically lands ~sqrt(K) below it, while an
+    // index or transpose error is O(1).
+    const double k_max = double(std::max(s.seq, s.head_dim));
+    const double forward_tol = 2.0 * k_max * kUnitRoundoff;
+    const double backward_tol = 3.0 * forward_tol;
+    EXPECT_LE(relative_error(gpu.probs, cpu.probs), forward_tol) << "probs";
+    EXPECT_LE(relative_error(gpu.out, cpu.out), forward_tol) << "out";
+    EXPECT_LE(relative_error(gpu.dq, cpu.dq), backward_tol) << "dq";
+    EXPECT_LE(relative_error(gpu.dk, cpu.dk), backward_tol) << "dk";
+    EXPECT_LE(relative_error(gpu.dv, cpu.dv), backward_tol) << "dv";
+    // The causal mask is exact: P above the diagonal is 0.0f, not merely small.
+    for (int64_t m = 0; m < s.batch * s.heads; ++m) {
+      for (int64_t i = 0; i < s.seq; ++i) {
+        for (int64_t j = i + 1; j < s.seq; ++j) {
+          ASSERT_EQ(gpu.probs[size_t((m * s.seq + i) * s.seq + j)], 0.0f);
+        }
+      }
+    }
+  }
+}
+
+TEST(GpuAttention, GivesTheSameBitsOnEveryRun) {
+  SKIP_WITHOUT_GPU();
+  Lt lt;
+  MaterializedAttention attention(lt.handle(), lt.workspace(), Lt::kWorkspaceBytes);
+  for (const AttentionShape& s :
+       {AttentionShape{2, 128, 8, 2, 64}, AttentionShape{2, 17, 8, 2, 128}}) {
+    SCOPED_TRACE(shape_name(s));
+    const Inputs in(s);
+    const Result first = run_gpu(attention, in, s);
+    const Result second = run_gpu(attention, in, s);
+    const std::vector<const std::vector<float>*> a = {&first.out, &first.probs, &first.dq,
+                                                      &first.dk, &first.dv};
+    const std::vector<const std::vector<float>*> b = {&second.out, &second.probs, &second.dq,
+                                                      &second.dk, &second.dv};
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i]->size(), b[i]->size());
+      EXPECT_EQ(std::memcmp(a[i]->data(), b[i]->data(), a[i]->size() * sizeof(float)), 0)
+          << "output " << i << " (out, probs, dq, dk, dv)";
+    }
+  }
+}
+
+// The kernels alone against a plain host loop in double on the same fp32 inputs; t = 700 puts
+// more than one element on each of the kernel's at most 512 threads.
+TEST(GpuCausalSoftmax, ForwardAndBackwardMatchAPlainHostLoop) {
+  SKIP_WITHOUT_GPU();
+  const float scale = 0.125f;
+  for (int64_t t : {1, 17, 128, 700}) {
+    SCOPED_TRACE("t=" + std::to_string(t));
+    const int64_t matrices = 3;
+    const size_t n = size_t(matrices * t * t);
+    std::vector<float> scores = random_normal(n, 21), dprobs = random_normal(n, 22);
+    for (float& x : scores) x *= 4.0f;  // a spread that makes the max shift matter
+    // NaN above the diagonal: the kernels must overwrite it with exact zeros, never read it.
+    for (int64_t r = 0; r < matrices * t; ++r) {
+      for (int64_t j = r % t + 1; j < t; ++j) {
+        scores[size_t(r * t + j)] = dprobs[size_t(r * t + j)] = std::nanf("");
+      }
+    }
+    DeviceBuffer<float> p(scores), ds(dprobs);
+    causal_softmax_forward(p.get(), matrices, t, nullptr);
+    causal_softmax_backward(p.get(), ds.get(), matrices, t, scale, nullptr);
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> got_p = p.to_host(), got_ds = ds.to_host();
+    for (int64_t r = 0; r < matrices * t; ++r) {
+      const int64_t i = r % t;
+      const float* s = scores.data() + r * t;
+      double max_score = s[0], sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j) max_score = std::max(max_score, double(s[j]));
+      for (int64_t j = 0; j <= i; ++j) sum += std::exp(double(s[j]) - max_score);
+      // The host's P is the exact softmax; the kernel's is within expf's 2 ulp plus the
+      // roundings of e, 1 / sum and the product (< 4 ulp): 8 u relative leaves headroom.
+      double dot = 0.0, dot_abs = 0.0;
+      for (int64_t j = 0; j <= i; ++j) {
+        const float pj = got_p[size_t(r * t + j)];
+        const double want = std::exp(double(s[j]) - max_score) / sum;
+        ASSERT_NEAR(pj, want, 8 * kUnitRoundoff * want) << "P row " << r << " key " << j;
+        dot += double(pj) * dprobs[size_t(r * t + j)];
+        dot_abs += std::abs(double(pj) * dprobs[size_t(r * t + j)]);
+      }
+      for (int64_t j = 0; j <= i; ++j) {
+        // dS from the kernel's own P, so only the backward's roundings count: the products,
+        // the dot rounded to fp32 (u |dot| + u sum |p dP|), dP - dot and the two multiplies.
+        const double pj = got_p[size_t(r * t + j)], dpj = dprobs[size_t(r * t + j)];
+        const double want = double(scale) * pj * (dpj - dot);
+        const double bound =
+            8 * kUnitRoundoff * double(scale) * pj * (std::abs(dpj) + dot_abs) + 1e-30;
+        ASSERT_NEAR(got_ds[size_t(r * t + j)], want, bound) << "dS row " << r << " key " << j;
+      }
+      for (int64_t j = i + 1; j < t; ++j) {
+        ASSERT_EQ(got_p[size_t(r * t + j)], 0.0f);
+        ASSERT_EQ(got_ds[size_t(r * t + j)], 0.0f);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gnmr::cuda
