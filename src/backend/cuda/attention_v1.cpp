@@ -7,6 +7,7 @@
 #include <map>
 
 #include "backend/cuda/cublaslt_descriptors.h"
+#include "backend/cuda/operand_alignment.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 #include "util/error.h"
@@ -39,16 +40,11 @@ cublasLtMatrixLayout_t batched_layout(const BatchedMatrix& m, int64_t batch_coun
   return layout;
 }
 
-// The largest power of two up to 256 (the preference's default assumption) that divides the
-// operand's start, its leading dimension and its batch stride in bytes: cuBLASLt's heuristic
-// assumes 256-byte-aligned operands unless told otherwise, and P's T x T matrices (T = 17) or a
-// head's columns sit at 4-byte boundaries.
+// The operand's alignment (operand_alignment.h): P's T x T matrices (T = 17) or a head's
+// columns sit at 4-byte boundaries.
 uint32_t alignment_bytes(const float* start, const BatchedMatrix& m, int64_t batch_count) {
-  uintptr_t bits = reinterpret_cast<uintptr_t>(start) | uintptr_t(m.ld) * sizeof(float);
-  if (batch_count > 1) bits |= uintptr_t(m.batch_stride) * sizeof(float);
-  uint32_t align = 256;
-  while (align > 1 && bits % align != 0) align /= 2;
-  return align;
+  return operand_alignment_bytes(start, m.ld * int64_t(sizeof(float)),
+                                 batch_count > 1 ? m.batch_stride * int64_t(sizeof(float)) : 0);
 }
 
 std::string matrix_key(const BatchedMatrix& m) {

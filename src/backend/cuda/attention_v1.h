@@ -1,4 +1,4 @@
-// MaterializedAttention: the v1 CUDA attention (docs: ../shared/CUDA-NOTES.md §5), the CPU's
+// MaterializedAttention: the v1 CUDA attention (docs/DESIGN.md §6), the CPU's
 // exact algorithm on the GPU. It runs plan_attention_v1 (attention_v1_plan.h): strided-batched
 // fp32 cuBLASLt GEMMs for q k^T, P v and the four backward products, and the fused causal
 // softmax kernels (kernels/attention_ops.cuh) in between. P [B, H, T, T] is materialised and

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/operand_alignment.h"
 #include "kernels/cuda_check.cuh"
 #include "util/error.h"
 
@@ -12,6 +13,19 @@ namespace {
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+int64_t operand_bytes(GemmOperandType type) {
+  switch (type) {
+    case GemmOperandType::kF32:
+      return 4;
+    case GemmOperandType::kBF16:
+      return 2;
+    case GemmOperandType::kE4M3:
+    case GemmOperandType::kE5M2:
+      return 1;
+  }
+  return 1;
 }
 
 }  // namespace
@@ -45,12 +59,23 @@ LtGemmRunner::~LtGemmRunner() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan) {
-  const std::string key = gemm_plan_key(plan);
+LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
+                                              const std::array<uint32_t, 3>& align) {
+  std::string key = gemm_plan_key(plan);
+  for (uint32_t a : align) key += "/" + std::to_string(a);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   Prepared p;
   p.descriptors = std::make_unique<LtGemmDescriptors>(plan);
+  const std::array<cublasLtMatmulPreferenceAttributes_t, 4> attributes = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  const std::array<uint32_t, 4> values = {align[0], align[1], align[2], align[2]};  // C = D
+  for (size_t i = 0; i < attributes.size(); ++i) {
+    GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, attributes[i],
+                                                             &values[i], sizeof values[i]),
+                        "the matmul preference");
+  }
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
       handle_, p.descriptors->matmul(), p.descriptors->a(), p.descriptors->b(), p.descriptors->c(),
@@ -62,13 +87,16 @@ LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan) {
   return cache_.emplace(key, std::move(p)).first->second;
 }
 
+// The sweep asks about operands as the backend allocates them (256-byte aligned).
 std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
-  return prepare(plan).refusal;
+  return prepare(plan, {256, 256, 256}).refusal;
 }
 
 void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
                        const float* b_scales, float* d, cudaStream_t stream) {
-  Prepared& p = prepare(plan);
+  Prepared& p = prepare(plan, {operand_alignment_bytes(a, plan.lda * operand_bytes(plan.a.type)),
+                               operand_alignment_bytes(b, plan.ldb * operand_bytes(plan.b.type)),
+                               operand_alignment_bytes(d, plan.ldc * int64_t(sizeof(float)))});
   const std::string& what = p.descriptors->what();
   if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
   if (!aligned16(a) || !aligned16(b) || !aligned16(d)) {

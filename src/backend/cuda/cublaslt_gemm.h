@@ -6,6 +6,8 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <array>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
@@ -48,7 +50,9 @@ class LtGemmRunner {
     cublasLtMatmulHeuristicResult_t heuristic{};
     std::string refusal;  // non-empty: no algorithm
   };
-  Prepared& prepare(const GemmPlan& plan);
+  // Alignments of A, B and D in bytes (operand_alignment.h): part of the cache key, since the
+  // heuristic's algorithm may rely on them.
+  Prepared& prepare(const GemmPlan& plan, const std::array<uint32_t, 3>& align);
 
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulPreference_t preference_ = nullptr;
