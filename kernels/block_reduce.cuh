@@ -1,5 +1,8 @@
-// Max-reductions of non-negative floats within a warp and a thread block (kernel helpers).
-// fmaxf is exact and order-independent, so any reduction tree gives the CPU loop's result.
+// Reductions within a warp and a thread block (kernel helpers).
+// Max of non-negative floats: fmaxf is exact and order-independent, so any reduction tree gives
+// the CPU loop's result. Sum of doubles: a fixed butterfly tree, so the same blockDim gives the
+// same bits every run (not the CPU's index order); every lane gets the same value, because each
+// step adds the same two numbers on both lanes of a pair and IEEE addition commutes.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -25,6 +28,27 @@ __device__ inline float block_max(float value) {
   const int warps = blockDim.x / 32;
   value = lane < warps ? warp_results[lane] : 0.0f;
   return warp_max(value);
+}
+
+__device__ inline double warp_sum(double value) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    value += __shfl_xor_sync(0xFFFFFFFFu, value, offset);
+  }
+  return value;
+}
+
+// Every thread of the block must call it; all get the block's sum.
+// blockDim.x must be a multiple of 32 and at most 1024.
+__device__ inline double block_sum(double value) {
+  __shared__ double warp_sums[32];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  value = warp_sum(value);
+  __syncthreads();  // warp_sums may still be read by a previous call
+  if (lane == 0) warp_sums[warp] = value;
+  __syncthreads();
+  const int warps = blockDim.x / 32;
+  value = lane < warps ? warp_sums[lane] : 0.0;
+  return warp_sum(value);
 }
 
 }  // namespace gnmr::cuda

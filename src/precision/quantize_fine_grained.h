@@ -102,7 +102,7 @@ struct MinifloatShape {
   int exponent_bias;
   float max_value;
 };
-constexpr MinifloatShape minifloat_shape(FpFormat format) {
+GNMR_HOST_DEVICE constexpr MinifloatShape minifloat_shape(FpFormat format) {
   return format == FpFormat::kE4M3   ? MinifloatShape{3, 7, kFp8E4m3Max}
          : format == FpFormat::kE5M2 ? MinifloatShape{2, 15, kFp8E5m2Max}
          : format == FpFormat::kE3M2 ? MinifloatShape{2, 3, kFp6E3m2Max}
@@ -113,7 +113,8 @@ constexpr MinifloatShape minifloat_shape(FpFormat format) {
 // fake_quantize_fp_element with the format fixed at compile time and the rounding done on the
 // float's bits, without building storage codes: ~10x faster on the CPU, where the fake
 // quantizer was most of an fp8mix step. Bit-identical to the reference (tests/precision
-// compare them over a stride of all float bit patterns and random tiles):
+// compare them over a stride of all float bit patterns and random tiles). The CUDA twin
+// kernels/fake_quantize_fp_blockwise.cu calls it too:
 // - scale 0 (an all-zero tile): the reference decodes code 0, so +0.
 // - NaN: each format's NaN rule lives in the storage codecs; defer to the reference.
 // - normal range of the format: round the float's mantissa to M bits, nearest, ties to even;
@@ -122,7 +123,7 @@ constexpr MinifloatShape minifloat_shape(FpFormat format) {
 //   a multiple of the subnormal step 2^(1-B-M), ties to even; subtracting C is exact.
 // - past the largest finite value (infinity too): saturate, as every fine-grained storage does.
 template <FpFormat kFormat>
-inline float fake_quantize_fp_element_fast(float x, float scale) {
+GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
   constexpr MinifloatShape shape = minifloat_shape(kFormat);
   constexpr int dropped_bits = 23 - shape.mantissa_bits;
   constexpr uint32_t dropped_mask = (1u << dropped_bits) - 1u;

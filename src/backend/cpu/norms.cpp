@@ -2,10 +2,11 @@
 // One pass over all tensors in fixed chunks of kSumSquaresChunk elements; each chunk sums in
 // double, chunks combine in order, so the result is the same for any thread count.
 // global_norm_clip turns the per-tensor sums into the clip factor and the step's finite flag.
-#include <cmath>
+// CUDA twin: kernels/sum_squares.cu (same chunks and order, so the same bits).
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/train_math.h"
 
 namespace gnmr {
 namespace cpu {
@@ -48,11 +49,7 @@ void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num
 // logged grad_norm and skip decision agree with what the optimizer was given.
 void global_norm_clip(const double* sum_squares, int64_t count, double loss_sum, double max_norm,
                       float* clip) {
-  double total = 0.0;
-  for (int64_t i = 0; i < count; ++i) total += sum_squares[i];
-  const double norm = std::sqrt(total);
-  clip[0] = (max_norm > 0 && norm > max_norm) ? static_cast<float>(max_norm / norm) : 1.0f;
-  clip[1] = (std::isfinite(loss_sum) && std::isfinite(norm)) ? 1.0f : 0.0f;
+  global_norm_clip_values(sum_squares, count, loss_sum, max_norm, clip);
 }
 
 }  // namespace cpu

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/train_math.h"
 
 namespace gnmr {
 namespace cpu {
@@ -56,8 +57,9 @@ void fake_quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, floa
 template <typename T>
 void rmsnorm_forward(const T* x, const T* w, T eps, T* out, T* rstd, int64_t n, int64_t d,
                      int threads);
-// Rows per partial-sum chunk of dw; workspace holds ceil(n / kRmsnormChunkRows) * d values.
-constexpr int64_t kRmsnormChunkRows = 32;
+// Rows per partial-sum chunk of dw (backend/train_math.h); workspace holds
+// ceil(n / kRmsnormChunkRows) * d values.
+using gnmr::kRmsnormChunkRows;
 int64_t rmsnorm_backward_workspace(int64_t n, int64_t d);
 // dx += ..., dw += ...
 template <typename T>
@@ -120,8 +122,9 @@ template <typename T>
 void scale(T* x, T factor, int64_t count, int threads);
 
 // ---- norms.cpp ----
-// Elements per partial sum; the result does not depend on the thread count.
-constexpr int64_t kSumSquaresChunk = 1 << 16;
+// Elements per partial sum (backend/train_math.h); the result does not depend on the thread
+// count.
+using gnmr::kSumSquaresChunk;
 void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num_tensors,
                  double* out_per_tensor, int threads);
 // clip[0] = the clip factor, clip[1] = the finite flag, as Backend::global_norm_clip.

@@ -1,10 +1,11 @@
 // SwiGLU gate of the LLaMA MLP: out = silu(gate) * up, silu(x) = x sigmoid(x)
 // (Hugging Face LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x))).
-#include <cmath>
+// CUDA twin: kernels/swiglu.cu; both call the elements in backend/train_math.h.
 
 #include "backend/cpu/isa_clones.h"
 #include "backend/cpu/ops.h"
 #include "backend/cpu/vector_math.h"
+#include "backend/train_math.h"
 
 namespace gnmr {
 namespace cpu {
@@ -16,23 +17,14 @@ namespace {
 template <typename T>
 GNMR_ISA_CLONES void swiglu_forward_range(const T* gate, const T* up, T* out, int64_t begin,
                                           int64_t end) {
-  for (int64_t i = begin; i < end; ++i) {
-    const T g = gate[i];
-    const T sigmoid = T(1) / (T(1) + exp_vectorizable(-g));
-    out[i] = g * sigmoid * up[i];
-  }
+  for (int64_t i = begin; i < end; ++i) out[i] = swiglu_forward_element(gate[i], up[i]);
 }
 
 template <typename T>
 GNMR_ISA_CLONES void swiglu_backward_range(const T* gate, const T* up, const T* dout, T* dgate,
                                            T* dup, int64_t begin, int64_t end) {
-  // d silu(g)/dg = sigmoid(g) (1 + g (1 - sigmoid(g)))
   for (int64_t i = begin; i < end; ++i) {
-    const T g = gate[i];
-    const T sigmoid = T(1) / (T(1) + exp_vectorizable(-g));
-    const T silu = g * sigmoid;
-    dgate[i] = dout[i] * up[i] * sigmoid * (T(1) + g * (T(1) - sigmoid));
-    dup[i] = dout[i] * silu;
+    swiglu_backward_element(gate[i], up[i], dout[i], dgate[i], dup[i]);
   }
 }
 

@@ -1,42 +1,15 @@
-// exp for the row-wise CPU ops, written so gcc vectorizes it (no calls, no branches):
-// Cephes expf — range reduction x = n ln2 + r with ln2 split in two, a degree-5 minimax
-// polynomial for e^r on |r| <= ln2 / 2, 2^n assembled in the exponent bits. Max error about
-// 2 ulp over [-87, 88]; below -87 it returns 0 (the softmax and sigmoid uses only need the
-// underflow to be monotone).
+// Row-wise helpers of the CPU softmax ops, written so gcc vectorizes them. exp_vectorizable
+// (Cephes expf) lives in backend/train_math.h, shared with the CUDA kernels.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
-#include <cstring>
+
+#include "backend/train_math.h"
 
 namespace gnmr {
 namespace cpu {
 
-inline float exp_vectorizable(float x) {
-  x = x < 88.0f ? x : 88.0f;
-  x = x > -87.0f ? x : -87.0f;  // keeps 2^n a normal number
-  // n = round(x / ln2), by the 1.5 * 2^23 trick (vectorizes without SSE4.1 round)
-  const float shifted = x * 1.44269504088896341f + 12582912.0f;
-  const float n = shifted - 12582912.0f;
-  float r = x - n * 0.693359375f;  // ln2 high part (exact in 9 bits)
-  r = r - n * -2.12194440e-4f;     // ln2 low part
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * r * r + r + 1.0f;
-  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
-  float two_n;
-  std::memcpy(&two_n, &bits, sizeof(two_n));
-  return er * two_n;
-}
-
-// The double reference path keeps libm.
-inline double exp_vectorizable(double x) {
-  return std::exp(x);
-}
+using gnmr::exp_vectorizable;
 
 // max over x[0, n), n >= 1, in 8 lanes so it vectorizes.
 template <typename T>

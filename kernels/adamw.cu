@@ -1,0 +1,46 @@
+// AdamW update, one thread per parameter (grid-stride), the clip factor and the step's finite
+// flag read from device memory so a skipped step costs no readback. CPU twin:
+// gnmr::cpu::adamw_update (src/backend/cpu/adamw.cpp); both take their coefficients from
+// adamw_coefficients and call adamw_update_element (src/backend/train_math.h), so the results
+// are bit-identical.
+#include <algorithm>
+
+#include "backend/train_math.h"
+#include "kernels/cuda_check.cuh"
+#include "kernels/train_ops.cuh"
+#include "util/error.h"
+
+namespace gnmr::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// clip: [2] f32, clip[0] the gradient scale, clip[1] == 0 for a skipped (non-finite) step.
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, int64_t count,
+                             AdamWCoefficients c, const float* clip) {
+  if (clip[1] == 0.0f) return;
+  const float grad_scale = clip[0];
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += stride) {
+    float p = param[i], mi = m[i], vi = v[i];
+    adamw_update_element(p, grad[i], mi, vi, grad_scale, c);
+    param[i] = p;
+    m[i] = mi;
+    v[i] = vi;
+  }
+}
+
+}  // namespace
+
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
+                  const AdamWStep& s, const float* clip, cudaStream_t stream) {
+  GNMR_CHECK(s.step >= 1, "adamw_update: step is 1-based");
+  if (count == 0) return;
+  const int blocks =
+      static_cast<int>(std::min<int64_t>((count + kThreads - 1) / kThreads, 1 << 16));
+  adamw_kernel<<<blocks, kThreads, 0, stream>>>(param, grad, m, v, count, adamw_coefficients(s),
+                                                clip);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gnmr::cuda

@@ -1,0 +1,83 @@
+// Host API of the training-op kernels (RMSNorm, SwiGLU, cross-entropy, the trainer's loss and
+// norm reductions, AdamW, the recipes' fp fake quantizer, bf16 rounding). All pointers are
+// device pointers, fp32 unless said; work is queued on `stream`; errors surface through
+// GNMR_CUDA_CHECK. Plain C++, so a .cpp file can include it and link gnmr_kernels. Each names
+// its CPU twin in src/backend/cpu; the elementwise ops give the same bits (shared math in
+// backend/train_math.h and src/precision), the reductions are deterministic and their order is
+// said at each (tests/gpu/test_gpu_train_ops.cpp compares them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "precision/fp_format.h"
+
+namespace gnmr::cuda {
+
+// x, out: [n, d]; w: [d]; rstd: [n]. One block per row, the row's sum of squares in double
+// (a fixed tree, not the CPU's index order). Twin: cpu::rmsnorm_forward<float>.
+void rmsnorm_forward(const float* x, const float* w, float eps, float* out, float* rstd, int64_t n,
+                     int64_t d, cudaStream_t stream);
+// dx += ..., dw += ... (as backend.h). workspace: rmsnorm_backward_workspace_floats(n, d) floats
+// (device): dw's partial sums per kRmsnormChunkRows rows, combined in chunk order as on the CPU.
+// Twin: cpu::rmsnorm_backward<float>.
+int64_t rmsnorm_backward_workspace_floats(int64_t n, int64_t d);
+void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dout,
+                      float* dx, float* dw, int64_t n, int64_t d, float* workspace,
+                      cudaStream_t stream);
+
+// gate, up, out: [count]. Twins: cpu::swiglu_forward / swiglu_backward (bit-identical).
+void swiglu_forward(const float* gate, const float* up, float* out, int64_t count,
+                    cudaStream_t stream);
+void swiglu_backward(const float* gate, const float* up, const float* dout, float* dgate,
+                     float* dup, int64_t count, cudaStream_t stream);
+
+// logits: [n, vocab]; targets: [n] i32 (< 0: ignored, loss 0, zero gradient row; otherwise
+// < vocab); losses: [n]. One block per row, one pass over the vocabulary for the online max and
+// sum (Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018), never a second
+// [n, vocab] buffer. forward_backward overwrites logits with dloss * (softmax - onehot) in a
+// second pass over the row. Twins: cpu::cross_entropy_forward / cross_entropy_forward_backward.
+void cross_entropy_forward(const float* logits, const int32_t* targets, float* losses, int64_t n,
+                           int64_t vocab, cudaStream_t stream);
+void cross_entropy_forward_backward(float* logits, const int32_t* targets, float* losses,
+                                    float dloss, int64_t n, int64_t vocab, cudaStream_t stream);
+
+// *loss_sum += double(float(sum(losses[0..n)) / valid)), the sum in double in index order (one
+// thread adds, as on the CPU: bit-identical). loss_sum: device [1] f64.
+// Twin: cpu::accumulate_mean_loss.
+void accumulate_mean_loss(const float* losses, int64_t n, int64_t valid, double* loss_sum,
+                          cudaStream_t stream);
+
+// Multi-tensor sum of squares: out_per_tensor[i] = sum of squares of tensor i in double
+// (overwritten). tensors / counts are HOST arrays of device pointers and element counts;
+// workspace: sum_squares_workspace_doubles(counts, num_tensors) device doubles (one partial
+// per chunk). The CPU's chunks of kSumSquaresChunk elements, its 4-lane order inside a chunk
+// and chunks added in order, no atomics: bit-identical to cpu::sum_squares.
+int64_t sum_squares_workspace_doubles(const int64_t* counts, int64_t num_tensors);
+void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num_tensors,
+                 double* out_per_tensor, double* workspace, cudaStream_t stream);
+
+// clip[0] (clip factor), clip[1] (finite flag) as cpu::global_norm_clip (the same function),
+// reading sum_squares [count] f64 and loss_sum [1] f64 from device memory; clip: [2] f32.
+void global_norm_clip(const double* sum_squares, int64_t count, const double* loss_sum,
+                      double max_norm, float* clip, cudaStream_t stream);
+
+// param, grad, m, v: [count]. AdamW as cpu::adamw_update with grad_scale = clip[0] read on the
+// device, and nothing written when clip[1] == 0. clip: device [2] f32. Bit-identical.
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
+                  const AdamWStep& s, const float* clip, cudaStream_t stream);
+
+// x, out: [rows, cols]; out = dequantize(quantize(x)) with one fp32 scale per
+// block_rows x block_cols block; any block shape (1 x t, t x 1, t x t, partial edge blocks);
+// out may be x. Throws a Config error for a block side < 1. Bit-identical to the twin
+// cpu::fake_quantize_fp_blockwise.
+void fake_quantize_fp_blockwise(const float* x, float* out, int64_t rows, int64_t cols,
+                                FpFormat format, int64_t block_rows, int64_t block_cols,
+                                cudaStream_t stream);
+
+// out[i] = nearest bf16 of x[i] as f32 (out may be x). Twin: cpu::round_to_bf16_copy.
+void round_to_bf16(const float* x, float* out, int64_t count, cudaStream_t stream);
+
+}  // namespace gnmr::cuda

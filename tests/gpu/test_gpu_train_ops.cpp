@@ -1,0 +1,404 @@
+// The training-op kernels (kernels/train_ops.cuh) against their CPU twins on random non-zero
+// inputs with odd sizes: bit for bit for the elementwise ops (SwiGLU, AdamW, bf16 rounding, the
+// fp fake quantizer) and the reductions made to follow the CPU's order (sum_squares,
+// global_norm_clip, accumulate_mean_loss, rmsnorm's dw); within a stated tolerance where the
+// kernel sums in another order (rmsnorm's row statistics, cross-entropy's log-sum-exp), and
+// then the same bits on a second run. Outputs start as NaN, so a missed element shows.
+// Skip without a GPU.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "gpu_test_util.h"
+#include "kernels/cuda_check.cuh"
+#include "kernels/train_ops.cuh"
+#include "precision/fp_format.h"
+#include "precision/host_device.h"
+
+namespace gnmr {
+namespace {
+
+using gnmr_test::DeviceBuffer;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+std::vector<float> nan_vector(size_t n) {
+  return std::vector<float>(n, kNaN);
+}
+
+template <typename T>
+void expect_same_bits(const std::vector<T>& gpu, const std::vector<T>& cpu, const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * sizeof(T)), 0) << what;
+}
+
+// |gpu - cpu| <= rel * (1 + |cpu|) for every element, and no NaN where the CPU has none.
+void expect_close(const std::vector<float>& gpu, const std::vector<float>& cpu, float rel,
+                  const char* what) {
+  ASSERT_EQ(gpu.size(), cpu.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < cpu.size() && failures < 5; ++i) {
+    const bool ok = std::fabs(gpu[i] - cpu[i]) <= rel * (1.0f + std::fabs(cpu[i]));
+    if (!ok) {
+      ++failures;
+      ADD_FAILURE() << what << "[" << i << "]: gpu " << gpu[i] << ", cpu " << cpu[i];
+    }
+  }
+}
+
+void sync() {
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+// The row statistics are doubles summed in another order than the CPU's (a relative difference
+// near 1e-16), so their f32 rounding differs by at most 1 ulp; through the rsqrt and the
+// products that is a few ulp (~3e-7 relative) of the O(1) outputs here. 2e-6 leaves a wide
+// margin; a wrong formula misses by O(1).
+constexpr float kRmsnormTolerance = 2e-6f;
+
+TEST(GpuTrainOps, RmsnormForwardMatchesCpuAndIsDeterministic) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 37, d = 70;
+  const float eps = 1e-5f;
+  const std::vector<float> x = random_vector(size_t(n * d), 1), w = random_vector(size_t(d), 2);
+  std::vector<float> out(size_t(n * d)), rstd(static_cast<size_t>(n));
+  cpu::rmsnorm_forward<float>(x.data(), w.data(), eps, out.data(), rstd.data(), n, d, 2);
+  DeviceBuffer<float> d_x(x), d_w(w), d_out(nan_vector(out.size())),
+      d_rstd(nan_vector(rstd.size()));
+  cuda::rmsnorm_forward(d_x.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d, nullptr);
+  sync();
+  const std::vector<float> gpu_out = d_out.to_host(), gpu_rstd = d_rstd.to_host();
+  expect_close(gpu_out, out, kRmsnormTolerance, "out");
+  expect_close(gpu_rstd, rstd, kRmsnormTolerance, "rstd");
+  cuda::rmsnorm_forward(d_x.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d, nullptr);
+  sync();
+  expect_same_bits(d_out.to_host(), gpu_out, "out, second run");
+  expect_same_bits(d_rstd.to_host(), gpu_rstd, "rstd, second run");
+}
+
+TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDw) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 77, d = 70;  // 3 chunks of kRmsnormChunkRows rows, the last partial
+  const float eps = 1e-5f;
+  const std::vector<float> x = random_vector(size_t(n * d), 3), w = random_vector(size_t(d), 4),
+                           dout = random_vector(size_t(n * d), 5),
+                           dx0 = random_vector(size_t(n * d), 6), dw0 = random_vector(size_t(d), 7);
+  std::vector<float> out(size_t(n * d)), rstd(static_cast<size_t>(n));
+  cpu::rmsnorm_forward<float>(x.data(), w.data(), eps, out.data(), rstd.data(), n, d, 2);
+  std::vector<float> dx = dx0, dw = dw0;
+  std::vector<float> cpu_workspace(size_t(cpu::rmsnorm_backward_workspace(n, d)));
+  cpu::rmsnorm_backward<float>(x.data(), w.data(), rstd.data(), dout.data(), dx.data(), dw.data(),
+                               n, d, cpu_workspace.data(), 2);
+  const int64_t workspace_floats = cuda::rmsnorm_backward_workspace_floats(n, d);
+  EXPECT_EQ(workspace_floats, cpu::rmsnorm_backward_workspace(n, d));
+  // The CPU's rstd on both sides: dw then depends on nothing summed in another order.
+  DeviceBuffer<float> d_x(x), d_w(w), d_rstd(rstd), d_dout(dout), d_dx(dx0), d_dw(dw0),
+      d_workspace(nan_vector(size_t(workspace_floats)));
+  cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx.get(), d_dw.get(),
+                         n, d, d_workspace.get(), nullptr);
+  sync();
+  const std::vector<float> gpu_dx = d_dx.to_host(), gpu_dw = d_dw.to_host();
+  expect_close(gpu_dx, dx, kRmsnormTolerance, "dx");
+  expect_same_bits(gpu_dw, dw, "dw");
+  // Run twice from the same start: the same bits.
+  DeviceBuffer<float> d_dx2(dx0), d_dw2(dw0);
+  cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx2.get(), d_dw2.get(),
+                         n, d, d_workspace.get(), nullptr);
+  sync();
+  expect_same_bits(d_dx2.to_host(), gpu_dx, "dx, second run");
+  expect_same_bits(d_dw2.to_host(), gpu_dw, "dw, second run");
+}
+
+TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExact) {
+  SKIP_WITHOUT_GPU();
+  const int64_t count = 37 * 70 + 3;
+  // stddev 8: gates past the exp's clamps (|g| > 87) are rare, so add some by hand
+  std::vector<float> gate = random_vector(size_t(count), 8, 8.0f);
+  gate[0] = 100.0f;
+  gate[1] = -100.0f;
+  gate[2] = 0.0f;
+  const std::vector<float> up = random_vector(size_t(count), 9),
+                           dout = random_vector(size_t(count), 10);
+  std::vector<float> out(static_cast<size_t>(count)), dgate(static_cast<size_t>(count)),
+      dup(static_cast<size_t>(count));
+  cpu::swiglu_forward<float>(gate.data(), up.data(), out.data(), count, 2);
+  cpu::swiglu_backward<float>(gate.data(), up.data(), dout.data(), dgate.data(), dup.data(), count,
+                              2);
+  DeviceBuffer<float> d_gate(gate), d_up(up), d_dout(dout), d_out(nan_vector(out.size())),
+      d_dgate(nan_vector(dgate.size())), d_dup(nan_vector(dup.size()));
+  cuda::swiglu_forward(d_gate.get(), d_up.get(), d_out.get(), count, nullptr);
+  cuda::swiglu_backward(d_gate.get(), d_up.get(), d_dout.get(), d_dgate.get(), d_dup.get(), count,
+                        nullptr);
+  sync();
+  expect_same_bits(d_out.to_host(), out, "forward");
+  expect_same_bits(d_dgate.to_host(), dgate, "dgate");
+  expect_same_bits(d_dup.to_host(), dup, "dup");
+}
+
+// The two sides sum exp(x - max) in different orders, the kernel rescaling partial sums by
+// exp(m - max) up to log2(512) + 1 times per term (each rescale within ~2.5 ulp): the sums agree
+// within ~30 f32 ulp (2e-6 relative) in the worst case. That is the error of the loss (absolute,
+// log) and of the gradient's scale (relative); 1e-5 leaves 5x. At the target the gradient is
+// dloss (p - 1): its error is dloss p times that, bounded by 1e-5 (|g| + |dloss|).
+constexpr float kCrossEntropyTolerance = 1e-5f;
+
+TEST(GpuTrainOps, CrossEntropyMatchesCpuAndIsDeterministic) {
+  SKIP_WITHOUT_GPU();
+  struct Case {
+    int64_t n, vocab;
+  };
+  for (const Case c : {Case{37, 1003}, Case{5, 32003}}) {
+    SCOPED_TRACE(testing::Message() << "n " << c.n << ", vocab " << c.vocab);
+    const std::vector<float> logits = random_vector(size_t(c.n * c.vocab), 11, 3.0f);
+    std::mt19937 rng(12);
+    std::vector<int32_t> targets(size_t(c.n));
+    for (int32_t& t : targets) t = int32_t(rng() % uint32_t(c.vocab));
+    targets[1] = -1;
+    targets[size_t(c.n) - 1] = int32_t(c.vocab) - 1;
+    const float dloss = 1.0f / 29.0f;
+
+    std::vector<float> losses(size_t(c.n)), fb_losses(size_t(c.n)), grad = logits;
+    cpu::cross_entropy_forward<float>(logits.data(), targets.data(), losses.data(), c.n, c.vocab,
+                                      2);
+    cpu::cross_entropy_forward_backward<float>(grad.data(), targets.data(), fb_losses.data(), dloss,
+                                               c.n, c.vocab, 2);
+    DeviceBuffer<float> d_logits(logits), d_grad(logits), d_losses(nan_vector(losses.size())),
+        d_fb_losses(nan_vector(losses.size()));
+    DeviceBuffer<int32_t> d_targets(targets);
+    cuda::cross_entropy_forward(d_logits.get(), d_targets.get(), d_losses.get(), c.n, c.vocab,
+                                nullptr);
+    cuda::cross_entropy_forward_backward(d_grad.get(), d_targets.get(), d_fb_losses.get(), dloss,
+                                         c.n, c.vocab, nullptr);
+    sync();
+    const std::vector<float> gpu_losses = d_losses.to_host(), gpu_grad = d_grad.to_host();
+    expect_close(gpu_losses, losses, kCrossEntropyTolerance, "losses");
+    expect_same_bits(d_fb_losses.to_host(), gpu_losses, "forward_backward's losses");
+    EXPECT_EQ(gpu_losses[1], 0.0f);
+    int failures = 0;
+    for (int64_t i = 0; i < c.n; ++i) {
+      for (int64_t j = 0; j < c.vocab && failures < 5; ++j) {
+        const size_t at = size_t(i * c.vocab + j);
+        if (targets[size_t(i)] < 0) {
+          EXPECT_EQ(float_bits(gpu_grad[at]), 0u) << "ignored row " << i;
+          continue;
+        }
+        const float tol = kCrossEntropyTolerance *
+                          (std::fabs(grad[at]) + (j == targets[size_t(i)] ? dloss : 0.0f));
+        if (!(std::fabs(gpu_grad[at] - grad[at]) <= tol)) {
+          ++failures;
+          ADD_FAILURE() << "grad[" << i << ", " << j << "]: gpu " << gpu_grad[at] << ", cpu "
+                        << grad[at];
+        }
+      }
+    }
+    // A second run gives the same bits.
+    DeviceBuffer<float> d_grad2(logits);
+    cuda::cross_entropy_forward(d_logits.get(), d_targets.get(), d_losses.get(), c.n, c.vocab,
+                                nullptr);
+    cuda::cross_entropy_forward_backward(d_grad2.get(), d_targets.get(), d_fb_losses.get(), dloss,
+                                         c.n, c.vocab, nullptr);
+    sync();
+    expect_same_bits(d_losses.to_host(), gpu_losses, "losses, second run");
+    expect_same_bits(d_grad2.to_host(), gpu_grad, "gradient, second run");
+  }
+}
+
+TEST(GpuTrainOps, AccumulateMeanLossIsBitExact) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 5003;  // more than two staged tiles
+  std::vector<float> losses = random_vector(size_t(n), 13);
+  for (float& l : losses) l = std::fabs(l) * 3.0f;
+  double cpu_sum = 1.25;
+  DeviceBuffer<float> d_losses(losses);
+  DeviceBuffer<double> d_sum(std::vector<double>{1.25});
+  for (int64_t valid : {int64_t{4321}, int64_t{n}}) {
+    cpu::accumulate_mean_loss(losses.data(), n, valid, &cpu_sum);
+    cuda::accumulate_mean_loss(d_losses.get(), n, valid, d_sum.get(), nullptr);
+  }
+  sync();
+  expect_same_bits(d_sum.to_host(), std::vector<double>{cpu_sum}, "loss sum");
+}
+
+TEST(GpuTrainOps, SumSquaresIsBitExactAcrossChunksAndBatches) {
+  SKIP_WITHOUT_GPU();
+  // Empty, tiny, unaligned (a 1-3 element tail), one chunk, a chunk and one, several chunks; and
+  // more tensors than one kernel batch takes.
+  std::vector<int64_t> counts = {0, 1, 3, 70, 65536, 65537, 200003};
+  std::mt19937 rng(14);
+  while (counts.size() < 150) counts.push_back(int64_t(rng() % 3000));
+  counts[100] = 131075;
+  std::vector<std::vector<float>> host;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> device;
+  std::vector<const float*> host_ptrs, device_ptrs;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    host.push_back(random_vector(size_t(counts[t]), uint32_t(100 + t), 1.0f + float(t % 7)));
+    device.push_back(host.back().empty() ? std::make_unique<DeviceBuffer<float>>(size_t{1})
+                                         : std::make_unique<DeviceBuffer<float>>(host.back()));
+    host_ptrs.push_back(host.back().data());
+    device_ptrs.push_back(device.back()->get());
+  }
+  const int64_t num = int64_t(counts.size());
+  std::vector<double> cpu_out(counts.size());
+  cpu::sum_squares(host_ptrs.data(), counts.data(), num, cpu_out.data(), 2);
+  const int64_t workspace_doubles = cuda::sum_squares_workspace_doubles(counts.data(), num);
+  DeviceBuffer<double> d_workspace(static_cast<size_t>(workspace_doubles)),
+      d_out(std::vector<double>(counts.size(), std::nan("")));
+  cuda::sum_squares(device_ptrs.data(), counts.data(), num, d_out.get(), d_workspace.get(),
+                    nullptr);
+  sync();
+  expect_same_bits(d_out.to_host(), cpu_out, "sum of squares");
+  cuda::sum_squares(device_ptrs.data(), counts.data(), num, d_out.get(), d_workspace.get(),
+                    nullptr);
+  sync();
+  expect_same_bits(d_out.to_host(), cpu_out, "sum of squares, second run");
+}
+
+TEST(GpuTrainOps, GlobalNormClipIsBitExact) {
+  SKIP_WITHOUT_GPU();
+  const double inf = std::numeric_limits<double>::infinity();
+  struct Case {
+    std::vector<double> sums;
+    double loss, max_norm;
+  };
+  const std::vector<Case> cases = {
+      {{0.3, 1.7, 2.25}, 3.5, 1.0},           // clipped
+      {{0.3, 1.7, 2.25}, 3.5, 10.0},          // under the limit
+      {{0.3, 1.7, 2.25}, 3.5, 0.0},           // clipping off
+      {{0.3, 1.7, 2.25}, std::nan(""), 1.0},  // non-finite loss
+      {{0.3, inf, 2.25}, 3.5, 1.0},           // non-finite norm
+      {{0.3, std::nan(""), 2.25}, 3.5, 1.0}, {{}, 2.0, 1.0},
+  };
+  for (const Case& c : cases) {
+    float cpu_clip[2];
+    cpu::global_norm_clip(c.sums.data(), int64_t(c.sums.size()), c.loss, c.max_norm, cpu_clip);
+    DeviceBuffer<double> d_sums(c.sums.empty() ? std::vector<double>{0.0} : c.sums),
+        d_loss(std::vector<double>{c.loss});
+    DeviceBuffer<float> d_clip(nan_vector(2));
+    cuda::global_norm_clip(d_sums.get(), int64_t(c.sums.size()), d_loss.get(), c.max_norm,
+                           d_clip.get(), nullptr);
+    sync();
+    expect_same_bits(d_clip.to_host(), std::vector<float>{cpu_clip[0], cpu_clip[1]}, "clip");
+  }
+}
+
+TEST(GpuTrainOps, AdamwIsBitExactAndWritesNothingOnASkippedStep) {
+  SKIP_WITHOUT_GPU();
+  const int64_t count = 10007;
+  const std::vector<float> param0 = random_vector(size_t(count), 15),
+                           grad = random_vector(size_t(count), 16),
+                           m0 = random_vector(size_t(count), 17, 0.1f);
+  std::vector<float> v0 = random_vector(size_t(count), 18, 0.01f);
+  for (float& v : v0) v = v * v;
+  AdamWStep s;
+  s.lr = 3e-3f;
+  s.beta1 = 0.9f;
+  s.beta2 = 0.95f;
+  s.eps = 1e-8f;
+  s.weight_decay = 0.1f;
+  s.step = 7;
+  std::vector<float> param = param0, m = m0, v = v0;
+  const float grad_scale = 0.731f;
+  cpu::adamw_update(param.data(), grad.data(), m.data(), v.data(), count, s, grad_scale, 2);
+  DeviceBuffer<float> d_param(param0), d_grad(grad), d_m(m0), d_v(v0),
+      d_clip(std::vector<float>{grad_scale, 1.0f});
+  cuda::adamw_update(d_param.get(), d_grad.get(), d_m.get(), d_v.get(), count, s, d_clip.get(),
+                     nullptr);
+  sync();
+  expect_same_bits(d_param.to_host(), param, "param");
+  expect_same_bits(d_m.to_host(), m, "m");
+  expect_same_bits(d_v.to_host(), v, "v");
+
+  DeviceBuffer<float> skip_param(param0), skip_m(m0), skip_v(v0),
+      skip_clip(std::vector<float>{grad_scale, 0.0f});
+  cuda::adamw_update(skip_param.get(), d_grad.get(), skip_m.get(), skip_v.get(), count, s,
+                     skip_clip.get(), nullptr);
+  sync();
+  expect_same_bits(skip_param.to_host(), param0, "param after a skipped step");
+  expect_same_bits(skip_m.to_host(), m0, "m after a skipped step");
+  expect_same_bits(skip_v.to_host(), v0, "v after a skipped step");
+}
+
+TEST(GpuTrainOps, FakeQuantizeFpBlockwiseIsBitExactForEveryFormatAndBlockShape) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 200, cols = 300;  // partial edge blocks for every shape below
+  std::vector<float> x = random_vector(size_t(rows * cols), 19, 2.0f);
+  for (int64_t c = 0; c < cols; ++c) x[size_t(5 * cols + c)] = 0.0f;  // all-zero 1 x t blocks
+  for (int64_t r = 0; r < rows; ++r) x[size_t(r * cols + 7)] = 0.0f;  // an all-zero column
+  x[size_t(3 * cols + 11)] = std::numeric_limits<float>::infinity();
+  x[size_t(150 * cols + 299)] = kNaN;
+  x[size_t(10 * cols + 40)] = 1e-30f;  // subnormal in every format after scaling
+  struct Shape {
+    int64_t block_rows, block_cols;
+  };
+  const FpFormat formats[] = {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3,
+                              FpFormat::kE2M1};
+  for (const FpFormat format : formats) {
+    for (const Shape shape : {Shape{1, 128}, Shape{128, 1}, Shape{128, 128}, Shape{1, 32},
+                              Shape{3, 5}, Shape{64, 64}}) {
+      SCOPED_TRACE(testing::Message() << "format " << static_cast<int>(format) << ", block "
+                                      << shape.block_rows << " x " << shape.block_cols);
+      std::vector<float> expected(x.size());
+      cpu::fake_quantize_fp_blockwise(x.data(), rows, cols, format, shape.block_rows,
+                                      shape.block_cols, expected.data());
+      DeviceBuffer<float> d_x(x), d_out(nan_vector(x.size()));
+      cuda::fake_quantize_fp_blockwise(d_x.get(), d_out.get(), rows, cols, format, shape.block_rows,
+                                       shape.block_cols, nullptr);
+      // In place, as the model's fp8mix path runs it.
+      cuda::fake_quantize_fp_blockwise(d_x.get(), d_x.get(), rows, cols, format, shape.block_rows,
+                                       shape.block_cols, nullptr);
+      sync();
+      expect_same_bits(d_out.to_host(), expected, "out");
+      expect_same_bits(d_x.to_host(), expected, "in place");
+    }
+  }
+}
+
+TEST(GpuTrainOps, RoundToBf16IsBitExact) {
+  SKIP_WITHOUT_GPU();
+  std::vector<float> x = random_vector(1001, 20, 100.0f);
+  x[0] = kNaN;
+  x[1] = -std::numeric_limits<float>::infinity();
+  x[2] = 3.0e38f;      // rounds to +inf
+  x[3] = 1.00390625f;  // a tie: 1 + 2^-8 rounds to even (1)
+  x[4] = 1.01171875f;  // a tie that rounds up
+  x[5] = 1e-40f;       // subnormal
+  std::vector<float> expected(x.size());
+  cpu::round_to_bf16_copy(x.data(), expected.data(), int64_t(x.size()), 2);
+  DeviceBuffer<float> d_x(x), d_out(nan_vector(x.size()));
+  cuda::round_to_bf16(d_x.get(), d_out.get(), int64_t(x.size()), nullptr);
+  cuda::round_to_bf16(d_x.get(), d_x.get(), int64_t(x.size()), nullptr);  // in place
+  sync();
+  expect_same_bits(d_out.to_host(), expected, "out");
+  expect_same_bits(d_x.to_host(), expected, "in place");
+}
+
+TEST(GpuTrainOps, EmptyInputsLaunchNothing) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer<float> buffer(1);
+  cuda::swiglu_forward(buffer.get(), buffer.get(), buffer.get(), 0, nullptr);
+  cuda::round_to_bf16(buffer.get(), buffer.get(), 0, nullptr);
+  cuda::rmsnorm_forward(buffer.get(), buffer.get(), 1e-5f, buffer.get(), buffer.get(), 0, 8,
+                        nullptr);
+  cuda::cross_entropy_forward(buffer.get(), nullptr, buffer.get(), 0, 8, nullptr);
+  cuda::fake_quantize_fp_blockwise(buffer.get(), buffer.get(), 0, 8, FpFormat::kE4M3, 1, 128,
+                                   nullptr);
+  sync();
+}
+
+}  // namespace
+}  // namespace gnmr
