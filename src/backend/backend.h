@@ -220,6 +220,11 @@ class Backend {
   // Drops every prepared (rounded / quantized) weight: call after the weights change. Each
   // is redone on its next use, then reused by the step's forward and backward GEMMs.
   virtual void invalidate_prepared_weights() = 0;
+  // How this backend runs `path` for a projection of `shape`: "fp32", "bf16", "fp8_block", or
+  // "emulated (why)"; per GEMM ("forward ..., input_gradient ..., weight_gradient ...") when
+  // its three GEMMs differ. What `gnmr bench` reports as gemm_impl and the run log names.
+  virtual std::string describe_projection(const ProjectionShape& shape,
+                                          const PathSpec& path) const = 0;
 
   // Rotary embedding in place, Hugging Face rotate-half convention.
   // x: [B, T, heads, hd]; cos, sin: [max_seq, hd / 2] (see rope_table.h); position = t.

@@ -24,6 +24,28 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+nlohmann::json projection_gemm_impls(const LlamaModel& model, const Backend& backend) {
+  const PrecisionRecipe& recipe = model.recipe();
+  auto shape_of = [&](const ParamInfo& p) {
+    return ProjectionShape{model.tokens_per_micro_batch(), p.shape[1], p.shape[0], false};
+  };
+  json out = json::object();
+  for (const ProjectionUnit& unit : model.units()) {
+    if (unit.layer != 0) continue;
+    const ProjectionShape shape = shape_of(model.params()[size_t(unit.param_index)]);
+    json paths = {{"recovery", backend.describe_projection(shape, recipe.recovery)}};
+    if (recipe.has_low_path) paths["low"] = backend.describe_projection(shape, recipe.low);
+    out[projection_kind_name(unit.kind)] = paths;
+  }
+  for (const ParamInfo& p : model.params()) {
+    if (p.name != "lm_head.weight") continue;
+    ProjectionShape head = shape_of(p);
+    head.backward_may_overwrite_dy = true;
+    out["lm_head"] = {{"recovery", backend.describe_projection(head, PathSpec{})}};
+  }
+  return out;
+}
+
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repeats) {
   std::unique_ptr<Backend> backend = make_backend(config);
   const int64_t m = size, n = size, k = size;
@@ -121,7 +143,8 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"controller_ms", controller_ms / n},
                  {"optimizer_ms", optimizer_ms / n},
                  {"readback_ms", readback_ms / n},
-                 {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms}};
+                 {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms},
+                 {"gemm_impl", projection_gemm_impls(session.model(), session.backend())}};
   if (!cuda) result.update(blas_json(config));
   return result;
 }

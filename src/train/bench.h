@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/backend.h"
 #include "config/config.h"
+#include "model/llama.h"
 
 namespace gnmr {
 
@@ -13,6 +15,11 @@ struct BenchOptions {
   int64_t steps = 10;
   int64_t warmup_steps = 2;  // excluded from every figure
 };
+
+// How the backend runs each projection kind's GEMMs on the recipe's low and recovery paths
+// (Backend::describe_projection), layer 0's units and the lm_head:
+// {"q": {"low": "fp8_block", "recovery": "bf16"}, ..., "lm_head": {"recovery": "bf16"}}.
+nlohmann::json projection_gemm_impls(const LlamaModel& model, const Backend& backend);
 
 // Measures the run's backend's GEMM throughput (GFLOP/s; fp32 on the cpu, bf16 on cuda), best
 // of `repeats` products of [size × size] · [size × size]: the physical limit MFU is quoted

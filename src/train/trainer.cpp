@@ -156,6 +156,13 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       train.steps, train.global_batch_tokens, session.accumulation_steps(), train.micro_batch,
       config.data.seq_len);
 
+  if (!cpu) {
+    // Which GEMMs run for real and which are emulated, and why (the cpu emulates them all).
+    for (const auto& [kind, paths] : projection_gemm_impls(session.model(), session.backend()).items()) {
+      spdlog::info("GEMMs of {}: {}", kind, paths.dump());
+    }
+  }
+
   TrainSummary summary;
   auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state.step;

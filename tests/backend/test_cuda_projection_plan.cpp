@@ -117,6 +117,23 @@ TEST(CudaProjectionPlan, Fp32BackendGemmsNeedNothing) {
             none.weight_bf16);
 }
 
+TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {
+  const GpuTarget hopper{90}, ampere{80};
+  EXPECT_EQ(describe_projection_gemms(kShape, path_of(PathKind::kFineGrainedFp),
+                                      GemmPrecision::FP32, hopper),
+            "fp8_block");
+  EXPECT_EQ(describe_projection_gemms(kShape, path_of(PathKind::kFineGrainedFp),
+                                      GemmPrecision::FP32, ampere),
+            "emulated (sm_80 has no block-scaled FP8 GEMM (Hopper, sm_90, only))");
+  EXPECT_EQ(describe_projection_gemms(kShape, path_of(PathKind::kSavedIntGroupwise),
+                                      GemmPrecision::BF16, hopper),
+            "bf16");
+  const std::string int8 = describe_projection_gemms(kShape, path_of(PathKind::kInt8Gemm),
+                                                     GemmPrecision::FP32, hopper);
+  EXPECT_EQ(int8.rfind("forward emulated (int8 GEMMs", 0), 0u) << int8;
+  EXPECT_NE(int8.find("weight_gradient bf16"), std::string::npos) << int8;
+}
+
 TEST(DeviceMemoryReport, NamesTheTensorTheRolesAndTheDevice) {
   MemoryUse held;
   held.bytes[static_cast<int>(MemoryRole::Weights)] = size_t(3) << 30;

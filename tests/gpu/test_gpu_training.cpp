@@ -19,26 +19,26 @@
 namespace gnmr {
 namespace {
 
-constexpr int kSteps = 4;
+constexpr int kSteps = 5;
 
 RunConfig config_for(const std::string& backend, const std::vector<std::string>& recipe) {
   std::vector<std::string> overrides = {
       "backend=" + backend,       "data.seq_len=128",        "train.micro_batch=2",
       "train.global_batch_tokens=512",  // two micro-steps per optimizer step
-      "train.steps=4",            "train.warmup_steps=1",    "train.lr=0.003",
+      "train.steps=5",            "train.warmup_steps=1",    "train.lr=0.003",
       "train.threads=2",          "gnmr.controller=static_low"};
   overrides.insert(overrides.end(), recipe.begin(), recipe.end());
   return load_run_config(gnmr_test::source_path("configs/models/tiny-gpu.json"), overrides);
 }
 
-struct Run {
+struct TrainedRun {
   std::vector<double> losses, grad_norms;
   std::vector<int64_t> syncs_per_step;
 };
 
-Run train(const RunConfig& config) {
+TrainedRun train(const RunConfig& config) {
   TrainingSession session(config, /*synthetic_data=*/true);
-  Run run;
+  TrainedRun run;
   for (int64_t s = 0; s < kSteps; ++s) {
     const int64_t before = session.backend().sync_count();
     const StepResult r = session.run_step(s);
@@ -79,8 +79,8 @@ class GpuTraining : public ::testing::TestWithParam<int> {};
 TEST_P(GpuTraining, MatchesTheCpuBackendWithOneWaitPerStep) {
   SKIP_WITHOUT_GPU();
   const Recipe& recipe = recipes()[size_t(GetParam())];
-  const Run cpu = train(config_for("cpu", recipe.overrides));
-  const Run gpu = train(config_for("cuda", recipe.overrides));
+  const TrainedRun cpu = train(config_for("cpu", recipe.overrides));
+  const TrainedRun gpu = train(config_for("cuda", recipe.overrides));
   for (int s = 0; s < kSteps; ++s) {
     const double tolerance = s == 0 ? recipe.first_step : recipe.later_steps;
     EXPECT_TRUE(std::isfinite(gpu.losses[size_t(s)])) << recipe.name << " step " << s + 1;
@@ -99,10 +99,10 @@ TEST_P(GpuTraining, IsDeterministicAndReadsNoUnwrittenMemory) {
   SKIP_WITHOUT_GPU();
   const Recipe& recipe = recipes()[size_t(GetParam())];
   const RunConfig config = config_for("cuda", recipe.overrides);
-  const Run first = train(config);
-  const Run second = train(config);
+  const TrainedRun first = train(config);
+  const TrainedRun second = train(config);
   ASSERT_EQ(setenv("GNMR_POISON", "1", 1), 0);
-  const Run poisoned = train(config);
+  const TrainedRun poisoned = train(config);
   unsetenv("GNMR_POISON");
   for (int s = 0; s < kSteps; ++s) {
     EXPECT_EQ(std::memcmp(&first.losses[size_t(s)], &second.losses[size_t(s)], sizeof(double)), 0)

@@ -114,6 +114,10 @@ class TimingBackend final : public Backend {
          [&] { in_.projection_backward(st, p, w, dy, dx, acc, dw); });
   }
   void invalidate_prepared_weights() override { in_.invalidate_prepared_weights(); }
+  std::string describe_projection(const ProjectionShape& shape,
+                                  const PathSpec& path) const override {
+    return in_.describe_projection(shape, path);
+  }
   void rope_forward(Tensor& x, const Tensor& c, const Tensor& s) override {
     time("rope", [&] { in_.rope_forward(x, c, s); });
   }

@@ -177,6 +177,15 @@ class CpuBackend final : public Backend {
     cpu::projection_backward(projection_call(state, w), path, dy, dx, accumulate_dx, dw);
   }
   void invalidate_prepared_weights() override { ++weights_epoch_; }
+  // Everything but an fp32 GEMM of unchanged inputs is the fp32 emulation (cpu/projection.h).
+  std::string describe_projection(const ProjectionShape&, const PathSpec& path) const override {
+    const bool plain = (path.kind == PathKind::kBackendGemm ||
+                        path.kind == PathKind::kSavedIntGroupwise) &&
+                       gemm_precision() == GemmPrecision::FP32;
+    return plain ? "fp32"
+                 : "emulated (the cpu backend rounds or fake-quantizes the GEMM inputs in fp32, "
+                   "then runs an fp32 GEMM)";
+  }
 
   void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
                               const GroupwiseSpec& spec, const RngKey& key) override {

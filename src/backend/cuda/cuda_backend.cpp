@@ -256,6 +256,10 @@ class CudaBackend final : public Backend {
                               accumulate_dx, dw);
   }
   void invalidate_prepared_weights() override { ++weights_epoch_; }
+  std::string describe_projection(const ProjectionShape& shape,
+                                  const PathSpec& path) const override {
+    return describe_projection_gemms(shape, path, gemm_precision(), target_);
+  }
 
   // ---- rope, attention, swiglu, residual, loss ----
   void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {

@@ -66,6 +66,20 @@ ProjectionGemm plan_projection_gemm(GemmRole role, const ProjectionShape& shape,
   return g;
 }
 
+std::string describe_projection_gemms(const ProjectionShape& shape, const PathSpec& path,
+                                      GemmPrecision backend_precision, const GpuTarget& target) {
+  std::string each[3];
+  int i = 0;
+  for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
+    const GemmPlan p = plan_gemm(role, shape.tokens, shape.in, shape.out, path, backend_precision,
+                                 target, false);
+    each[i++] = std::string(gemm_impl_name(p.impl)) +
+                (p.emulated_because.empty() ? "" : " (" + p.emulated_because + ")");
+  }
+  if (each[0] == each[1] && each[1] == each[2]) return each[0];
+  return "forward " + each[0] + ", input_gradient " + each[1] + ", weight_gradient " + each[2];
+}
+
 ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpec& low,
                                      const PathSpec& recovery, GemmPrecision backend_precision,
                                      const GpuTarget& target) {

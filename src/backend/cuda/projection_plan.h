@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "backend/backend.h"
 #include "backend/cuda/gemm_plan.h"
@@ -40,6 +41,11 @@ struct ProjectionGemm {
 ProjectionGemm plan_projection_gemm(GemmRole role, const ProjectionShape& shape,
                                     const PathSpec& path, GemmPrecision backend_precision,
                                     const GpuTarget& target, bool accumulate);
+
+// Backend::describe_projection on the GPU: the implementation of each GEMM of `path`, one name
+// when the three agree, with the reason where a GEMM runs emulated.
+std::string describe_projection_gemms(const ProjectionShape& shape, const PathSpec& path,
+                                      GemmPrecision backend_precision, const GpuTarget& target);
 
 // What a projection's two paths need, in bytes. Prepared weights are per projection and live
 // across micro-steps (remade after invalidate_prepared_weights); the x-side and dy-side
