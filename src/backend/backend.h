@@ -75,6 +75,8 @@ enum class GemmPrecision { FP32, BF16 };
 
 GemmPrecision parse_gemm_precision(const std::string& name);  // "fp32" | "bf16", else Error(Config)
 
+class ProjectionState;
+
 // A projection y = x W^T as one unit (or the lm_head) runs it: tokens N, W: [out, in].
 struct ProjectionShape {
   int64_t tokens = 0;
@@ -83,6 +85,15 @@ struct ProjectionShape {
   // The caller's dy is dead after projection_backward (the lm_head's dlogits [N, V]): the
   // backend may round or quantize it in place instead of into a copy.
   bool backward_may_overwrite_dy = false;
+  // Saved-input sharing (shared_saved_input.h), decided by the model: projections reading the
+  // same x that save it with the same deterministic group-wise spec keep one copy of it.
+  // shared_saved_specs: the specs (as saved: groupwise_spec_for_width) whose codes this
+  // projection keeps in the shared copies instead of its own buffers, the same list for every
+  // projection of the input. saved_input_leader: nullptr for the first of them planned, which
+  // allocates the copies (one per spec, counted in its planned_saved_bytes); for the later
+  // ones, that first one's state. The leader's saving forward must be the first of each new x.
+  std::vector<GroupwiseSpec> shared_saved_specs = {};
+  const ProjectionState* saved_input_leader = nullptr;
 };
 
 // What a backend planned for one projection (plan_projection): the memory both of its paths
@@ -94,11 +105,13 @@ class ProjectionState {
   // Whether the backward of `path` reads the forward's input x itself: the caller then keeps
   // x unchanged from projection_forward(save) to projection_backward.
   virtual bool reads_forward_input(const PathSpec& path) const = 0;
-  // Bytes the state itself keeps for the backward of `path` (e.g. packed codes and scales);
-  // 0 when the backward reads the forward's input instead.
+  // Bytes of the copy the backward of `path` reads (packed codes and scales), its own or one
+  // it shares with the other projections of its input; 0 when the backward reads the
+  // forward's input instead.
   virtual size_t saved_bytes(const PathSpec& path) const = 0;
-  // Bytes plan_projection allocated for those copies (room for the larger path), as counted
-  // under MemoryRole::SavedActivations.
+  // Bytes plan_projection allocated for those copies (room for the larger path not shared,
+  // and the shared copies when this is their leader), as counted under
+  // MemoryRole::SavedActivations.
   virtual size_t planned_saved_bytes() const = 0;
 };
 

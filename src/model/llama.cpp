@@ -23,7 +23,7 @@ void validate(const ModelConfig& c, int micro_batch, int seq_len) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
-                       const PrecisionRecipe& recipe)
+                       const PrecisionRecipe& recipe, SavedInputSharing sharing)
     : config_(config), backend_(backend), micro_batch_(micro_batch), seq_len_(seq_len) {
   validate(config, micro_batch, seq_len);
   table_ = build_param_table(config);
@@ -46,7 +46,7 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::SavedActivations);
   };
   // The projections first: what they plan decides which of their inputs each layer keeps.
-  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n);
+  paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n, sharing);
   // A projection input that no unit's backward reads (every unit reading it keeps its own
   // copy, e.g. actq's codes) lives in one per-step buffer shared by all layers; it only has
   // to last from its producer to its last GEMM in the forward. xn_attn, att, xn_mlp and act

@@ -25,8 +25,11 @@ class LlamaModel {
   // section "precision", src/precision/recipe.h) fixes each unit's low and recovery path;
   // the default is fp32 (projections at train.gemm_precision). Set the backend's
   // GemmPrecision before constructing: bf16 GEMMs then get a per-step weight cache.
+  // `sharing`: whether q, k, v (gate, up) on the same deterministic saved spec keep one
+  // quantized copy of their input (the default) or one each (tests compare the two).
   LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
-             const PrecisionRecipe& recipe = PrecisionRecipe{});
+             const PrecisionRecipe& recipe = PrecisionRecipe{},
+             SavedInputSharing sharing = SavedInputSharing::kShared);
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
@@ -81,8 +84,9 @@ class LlamaModel {
 
  private:
   // The one path every projection unit takes: y = x W_u^T, on the unit's path of the current
-  // plan (paths_). The unit's weight gradient reads what the unit itself saved (e.g. its own
-  // quantized copy of x), so units sharing x each keep their own precision.
+  // plan (paths_). The unit's weight gradient reads x as its own path saved it (e.g. a
+  // quantized copy of x, shared with the units of x on the same deterministic spec), so
+  // units sharing x each keep their own precision.
   void project_forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y);
   // dW_u += dy^T saved_input; dx = dy W_u (dx += when accumulate_dx).
   void project_backward(const ProjectionUnit& unit, Tensor& dy, Tensor& dx, bool accumulate_dx);

@@ -5,17 +5,25 @@
 #include <algorithm>
 #include <string>
 
+#include "backend/shared_saved_input.h"
 #include "util/error.h"
 
 namespace gnmr {
 
 ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend,
-                                 const ParamTable& table, int64_t tokens)
+                                 const ParamTable& table, int64_t tokens, SavedInputSharing sharing)
     : recipe_(recipe), backend_(backend), table_(table), tokens_(tokens) {
   plan_.path.assign(table_.units.size(), Path::Low);
+  plan_sharing(sharing);
   for (const ProjectionUnit& u : table_.units) {
     const ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
-    const ProjectionShape shape{tokens, p.shape[1], p.shape[0]};
+    ProjectionShape shape{tokens, p.shape[1], p.shape[0]};
+    const int group = shared_group_[static_cast<size_t>(u.id)];
+    if (group >= 0) {
+      const int leader = shared_leader_[static_cast<size_t>(group)];
+      shape.shared_saved_specs = shared_specs_[static_cast<size_t>(group)];
+      if (leader != u.id) shape.saved_input_leader = states_[static_cast<size_t>(leader)].get();
+    }
     states_.push_back(backend_.plan_projection(p.name, shape, recipe_.low, recipe_.recovery));
   }
   const ParamInfo& head = table_.params[static_cast<size_t>(table_.lm_head)];
@@ -76,6 +84,55 @@ int64_t ProjectionPaths::input_width(int layer, UnitInput input) const {
 
 ProjectionPaths::~ProjectionPaths() = default;
 
+void ProjectionPaths::plan_sharing(SavedInputSharing sharing) {
+  shared_group_.assign(table_.units.size(), -1);
+  if (sharing == SavedInputSharing::kPerUnit) return;
+  // The paths a unit can take; a spec is shared when it is deterministic (round-to-nearest:
+  // the codes are a function of x and the spec alone).
+  std::vector<const PathSpec*> paths = {&recipe_.recovery};
+  if (recipe_.has_low_path) paths.insert(paths.begin(), &recipe_.low);
+  const int n_layers = static_cast<int>(table_.layers.size());
+  for (int l = 0; l < n_layers; ++l) {
+    for (int i = 0; i < kInputsPerLayer; ++i) {
+      const UnitInput input = static_cast<UnitInput>(i);
+      std::vector<int> members;  // in unit order, which is the forward's order
+      for (const ProjectionUnit& u : table_.units) {
+        if (u.layer == l && unit_input(u.kind) == input) members.push_back(u.id);
+      }
+      if (members.size() < 2) continue;
+      const int64_t cols = input_width(l, input);
+      std::vector<GroupwiseSpec> specs;
+      for (const PathSpec* path : paths) {
+        if (path->kind != PathKind::kSavedIntGroupwise || path->saved.stochastic) continue;
+        const GroupwiseSpec spec = groupwise_spec_for_width(path->saved, cols);
+        const bool listed = std::any_of(specs.begin(), specs.end(), [&](const GroupwiseSpec& s) {
+          return same_groupwise_spec(s, spec);
+        });
+        if (!listed) specs.push_back(spec);
+      }
+      if (specs.empty()) continue;
+      const int group = static_cast<int>(shared_specs_.size());
+      shared_specs_.push_back(specs);
+      shared_leader_.push_back(members.front());
+      for (int id : members) shared_group_[static_cast<size_t>(id)] = group;
+    }
+  }
+}
+
+int ProjectionPaths::shared_copy(int id) const {
+  const int group = shared_group_[static_cast<size_t>(id)];
+  const PathSpec& path = path_of(id);
+  if (group < 0 || path.kind != PathKind::kSavedIntGroupwise) return -1;
+  const ProjectionUnit& u = table_.units[static_cast<size_t>(id)];
+  const int64_t cols = table_.params[static_cast<size_t>(u.param_index)].shape[1];
+  const GroupwiseSpec spec = groupwise_spec_for_width(path.saved, cols);
+  const std::vector<GroupwiseSpec>& specs = shared_specs_[static_cast<size_t>(group)];
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (same_groupwise_spec(specs[i], spec)) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 const PathSpec& ProjectionPaths::path_of(int id) const {
   if (!recipe_.has_low_path) return recipe_.recovery;
   return plan_.path[static_cast<size_t>(id)] == Path::Low ? recipe_.low : recipe_.recovery;
@@ -100,6 +157,11 @@ void ProjectionPaths::recompute_stats() {
   // Per layer activation: whether a unit's current path reads the fp32 input, and its width.
   std::vector<bool> input_read(table_.layers.size() * kInputsPerLayer, false);
   std::vector<int64_t> input_cols(input_read.size(), 0);
+  // Per sharing group and copy: whether its bytes are counted already.
+  std::vector<std::vector<bool>> copy_counted;
+  for (const std::vector<GroupwiseSpec>& specs : shared_specs_) {
+    copy_counted.emplace_back(specs.size(), false);
+  }
   for (const ProjectionUnit& u : table_.units) {
     const bool low = recipe_.has_low_path && plan_.path[u.id] == Path::Low;
     (low ? stats_.units_low : stats_.units_recovery) += 1;
@@ -110,7 +172,15 @@ void ProjectionPaths::recompute_stats() {
     const bool reads_input = state.reads_forward_input(path);
     stats_.saved_bytes_per_unit[u.id] =
         own + (reads_input ? static_cast<size_t>(tokens_ * cols) * sizeof(float) : 0);
-    stats_.saved_activation_bytes += own;
+    const int copy = shared_copy(u.id);
+    if (copy < 0) {
+      stats_.saved_activation_bytes += own;
+    } else {
+      std::vector<bool>& counted =
+          copy_counted[static_cast<size_t>(shared_group_[static_cast<size_t>(u.id)])];
+      if (!counted[static_cast<size_t>(copy)]) stats_.saved_activation_bytes += own;
+      counted[static_cast<size_t>(copy)] = true;
+    }
     const size_t input =
         static_cast<size_t>(u.layer * kInputsPerLayer) + static_cast<size_t>(unit_input(u.kind));
     input_read[input] = input_read[input] || reads_input;
@@ -125,7 +195,8 @@ void ProjectionPaths::recompute_stats() {
 
 void ProjectionPaths::forward(const ProjectionUnit& u, const Tensor& x, Tensor& y,
                               bool save_for_backward) {
-  // Each unit quantizes its own copy, so q/k/v (gate/up) sharing x keep their own precision.
+  // Each unit saves x at its own path's precision; units of one input on the same
+  // deterministic spec share one copy (plan_sharing), written by the first of them.
   const uint32_t n_units = static_cast<uint32_t>(table_.units.size());
   const RngKey key{recipe_.seed, static_cast<uint32_t>(step_),
                    static_cast<uint32_t>(u.id) + n_units * static_cast<uint32_t>(micro_step_)};

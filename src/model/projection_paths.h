@@ -24,12 +24,14 @@ namespace gnmr {
 struct RoutingStats {
   int units_low = 0;       // units on the low path (0 for a recipe without one)
   int units_recovery = 0;  // units on the recovery path (all units for fp32 / bf16)
-  // Bytes the projections keep for their weight gradients: each unit's own copy (packed
-  // codes + fp32 scales on a quantized path) and, once per layer activation, the fp32 input
-  // (N x in x 4) when the path of a unit reading it needs it; summed over layers.
+  // Bytes the projections keep for their weight gradients: the quantized copies (packed
+  // codes + fp32 scales), a unit's own or, once per layer activation and spec, the one the
+  // units of that activation on paths with the same deterministic spec share; and, once per
+  // layer activation, the fp32 input (N x in x 4) when the path of a unit reading it needs
+  // it; summed over layers.
   size_t saved_activation_bytes = 0;
-  // What each unit's weight gradient reads (its own copy, or the fp32 input it may share
-  // with the other units of that input), by unit id.
+  // What each unit's weight gradient reads (its own copy, or the quantized copy or fp32
+  // input it may share with the other units of that input), by unit id.
   std::vector<size_t> saved_bytes_per_unit;
   // The memory planned for them, both paths of every unit: the backend's saved-copy buffers
   // as allocated plus the fp32 inputs kept per layer (input_kept). Not below
@@ -47,11 +49,17 @@ enum class UnitInput : uint8_t {
 constexpr int kInputsPerLayer = 4;
 UnitInput unit_input(ProjectionKind kind);
 
+// Whether the units reading one layer activation (q, k, v; gate, up) keep one quantized copy
+// of it per deterministic saved spec (kShared, the default; ProjectionShape::shared_saved_specs)
+// or one copy each (kPerUnit: what they computed before, to compare against). Stochastic
+// rounding keeps one copy per unit either way: each unit's codes depend on its own RNG key.
+enum class SavedInputSharing : uint8_t { kShared, kPerUnit };
+
 class ProjectionPaths {
  public:
   // table: the model's parameter table with weight/grad views set; tokens: N per micro-batch.
   ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend, const ParamTable& table,
-                  int64_t tokens);
+                  int64_t tokens, SavedInputSharing sharing = SavedInputSharing::kShared);
   ~ProjectionPaths();
 
   const PrecisionRecipe& recipe() const { return recipe_; }
@@ -84,6 +92,11 @@ class ProjectionPaths {
  private:
   void recompute_stats();
   int64_t input_width(int layer, UnitInput input) const;  // columns of that activation
+  // Which units share saved copies of their input, and of which specs (shared_specs_).
+  void plan_sharing(SavedInputSharing sharing);
+  // The shared copy unit `id`'s current path keeps its codes in (an index into
+  // shared_specs_[shared_group_[id]]), or -1.
+  int shared_copy(int id) const;
 
   PrecisionRecipe recipe_;
   Backend& backend_;
@@ -94,6 +107,11 @@ class ProjectionPaths {
   int64_t step_ = 0;
   int micro_step_ = 0;
   std::vector<std::unique_ptr<ProjectionState>> states_;  // by unit id
+  // By unit id: the index of its input's sharing group, or -1. By group: the shared specs
+  // (as saved, cut to the width) and the unit planned first (the leader).
+  std::vector<int> shared_group_;
+  std::vector<std::vector<GroupwiseSpec>> shared_specs_;
+  std::vector<int> shared_leader_;
   std::unique_ptr<ProjectionState> lm_head_state_;
   PathSpec lm_head_path_;  // kBackendGemm
 };

@@ -70,16 +70,14 @@ TEST(CudaProjectionPlan, SavedIntRestoresItsCodesForTheWeightGradient) {
   EXPECT_EQ(gemm(GemmRole::kWeightGradient, actq, 90, GemmPrecision::BF16).a,
             OperandPrep::kDequantizedBf16);
 
-  const ProjectionBuffers fp32 =
-      projection_buffers(kShape, actq, actq, GemmPrecision::FP32, {90});
+  const ProjectionBuffers fp32 = projection_buffers(kShape, actq, actq, GemmPrecision::FP32, {90});
   const GroupwiseSpec spec = groupwise_spec_for_width(actq.saved, kShape.in);
   EXPECT_EQ(fp32.saved_codes, packed_bytes(kShape.tokens, kShape.in, spec));
   EXPECT_EQ(fp32.saved_scales, sizeof(float) * scale_count(kShape.tokens, kShape.in, spec));
   EXPECT_EQ(fp32.x_f32, kN * kIn * sizeof(float));
   EXPECT_EQ(fp32.weight_bf16 + fp32.x_low + fp32.dy_low, 0u);
 
-  const ProjectionBuffers bf16 =
-      projection_buffers(kShape, actq, actq, GemmPrecision::BF16, {90});
+  const ProjectionBuffers bf16 = projection_buffers(kShape, actq, actq, GemmPrecision::BF16, {90});
   EXPECT_EQ(bf16.weight_bf16, kOut * kIn * 2);
   EXPECT_EQ(bf16.x_low, kN * kIn * 2);
   EXPECT_EQ(bf16.dy_low, kN * kOut * 2);
@@ -91,6 +89,36 @@ TEST(CudaProjectionPlan, SavedCodesHaveRoomForTheLargerPath) {
   int8.saved.bits = 8;
   const ProjectionBuffers b = projection_buffers(kShape, int2, int8, GemmPrecision::FP32, {90});
   EXPECT_EQ(b.saved_codes, kN * kIn);  // 8 bits per value
+}
+
+TEST(CudaProjectionPlan, SharedSpecsAreCopiesOfTheLeaderNotOwnCodes) {
+  // q, k, v under actq: int2 and int8 shared. The leader plans one copy of each and no own
+  // codes; a later sharer plans nothing; a path whose spec is not shared keeps its own.
+  PathSpec int2 = path_of(PathKind::kSavedIntGroupwise), int8 = int2;
+  int2.saved.bits = 2;
+  int8.saved.bits = 8;
+  ProjectionShape leader = kShape;
+  leader.shared_saved_specs = {int2.saved, int8.saved};
+  const ProjectionBuffers b = projection_buffers(leader, int2, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(b.saved_codes + b.saved_scales, 0u);
+  ASSERT_EQ(b.shared_codes.size(), 2u);
+  EXPECT_EQ(b.shared_codes[0], kN * kIn / 4);
+  EXPECT_EQ(b.shared_codes[1], kN * kIn);
+  EXPECT_EQ(b.shared_scales[1], sizeof(float) * kN * kIn / 128);
+  // The plan only asks whether there is a leader.
+  struct SomeLeader final : ProjectionState {
+    bool reads_forward_input(const PathSpec&) const override { return false; }
+    size_t saved_bytes(const PathSpec&) const override { return 0; }
+    size_t planned_saved_bytes() const override { return 0; }
+  } some_leader;
+  ProjectionShape sharer = leader;
+  sharer.saved_input_leader = &some_leader;
+  const ProjectionBuffers s = projection_buffers(sharer, int2, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(s.saved_codes + s.saved_scales, 0u);
+  EXPECT_TRUE(s.shared_codes.empty());
+  sharer.shared_saved_specs = {int2.saved};
+  const ProjectionBuffers own = projection_buffers(sharer, int2, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(own.saved_codes, kN * kIn);  // the unshared int8 path
 }
 
 TEST(CudaProjectionPlan, Int8QuantizesInPlaceWhenDyMayBeOverwritten) {

@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend_tensors.h"
 #include "precision/quantize_groupwise.h"
+#include "util/error.h"
 
 namespace gnmr {
 namespace {
@@ -239,6 +240,65 @@ TEST(ProjectionOp, StateSaysWhatEachPathKeepsForItsBackward) {
   std::unique_ptr<ProjectionState> plain_only =
       be->plan_projection("plain", ProjectionShape{kTokens, kIn, kOut}, plain, plain);
   EXPECT_EQ(plain_only->planned_saved_bytes(), 0u);
+}
+
+TEST(ProjectionOp, SharersOfAnInputKeepOneCopyPerSpecAndGiveTheirOwnPathsGradients) {
+  // q, k, v as the model plans them under actq: one int4 and one int8 copy for the three,
+  // allocated by the leader; q and v on int4 read one copy, k on int8 the other.
+  PathSpec saved4, saved8;
+  saved4.kind = saved8.kind = PathKind::kSavedIntGroupwise;
+  saved4.saved = GroupwiseSpec{4, 32, false};
+  saved8.saved = GroupwiseSpec{8, 16, false};
+  const Inputs in = random_inputs();
+  auto be = make_cpu_backend(2);
+  ProjectionShape shape{kTokens, kIn, kOut};
+  shape.shared_saved_specs = {saved4.saved, saved8.saved};
+  std::vector<std::unique_ptr<ProjectionState>> states;
+  for (int i = 0; i < 3; ++i) {
+    states.push_back(be->plan_projection("unit" + std::to_string(i), shape, saved4, saved8));
+    shape.saved_input_leader = states.front().get();
+  }
+  // 64-byte multiples: what is allocated is what the paths read.
+  EXPECT_EQ(states[0]->planned_saved_bytes(),
+            states[0]->saved_bytes(saved4) + states[0]->saved_bytes(saved8));
+  EXPECT_EQ(states[1]->planned_saved_bytes(), 0u);
+  EXPECT_EQ(states[2]->planned_saved_bytes(), 0u);
+  EXPECT_EQ(be->memory_use()[MemoryRole::SavedActivations], states[0]->planned_saved_bytes());
+  EXPECT_EQ(states[1]->saved_bytes(saved8), states[0]->saved_bytes(saved8));  // what k reads
+
+  const PathSpec* paths[3] = {&saved4, &saved8, &saved4};
+  const Tensor w = upload(*be, in.w, {kOut, kIn}), x = upload(*be, in.x, {kTokens, kIn});
+  Tensor y = be->allocate("y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+  std::vector<Tensor> dx, dw;
+  for (int i = 0; i < 3; ++i) {
+    be->projection_forward(*states[i], *paths[i], w, x, y, /*save=*/true, kKey);
+    dx.push_back(upload(*be, in.dx0, {kTokens, kIn}));
+    dw.push_back(upload(*be, in.dw0, {kOut, kIn}));
+  }
+  for (int i = 2; i >= 0; --i) {
+    Tensor dy = upload(*be, in.dy, {kTokens, kOut});
+    be->projection_backward(*states[i], *paths[i], w, dy, dx[i], true, dw[i]);
+  }
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    const Results ref = composed(Case{"unshared", *paths[i], GemmPrecision::FP32}, in);
+    EXPECT_TRUE(same_bits(download(*be, dw[i]), ref.dw));
+    EXPECT_TRUE(same_bits(download(*be, dx[i]), ref.dx));
+  }
+  // A sharer that saves a new x before its leader would read stale codes: refused.
+  EXPECT_THROW(be->projection_forward(*states[1], saved8, w, x, y, true, kKey), Error);
+  be->projection_forward(*states[0], saved4, w, x, y, true, kKey);
+  be->projection_forward(*states[1], saved8, w, x, y, true, kKey);
+}
+
+TEST(ProjectionOp, AStochasticSpecIsNeverShared) {
+  PathSpec saved4;
+  saved4.kind = PathKind::kSavedIntGroupwise;
+  saved4.saved = GroupwiseSpec{4, 32, true};
+  auto be = make_cpu_backend(1);
+  ProjectionShape shape{kTokens, kIn, kOut};
+  shape.shared_saved_specs = {saved4.saved};
+  EXPECT_THROW(be->plan_projection("unit", shape, saved4, saved4), Error);
 }
 
 }  // namespace

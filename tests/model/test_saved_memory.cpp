@@ -51,6 +51,18 @@ RoutingPlan alternating_plan(int n_units) {
   return plan;
 }
 
+// The plan that needs the most saved memory under actq: q and gate on the low path, the rest
+// on recovery, so each shared input needs both of its copies and every unit alone the larger.
+RoutingPlan worst_case_plan(int n_units) {
+  RoutingPlan plan;
+  for (int u = 0; u < n_units; ++u) {
+    const ProjectionKind kind = static_cast<ProjectionKind>(u % kKindsPerLayer);
+    const bool low = kind == ProjectionKind::Q || kind == ProjectionKind::Gate;
+    plan.path.push_back(low ? Path::Low : Path::Recovery);
+  }
+  return plan;
+}
+
 struct Recipe {
   std::string name;
   nlohmann::json section;
@@ -77,7 +89,7 @@ TEST(SavedMemory, ReportedBytesAgreeWithTheBackendsAllocationForEveryRecipeAndPl
     size_t largest = 0;
     for (const RoutingPlan& plan :
          {uniform_plan(n_units, Path::Low), uniform_plan(n_units, Path::Recovery),
-          alternating_plan(n_units)}) {
+          alternating_plan(n_units), worst_case_plan(n_units)}) {
       model.set_routing(plan);
       const size_t kept = model.routing_stats().saved_activation_bytes;
       EXPECT_LE(kept, planned);
@@ -91,28 +103,65 @@ TEST(SavedMemory, ReportedBytesAgreeWithTheBackendsAllocationForEveryRecipeAndPl
   }
 }
 
-TEST(SavedMemory, ActqPlansCodesAndNoPerLayerFp32ProjectionInput) {
-  // actq (int4 low, int8 recovery, groups of 128 cut to the width): every unit keeps its own
-  // codes, so xn_attn, att, xn_mlp and act live in one per-step buffer. With an fp32
-  // recovery path the four are kept per layer, beside the low path's int4 codes.
+// Bytes of one unit's int codes at `bits` for an input of `cols` (groups of 128 cut to the
+// widths 64 and 96: one group per row, one fp32 scale per token).
+size_t codes_of(size_t bits, size_t cols) {
+  const size_t n = kBatch * kSeq;
+  return n * cols * bits / 8 + n * 4;
+}
+
+TEST(SavedMemory, ActqPlansSharedCodesAndNoPerLayerFp32ProjectionInput) {
+  // actq (int4 low, int8 recovery): q, k, v share one copy of xn_attn per spec and gate, up
+  // one of xn_mlp, so each of the two inputs plans an int4 and an int8 copy (any routing
+  // needs at most both) where each unit used to plan its own int8 one; o and down keep their
+  // own. xn_attn, att, xn_mlp and act live in one per-step buffer. With an fp32 recovery path
+  // the four are kept per layer, beside the low path's int4 codes (shared the same way).
   const ModelConfig c = small_config();
-  const size_t n = kBatch * kSeq, d = c.dim, f = c.ffn_dim;
-  // One group per row at widths 64 and 96: one fp32 scale per token.
-  auto codes = [&](size_t bits) {
-    const size_t per_layer = 6 * (n * d * bits / 8 + n * 4) + (n * f * bits / 8 + n * 4);
-    return c.n_layers * per_layer;
-  };
-  const size_t fp32_inputs = c.n_layers * sizeof(float) * n * (3 * d + f);
+  const size_t n = kBatch * kSeq, d = c.dim, f = c.ffn_dim, layers = c.n_layers;
+  const size_t fp32_inputs = layers * sizeof(float) * n * (3 * d + f);
   auto be = make_cpu_backend(1);
   LlamaModel actq(c, *be, kBatch, kSeq, recipe_by_name("actq"));
-  EXPECT_EQ(actq.routing_stats().planned_saved_activation_bytes, codes(8));
+  const size_t shared_pair = codes_of(4, d) + codes_of(8, d);
+  EXPECT_EQ(actq.routing_stats().planned_saved_activation_bytes,
+            layers * (2 * shared_pair + codes_of(8, d) + codes_of(8, f)));
+  // 2 * 16 * (2 * 64 + 4) fewer bytes than the 7 own int8 copies a layer planned before.
+  EXPECT_EQ(layers * (6 * codes_of(8, d) + codes_of(8, f)) -
+                actq.routing_stats().planned_saved_activation_bytes,
+            layers * (3 * codes_of(8, d) - 2 * codes_of(4, d)));
+  // Every unit on one path: one copy of each input, counted once.
+  const int n_units = kKindsPerLayer * c.n_layers;
+  actq.set_routing(uniform_plan(n_units, Path::Low));
+  EXPECT_EQ(actq.routing_stats().saved_activation_bytes,
+            layers * (3 * codes_of(4, d) + codes_of(4, f)));
+  // What each weight gradient reads is still the whole copy.
+  EXPECT_EQ(actq.routing_stats().saved_bytes_per_unit[unit_id(0, ProjectionKind::K)],
+            codes_of(4, d));
+  actq.set_routing(uniform_plan(n_units, Path::Recovery));
+  EXPECT_EQ(actq.routing_stats().saved_activation_bytes,
+            layers * (3 * codes_of(8, d) + codes_of(8, f)));
+
   LlamaModel full(c, *be, kBatch, kSeq,
                   recipe_from_json({{"recipe", "actq"}, {"recovery_bits", 0}}));
-  EXPECT_EQ(full.routing_stats().planned_saved_activation_bytes, codes(4) + fp32_inputs);
+  EXPECT_EQ(full.routing_stats().planned_saved_activation_bytes,
+            layers * (3 * codes_of(4, d) + codes_of(4, f)) + fp32_inputs);
   // The recovery plan of the fp32-recovery model keeps the fp32 inputs once per layer, not
   // once per unit reading them.
-  full.set_routing(uniform_plan(kKindsPerLayer * c.n_layers, Path::Recovery));
+  full.set_routing(uniform_plan(n_units, Path::Recovery));
   EXPECT_EQ(full.routing_stats().saved_activation_bytes, fp32_inputs);
+}
+
+TEST(SavedMemory, StochasticRoundingKeepsOneCopyPerUnit) {
+  // Each unit's stochastic codes depend on its own RNG key: nothing is shared.
+  const ModelConfig c = small_config();
+  const size_t d = c.dim, f = c.ffn_dim, layers = c.n_layers;
+  auto be = make_cpu_backend(1);
+  LlamaModel sr(c, *be, kBatch, kSeq,
+                recipe_from_json({{"recipe", "actq"}, {"stochastic_rounding", true}}));
+  EXPECT_EQ(sr.routing_stats().planned_saved_activation_bytes,
+            layers * (6 * codes_of(8, d) + codes_of(8, f)));
+  sr.set_routing(uniform_plan(kKindsPerLayer * c.n_layers, Path::Low));
+  EXPECT_EQ(sr.routing_stats().saved_activation_bytes,
+            layers * (6 * codes_of(4, d) + codes_of(4, f)));
 }
 
 }  // namespace

@@ -131,20 +131,38 @@ void backend_gemm_weight_grad(const ProjectionCall& c, const Tensor& x, const Te
   c.be.matmul_backward_weight(x, dy, dw, c.be.gemm_precision());
 }
 
-// ---- kSavedIntGroupwise: GEMMs as kBackendGemm; the weight gradient reads the unit's own
-// group-wise int copy of x, so units sharing x each keep their own precision ---------------
+// ---- kSavedIntGroupwise: GEMMs as kBackendGemm; the weight gradient reads a group-wise
+// int copy of x: the unit's own, or the one it shares with the units of its input that save
+// it with the same deterministic spec (shared_saved_input.h) --------------------------------
 
 void saved_int_save(const ProjectionCall& c, const PathSpec& path, const Tensor& x,
                     const RngKey& key) {
-  c.be.quantize_int_groupwise(x, c.state.packed, c.state.scales, c.state.saved_spec(path), key);
+  CpuProjectionState& s = c.state;
+  const int copy = s.shared_copy(path);
+  if (s.shared != nullptr && s.shared->book.save(s.shared_member, copy, x.data)) {
+    const size_t i = static_cast<size_t>(copy);
+    c.be.quantize_int_groupwise(x, s.shared->packed[i], s.shared->scales[i], s.saved_spec(path),
+                                key);
+  }
+  if (copy >= 0 || path.kind != PathKind::kSavedIntGroupwise) return;
+  c.be.quantize_int_groupwise(x, s.packed, s.scales, s.saved_spec(path), key);
 }
 void saved_int_weight_grad(const ProjectionCall& c, const PathSpec& path, const Tensor& dy,
                            Tensor& dw) {
-  const ProjectionShape& shape = c.state.shape;
+  const CpuProjectionState& s = c.state;
+  const ProjectionShape& shape = s.shape;
   Tensor restored;
   restored.shape = {shape.tokens, shape.in};
   Tensor xd = x_scratch(c, restored);
-  c.be.dequantize_int_groupwise(c.state.packed, c.state.scales, c.state.saved_spec(path), xd);
+  const int copy = s.shared_copy(path);
+  if (copy >= 0) {
+    GNMR_CHECK(s.shared->book.written(copy),
+               "projection_backward: the shared saved copy was not written by this x's forward");
+    const size_t i = static_cast<size_t>(copy);
+    c.be.dequantize_int_groupwise(s.shared->packed[i], s.shared->scales[i], s.saved_spec(path), xd);
+  } else {
+    c.be.dequantize_int_groupwise(s.packed, s.scales, s.saved_spec(path), xd);
+  }
   c.be.matmul_backward_weight(xd, dy, dw, c.be.gemm_precision());
 }
 
@@ -213,30 +231,76 @@ GroupwiseSpec CpuProjectionState::saved_spec(const PathSpec& path) const {
   return groupwise_spec_for_width(path.saved, shape.in);
 }
 
+int CpuProjectionState::shared_copy(const PathSpec& path) const {
+  if (shared == nullptr || path.kind != PathKind::kSavedIntGroupwise) return -1;
+  return shared->book.copy_of(saved_spec(path));
+}
+
+size_t CpuProjectionState::planned_saved_bytes() const {
+  size_t bytes = packed.data == nullptr ? 0 : packed.bytes() + scales.bytes();
+  if (shared != nullptr && shared_member == 0) {
+    for (size_t i = 0; i < shared->packed.size(); ++i) {
+      bytes += shared->packed[i].bytes() + shared->scales[i].bytes();
+    }
+  }
+  return bytes;
+}
+
 std::unique_ptr<CpuProjectionState> plan_projection(Backend& be, const std::string& name,
                                                     const ProjectionShape& shape,
                                                     const PathSpec& low, const PathSpec& recovery) {
   auto state = std::make_unique<CpuProjectionState>();
   state->shape = shape;
   const PathSpec* paths[2] = {&low, &recovery};
+  // A whole number of 64-byte lines per buffer.
+  auto packed_size_of = [&](const GroupwiseSpec& spec) {
+    return round_up(static_cast<int64_t>(packed_bytes(shape.tokens, shape.in, spec)), 64);
+  };
+  auto scale_size_of = [&](const GroupwiseSpec& spec) {
+    return round_up(static_cast<int64_t>(scale_count(shape.tokens, shape.in, spec)), 16);
+  };
 
-  // Saved codes: room for the larger of the two paths.
+  // The shared copies: the leader allocates one per spec, the others join its book.
+  if (!shape.shared_saved_specs.empty()) {
+    if (shape.saved_input_leader == nullptr) {
+      state->shared = std::make_shared<CpuSharedCodes>(shape.shared_saved_specs);
+      for (size_t i = 0; i < shape.shared_saved_specs.size(); ++i) {
+        const GroupwiseSpec& spec = shape.shared_saved_specs[i];
+        validate_groupwise_spec(shape.in, spec);
+        const std::string copy = name + ".shared_saved_" + std::to_string(i);
+        state->shared->packed.push_back(be.allocate(copy + "_codes", {packed_size_of(spec)},
+                                                    DType::U8, MemoryRole::SavedActivations));
+        state->shared->scales.push_back(be.allocate(copy + "_scales", {scale_size_of(spec)},
+                                                    DType::F32, MemoryRole::SavedActivations));
+      }
+    } else {
+      const auto* leader = dynamic_cast<const CpuProjectionState*>(shape.saved_input_leader);
+      GNMR_CHECK(leader != nullptr && leader->shared != nullptr &&
+                     leader->shape.tokens == shape.tokens && leader->shape.in == shape.in,
+                 "plan_projection " + name +
+                     ": saved_input_leader is not a cpu projection planned as the leader of an "
+                     "input of this shape");
+      state->shared = leader->shared;
+    }
+    state->shared_member = state->shared->book.join();
+  }
+
+  // Own saved codes: room for the larger of the two paths not kept in a shared copy.
   int64_t packed_size = 0, scale_size = 0;
-  bool saves_codes = false, fine_grained = false, prepared = false;
+  bool saves_codes = false, own_codes = false, fine_grained = false, prepared = false;
   for (const PathSpec* path : paths) {
     fine_grained |= path->kind == PathKind::kFineGrainedFp;
     prepared |= needs_prepared_weight(path->kind);
     if (path->kind != PathKind::kSavedIntGroupwise) continue;
     saves_codes = true;
+    if (state->shared_copy(*path) >= 0) continue;
+    own_codes = true;
     const GroupwiseSpec spec = state->saved_spec(*path);
     validate_groupwise_spec(shape.in, spec);
-    packed_size = std::max<int64_t>(
-        packed_size,
-        round_up(static_cast<int64_t>(packed_bytes(shape.tokens, shape.in, spec)), 64));
-    scale_size = std::max<int64_t>(
-        scale_size, round_up(static_cast<int64_t>(scale_count(shape.tokens, shape.in, spec)), 16));
+    packed_size = std::max<int64_t>(packed_size, packed_size_of(spec));
+    scale_size = std::max<int64_t>(scale_size, scale_size_of(spec));
   }
-  if (saves_codes) {
+  if (own_codes) {
     state->packed =
         be.allocate(name + ".saved_codes", {packed_size}, DType::U8, MemoryRole::SavedActivations);
     state->scales =
@@ -279,7 +343,10 @@ void projection_forward(const ProjectionCall& c, const PathSpec& path, const Ten
   }
   if (!save) return;
   c.state.saved_input = x;
-  if (path.kind == PathKind::kSavedIntGroupwise) saved_int_save(c, path, x, key);
+  // Every saving forward of a sharer goes through the book, whatever its path.
+  if (path.kind == PathKind::kSavedIntGroupwise || c.state.shared != nullptr) {
+    saved_int_save(c, path, x, key);
+  }
 }
 
 void projection_backward(const ProjectionCall& c, const PathSpec& path, Tensor& dy, Tensor& dx,

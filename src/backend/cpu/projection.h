@@ -8,8 +8,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/shared_saved_input.h"
 
 namespace gnmr {
 namespace cpu {
@@ -17,20 +20,30 @@ namespace cpu {
 // How a prepared weight was made from the master weight.
 enum class WeightTreatment : uint8_t { kBf16, kFineGrainedFp, kInt8PerRow };
 
+// The copies of one input that its projections share (ProjectionShape::shared_saved_specs),
+// allocated by the leader's plan: packed codes and fp32 scales per shared spec.
+struct CpuSharedCodes {
+  explicit CpuSharedCodes(std::vector<GroupwiseSpec> specs) : book(std::move(specs)) {}
+  SharedSavedInput book;
+  std::vector<Tensor> packed, scales;  // by copy
+};
+
 class CpuProjectionState final : public ProjectionState {
  public:
-  // The weight gradient reads the fp32 input unless the path keeps its own codes.
+  // The weight gradient reads the fp32 input unless the path keeps codes.
   bool reads_forward_input(const PathSpec& path) const override;
-  // Packed codes + fp32 scales on kSavedIntGroupwise, else 0.
+  // Packed codes + fp32 scales on kSavedIntGroupwise (own or shared), else 0.
   size_t saved_bytes(const PathSpec& path) const override;
-  size_t planned_saved_bytes() const override {
-    return packed.data == nullptr ? 0 : packed.bytes() + scales.bytes();
-  }
+  size_t planned_saved_bytes() const override;
   GroupwiseSpec saved_spec(const PathSpec& path) const;  // path.saved for a row of `in` values
+  // The shared copy `path` keeps its codes in, or -1 (its own buffers, or no codes).
+  int shared_copy(const PathSpec& path) const;
 
   ProjectionShape shape;
   Tensor saved_input;     // the x the last saving forward read (a view the caller keeps)
-  Tensor packed, scales;  // saved codes: room for the larger path; empty when neither saves
+  Tensor packed, scales;  // own saved codes: room for the larger unshared path; else empty
+  std::shared_ptr<CpuSharedCodes> shared;  // null when the input is not shared
+  int shared_member = -1;                  // this projection's index in shared->book
   // The weight as this step's GEMMs read it, [out, in]; empty when no path needs one.
   Tensor prepared;
   WeightTreatment treatment = WeightTreatment::kBf16;

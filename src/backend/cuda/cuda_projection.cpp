@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_projection.h"
 
 #include <cstdint>
+#include <string>
 
 #include "backend/tensor_checks.h"
 #include "kernels/quantize.cuh"
@@ -77,8 +78,7 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
       float* wq = static_cast<float*>(p.data);
       if (!fresh(p)) {
         if (prep == OperandPrep::kFakeQuantFp) {  // DeepSeek-V3: tile x tile weight blocks
-          fake_quantize_fp_blockwise(wf, wq, out, in, path.format, path.tile, path.tile,
-                                     c.stream);
+          fake_quantize_fp_blockwise(wf, wq, out, in, path.format, path.tile, path.tile, c.stream);
         } else {  // one scale per output channel
           fake_quantize_int8_per_row(wf, out, in, wq, c.stream);
         }
@@ -115,11 +115,10 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
           sc.x_scales, sizeof(float) * size_t(vec128_scale_count(wgrad ? in : n, wgrad ? n : in)),
           "x scales"));
       if (wgrad) {
-        quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales,
-                                          c.stream);
+        quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales, c.stream);
       } else {
-        quantize_fp_tile_1x128(f32_data(x), n, in, path.format, ScaleOrder::kVec128, codes,
-                               scales, c.stream);
+        quantize_fp_tile_1x128(f32_data(x), n, in, path.format, ScaleOrder::kVec128, codes, scales,
+                               c.stream);
       }
       return {codes, scales};
     }
@@ -138,7 +137,16 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
     case OperandPrep::kDequantizedBf16: {
       auto* restored =
           static_cast<float*>(need(sc.x_f32, sizeof(float) * size_t(n * in), "x fp32"));
-      dequantize_int_groupwise(static_cast<const uint8_t*>(s.saved_codes), s.saved_scales, n, in,
+      const void* codes = s.saved_codes;
+      const float* scales = s.saved_scales;
+      const int copy = s.shared_copy(path);
+      if (copy >= 0) {
+        GNMR_CHECK(s.shared->book.written(copy),
+                   "cuda projection: the shared saved copy was not written by this x's forward");
+        codes = s.shared->codes[static_cast<size_t>(copy)];
+        scales = s.shared->scales[static_cast<size_t>(copy)];
+      }
+      dequantize_int_groupwise(static_cast<const uint8_t*>(codes), scales, n, in,
                                s.saved_spec(path), restored, c.stream);
       if (prep == OperandPrep::kDequantized) return {restored, nullptr};
       auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
@@ -199,8 +207,8 @@ Operand dy_operand(const ProjectionContext& c, CudaProjectionState& s, const Pat
     case OperandPrep::kDequantizedBf16:
       break;
   }
-  throw Error(ErrorKind::Runtime, std::string("cuda projection: dy cannot be prepared as ") +
-                                      operand_prep_name(prep));
+  throw Error(ErrorKind::Runtime,
+              std::string("cuda projection: dy cannot be prepared as ") + operand_prep_name(prep));
 }
 
 void run(const ProjectionContext& c, const ProjectionGemm& g, const Operand& a, const Operand& b,
@@ -238,6 +246,29 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     s->saved_scales = static_cast<float*>(
         m.allocate(name + ".saved_scales", b.saved_scales, MemoryRole::SavedActivations));
   }
+  // The shared copies: the leader allocates one per spec, the others join its book.
+  if (!shape.shared_saved_specs.empty()) {
+    if (shape.saved_input_leader == nullptr) {
+      s->shared = std::make_shared<CudaSharedCodes>(shape.shared_saved_specs);
+      for (size_t i = 0; i < b.shared_codes.size(); ++i) {
+        const std::string copy = name + ".shared_saved_" + std::to_string(i);
+        s->shared->codes.push_back(
+            m.allocate(copy + "_codes", b.shared_codes[i], MemoryRole::SavedActivations));
+        s->shared->scales.push_back(static_cast<float*>(
+            m.allocate(copy + "_scales", b.shared_scales[i], MemoryRole::SavedActivations)));
+        s->shared->planned_bytes += b.shared_codes[i] + b.shared_scales[i];
+      }
+    } else {
+      const auto* leader = dynamic_cast<const CudaProjectionState*>(shape.saved_input_leader);
+      GNMR_CHECK(leader != nullptr && leader->shared != nullptr &&
+                     leader->shape.tokens == shape.tokens && leader->shape.in == shape.in,
+                 "cuda plan_projection " + name +
+                     ": saved_input_leader is not a cuda projection planned as the leader of an "
+                     "input of this shape");
+      s->shared = leader->shared;
+    }
+    s->shared_member = s->shared->book.join();
+  }
   if (b.weight_bf16 > 0) {
     s->weight_bf16.data = m.allocate(name + ".weight_bf16", b.weight_bf16, MemoryRole::Scratch);
   }
@@ -262,8 +293,7 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
 }
 
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                        const Tensor& w, const Tensor& x, Tensor& y, bool save,
-                        const RngKey& key) {
+                        const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key) {
   check_shapes(s, w, "projection_forward");
   GNMR_CHECK(x.numel() == s.shape.tokens * s.shape.in && y.numel() == s.shape.tokens * s.shape.out,
              "projection_forward: x " + x.shape_string() + ", y " + y.shape_string() +
@@ -275,16 +305,24 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   run(c, g, a, b, y);
   if (!save) return;
   s.saved_input = x;
-  if (path.kind == PathKind::kSavedIntGroupwise) {
+  // Every saving forward of a sharer goes through the book, whatever its path; a shared copy
+  // is quantized by the first saving forward on its spec since the leader's.
+  const int copy = s.shared_copy(path);
+  if (s.shared != nullptr && s.shared->book.save(s.shared_member, copy, x.data)) {
+    const size_t i = static_cast<size_t>(copy);
+    quantize_int_groupwise(f32_data(x), s.shape.tokens, s.shape.in, s.saved_spec(path),
+                           static_cast<uint8_t*>(s.shared->codes[i]), s.shared->scales[i], key,
+                           c.stream);
+  }
+  if (copy < 0 && path.kind == PathKind::kSavedIntGroupwise) {
     GNMR_CHECK(s.saved_codes != nullptr, "projection_forward: no saved codes were planned");
     quantize_int_groupwise(f32_data(x), s.shape.tokens, s.shape.in, s.saved_spec(path),
                            static_cast<uint8_t*>(s.saved_codes), s.saved_scales, key, c.stream);
   }
 }
 
-void projection_backward(const ProjectionContext& c, CudaProjectionState& s,
-                         const PathSpec& path, const Tensor& w, Tensor& dy, Tensor& dx,
-                         bool accumulate_dx, Tensor& dw) {
+void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                         const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) {
   check_shapes(s, w, "projection_backward");
   GNMR_CHECK(!s.reads_forward_input(path) || s.saved_input.data != nullptr,
              "projection_backward before a saving projection_forward");

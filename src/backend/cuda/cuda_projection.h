@@ -10,11 +10,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/projection_plan.h"
+#include "backend/shared_saved_input.h"
 
 namespace gnmr {
 namespace cuda {
@@ -29,6 +32,16 @@ struct PreparedWeight {
   int64_t tile = 0;
 };
 
+// The copies of one input that its projections share (ProjectionShape::shared_saved_specs),
+// allocated by the leader's plan: packed codes and fp32 scales per shared spec.
+struct CudaSharedCodes {
+  explicit CudaSharedCodes(std::vector<GroupwiseSpec> specs) : book(std::move(specs)) {}
+  SharedSavedInput book;
+  std::vector<void*> codes;    // by copy
+  std::vector<float*> scales;  // by copy
+  size_t planned_bytes = 0;    // all copies, as allocated
+};
+
 class CudaProjectionState final : public ProjectionState {
  public:
   bool reads_forward_input(const PathSpec& path) const override {
@@ -36,17 +49,25 @@ class CudaProjectionState final : public ProjectionState {
   }
   size_t saved_bytes(const PathSpec& path) const override;
   size_t planned_saved_bytes() const override {
-    return buffers.saved_codes + buffers.saved_scales;
+    return buffers.saved_codes + buffers.saved_scales +
+           (shared != nullptr && shared_member == 0 ? shared->planned_bytes : 0);
   }
   GroupwiseSpec saved_spec(const PathSpec& path) const {
     return groupwise_spec_for_width(path.saved, shape.in);
   }
+  // The shared copy `path` keeps its codes in, or -1 (its own buffers, or no codes).
+  int shared_copy(const PathSpec& path) const {
+    if (shared == nullptr || path.kind != PathKind::kSavedIntGroupwise) return -1;
+    return shared->book.copy_of(saved_spec(path));
+  }
 
   ProjectionShape shape;
   ProjectionBuffers buffers;
-  Tensor saved_input;  // the x the last saving forward read (a view the caller keeps)
-  void* saved_codes = nullptr;
+  Tensor saved_input;           // the x the last saving forward read (a view the caller keeps)
+  void* saved_codes = nullptr;  // own copy: room for the larger unshared path
   float* saved_scales = nullptr;
+  std::shared_ptr<CudaSharedCodes> shared;  // null when the input is not shared
+  int shared_member = -1;                   // this projection's index in shared->book
   PreparedWeight weight_bf16, weight_fp8, weight_fake_quant;
 };
 
@@ -72,14 +93,11 @@ struct ProjectionContext {
 std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                                                      const std::string& name,
                                                      const ProjectionShape& shape,
-                                                     const PathSpec& low,
-                                                     const PathSpec& recovery);
+                                                     const PathSpec& low, const PathSpec& recovery);
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                        const Tensor& w, const Tensor& x, Tensor& y, bool save,
-                        const RngKey& key);
-void projection_backward(const ProjectionContext& c, CudaProjectionState& s,
-                         const PathSpec& path, const Tensor& w, Tensor& dy, Tensor& dx,
-                         bool accumulate_dx, Tensor& dw);
+                        const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key);
+void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
+                         const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw);
 
 }  // namespace cuda
 }  // namespace gnmr

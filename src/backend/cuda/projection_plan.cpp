@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "backend/shared_saved_input.h"
 #include "precision/scale_layout.h"
 
 namespace gnmr {
@@ -60,8 +61,8 @@ ProjectionGemm plan_projection_gemm(GemmRole role, const ProjectionShape& shape,
   g.a = g.b = prep_for(g.plan.impl, path);
   // The saved-int path's weight gradient reads the unit's restored codes, not x.
   if (role == GemmRole::kWeightGradient && path.kind == PathKind::kSavedIntGroupwise) {
-    g.a = g.plan.impl == GemmImpl::kBf16 ? OperandPrep::kDequantizedBf16
-                                         : OperandPrep::kDequantized;
+    g.a =
+        g.plan.impl == GemmImpl::kBf16 ? OperandPrep::kDequantizedBf16 : OperandPrep::kDequantized;
   }
   return g;
 }
@@ -119,9 +120,9 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
           break;
         case OperandPrep::kFp8Codes:
           b.x_low = std::max(b.x_low, n * in);
-          b.x_scales = std::max(b.x_scales, sizeof(float) * u(std::max(
-                                                                vec128_scale_count(shape.tokens, shape.in),
-                                                                vec128_scale_count(shape.in, shape.tokens))));
+          b.x_scales = std::max(
+              b.x_scales, sizeof(float) * u(std::max(vec128_scale_count(shape.tokens, shape.in),
+                                                     vec128_scale_count(shape.in, shape.tokens))));
           break;
         case OperandPrep::kFakeQuantFp:
         case OperandPrep::kFakeQuantInt8:
@@ -143,9 +144,10 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
             break;
           case OperandPrep::kFp8Codes:
             b.dy_low = std::max(b.dy_low, n * out);
-            b.dy_scales = std::max(
-                b.dy_scales, sizeof(float) * u(std::max(vec128_scale_count(shape.tokens, shape.out),
-                                                        vec128_scale_count(shape.out, shape.tokens))));
+            b.dy_scales =
+                std::max(b.dy_scales,
+                         sizeof(float) * u(std::max(vec128_scale_count(shape.tokens, shape.out),
+                                                    vec128_scale_count(shape.out, shape.tokens))));
             break;
           case OperandPrep::kFakeQuantFp:
           case OperandPrep::kFakeQuantInt8:
@@ -163,9 +165,20 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
     if (path->kind == PathKind::kSavedIntGroupwise) {
       const GroupwiseSpec spec = groupwise_spec_for_width(path->saved, shape.in);
       validate_groupwise_spec(shape.in, spec);
+      const bool shared =
+          std::any_of(shape.shared_saved_specs.begin(), shape.shared_saved_specs.end(),
+                      [&](const GroupwiseSpec& s) { return same_groupwise_spec(s, spec); });
+      if (shared) continue;
       b.saved_codes = std::max(b.saved_codes, packed_bytes(shape.tokens, shape.in, spec));
       b.saved_scales =
           std::max(b.saved_scales, sizeof(float) * scale_count(shape.tokens, shape.in, spec));
+    }
+  }
+  if (shape.saved_input_leader == nullptr) {
+    for (const GroupwiseSpec& spec : shape.shared_saved_specs) {
+      validate_groupwise_spec(shape.in, spec);
+      b.shared_codes.push_back(packed_bytes(shape.tokens, shape.in, spec));
+      b.shared_scales.push_back(sizeof(float) * scale_count(shape.tokens, shape.in, spec));
     }
   }
   return b;

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/gemm_plan.h"
@@ -20,12 +21,12 @@ namespace gnmr {
 
 // What is done to a tensor before the GEMM reads it.
 enum class OperandPrep : uint8_t {
-  kAsIs,           // the fp32 tensor the model holds
-  kBf16,           // rounded to bf16 storage (the weight: its prepared copy)
-  kFp8Codes,       // e4m3 codes with fp32 block scales in the plan's scale order
-  kFakeQuantFp,    // fake-quantized to the path's format in fp32 (an emulated GEMM)
-  kFakeQuantInt8,  // int8 fake quantization with one scale per row, in fp32 (emulated)
-  kDequantized,    // the unit's saved group-wise int codes restored to fp32
+  kAsIs,             // the fp32 tensor the model holds
+  kBf16,             // rounded to bf16 storage (the weight: its prepared copy)
+  kFp8Codes,         // e4m3 codes with fp32 block scales in the plan's scale order
+  kFakeQuantFp,      // fake-quantized to the path's format in fp32 (an emulated GEMM)
+  kFakeQuantInt8,    // int8 fake quantization with one scale per row, in fp32 (emulated)
+  kDequantized,      // the unit's saved group-wise int codes restored to fp32
   kDequantizedBf16,  // restored to fp32, then rounded to bf16 storage
 };
 
@@ -51,16 +52,21 @@ std::string describe_projection_gemms(const ProjectionShape& shape, const PathSp
 // across micro-steps (remade after invalidate_prepared_weights); the x-side and dy-side
 // scratch is shared by all projections (one runs at a time), so the backend keeps the largest.
 struct ProjectionBuffers {
-  size_t weight_bf16 = 0;           // W [out, in] in bf16
-  size_t weight_fp8_codes = 0;      // W [out, in] and W^T [in, out] e4m3 codes
-  size_t weight_fp8_scales = 0;     // their BLK128x128 scales (padding included)
-  size_t weight_fake_quant = 0;     // W [out, in] fake-quantized, fp32
+  size_t weight_bf16 = 0;                        // W [out, in] in bf16
+  size_t weight_fp8_codes = 0;                   // W [out, in] and W^T [in, out] e4m3 codes
+  size_t weight_fp8_scales = 0;                  // their BLK128x128 scales (padding included)
+  size_t weight_fake_quant = 0;                  // W [out, in] fake-quantized, fp32
   size_t x_f32 = 0, x_low = 0, x_scales = 0;     // x side: fp32 copy, bf16 / codes, scales
   size_t dy_f32 = 0, dy_low = 0, dy_scales = 0;  // dy side
-  size_t saved_codes = 0, saved_scales = 0;      // kSavedIntGroupwise: the larger path's copy
+  // kSavedIntGroupwise: the larger path's own copy (paths whose spec is not shared)
+  size_t saved_codes = 0, saved_scales = 0;
+  // The shared copies (ProjectionShape::shared_saved_specs), one per spec, when this is
+  // their leader; empty otherwise.
+  std::vector<size_t> shared_codes, shared_scales;
 };
 
-// Both paths' three GEMMs (accumulating or not changes no buffer).
+// Both paths' three GEMMs (accumulating or not changes no buffer). A path whose saved spec is
+// in shape.shared_saved_specs keeps its codes in the shared copies, not its own.
 ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpec& low,
                                      const PathSpec& recovery, GemmPrecision backend_precision,
                                      const GpuTarget& target);
