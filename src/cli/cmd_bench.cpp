@@ -43,8 +43,7 @@ CommandAction add_bench_command(CLI::App& app) {
     std::printf(
         "  achieved        %10.1f GFLOP/s of a measured %s GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
         r["achieved_gflops"].get<double>(), r["gemm_peak_precision"].get<std::string>().c_str(),
-        r["gemm_peak_gflops"].get<double>(),
-        100.0 * r["mfu"].get<double>());
+        r["gemm_peak_gflops"].get<double>(), 100.0 * r["mfu"].get<double>());
     if (r.contains("blas")) {  // the CPU backend's GEMMs
       std::printf("  BLAS            %s, kernel %s (%s; %s), %d thread(s) per GEMM on %d\n",
                   r["blas"].get<std::string>().c_str(), r["blas_kernel"].get<std::string>().c_str(),
@@ -55,9 +54,11 @@ CommandAction add_bench_command(CLI::App& app) {
           "  GEMM peak       %10.1f GFLOP/s measured = %.0f%% of the %s kernel's nominal %.1f "
           "GFLOP/s (%d cores × %.2f GHz)\n",
           r["gemm_peak_gflops"].get<double>(),
-          100.0 * r["gemm_peak_gflops"].get<double>() / r["blas_kernel_nominal_gflops"].get<double>(),
-          r["blas_kernel"].get<std::string>().c_str(), r["blas_kernel_nominal_gflops"].get<double>(),
-          r["gemm_threads"].get<int>(), r["cpu_clock_ghz"].get<double>());
+          100.0 * r["gemm_peak_gflops"].get<double>() /
+              r["blas_kernel_nominal_gflops"].get<double>(),
+          r["blas_kernel"].get<std::string>().c_str(),
+          r["blas_kernel_nominal_gflops"].get<double>(), r["gemm_threads"].get<int>(),
+          r["cpu_clock_ghz"].get<double>());
       if (r["blas_kernel_weaker_than_cpu"].get<bool>()) {
         std::printf(
             "  warning: this CPU runs the %s kernel (nominal %.1f GFLOP/s): MFU above is against a "

@@ -158,7 +158,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   if (!cpu) {
     // Which GEMMs run for real and which are emulated, and why (the cpu emulates them all).
-    for (const auto& [kind, paths] : projection_gemm_impls(session.model(), session.backend()).items()) {
+    for (const auto& [kind, paths] :
+         projection_gemm_impls(session.model(), session.backend()).items()) {
       spdlog::info("GEMMs of {}: {}", kind, paths.dump());
     }
   }

@@ -156,8 +156,8 @@ TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {
   EXPECT_EQ(describe_projection_gemms(kShape, path_of(PathKind::kSavedIntGroupwise),
                                       GemmPrecision::BF16, hopper),
             "bf16");
-  const std::string int8 = describe_projection_gemms(kShape, path_of(PathKind::kInt8Gemm),
-                                                     GemmPrecision::FP32, hopper);
+  const std::string int8 =
+      describe_projection_gemms(kShape, path_of(PathKind::kInt8Gemm), GemmPrecision::FP32, hopper);
   EXPECT_EQ(int8.rfind("forward emulated (int8 GEMMs", 0), 0u) << int8;
   EXPECT_NE(int8.find("weight_gradient bf16"), std::string::npos) << int8;
 }

@@ -283,8 +283,8 @@ TEST(PoisonMode, FillsActivationsSavedAndScratchWithNanAndLeavesTheRestZero) {
     Tensor t = backend->allocate("t", {5}, DType::F32, role);
     std::vector<float> host(5, 1.0f);
     backend->copy_to_host(t, host.data());
-    const bool poisoned = role == MemoryRole::Activations ||
-                          role == MemoryRole::SavedActivations || role == MemoryRole::Scratch;
+    const bool poisoned = role == MemoryRole::Activations || role == MemoryRole::SavedActivations ||
+                          role == MemoryRole::Scratch;
     for (float v : host) {
       if (poisoned) {
         EXPECT_TRUE(std::isnan(v)) << memory_role_name(role);

@@ -23,10 +23,15 @@ constexpr int kSteps = 5;
 
 RunConfig config_for(const std::string& backend, const std::vector<std::string>& recipe) {
   std::vector<std::string> overrides = {
-      "backend=" + backend,       "data.seq_len=128",        "train.micro_batch=2",
+      "backend=" + backend,
+      "data.seq_len=128",
+      "train.micro_batch=2",
       "train.global_batch_tokens=512",  // two micro-steps per optimizer step
-      "train.steps=5",            "train.warmup_steps=1",    "train.lr=0.003",
-      "train.threads=2",          "gnmr.controller=static_low"};
+      "train.steps=5",
+      "train.warmup_steps=1",
+      "train.lr=0.003",
+      "train.threads=2",
+      "gnmr.controller=static_low"};
   overrides.insert(overrides.end(), recipe.begin(), recipe.end());
   return load_run_config(gnmr_test::source_path("configs/models/tiny-gpu.json"), overrides);
 }
@@ -108,8 +113,7 @@ TEST_P(GpuTraining, IsDeterministicAndReadsNoUnwrittenMemory) {
     EXPECT_EQ(std::memcmp(&first.losses[size_t(s)], &second.losses[size_t(s)], sizeof(double)), 0)
         << recipe.name << " step " << s + 1 << ": " << first.losses[size_t(s)] << " then "
         << second.losses[size_t(s)];
-    EXPECT_EQ(std::memcmp(&first.losses[size_t(s)], &poisoned.losses[size_t(s)], sizeof(double)),
-              0)
+    EXPECT_EQ(std::memcmp(&first.losses[size_t(s)], &poisoned.losses[size_t(s)], sizeof(double)), 0)
         << recipe.name << " step " << s + 1 << " poisoned: " << poisoned.losses[size_t(s)];
   }
 }

@@ -16,13 +16,12 @@
 namespace {
 
 std::vector<double> losses(const std::vector<std::string>& recipe, bool poison) {
-  std::vector<std::string> overrides = {"data.seq_len=32",        "train.micro_batch=2",
-                                        "train.global_batch_tokens=128", "train.steps=4",
-                                        "train.warmup_steps=1",   "train.threads=2",
-                                        // routes units from step 3, so both paths run
-                                        "gnmr.controller=gnmr",   "gnmr.max_active=0.25",
-                                        "gnmr.window=2", "gnmr.lock_steps=1",
-                                        "gnmr.warmup_steps=2", "gnmr.history_start=1"};
+  std::vector<std::string> overrides = {
+      "data.seq_len=32", "train.micro_batch=2", "train.global_batch_tokens=128", "train.steps=4",
+      "train.warmup_steps=1", "train.threads=2",
+      // routes units from step 3, so both paths run
+      "gnmr.controller=gnmr", "gnmr.max_active=0.25", "gnmr.window=2", "gnmr.lock_steps=1",
+      "gnmr.warmup_steps=2", "gnmr.history_start=1"};
   overrides.insert(overrides.end(), recipe.begin(), recipe.end());
   const gnmr::RunConfig config =
       gnmr::load_run_config(gnmr_test::source_path("configs/models/tiny.json"), overrides);

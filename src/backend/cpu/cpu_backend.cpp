@@ -109,7 +109,8 @@ class CpuBackend final : public Backend {
     const int64_t n = matrix_rows(x), d = matrix_cols(x);
     GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "rmsnorm_forward: shapes");
     check_same_numel(x, out, "rmsnorm_forward");
-    cpu::rmsnorm_forward(f32_data(x), f32_data(weight), eps, f32_data(out), f32_data(rstd), n, d, threads_);
+    cpu::rmsnorm_forward(f32_data(x), f32_data(weight), eps, f32_data(out), f32_data(rstd), n, d,
+                         threads_);
   }
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                         const Tensor& dout, Tensor& dx, Tensor& dweight) override {
@@ -119,8 +120,8 @@ class CpuBackend final : public Backend {
     check_same_numel(x, dout, "rmsnorm_backward");
     check_same_numel(x, dx, "rmsnorm_backward");
     float* ws = workspace(workspace_rmsnorm_, cpu::rmsnorm_backward_workspace(n, d));
-    cpu::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout), f32_data(dx), f32_data(dweight), n, d,
-                          ws, threads_);
+    cpu::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout),
+                          f32_data(dx), f32_data(dweight), n, d, ws, threads_);
   }
 
   using Backend::matmul_backward_input;
@@ -130,9 +131,9 @@ class CpuBackend final : public Backend {
   void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y,
                       GemmPrecision precision) override {
     const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_rows(weight);
-    GNMR_CHECK(matrix_cols(weight) == in && y.numel() == n * out, "matmul_forward: x " + x.shape_string() +
-                                                               ", W " + weight.shape_string() +
-                                                               ", y " + y.shape_string());
+    GNMR_CHECK(matrix_cols(weight) == in && y.numel() == n * out,
+               "matmul_forward: x " + x.shape_string() + ", W " + weight.shape_string() + ", y " +
+                   y.shape_string());
     const float* xp = gemm_input(f32_data(x), x.numel(), precision, workspace_a_);
     const float* wp = gemm_input(f32_data(weight), weight.numel(), precision, workspace_b_);
     cpu::matmul_forward(xp, wp, f32_data(y), n, in, out, threads_);
@@ -179,9 +180,9 @@ class CpuBackend final : public Backend {
   void invalidate_prepared_weights() override { ++weights_epoch_; }
   // Everything but an fp32 GEMM of unchanged inputs is the fp32 emulation (cpu/projection.h).
   std::string describe_projection(const ProjectionShape&, const PathSpec& path) const override {
-    const bool plain = (path.kind == PathKind::kBackendGemm ||
-                        path.kind == PathKind::kSavedIntGroupwise) &&
-                       gemm_precision() == GemmPrecision::FP32;
+    const bool plain =
+        (path.kind == PathKind::kBackendGemm || path.kind == PathKind::kSavedIntGroupwise) &&
+        gemm_precision() == GemmPrecision::FP32;
     return plain ? "fp32"
                  : "emulated (the cpu backend rounds or fake-quantizes the GEMM inputs in fp32, "
                    "then runs an fp32 GEMM)";
@@ -197,8 +198,8 @@ class CpuBackend final : public Backend {
                    std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
                    std::to_string(scale_count(n, d, spec)) + " scales, got " +
                    packed.shape_string() + " and " + scales.shape_string());
-    cpu::quantize_int_groupwise(f32_data(x), n, d, spec, static_cast<uint8_t*>(packed.data), f32_data(scales),
-                                key);
+    cpu::quantize_int_groupwise(f32_data(x), n, d, spec, static_cast<uint8_t*>(packed.data),
+                                f32_data(scales), key);
   }
   void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
                                 const GroupwiseSpec& spec, Tensor& out) override {
@@ -210,15 +211,15 @@ class CpuBackend final : public Backend {
                    std::to_string(gnmr::packed_bytes(n, d, spec)) + " packed bytes and " +
                    std::to_string(scale_count(n, d, spec)) + " scales, got " +
                    packed.shape_string() + " and " + scales.shape_string());
-    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n, d, spec,
-                                  f32_data(out));
+    cpu::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n, d,
+                                  spec, f32_data(out));
   }
   void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format, int64_t block_rows,
                                   int64_t block_cols) override {
     check_same_numel(x, out, "fake_quantize_fp_blockwise");
     GNMR_CHECK(block_rows > 0 && block_cols > 0, "fake_quantize_fp_blockwise: empty block");
-    cpu::fake_quantize_fp_blockwise(f32_data(x), matrix_rows(x), matrix_cols(x), format, block_rows, block_cols,
-                                    f32_data(out));
+    cpu::fake_quantize_fp_blockwise(f32_data(x), matrix_rows(x), matrix_cols(x), format, block_rows,
+                                    block_cols, f32_data(out));
   }
   void fake_quantize_int8_per_row(const Tensor& x, Tensor& out) override {
     check_same_numel(x, out, "fake_quantize_int8_per_row");
@@ -232,13 +233,14 @@ class CpuBackend final : public Backend {
   void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
     GNMR_CHECK(x.shape.size() == 4 && cos.dim(0) >= x.dim(1) && cos.dim(1) * 2 == x.dim(3),
                "rope_forward: x " + x.shape_string() + " vs table " + cos.shape_string());
-    cpu::rope_forward(f32_data(x), f32_data(cos), f32_data(sin), x.dim(0), x.dim(1), x.dim(2), x.dim(3), threads_);
+    cpu::rope_forward(f32_data(x), f32_data(cos), f32_data(sin), x.dim(0), x.dim(1), x.dim(2),
+                      x.dim(3), threads_);
   }
   void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
     GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
                "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
-    cpu::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3),
-                       threads_);
+    cpu::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1), dx.dim(2),
+                       dx.dim(3), threads_);
   }
 
   std::unique_ptr<AttentionState> plan_attention(const std::string& name,
@@ -254,7 +256,8 @@ class CpuBackend final : public Backend {
     check_same_numel(k, v, "attention_forward");
     check_same_numel(q, out, "attention_forward");
     const Tensor& probs = attention_probs(saved, s);
-    cpu::attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(probs), s, threads_);
+    cpu::attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(probs), s,
+                           threads_);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
@@ -266,8 +269,8 @@ class CpuBackend final : public Backend {
     check_same_numel(v, dv, "attention_backward");
     const Tensor& probs = attention_probs(saved, s);
     float* ws = workspace(workspace_attention_, cpu::attention_backward_workspace(s, threads_));
-    cpu::attention_backward(f32_data(q), f32_data(k), f32_data(v), f32_data(probs), f32_data(dout), f32_data(dq), f32_data(dk),
-                            f32_data(dv), s, ws, threads_);
+    cpu::attention_backward(f32_data(q), f32_data(k), f32_data(v), f32_data(probs), f32_data(dout),
+                            f32_data(dq), f32_data(dk), f32_data(dv), s, ws, threads_);
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -280,8 +283,8 @@ class CpuBackend final : public Backend {
     check_same_numel(gate, dout, "swiglu_backward");
     check_same_numel(gate, dgate, "swiglu_backward");
     check_same_numel(up, dup, "swiglu_backward");
-    cpu::swiglu_backward(f32_data(gate), f32_data(up), f32_data(dout), f32_data(dgate), f32_data(dup), gate.numel(),
-                         threads_);
+    cpu::swiglu_backward(f32_data(gate), f32_data(up), f32_data(dout), f32_data(dgate),
+                         f32_data(dup), gate.numel(), threads_);
   }
 
   void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) override {
@@ -293,15 +296,16 @@ class CpuBackend final : public Backend {
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
     const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
     GNMR_CHECK(targets.numel() == n && losses.numel() == n, "cross_entropy_forward: shapes");
-    cpu::cross_entropy_forward(f32_data(logits), i32_data(targets), f32_data(losses), n, vocab, threads_);
+    cpu::cross_entropy_forward(f32_data(logits), i32_data(targets), f32_data(losses), n, vocab,
+                               threads_);
   }
   void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
                                       float dloss) override {
     const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
     GNMR_CHECK(targets.numel() == n && losses.numel() == n,
                "cross_entropy_forward_backward: shapes");
-    cpu::cross_entropy_forward_backward(f32_data(logits), i32_data(targets), f32_data(losses), dloss, n, vocab,
-                                        threads_);
+    cpu::cross_entropy_forward_backward(f32_data(logits), i32_data(targets), f32_data(losses),
+                                        dloss, n, vocab, threads_);
   }
 
   void accumulate_mean_loss(const Tensor& losses, int64_t valid_targets,
@@ -332,7 +336,9 @@ class CpuBackend final : public Backend {
     cpu::global_norm_clip(f64_data(sum_squares), sum_squares.numel(), *f64_data(loss_sum), max_norm,
                           f32_data(clip));
   }
-  void scale(Tensor& t, float factor) override { cpu::scale(f32_data(t), factor, t.numel(), threads_); }
+  void scale(Tensor& t, float factor) override {
+    cpu::scale(f32_data(t), factor, t.numel(), threads_);
+  }
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s,
                     const Tensor& clip) override {
     check_same_numel(param, grad, "adamw_update");
@@ -342,8 +348,8 @@ class CpuBackend final : public Backend {
     GNMR_CHECK(clip.numel() == 2, "adamw_update: clip " + clip.shape_string() + " (want [2])");
     const float* scale_and_flag = f32_data(clip);
     if (scale_and_flag[1] == 0.0f) return;
-    cpu::adamw_update(f32_data(param), f32_data(grad), f32_data(m), f32_data(v), param.numel(), s, scale_and_flag[0],
-                      threads_);
+    cpu::adamw_update(f32_data(param), f32_data(grad), f32_data(m), f32_data(v), param.numel(), s,
+                      scale_and_flag[0], threads_);
   }
 
  private:

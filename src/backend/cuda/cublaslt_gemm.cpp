@@ -72,8 +72,8 @@ LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   const std::array<uint32_t, 4> values = {align[0], align[1], align[2], align[2]};  // C = D
   for (size_t i = 0; i < attributes.size(); ++i) {
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, attributes[i],
-                                                             &values[i], sizeof values[i]),
+    GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, attributes[i], &values[i],
+                                                             sizeof values[i]),
                         "the matmul preference");
   }
   int found = 0;

@@ -66,8 +66,8 @@ class CudaBackend final : public Backend {
     // (issued on the legacy default stream).
     GNMR_CUDA_CHECK(cudaStreamCreate(&stream_));
     gemm_ = std::make_unique<LtGemmRunner>();
-    attention_ = std::make_unique<cuda::MaterializedAttention>(
-        gemm_->handle(), gemm_->workspace(), LtGemmRunner::kWorkspaceBytes);
+    attention_ = std::make_unique<cuda::MaterializedAttention>(gemm_->handle(), gemm_->workspace(),
+                                                               LtGemmRunner::kWorkspaceBytes);
     for (StagingSlot& slot : staging_) {
       GNMR_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
     }
@@ -205,10 +205,10 @@ class CudaBackend final : public Backend {
                       GemmPrecision precision) override {
     const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_rows(weight);
     GNMR_CHECK(matrix_cols(weight) == in && y.numel() == n * out,
-               "matmul_forward: x " + x.shape_string() + ", W " + weight.shape_string() +
-                   ", y " + y.shape_string());
-    const GemmPlan plan = plan_gemm(GemmRole::kForward, n, in, out, PathSpec{}, precision,
-                                    target_, false);
+               "matmul_forward: x " + x.shape_string() + ", W " + weight.shape_string() + ", y " +
+                   y.shape_string());
+    const GemmPlan plan =
+        plan_gemm(GemmRole::kForward, n, in, out, PathSpec{}, precision, target_, false);
     gemm_->run(plan, gemm_input(weight, precision, matmul_a_), nullptr,
                gemm_input(x, precision, matmul_b_), nullptr, f32_data(y), stream_);
   }
@@ -216,10 +216,10 @@ class CudaBackend final : public Backend {
                              GemmPrecision precision) override {
     const int64_t n = matrix_rows(dy), out = matrix_cols(dy), in = matrix_cols(weight);
     GNMR_CHECK(matrix_rows(weight) == out && dx.numel() == n * in,
-               "matmul_backward_input: dy " + dy.shape_string() + ", W " +
-                   weight.shape_string() + ", dx " + dx.shape_string());
-    const GemmPlan plan = plan_gemm(GemmRole::kInputGradient, n, in, out, PathSpec{}, precision,
-                                    target_, accumulate);
+               "matmul_backward_input: dy " + dy.shape_string() + ", W " + weight.shape_string() +
+                   ", dx " + dx.shape_string());
+    const GemmPlan plan =
+        plan_gemm(GemmRole::kInputGradient, n, in, out, PathSpec{}, precision, target_, accumulate);
     gemm_->run(plan, gemm_input(weight, precision, matmul_a_), nullptr,
                gemm_input(dy, precision, matmul_b_), nullptr, f32_data(dx), stream_);
   }
@@ -229,8 +229,8 @@ class CudaBackend final : public Backend {
     GNMR_CHECK(matrix_rows(dy) == n && dweight.numel() == out * in,
                "matmul_backward_weight: x " + x.shape_string() + ", dy " + dy.shape_string() +
                    ", dW " + dweight.shape_string());
-    const GemmPlan plan = plan_gemm(GemmRole::kWeightGradient, n, in, out, PathSpec{}, precision,
-                                    target_, true);
+    const GemmPlan plan =
+        plan_gemm(GemmRole::kWeightGradient, n, in, out, PathSpec{}, precision, target_, true);
     gemm_->run(plan, gemm_input(x, precision, matmul_a_), nullptr,
                gemm_input(dy, precision, matmul_b_), nullptr, f32_data(dweight), stream_);
   }
@@ -242,8 +242,9 @@ class CudaBackend final : public Backend {
                                                    const PathSpec& recovery) override {
     // Every RMSNorm output is some projection's input [tokens, in], so its backward's
     // workspace is sized here, before the first step.
-    rmsnorm_workspace_.reserve(memory_, sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(
-                                                            shape.tokens, shape.in)));
+    rmsnorm_workspace_.reserve(
+        memory_,
+        sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(shape.tokens, shape.in)));
     return cuda::plan_projection(projection_context(), name, shape, low, recovery);
   }
   void projection_forward(ProjectionState& state, const PathSpec& path, const Tensor& w,
@@ -271,8 +272,8 @@ class CudaBackend final : public Backend {
   void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
     GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
                "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
-    cuda::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1),
-                        dx.dim(2), dx.dim(3), stream_);
+    cuda::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1), dx.dim(2),
+                        dx.dim(3), stream_);
   }
 
   std::unique_ptr<AttentionState> plan_attention(const std::string& name,
@@ -282,7 +283,8 @@ class CudaBackend final : public Backend {
     state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
                             DType::F32, MemoryRole::SavedActivations);
     attention_scratch_.reserve(
-        memory_, sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(shape)));
+        memory_,
+        sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(shape)));
     return state;
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -304,8 +306,7 @@ class CudaBackend final : public Backend {
     check_same_numel(v, dv, "attention_backward");
     const Tensor& probs = attention_probs(saved, s);
     auto* scratch = static_cast<float*>(attention_scratch_.reserve(
-        memory_,
-        sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(s))));
+        memory_, sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(s))));
     attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(probs), f32_data(dout),
                          f32_data(dq), f32_data(dk), f32_data(dv), scratch, s, stream_);
   }
@@ -356,8 +357,8 @@ class CudaBackend final : public Backend {
                                 const GroupwiseSpec& spec, Tensor& out) override {
     const int64_t n = matrix_rows(out), d = matrix_cols(out);
     check_groupwise_buffers(n, d, spec, packed, scales, "dequantize_int_groupwise");
-    cuda::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n,
-                                   d, spec, f32_data(out), stream_);
+    cuda::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n, d,
+                                   spec, f32_data(out), stream_);
   }
   void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format, int64_t block_rows,
                                   int64_t block_cols) override {
@@ -382,8 +383,8 @@ class CudaBackend final : public Backend {
     GNMR_CHECK(valid_targets > 0 && loss_sum.numel() == 1,
                "accumulate_mean_loss: needs valid targets and a one-element sum, got " +
                    std::to_string(valid_targets) + " and " + loss_sum.shape_string());
-    cuda::accumulate_mean_loss(f32_data(losses), losses.numel(), valid_targets,
-                               f64_data(loss_sum), stream_);
+    cuda::accumulate_mean_loss(f32_data(losses), losses.numel(), valid_targets, f64_data(loss_sum),
+                               stream_);
   }
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) override {
     GNMR_CHECK(out_per_tensor.numel() == static_cast<int64_t>(tensors.size()),
@@ -397,9 +398,8 @@ class CudaBackend final : public Backend {
     }
     const int64_t num = static_cast<int64_t>(tensors.size());
     auto* ws = static_cast<double*>(sum_squares_workspace_.reserve(
-        memory_,
-        sizeof(double) * size_t(std::max<int64_t>(
-                             1, cuda::sum_squares_workspace_doubles(counts.data(), num)))));
+        memory_, sizeof(double) * size_t(std::max<int64_t>(1, cuda::sum_squares_workspace_doubles(
+                                                                  counts.data(), num)))));
     cuda::sum_squares(pointers.data(), counts.data(), num, f64_data(out_per_tensor), ws, stream_);
   }
   void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
@@ -407,8 +407,8 @@ class CudaBackend final : public Backend {
     GNMR_CHECK(loss_sum.numel() == 1 && clip.numel() == 2,
                "global_norm_clip: loss_sum " + loss_sum.shape_string() + ", clip " +
                    clip.shape_string() + " (want [1] and [2])");
-    cuda::global_norm_clip(f64_data(sum_squares), sum_squares.numel(), f64_data(loss_sum),
-                           max_norm, f32_data(clip), stream_);
+    cuda::global_norm_clip(f64_data(sum_squares), sum_squares.numel(), f64_data(loss_sum), max_norm,
+                           f32_data(clip), stream_);
   }
   void scale(Tensor& t, float factor) override {
     cuda::scale(f32_data(t), factor, t.numel(), stream_);
@@ -476,8 +476,8 @@ class CudaBackend final : public Backend {
     return *s;
   }
   cuda::ProjectionContext projection_context() {
-    return cuda::ProjectionContext{memory_,  projection_scratch_, *gemm_,         stream_,
-                                   gemm_precision(), target_,    weights_epoch_};
+    return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_, stream_, gemm_precision(),
+                                   target_, weights_epoch_};
   }
 
   DeviceMemory memory_;

@@ -28,9 +28,9 @@ void* DeviceMemory::allocate(const std::string& name, size_t bytes, MemoryRole r
                 device_out_of_memory_message(name, bytes, use_, free_bytes, total_bytes));
   }
   GNMR_CUDA_CHECK(status);
-  const bool poisoned = poison_ && (role == MemoryRole::Activations ||
-                                    role == MemoryRole::SavedActivations ||
-                                    role == MemoryRole::Scratch);
+  const bool poisoned =
+      poison_ && (role == MemoryRole::Activations || role == MemoryRole::SavedActivations ||
+                  role == MemoryRole::Scratch);
   GNMR_CUDA_CHECK(cudaMemset(p, poisoned ? 0xFF : 0, bytes));
   blocks_[p] = Block{bytes, role};
   use_.bytes[static_cast<int>(role)] += bytes;

@@ -18,8 +18,8 @@ std::string device_out_of_memory_message(const std::string& name, size_t bytes,
   for (int r = 0; r < kMemoryRoles; ++r) {
     if (held.bytes[r] == 0) continue;
     if (!by_role.empty()) by_role += ", ";
-    by_role += std::string(memory_role_name(static_cast<MemoryRole>(r))) + " " +
-               format_gib(held.bytes[r]);
+    by_role +=
+        std::string(memory_role_name(static_cast<MemoryRole>(r))) + " " + format_gib(held.bytes[r]);
   }
   return "cuda backend: out of device memory allocating " + name + " (" + format_gib(bytes) +
          "); this run already holds " + format_gib(held.total()) +

@@ -72,8 +72,8 @@ std::string describe_projection_gemms(const ProjectionShape& shape, const PathSp
   std::string each[3];
   int i = 0;
   for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
-    const GemmPlan p = plan_gemm(role, shape.tokens, shape.in, shape.out, path, backend_precision,
-                                 target, false);
+    const GemmPlan p =
+        plan_gemm(role, shape.tokens, shape.in, shape.out, path, backend_precision, target, false);
     each[i++] = std::string(gemm_impl_name(p.impl)) +
                 (p.emulated_because.empty() ? "" : " (" + p.emulated_because + ")");
   }
