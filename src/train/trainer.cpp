@@ -158,9 +158,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   if (!cpu) {
     // Which GEMMs run for real and which are emulated, and why (the cpu emulates them all).
-    for (const auto& [kind, paths] :
-         projection_gemm_impls(session.model(), session.backend()).items()) {
-      spdlog::info("GEMMs of {}: {}", kind, paths.dump());
+    const json impls = projection_gemm_impls(session.model(), session.backend());
+    for (auto it = impls.begin(); it != impls.end(); ++it) {
+      spdlog::info("GEMMs of {}: {}", it.key(), it.value().dump());
     }
   }
 
