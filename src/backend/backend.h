@@ -149,6 +149,9 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // What it runs on, for logs and `gnmr bench`: the CPU's model name, or the GPU's
+  // ("NVIDIA H200 (sm_90, 139 GiB)").
+  virtual std::string device() const = 0;
 
   // ---- memory ----
   // A zero-filled tensor (every backend must honour the zeros: the model relies on them for

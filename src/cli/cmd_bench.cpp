@@ -44,6 +44,11 @@ CommandAction add_bench_command(CLI::App& app) {
         "  achieved        %10.1f GFLOP/s of a measured %s GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
         r["achieved_gflops"].get<double>(), r["gemm_peak_precision"].get<std::string>().c_str(),
         r["gemm_peak_gflops"].get<double>(), 100.0 * r["mfu"].get<double>());
+    if (r.contains("datasheet_peak_gflops")) {
+      std::printf("  datasheet       %10.1f GFLOP/s dense bf16 (%s): MFU %.1f%%\n",
+                  r["datasheet_peak_gflops"].get<double>(), r["device"].get<std::string>().c_str(),
+                  100.0 * r["mfu_datasheet"].get<double>());
+    }
     if (r.contains("blas")) {  // the CPU backend's GEMMs
       std::printf("  BLAS            %s, kernel %s (%s; %s), %d thread(s) per GEMM on %d\n",
                   r["blas"].get<std::string>().c_str(), r["blas_kernel"].get<std::string>().c_str(),

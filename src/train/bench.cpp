@@ -24,6 +24,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+double datasheet_bf16_tflops(const std::string& device) {
+  auto has = [&](const char* part) { return device.find(part) != std::string::npos; };
+  if (has("H100")) return has("PCIe") ? 756.0 : has("NVL") ? 835.0 : 989.4;
+  if (has("H200")) return 989.4;
+  if (has("A100")) return 312.0;
+  return 0.0;
+}
+
 nlohmann::json projection_gemm_impls(const LlamaModel& model, const Backend& backend) {
   const PrecisionRecipe& recipe = model.recipe();
   auto shape_of = [&](const ParamInfo& p) {
@@ -133,6 +141,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"achieved_gflops", achieved_gflops},
                  {"gemm_peak_gflops", peak_gflops},
                  {"gemm_peak_precision", cuda ? "bf16" : "fp32"},
+                 {"device", session.backend().device()},
                  {"mfu", achieved_gflops / peak_gflops},
                  {"peak_mem_bytes", peak_rss},
                  {"backend_bytes", memory.total()},
@@ -146,6 +155,11 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms},
                  {"gemm_impl", projection_gemm_impls(session.model(), session.backend())}};
   if (!cuda) result.update(blas_json(config));
+  const double datasheet = cuda ? datasheet_bf16_tflops(session.backend().device()) : 0.0;
+  if (datasheet > 0) {
+    result["datasheet_peak_gflops"] = datasheet * 1e3;
+    result["mfu_datasheet"] = achieved_gflops / (datasheet * 1e3);
+  }
   return result;
 }
 

@@ -21,6 +21,11 @@ struct BenchOptions {
 // {"q": {"low": "fp8_block", "recovery": "bf16"}, ..., "lm_head": {"recovery": "bf16"}}.
 nlohmann::json projection_gemm_impls(const LlamaModel& model, const Backend& backend);
 
+// NVIDIA's datasheet dense bf16 tensor-core peak (TFLOP/s) of a GPU, from its name as the
+// driver reports it: H100 SXM and H200 989.4, H100 NVL 835, H100 PCIe 756, A100 312; 0 when
+// the name is not one of these.
+double datasheet_bf16_tflops(const std::string& device);
+
 // Measures the run's backend's GEMM throughput (GFLOP/s; fp32 on the cpu, bf16 on cuda), best
 // of `repeats` products of [size × size] · [size × size]: the physical limit MFU is quoted
 // against. The backend is a

@@ -29,6 +29,7 @@ class TimingBackend final : public Backend {
   std::map<std::string, double> seconds;
 
   std::string name() const override { return in_.name(); }
+  std::string device() const override { return in_.device(); }
   Tensor allocate(const std::string& n, std::vector<int64_t> s, DType d, MemoryRole r) override {
     return in_.allocate(n, std::move(s), d, r);
   }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/projection.h"
 #include "backend/tensor_checks.h"
 #include "util/error.h"
@@ -41,6 +42,7 @@ class CpuBackend final : public Backend {
   }
 
   std::string name() const override { return "cpu"; }
+  std::string device() const override { return detect_cpu_features().model_name; }
 
   Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
                   MemoryRole role) override {

@@ -86,6 +86,7 @@ class CudaBackend final : public Backend {
   }
 
   std::string name() const override { return "cuda"; }
+  std::string device() const override { return device_name_; }
 
   // ---- memory ----
   Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
