@@ -27,6 +27,8 @@
 namespace gnmr::cuda {
 namespace {
 
+// ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
+// between these markers on the host (one std::thread per CUDA thread) against the CPU twin.
 struct Dims {
   int64_t batch, seq, heads, kv_heads;
 };
@@ -284,6 +286,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     if (i < rows) dq[q_row<HD>(s, b, r0 + i, h) + d] = dq_acc[a];
   }
 }
+
+// ---- device code end
 
 std::string shape_text(const Dims& s, int64_t head_dim) {
   return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
