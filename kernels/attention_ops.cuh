@@ -1,9 +1,12 @@
-// Host API of the v1 attention's kernels (kernels/causal_softmax.cu): the causal softmax over
-// score rows and its backward, between the cuBLASLt GEMMs that MaterializedAttention
-// (src/backend/cuda/attention_v1.h) runs. Device pointers, fp32, queued on `stream`, launches
+// Host API of the attention kernels. Device pointers, fp32, queued on `stream`, launches
 // checked with GNMR_CUDA_CHECK. Plain C++, so a .cpp file can include it and link gnmr_kernels.
-// CPU twin: the softmax steps inside gnmr::cpu::attention_forward / attention_backward
-// (src/backend/cpu/attention.cpp).
+// - v1 (kernels/causal_softmax.cu): the causal softmax over score rows and its backward,
+//   between the cuBLASLt GEMMs that MaterializedAttention (src/backend/cuda/attention_v1.h)
+//   runs. CPU twin: the softmax steps inside gnmr::cpu::attention_forward / attention_backward
+//   (src/backend/cpu/attention.cpp).
+// - flash (kernels/flash_attention.cu): fused causal GQA attention, forward and deterministic
+//   backward, no T x T tensor. CPU twin: gnmr::cpu::flash_attention_forward / backward
+//   (src/backend/cpu/flash_attention.cpp).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,5 +23,28 @@ void causal_softmax_forward(float* scores, int64_t matrices, int64_t t, cudaStre
 // dS = scale * P * (dP - sum_j P dP) per row on exit (exactly zero after the diagonal).
 void causal_softmax_backward(const float* probs, float* dscores, int64_t matrices, int64_t t,
                              float scale, cudaStream_t stream);
+
+// Head dims the flash kernels are built for (64 and 128); the others throw Error(Config).
+bool flash_attention_supports_head_dim(int64_t head_dim);
+
+// Floats of device scratch flash_attention_backward needs ([B, H, T], the rows' dout . out).
+int64_t flash_attention_backward_scratch_floats(int64_t batch, int64_t seq, int64_t heads);
+
+// Causal attention, scale 1/sqrt(head_dim); query head h reads kv head h / (heads / kv_heads).
+// q, out: [batch, seq, heads, head_dim]; k, v: [batch, seq, kv_heads, head_dim];
+// lse: [batch, heads, seq], the log-sum-exp of each query's scaled scores. out and lse are
+// overwritten. Throws Error(Config) naming the shape for an unsupported head_dim, and
+// Error(Runtime) when the device's shared memory per block is too small for the tiles.
+void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                             int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                             int64_t head_dim, cudaStream_t stream);
+
+// From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
+// overwritten, without atomics (the same bits on every run). scratch:
+// flash_attention_backward_scratch_floats floats, overwritten.
+void flash_attention_backward(const float* q, const float* k, const float* v, const float* out,
+                              const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                              float* scratch, int64_t batch, int64_t seq, int64_t heads,
+                              int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
 
 }  // namespace gnmr::cuda

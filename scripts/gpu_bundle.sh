@@ -3,6 +3,7 @@
 # 13 toolkit but none of our Debian packages, no root and no network (an HPC node, the device
 # machine). The bundle holds:
 #   bin/gnmr               the gnmr binary, CUDA code for sm_80 and sm_90a, built without MPI
+#   bin/bench_gpu_attention  flash vs v1 attention speed (gpu_check.sh attention-bench)
 #   tests/test_gpu_*       the `gpu`-labelled test binaries (each CUDA kernel vs its CPU twin)
 #   lib/                   every shared library they need that is neither glibc nor CUDA
 #                          (OpenBLAS, gfortran, sentencepiece, spdlog, fmt, gomp, zlib, the C++
@@ -35,11 +36,11 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF 
 grep -q "GNMR_HAVE_CUDA:INTERNAL=ON\|CMAKE_CUDA_COMPILER:" "$build/CMakeCache.txt" \
   || { echo "gpu_bundle.sh: cmake did not enable CUDA" >&2; exit 1; }
 mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu_[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2)
-cmake --build "$build" -j "$(nproc)" --target gnmr "${gpu_tests[@]}"
+cmake --build "$build" -j "$(nproc)" --target gnmr bench_gpu_attention "${gpu_tests[@]}"
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib" "$out/share/data" "$out/reference"
-cp "$build/src/cli/gnmr" "$out/bin/"
+cp "$build/src/cli/gnmr" "$build/tests/gpu/bench_gpu_attention" "$out/bin/"
 for t in "${gpu_tests[@]}"; do cp "$build/tests/gpu/$t" "$out/tests/"; done
 cp -r configs "$out/share/"
 cp -r data/brown "$out/share/data/"

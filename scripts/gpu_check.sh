@@ -19,6 +19,9 @@
 #                 bundle (reference/cpu_runs.json)                                     (90 s)
 #     memcheck    compute-sanitizer memcheck and initcheck over the gpu tests          (90 s)
 #     bench       gnmr bench on the GPU: bf16, fp8mix low/high, actq, GNMR             (60 s)
+#   and, only when named (not in the default run):
+#     attention-bench  flash vs v1 attention, forward / backward TFLOP/s and memory at
+#                 T = 1024, 2048, 4096, hd 128 (bin/bench_gpu_attention)               (60 s)
 # e2e and bench need a gnmr built with the CUDA backend.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +33,8 @@ while (($#)); do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
-    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
-    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench) stages+=("$1"); shift ;;
+    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench) stages+=("$1"); shift ;;
     *) echo "gpu_check.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -110,6 +113,8 @@ stage_memcheck() {
       # slower) one run of fp8mix, the recipe with the most kernels, is the budget.
       local filter=()
       [ "$(basename "$t")" = test_gpu_training ] && filter=(--gtest_filter='*MatchesTheCpuBackend*/fp8mix')
+      # The flash kernels at T = 1000 are plain SIMT: the short sequences cover every code path.
+      [ "$(basename "$t")" = test_gpu_flash_attention ] && filter=(--gtest_filter='-*LongSequence*:*SameBits*')
       compute-sanitizer --tool "$tool" --error-exitcode 99 "$t" "${filter[@]}" >>"$logs/memcheck.log" 2>&1 \
         || { errors=$((errors + 1)); note "$tool: $(basename "$t") reported errors"; }
     done
@@ -202,7 +207,23 @@ stage_bench() {
   if ((failed)); then status=FAIL why="$lines(bench.log)"; else status=PASS why="$lines"; fi
 }
 
-declare -A timeout_s=([preflight]=30 [gemm-sweep]=60 [gpu-tests]=90 [e2e]=90 [memcheck]=90 [bench]=60)
+# Attention speed, flash next to v1 (forward and backward TFLOP/s, memory), one JSON line per
+# kernel and T in attention-bench.log. Not in the default stages (they fill the 7 minutes):
+# run it as `gpu_check.sh attention-bench`.
+stage_attention_bench() {
+  have_gpu || { status=SKIP why="no GPU"; return; }
+  [ -x "$bundle/bin/bench_gpu_attention" ] || { status=FAIL why="the bundle has no bin/bench_gpu_attention"; return; }
+  if "$bundle/bin/bench_gpu_attention" >"$logs/attention-bench.json" 2>>"$logs/attention-bench.log"; then
+    cat "$logs/attention-bench.json" >>"$logs/attention-bench.log"
+    status=PASS why="$(python3 -c 'import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print("; ".join(f"{r[\"kernel\"]} T={r[\"T\"]} fwd {r[\"forward_tflops\"]} bwd {r[\"backward_tflops\"]} TFLOP/s {r[\"memory_mib\"]} MiB" for r in rows))' "$logs/attention-bench.json")"
+  else
+    status=FAIL why="bench_gpu_attention failed (attention-bench.log)"
+  fi
+}
+
+declare -A timeout_s=([preflight]=30 [gemm-sweep]=60 [gpu-tests]=90 [e2e]=90 [memcheck]=90 [bench]=60 [attention-bench]=60)
 for stage in "${stages[@]}"; do
   : >"$logs/$stage.log"
   start=$(date +%s)

@@ -227,6 +227,11 @@ void validate(const RunConfig& c) {
   require_one_of("log.level", c.log.level,
                  {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
+  require_one_of("model.attention", m.attention, {"auto", "flash", "materialized"});
+  require(m.attention != "flash" || c.backend == "cuda", "model.attention",
+          "is \"flash\", which runs only on backend=cuda (the cpu backend's attention is "
+          "materialized); "
+          "use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
 }
 
@@ -295,6 +300,7 @@ RunConfig run_config_from_json(const json& resolved) {
     read_value(m, "model.norm_eps", c.model.norm_eps);
     read_value(m, "model.rope_theta", c.model.rope_theta);
     read_value(m, "model.init_std", c.model.init_std);
+    read_value(m, "model.attention", c.model.attention);
     const json& d = full["data"];
     read_value(d, "data.train", c.data.train);
     read_value(d, "data.val", c.data.val);

@@ -21,7 +21,8 @@ nlohmann::json make_defaults() {
       "max_seq_len": 256,
       "norm_eps": 1e-5,
       "rope_theta": 10000.0,
-      "init_std": 0.02
+      "init_std": 0.02,
+      "attention": "auto"
     },
     "data": {
       "train": "",

@@ -35,6 +35,7 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
     const LaunchEnv launch = read_launch_env();
     options.device = launch.local_rank > 0 ? launch.local_rank : 0;
     options.poison = poison_from_env();
+    options.attention = parse_cuda_attention(config.model.attention);
     std::unique_ptr<Backend> backend = make_cuda_backend(options);
     backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
     return backend;

@@ -11,8 +11,9 @@ namespace gnmr {
 
 // config.backend "cpu": the CPU backend on train.threads threads (0 = all cores), its GEMMs at
 // train.gemm_precision. "cuda": the CUDA backend on the local rank's GPU (GNMR_POISON=1:
-// its NaN-poison debug mode); Error(Runtime) with the reason where no GPU is usable, and
-// Error(NotBuilt) in a build without CUDA. Anything else: Error(Config) naming the key.
+// its NaN-poison debug mode; model.attention picks its attention kernel); Error(Runtime) with the
+// reason where no GPU is usable, and Error(NotBuilt) in a build without CUDA. Anything else:
+// Error(Config) naming the key.
 std::unique_ptr<Backend> make_backend(const RunConfig& config);
 
 }  // namespace gnmr

@@ -199,3 +199,15 @@ TEST(ConfigErrors, NumberTooLargeForADoubleIsInvalidJson) {
   expect_config_error(write_config(dir, "a.json", R"({"train": {"lr": 0.00141e3007360}})"), {},
                       "a.json: invalid JSON");
 }
+
+TEST(ConfigLoad, ModelAttentionDefaultsToAutoAndFlashNeedsTheCudaBackend) {
+  std::string dir = gnmr_test::scratch_dir("config_attention");
+  const std::string path = write_config(dir, "a.json", "{}");
+  EXPECT_EQ(load_run_config(path, {}).model.attention, "auto");
+  EXPECT_EQ(load_run_config(path, {"model.attention=materialized"}).model.attention,
+            "materialized");
+  EXPECT_EQ(load_run_config(path, {"backend=cuda", "model.attention=flash"}).model.attention,
+            "flash");
+  expect_config_error(path, {"model.attention=flash"}, "runs only on backend=cuda");
+  expect_config_error(path, {"model.attention=fused"}, "\"model.attention\" is \"fused\"");
+}

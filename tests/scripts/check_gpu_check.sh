@@ -23,6 +23,9 @@ echo "$out" | grep -q "no GPU" || fail "no 'no GPU' reason: $out"
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight bench 2>&1)
 [ "$(echo "$out" | grep -Ec '^(preflight|bench) ')" = 2 ] || fail "stage selection: $out"
 echo "$out" | grep -Eq '^gpu-tests ' && fail "an unselected stage ran: $out"
+echo "$out" | grep -Eq '^attention-bench ' && fail "attention-bench ran unasked: $out"
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" attention-bench 2>&1)
+echo "$out" | grep -Eq '^attention-bench +SKIP' || fail "attention-bench is not SKIP: $out"
 
 bash "$script" --bundle "$work/bundle" no-such-stage >/dev/null 2>&1
 [ $? = 2 ] || fail "an unknown stage does not exit 2"

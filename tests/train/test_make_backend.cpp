@@ -7,6 +7,7 @@
 #include "test_paths.h"
 #include "train/make_backend.h"
 #ifdef GNMR_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_probe.h"
 #endif
 
@@ -37,6 +38,32 @@ TEST(MakeBackend, CudaRunsWhereAGpuIsUsableAndElseSaysWhy) {
   gnmr_test::expect_error([] { gnmr::make_backend(tiny_config({"backend=cuda"})); },
                           gnmr::ErrorKind::Runtime,
                           {"cuda backend: ", probe.problem, "use backend=cpu"});
+}
+
+TEST(MakeBackend, ModelAttentionNamesTheCudaAttentionKernel) {
+  EXPECT_EQ(gnmr::parse_cuda_attention("auto"), gnmr::CudaAttention::Auto);
+  EXPECT_EQ(gnmr::parse_cuda_attention("flash"), gnmr::CudaAttention::Flash);
+  EXPECT_EQ(gnmr::parse_cuda_attention("materialized"), gnmr::CudaAttention::Materialized);
+  gnmr_test::expect_error([] { gnmr::parse_cuda_attention("fused"); }, gnmr::ErrorKind::Config,
+                          {"\"model.attention\" is \"fused\""});
+}
+
+// What each choice saves for a layer: flash its out [B, T, H, hd] and lse [B, H, T]; v1 the
+// probabilities [B, H, T, T]; auto flash for head dims 64 and 128 and v1 for the others.
+TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
+  if (!gnmr::probe_cuda_device(0).usable) GTEST_SKIP() << "no usable GPU";
+  const gnmr::AttentionShape hd64{2, 128, 8, 2, 64}, hd16{2, 128, 8, 2, 16};
+  const size_t flash_bytes = sizeof(float) * size_t(2 * 128 * 8 * 64 + 2 * 8 * 128);
+  const size_t probs_bytes = sizeof(float) * size_t(2 * 8 * 128 * 128);
+  auto auto_backend = gnmr::make_backend(tiny_config({"backend=cuda"}));
+  EXPECT_EQ(auto_backend->plan_attention("a", hd64)->saved_bytes(), flash_bytes);
+  EXPECT_EQ(auto_backend->plan_attention("b", hd16)->saved_bytes(), probs_bytes);
+  auto v1 = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=materialized"}));
+  EXPECT_EQ(v1->plan_attention("a", hd64)->saved_bytes(), probs_bytes);
+  auto flash = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=flash"}));
+  EXPECT_EQ(flash->plan_attention("a", hd64)->saved_bytes(), flash_bytes);
+  gnmr_test::expect_error([&] { flash->plan_attention("b", hd16); }, gnmr::ErrorKind::Config,
+                          {"head dim 16 (B=2 T=128 H=8 Hkv=2 hd=16)", "materialized"});
 }
 #else
 TEST(MakeBackend, CudaIsNotInThisBuildAndTheMessageSaysWhatToUse) {

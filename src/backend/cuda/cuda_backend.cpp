@@ -16,6 +16,7 @@
 #include "backend/cuda/device_probe.h"
 #include "backend/embedding_index.h"
 #include "backend/tensor_checks.h"
+#include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/model_ops.cuh"
 #include "kernels/quantize.cuh"
@@ -38,12 +39,36 @@ struct StagingSlot {
   cudaEvent_t done = nullptr;
 };
 
+// Either kernel's saved tensors: v1 keeps probs; flash keeps its own copy of out and lse.
 class CudaAttentionState final : public AttentionState {
  public:
-  size_t saved_bytes() const override { return probs.bytes(); }
-  Tensor probs;  // [B, H, T, T]
+  size_t saved_bytes() const override { return probs.bytes() + out.bytes() + lse.bytes(); }
+  bool flash = false;
+  Tensor probs;  // v1: [B, H, T, T]
+  Tensor out;    // flash: [B, T, H, hd]
+  Tensor lse;    // flash: [B, H, T]
   AttentionShape shape{};
 };
+
+std::string attention_shape_text(const AttentionShape& s) {
+  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
+         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
+         " hd=" + std::to_string(s.head_dim);
+}
+
+// Whether `shape` runs the flash kernels under `choice` (CudaAttention::Flash with a head dim
+// they lack is an error naming the shape).
+bool uses_flash(CudaAttention choice, const AttentionShape& shape) {
+  const bool supported = cuda::flash_attention_supports_head_dim(shape.head_dim);
+  if (choice == CudaAttention::Flash && !supported) {
+    throw Error(ErrorKind::Config, "model.attention \"flash\": head dim " +
+                                       std::to_string(shape.head_dim) + " (" +
+                                       attention_shape_text(shape) +
+                                       ") is not supported by the flash kernels (64, 128); use "
+                                       "model.attention=materialized or auto");
+  }
+  return choice != CudaAttention::Materialized && supported;
+}
 
 int64_t last_dim(const Tensor& t) {
   return matrix_cols(t);
@@ -51,7 +76,8 @@ int64_t last_dim(const Tensor& t) {
 
 class CudaBackend final : public Backend {
  public:
-  explicit CudaBackend(const CudaBackendOptions& options) : memory_(options.poison) {
+  explicit CudaBackend(const CudaBackendOptions& options)
+      : memory_(options.poison), attention_choice_(options.attention) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
       throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
@@ -281,11 +307,17 @@ class CudaBackend final : public Backend {
                                                  const AttentionShape& shape) override {
     auto state = std::make_unique<CudaAttentionState>();
     state->shape = shape;
-    state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
+    state->flash = uses_flash(attention_choice_, shape);
+    if (state->flash) {
+      state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
                             DType::F32, MemoryRole::SavedActivations);
-    attention_scratch_.reserve(
-        memory_,
-        sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(shape)));
+      state->lse = allocate(name + ".lse", {shape.batch, shape.heads, shape.seq}, DType::F32,
+                            MemoryRole::SavedActivations);
+    } else {
+      state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
+                              DType::F32, MemoryRole::SavedActivations);
+    }
+    attention_scratch_.reserve(memory_, attention_scratch_bytes(*state));
     return state;
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
@@ -293,9 +325,18 @@ class CudaBackend final : public Backend {
     const AttentionShape s = attention_shape_of(q, k);
     check_same_numel(k, v, "attention_forward");
     check_same_numel(q, out, "attention_forward");
-    const Tensor& probs = attention_probs(saved, s);
-    attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(probs), s,
-                        stream_);
+    const CudaAttentionState& state = attention_state(saved, s);
+    if (state.flash) {
+      cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
+                                    f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
+                                    s.head_dim, stream_);
+      // The backward reads the state's out: the caller may overwrite its own.
+      GNMR_CUDA_CHECK(cudaMemcpyAsync(state.out.data, out.data, out.bytes(),
+                                      cudaMemcpyDeviceToDevice, stream_));
+      return;
+    }
+    attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.probs),
+                        s, stream_);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
@@ -305,11 +346,19 @@ class CudaBackend final : public Backend {
     check_same_numel(q, dout, "attention_backward");
     check_same_numel(k, dk, "attention_backward");
     check_same_numel(v, dv, "attention_backward");
-    const Tensor& probs = attention_probs(saved, s);
-    auto* scratch = static_cast<float*>(attention_scratch_.reserve(
-        memory_, sizeof(float) * size_t(cuda::MaterializedAttention::backward_scratch_floats(s))));
-    attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(probs), f32_data(dout),
-                         f32_data(dq), f32_data(dk), f32_data(dv), scratch, s, stream_);
+    const CudaAttentionState& state = attention_state(saved, s);
+    auto* scratch =
+        static_cast<float*>(attention_scratch_.reserve(memory_, attention_scratch_bytes(state)));
+    if (state.flash) {
+      cuda::flash_attention_backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.out),
+                                     f32_data(state.lse), f32_data(dout), f32_data(dq),
+                                     f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads,
+                                     s.kv_heads, s.head_dim, stream_);
+      return;
+    }
+    attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.probs),
+                         f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv), scratch, s,
+                         stream_);
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -463,12 +512,23 @@ class CudaBackend final : public Backend {
                    " scales, got " + packed.shape_string() + " and " + scales.shape_string());
   }
 
-  static const Tensor& attention_probs(const AttentionState& saved, const AttentionShape& s) {
+  static size_t attention_scratch_bytes(const CudaAttentionState& state) {
+    const AttentionShape& s = state.shape;
+    const int64_t floats =
+        state.flash ? cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads)
+                    : cuda::MaterializedAttention::backward_scratch_floats(s);
+    return sizeof(float) * size_t(floats);
+  }
+  static const CudaAttentionState& attention_state(const AttentionState& saved,
+                                                   const AttentionShape& s) {
     const auto* state = dynamic_cast<const CudaAttentionState*>(&saved);
     GNMR_CHECK(state != nullptr, "attention state was not planned by the cuda backend");
-    GNMR_CHECK(state->probs.numel() == s.batch * s.heads * s.seq * s.seq,
-               "attention: state planned for probs " + state->probs.shape_string());
-    return state->probs;
+    const AttentionShape& p = state->shape;
+    GNMR_CHECK(p.batch == s.batch && p.seq == s.seq && p.heads == s.heads &&
+                   p.kv_heads == s.kv_heads && p.head_dim == s.head_dim,
+               "attention: state planned for " + attention_shape_text(p) + ", called with " +
+                   attention_shape_text(s));
+    return *state;
   }
 
   static cuda::CudaProjectionState& cuda_state(ProjectionState& state) {
@@ -482,6 +542,7 @@ class CudaBackend final : public Backend {
   }
 
   DeviceMemory memory_;
+  CudaAttention attention_choice_;
   GpuTarget target_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
@@ -500,6 +561,14 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+CudaAttention parse_cuda_attention(const std::string& name) {
+  if (name == "auto") return CudaAttention::Auto;
+  if (name == "flash") return CudaAttention::Flash;
+  if (name == "materialized") return CudaAttention::Materialized;
+  throw Error(ErrorKind::Config, "config: \"model.attention\" is \"" + name +
+                                     "\", must be one of: auto, flash, materialized");
+}
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(options);

@@ -1,19 +1,30 @@
 // The CUDA backend (docs/DESIGN.md §6): Backend on one GPU. Tensors live in device memory
 // (DeviceMemory, fp32 / i32 / f64 as the seam says); every op is queued on one stream; the
-// projections run on cuBLASLt (cuda_projection.h), attention v1 on cuBLASLt batched GEMMs
-// and a causal-softmax kernel; the rest are the kernels in kernels/, each tested against its
-// CPU twin (tests/gpu). copy_to_host and synchronize are its only waits for the device.
+// projections run on cuBLASLt (cuda_projection.h), attention on the flash kernels or v1's
+// cuBLASLt batched GEMMs and causal-softmax kernel (model.attention); the rest are the kernels in
+// kernels/, each tested against its CPU twin (tests/gpu). copy_to_host and synchronize are its only
+// waits for the device.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "backend/backend.h"
 
 namespace gnmr {
 
+// model.attention: Flash runs kernels/flash_attention.cu (out and the log-sum-exp saved),
+// Materialized the v1 attention (attention_v1.h, P [B, H, T, T] saved), Auto flash where its
+// kernels support the head dim (64, 128) and v1 elsewhere. Chosen per layer at plan_attention.
+enum class CudaAttention { Auto, Flash, Materialized };
+
+// "auto" | "flash" | "materialized", else Error(Config) naming model.attention.
+CudaAttention parse_cuda_attention(const std::string& name);
+
 struct CudaBackendOptions {
   int device = 0;       // the GPU (the local rank's)
   bool poison = false;  // GNMR_POISON=1: fill activations and scratch with NaN bytes
+  CudaAttention attention = CudaAttention::Auto;
 };
 
 // Error(Runtime) naming the problem when device `options.device` cannot run this build

@@ -1,0 +1,100 @@
+// The launch shape of the flash-attention GPU kernels (kernels/flash_attention.cu): how many
+// thread blocks each kernel runs and where its tiles lie in shared memory. Plain host + device
+// functions, so the kernel reads its offsets from here and a CPU test checks the sizes and the
+// grids for every shape without a GPU. The tiles themselves follow flash_tiling.h.
+//
+// Tiles in shared memory are row-major fp32. Rows that a warp reads across (K and V rows in
+// the score products, the score tile itself) are padded by one float, so 32 threads reading
+// the same column of 32 different rows hit 32 different banks.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/flash_tiling.h"
+
+namespace gnmr {
+
+constexpr int kFlashThreads = 256;  // threads per block of every flash kernel
+constexpr int64_t kFlashQTile = 64;
+constexpr int64_t kFlashKvTile = 64;
+
+// The tiling the GPU kernels run for a sequence of `seq` (the CPU twin is called with the
+// same one in the tests).
+GNMR_HD_INLINE FlashTiling flash_gpu_tiling(int64_t seq) {
+  return FlashTiling{seq, kFlashQTile, kFlashKvTile};
+}
+
+// Elements of a tile x head_dim register tile (the forward's output accumulator, pass 1's dK and
+// dV, pass 2's dQ) each thread owns: element e = thread + a * kFlashThreads for a below this,
+// row e / head_dim, column e % head_dim. Every element has one owner when the tile's size is a
+// multiple of kFlashThreads (head dims 64 and 128 with 64-row tiles).
+GNMR_HOST_DEVICE constexpr int64_t flash_owned_per_thread(int64_t head_dim) {
+  return kFlashQTile * head_dim / kFlashThreads;
+}
+
+// Offsets in floats of each tile in one block's dynamic shared memory, and the total. The
+// forward uses q, k, v, s and the row vectors m, l, rescale; pass 1 (dK/dV) uses q, dout, k,
+// v, s (P) and ds and the row vectors lse, delta; pass 2 (dQ) the same as pass 1.
+struct FlashSharedLayout {
+  int64_t q = 0, dout = 0, k = 0, v = 0, s = 0, ds = 0, row_a = 0, row_b = 0, row_c = 0;
+  int64_t total_floats = 0;
+  int64_t row_stride = 0;    // of q and dout tiles: head_dim
+  int64_t kv_stride = 0;     // of k and v tiles: head_dim + 1
+  int64_t score_stride = 0;  // of s and ds tiles: kv_tile + 1
+};
+
+enum class FlashKernel { Forward, BackwardKeyValue, BackwardQuery };
+
+GNMR_HD_INLINE FlashSharedLayout flash_shared_layout(FlashKernel kernel, int64_t head_dim,
+                                                     const FlashTiling& t) {
+  FlashSharedLayout l;
+  l.row_stride = head_dim;
+  l.kv_stride = head_dim + 1;
+  l.score_stride = t.kv_tile + 1;
+  const bool backward = kernel != FlashKernel::Forward;
+  int64_t at = 0;
+  l.q = at;
+  at += t.q_tile * l.row_stride;
+  if (backward) {
+    l.dout = at;
+    at += t.q_tile * l.row_stride;
+  }
+  l.k = at;
+  at += t.kv_tile * l.kv_stride;
+  l.v = at;
+  at += t.kv_tile * l.kv_stride;
+  l.s = at;
+  at += t.q_tile * l.score_stride;
+  if (backward) {
+    l.ds = at;
+    at += t.q_tile * l.score_stride;
+  }
+  l.row_a = at;
+  at += t.q_tile;
+  l.row_b = at;
+  at += t.q_tile;
+  l.row_c = at;
+  at += t.q_tile;
+  l.total_floats = at;
+  return l;
+}
+
+GNMR_HD_INLINE int64_t flash_shared_bytes(FlashKernel kernel, int64_t head_dim,
+                                          const FlashTiling& t) {
+  return flash_shared_layout(kernel, head_dim, t).total_floats * int64_t(sizeof(float));
+}
+
+// Thread blocks of each kernel: the forward and pass 2 one per (batch, head, query tile), pass 1
+// one per (batch, kv head, key tile). A 1-D grid; the caller checks it against 2^31 - 1.
+GNMR_HD_INLINE int64_t flash_grid_blocks(FlashKernel kernel, int64_t batch, int64_t heads,
+                                         int64_t kv_heads, const FlashTiling& t) {
+  if (kernel == FlashKernel::BackwardKeyValue) return batch * kv_heads * flash_kv_tiles(t);
+  return batch * heads * flash_q_tiles(t);
+}
+
+// Floats of device scratch the backward needs: delta = rowsum(dout * out), [B, H, T].
+GNMR_HD_INLINE int64_t flash_backward_scratch_floats(int64_t batch, int64_t heads, int64_t seq) {
+  return batch * heads * seq;
+}
+
+}  // namespace gnmr

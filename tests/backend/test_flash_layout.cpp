@@ -1,0 +1,75 @@
+// The flash-attention kernels' launch shape (src/backend/flash_layout.h), checked on the host:
+// the shared-memory tiles do not overlap and fit the sm_80 / sm_90 per-block limit, the padded
+// strides spread a column over 32 banks, every register-tile element has one owner, and the
+// grids have one block per tile the CPU twin (cpu/flash_attention.cpp) loops over.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "backend/flash_layout.h"
+
+namespace gnmr {
+namespace {
+
+// cudaDevAttrMaxSharedMemoryPerBlockOptin: 163 KiB on A100 (sm_80), 227 KiB on H100 / H200.
+constexpr int64_t kSm80SharedOptinBytes = 163 * 1024;
+
+TEST(FlashLayout, TilesDoNotOverlapAndFitAnSm80Block) {
+  for (int64_t hd : {64, 128}) {
+    for (FlashKernel kernel :
+         {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
+      SCOPED_TRACE(::testing::Message() << "hd " << hd << " kernel " << int(kernel));
+      const FlashTiling t = flash_gpu_tiling(1000);
+      const FlashSharedLayout l = flash_shared_layout(kernel, hd, t);
+      const bool backward = kernel != FlashKernel::Forward;
+      std::vector<std::pair<int64_t, int64_t>> regions = {{l.q, t.q_tile * l.row_stride},
+                                                          {l.k, t.kv_tile * l.kv_stride},
+                                                          {l.v, t.kv_tile * l.kv_stride},
+                                                          {l.s, t.q_tile * l.score_stride},
+                                                          {l.row_a, t.q_tile},
+                                                          {l.row_b, t.q_tile},
+                                                          {l.row_c, t.q_tile}};
+      if (backward) {
+        regions.push_back({l.dout, t.q_tile * l.row_stride});
+        regions.push_back({l.ds, t.q_tile * l.score_stride});
+      }
+      std::sort(regions.begin(), regions.end());
+      for (size_t i = 0; i + 1 < regions.size(); ++i) {
+        EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first);
+      }
+      EXPECT_LE(regions.back().first + regions.back().second, l.total_floats);
+      EXPECT_LE(flash_shared_bytes(kernel, hd, t), kSm80SharedOptinBytes);
+      // One float of padding: rows kv_stride (or score_stride) apart start one bank later.
+      EXPECT_EQ(l.kv_stride % 32, 1);
+      EXPECT_EQ(l.score_stride % 32, 1);
+    }
+  }
+}
+
+TEST(FlashLayout, EveryRegisterTileElementHasOneOwner) {
+  for (int64_t hd : {64, 128}) {
+    const int64_t owned = flash_owned_per_thread(hd);
+    std::vector<int> owners(size_t(kFlashQTile * hd), 0);
+    for (int64_t thread = 0; thread < kFlashThreads; ++thread) {
+      for (int64_t a = 0; a < owned; ++a) ++owners[size_t(thread + a * kFlashThreads)];
+    }
+    EXPECT_EQ(owned * kFlashThreads, kFlashQTile * hd);
+    EXPECT_TRUE(std::all_of(owners.begin(), owners.end(), [](int n) { return n == 1; }));
+  }
+}
+
+TEST(FlashLayout, GridsHaveOneBlockPerTileTask) {
+  for (int64_t seq : {1, 17, 63, 64, 65, 128, 1000, 4096}) {
+    const FlashTiling t = flash_gpu_tiling(seq);
+    const int64_t q_tiles = (seq + 63) / 64;
+    EXPECT_EQ(flash_grid_blocks(FlashKernel::Forward, 8, 32, 8, t), 8 * 32 * q_tiles);
+    EXPECT_EQ(flash_grid_blocks(FlashKernel::BackwardQuery, 8, 32, 8, t), 8 * 32 * q_tiles);
+    EXPECT_EQ(flash_grid_blocks(FlashKernel::BackwardKeyValue, 8, 32, 8, t), 8 * 8 * q_tiles);
+    EXPECT_EQ(flash_backward_scratch_floats(8, 32, seq), 8 * 32 * seq);
+  }
+}
+
+}  // namespace
+}  // namespace gnmr

@@ -1,0 +1,145 @@
+// Attention speed on one GPU: the flash kernels (kernels/flash_attention.cu) next to the v1
+// attention (backend/cuda/attention_v1.h), forward and backward, causal, hd 128, at T = 1024,
+// 2048 and 4096 with 16384 tokens per call (B = 16384 / T, H = Hkv = 16), and the memory each
+// keeps (saved for the backward, plus its backward scratch). Causal FLOPs are half the dense
+// ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2, arXiv
+// 2307.08691, section 4: five matmuls against two). Prints one JSON line per (kernel, T).
+// Not a test: scripts/gpu_check.sh's attention-bench stage runs it. Exit 1 without a GPU.
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <exception>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/attention_v1.h"
+#include "backend/cuda/cublaslt_descriptors.h"
+#include "kernels/attention_ops.cuh"
+#include "kernels/cuda_check.cuh"
+
+namespace {
+
+using gnmr::AttentionShape;
+using gnmr::cuda::MaterializedAttention;
+
+constexpr int kRepeats = 3;
+
+struct Buffer {
+  explicit Buffer(size_t floats) { GNMR_CUDA_CHECK(cudaMalloc(&data, floats * sizeof(float))); }
+  ~Buffer() { cudaFree(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  float* data = nullptr;
+};
+
+void fill_random(Buffer& b, size_t floats, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> host(floats);
+  for (float& x : host) x = normal(rng);
+  GNMR_CUDA_CHECK(cudaMemcpy(b.data, host.data(), floats * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// Milliseconds of one call of `run`, the mean of kRepeats calls after one warm-up.
+template <typename Run>
+double time_ms(Run run) {
+  run();
+  cudaEvent_t start, stop;
+  GNMR_CUDA_CHECK(cudaEventCreate(&start));
+  GNMR_CUDA_CHECK(cudaEventCreate(&stop));
+  GNMR_CUDA_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < kRepeats; ++i) run();
+  GNMR_CUDA_CHECK(cudaEventRecord(stop));
+  GNMR_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0;
+  GNMR_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return double(ms) / kRepeats;
+}
+
+void report(const char* kernel, const AttentionShape& s, double forward_ms, double backward_ms,
+            double memory_bytes, const char* device) {
+  const double forward_flops =
+      2.0 * 2.0 * double(s.batch * s.heads) * double(s.seq) * double(s.seq) * s.head_dim / 2.0;
+  const double backward_flops = 2.5 * forward_flops;
+  std::printf(
+      "{\"kernel\": \"%s\", \"device\": \"%s\", \"B\": %lld, \"T\": %lld, \"H\": %lld, "
+      "\"hd\": %lld, \"forward_ms\": %.3f, \"backward_ms\": %.3f, \"forward_tflops\": %.2f, "
+      "\"backward_tflops\": %.2f, \"memory_mib\": %.1f}\n",
+      kernel, device, (long long)s.batch, (long long)s.seq, (long long)s.heads,
+      (long long)s.head_dim, forward_ms, backward_ms, forward_flops / forward_ms / 1e9,
+      backward_flops / backward_ms / 1e9, memory_bytes / (1024.0 * 1024.0));
+  std::fflush(stdout);
+}
+
+void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
+           const char* device) {
+  const size_t nq = size_t(s.batch * s.seq * s.heads * s.head_dim);
+  const size_t nkv = size_t(s.batch * s.seq * s.kv_heads * s.head_dim);
+  const size_t rows = size_t(s.batch * s.heads * s.seq);
+  Buffer q(nq), k(nkv), v(nkv), out(nq), dout(nq), dq(nq), dk(nkv), dv(nkv);
+  fill_random(q, nq, 1), fill_random(k, nkv, 2), fill_random(v, nkv, 3);
+  fill_random(dout, nq, 4);
+  {
+    const size_t scratch_floats =
+        size_t(gnmr::cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+    Buffer lse(rows), scratch(scratch_floats);
+    const auto forward = [&] {
+      gnmr::cuda::flash_attention_forward(q.data, k.data, v.data, out.data, lse.data, s.batch,
+                                          s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+    };
+    const double forward_ms = time_ms(forward);
+    const double backward_ms = time_ms([&] {
+      gnmr::cuda::flash_attention_backward(q.data, k.data, v.data, out.data, lse.data, dout.data,
+                                           dq.data, dk.data, dv.data, scratch.data, s.batch, s.seq,
+                                           s.heads, s.kv_heads, s.head_dim, nullptr);
+    });
+    // Saved: the backend's copy of out and lse; scratch: delta.
+    report("flash", s, forward_ms, backward_ms,
+           double(sizeof(float)) * double(nq + rows + scratch_floats), device);
+  }
+  {
+    const size_t probs_floats = rows * size_t(s.seq);
+    const size_t scratch_floats = size_t(MaterializedAttention::backward_scratch_floats(s));
+    Buffer probs(probs_floats), scratch(scratch_floats);
+    MaterializedAttention v1(lt, workspace, workspace_bytes);
+    const double forward_ms =
+        time_ms([&] { v1.forward(q.data, k.data, v.data, out.data, probs.data, s, nullptr); });
+    const double backward_ms = time_ms([&] {
+      v1.backward(q.data, k.data, v.data, probs.data, dout.data, dq.data, dk.data, dv.data,
+                  scratch.data, s, nullptr);
+    });
+    report("materialized", s, forward_ms, backward_ms,
+           double(sizeof(float)) * double(probs_floats + scratch_floats), device);
+  }
+}
+
+}  // namespace
+
+int main() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "bench_gpu_attention: no CUDA device visible\n");
+    return 1;
+  }
+  try {
+    cudaDeviceProp prop{};
+    GNMR_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    cublasLtHandle_t lt = nullptr;
+    GNMR_CUBLASLT_CHECK(cublasLtCreate(&lt), "bench handle");
+    const size_t workspace_bytes = size_t{32} << 20;
+    void* workspace = nullptr;
+    GNMR_CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
+    for (int64_t t : {1024, 2048, 4096}) {
+      bench(AttentionShape{16384 / t, t, 16, 16, 128}, lt, workspace, workspace_bytes, prop.name);
+    }
+    cudaFree(workspace);
+    cublasLtDestroy(lt);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_gpu_attention: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

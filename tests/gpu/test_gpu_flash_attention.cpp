@@ -1,0 +1,241 @@
+// The flash-attention kernels (kernels/flash_attention.cu) against their CPU twin
+// cpu::flash_attention_forward / backward (src/backend/cpu/flash_attention.cpp, run on the same
+// 64 x 64 tiling) and against the materialised CPU attention cpu::attention_forward /
+// attention_backward<float>: out, lse, dq, dk, dv for T in {1, 17, 128, 1000} (1000 ends in a
+// partial tile of 40 rows), GQA (H = 8, Hkv = 2) and H = Hkv, hd 64 and 128; bit determinism
+// over two runs; outputs poisoned with NaN before the call fully overwritten; an unsupported
+// head dim refused with the shape in the message. Skip without a GPU (except the refusal,
+// which is decided on the host).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/flash_attention.h"
+#include "backend/cpu/ops.h"
+#include "backend/flash_layout.h"
+#include "gpu_test_util.h"
+#include "kernels/attention_ops.cuh"
+#include "kernels/cuda_check.cuh"
+#include "util/error.h"
+
+namespace gnmr::cuda {
+namespace {
+
+using gnmr_test::DeviceBuffer;
+
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32: 2^-24
+constexpr int kCpuThreads = 8;
+
+std::vector<float> random_normal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// Every byte 0xFF: a NaN in fp32, so an element the kernel skips is visible afterwards.
+void poison(DeviceBuffer<float>& buf, size_t count) {
+  GNMR_CUDA_CHECK(cudaMemset(buf.get(), 0xFF, std::max<size_t>(1, count) * sizeof(float)));
+}
+
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double(got[i]) - double(want[i]);
+    num += d * d;
+    den += double(want[i]) * want[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+size_t count_non_finite(const std::vector<float>& x) {
+  return size_t(std::count_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); }));
+}
+
+std::string shape_name(const AttentionShape& s) {
+  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
+         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
+         " hd=" + std::to_string(s.head_dim);
+}
+
+struct Inputs {
+  std::vector<float> q, k, v, dout;
+  explicit Inputs(const AttentionShape& s) {
+    const size_t nq = size_t(s.batch * s.seq * s.heads * s.head_dim);
+    const size_t nkv = size_t(s.batch * s.seq * s.kv_heads * s.head_dim);
+    q = random_normal(nq, 31), k = random_normal(nkv, 32), v = random_normal(nkv, 33);
+    dout = random_normal(nq, 34);
+    // A spread of scores (|q.k| / sqrt(hd) up to ~6) that makes the running max move across
+    // key tiles, so the online rescaling is exercised.
+    for (float& x : q) x *= 2.0f;
+  }
+};
+
+struct Result {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+Result run_gpu(const Inputs& in, const AttentionShape& s) {
+  const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
+  const size_t scratch_floats =
+      size_t(flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
+  DeviceBuffer<float> out(nq), lse(nrows), dq(nq), dk(nkv), dv(nkv), scratch(scratch_floats);
+  poison(out, nq), poison(lse, nrows), poison(dq, nq), poison(dk, nkv), poison(dv, nkv);
+  poison(scratch, scratch_floats);
+  flash_attention_forward(q.get(), k.get(), v.get(), out.get(), lse.get(), s.batch, s.seq, s.heads,
+                          s.kv_heads, s.head_dim, nullptr);
+  flash_attention_backward(q.get(), k.get(), v.get(), out.get(), lse.get(), dout.get(), dq.get(),
+                           dk.get(), dv.get(), scratch.get(), s.batch, s.seq, s.heads, s.kv_heads,
+                           s.head_dim, nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  return {out.to_host(), lse.to_host(), dq.to_host(), dk.to_host(), dv.to_host()};
+}
+
+Result run_cpu_twin(const Inputs& in, const AttentionShape& s) {
+  Result r;
+  r.out.resize(in.q.size()), r.dq.resize(in.q.size());
+  r.dk.resize(in.k.size()), r.dv.resize(in.k.size());
+  r.lse.resize(size_t(s.batch * s.heads * s.seq));
+  const FlashTiling tiles = flash_gpu_tiling(s.seq);
+  cpu::flash_attention_forward(in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data(), s,
+                               tiles, kCpuThreads);
+  cpu::flash_attention_backward(in.q.data(), in.k.data(), in.v.data(), r.out.data(), r.lse.data(),
+                                in.dout.data(), r.dq.data(), r.dk.data(), r.dv.data(), s, tiles,
+                                kCpuThreads);
+  return r;
+}
+
+Result run_cpu_materialized(const Inputs& in, const AttentionShape& s) {
+  Result r;
+  r.out.resize(in.q.size()), r.dq.resize(in.q.size());
+  r.dk.resize(in.k.size()), r.dv.resize(in.k.size());
+  std::vector<float> probs(size_t(s.batch * s.heads * s.seq * s.seq));
+  cpu::attention_forward<float>(in.q.data(), in.k.data(), in.v.data(), r.out.data(), probs.data(),
+                                s, kCpuThreads);
+  std::vector<float> workspace(size_t(cpu::attention_backward_workspace(s, kCpuThreads)));
+  cpu::attention_backward<float>(in.q.data(), in.k.data(), in.v.data(), probs.data(),
+                                 in.dout.data(), r.dq.data(), r.dk.data(), r.dv.data(), s,
+                                 workspace.data(), kCpuThreads);
+  return r;
+}
+
+// GQA (H = 8, Hkv = 2) and H = Hkv for each T and head dim.
+std::vector<AttentionShape> shapes_for(std::initializer_list<int64_t> seqs, int64_t batch) {
+  std::vector<AttentionShape> all;
+  for (int64_t t : seqs) {
+    for (int64_t hd : {64, 128}) {
+      all.push_back({batch, t, 8, 2, hd});
+      all.push_back({batch, t, 4, 4, hd});
+    }
+  }
+  return all;
+}
+
+// Worst-case fp32 bound on the relative (Frobenius) difference of two computations of the
+// forward over the same inputs: an inner product of length K in fp32 is off by at most
+// ~K u |a||b| in any summation order and with any few-ulp exp (u = 2^-24), so two of them
+// differ by at most 2 K u in the norm; K is at most max(T, hd) (scores over hd, P v over T).
+// The backward chains dP (hd terms), the softmax backward and dq / dk / dv (T terms; dk and dv
+// over every head of the GQA group, T * H / Hkv terms), so it gets 3x that bound with K the
+// longest of these sums. Against the twin the
+// order of every sum is the same and only CUDA's expf / logf (<= 2 ulp, CUDA Programming Guide
+// appendix "Mathematical Functions") round differently, so the real difference is far below
+// the bound; against the materialised attention the orders differ too. An index, mask or
+// tile error changes whole rows by O(1) relative, far above the bound.
+double forward_tolerance(const AttentionShape& s) {
+  return 2.0 * double(std::max(s.seq, s.head_dim)) * kUnitRoundoff;
+}
+double backward_tolerance(const AttentionShape& s) {
+  const int64_t longest_sum = std::max(s.seq * (s.heads / s.kv_heads), s.head_dim);
+  return 3.0 * 2.0 * double(longest_sum) * kUnitRoundoff;
+}
+
+void expect_matches_the_cpu(const std::vector<AttentionShape>& all) {
+  for (const AttentionShape& s : all) {
+    SCOPED_TRACE(shape_name(s));
+    const Inputs in(s);
+    const Result gpu = run_gpu(in, s);
+    // Poisoned with NaN before the call: any element left unwritten is still NaN.
+    for (const auto* x : {&gpu.out, &gpu.lse, &gpu.dq, &gpu.dk, &gpu.dv}) {
+      ASSERT_EQ(count_non_finite(*x), 0u);
+    }
+    const double forward_tol = forward_tolerance(s), backward_tol = backward_tolerance(s);
+    const Result twin = run_cpu_twin(in, s);
+    EXPECT_LE(relative_error(gpu.out, twin.out), forward_tol) << "out vs twin";
+    EXPECT_LE(relative_error(gpu.dq, twin.dq), backward_tol) << "dq vs twin";
+    EXPECT_LE(relative_error(gpu.dk, twin.dk), backward_tol) << "dk vs twin";
+    EXPECT_LE(relative_error(gpu.dv, twin.dv), backward_tol) << "dv vs twin";
+    // lse = m + log(l): l is a sum of at most T exps (relative error <= 2 T u between two
+    // computations, hence that much absolute in its log), m + log(l) adds a rounding of each
+    // side's |lse| and logf's own 2 ulp.
+    for (size_t r = 0; r < gpu.lse.size(); ++r) {
+      const double bound = 2.0 * double(s.seq) * kUnitRoundoff +
+                           8.0 * kUnitRoundoff * std::abs(double(twin.lse[r])) + 1e-30;
+      ASSERT_NEAR(gpu.lse[r], twin.lse[r], bound) << "lse row " << r;
+    }
+    const Result materialized = run_cpu_materialized(in, s);
+    EXPECT_LE(relative_error(gpu.out, materialized.out), forward_tol) << "out vs materialized";
+    EXPECT_LE(relative_error(gpu.dq, materialized.dq), backward_tol) << "dq vs materialized";
+    EXPECT_LE(relative_error(gpu.dk, materialized.dk), backward_tol) << "dk vs materialized";
+    EXPECT_LE(relative_error(gpu.dv, materialized.dv), backward_tol) << "dv vs materialized";
+  }
+}
+
+TEST(GpuFlashAttention, MatchesTheCpuTwinAndTheMaterializedAttentionAndOverwritesEveryOutput) {
+  SKIP_WITHOUT_GPU();
+  expect_matches_the_cpu(shapes_for({1, 17, 128}, 2));
+}
+
+// 1000 = 15 full tiles and one of 40 rows; B = 1 keeps the CPU references to seconds.
+TEST(GpuFlashAttention, MatchesTheCpuAtALongSequenceWithAPartialLastTile) {
+  SKIP_WITHOUT_GPU();
+  expect_matches_the_cpu(shapes_for({1000}, 1));
+}
+
+TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
+  SKIP_WITHOUT_GPU();
+  for (const AttentionShape& s :
+       {AttentionShape{2, 200, 8, 2, 64}, AttentionShape{1, 1000, 8, 2, 128}}) {
+    SCOPED_TRACE(shape_name(s));
+    const Inputs in(s);
+    const Result first = run_gpu(in, s);
+    const Result second = run_gpu(in, s);
+    const std::vector<const std::vector<float>*> a = {&first.out, &first.lse, &first.dq, &first.dk,
+                                                      &first.dv};
+    const std::vector<const std::vector<float>*> b = {&second.out, &second.lse, &second.dq,
+                                                      &second.dk, &second.dv};
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_EQ(a[i]->size(), b[i]->size());
+      EXPECT_EQ(std::memcmp(a[i]->data(), b[i]->data(), a[i]->size() * sizeof(float)), 0)
+          << "output " << i << " (out, lse, dq, dk, dv)";
+    }
+  }
+}
+
+// Decided on the host before any launch, so it runs without a GPU too.
+TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
+  EXPECT_FALSE(flash_attention_supports_head_dim(96));
+  EXPECT_TRUE(flash_attention_supports_head_dim(64));
+  EXPECT_TRUE(flash_attention_supports_head_dim(128));
+  try {
+    flash_attention_forward(nullptr, nullptr, nullptr, nullptr, nullptr, 2, 17, 8, 2, 96, nullptr);
+    FAIL() << "head dim 96 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Config);
+    EXPECT_NE(std::string(e.what()).find("head_dim 96 (B=2 T=17 H=8 Hkv=2 hd=96)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gnmr::cuda
