@@ -4,7 +4,8 @@
 # machine). The bundle holds:
 #   bin/gnmr               the gnmr binary, CUDA code for sm_80 and sm_90a, built without MPI
 #   bin/bench_gpu_attention  flash vs v1 attention speed (gpu_check.sh attention-bench)
-#   tests/test_gpu_*       the `gpu`-labelled test binaries (each CUDA kernel vs its CPU twin)
+#   tests/test_gpu         the `gpu`-labelled tests (each CUDA kernel vs its CPU twin, the backend
+#                          end to end vs the CPU backend), one binary
 #   lib/                   every shared library they need that is neither glibc nor CUDA
 #                          (OpenBLAS, gfortran, sentencepiece, spdlog, fmt, gomp, zlib, the C++
 #                          runtime); the binaries find it through RPATH $ORIGIN/../lib
@@ -35,7 +36,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF 
   || { cat "$build.configure.log" >&2; exit 1; }
 grep -q "GNMR_HAVE_CUDA:INTERNAL=ON\|CMAKE_CUDA_COMPILER:" "$build/CMakeCache.txt" \
   || { echo "gpu_bundle.sh: cmake did not enable CUDA" >&2; exit 1; }
-mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu_[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2)
+mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2)
 cmake --build "$build" -j "$(nproc)" --target gnmr bench_gpu_attention "${gpu_tests[@]}"
 
 rm -rf "$out"
