@@ -8,8 +8,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backend/cpu/ops.h"
 #include "backend/cpu/cpu_features.h"
+#include "backend/cpu/ops.h"
 #include "backend/cpu/projection.h"
 #include "backend/tensor_checks.h"
 #include "util/error.h"
