@@ -1,12 +1,14 @@
 // What every gpu test needs: whether a device is visible (the tests skip without one), a
-// device copy of a host vector freed on scope exit, and a bitwise comparison.
+// device copy of a host vector freed on scope exit, random inputs, and NaN poisoning.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "kernels/cuda_check.cuh"
@@ -45,5 +47,19 @@ class DeviceBuffer {
   T* data_ = nullptr;
   size_t count_;
 };
+
+// n standard-normal floats (never all zeros), reproducible from `seed`.
+inline std::vector<float> random_normal(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+// Every byte 0xFF: a NaN in fp32, so an element an op skips is visible afterwards.
+inline void poison(DeviceBuffer<float>& buf, size_t count) {
+  GNMR_CUDA_CHECK(cudaMemset(buf.get(), 0xFF, std::max<size_t>(1, count) * sizeof(float)));
+}
 
 }  // namespace gnmr_test

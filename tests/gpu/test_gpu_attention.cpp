@@ -30,18 +30,8 @@ using gnmr_test::DeviceBuffer;
 
 constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32: 2^-24
 
-std::vector<float> random_normal(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
-// Every byte 0xFF: a NaN in fp32, so an element the op skips is visible afterwards.
-void poison(DeviceBuffer<float>& buf, size_t count) {
-  GNMR_CUDA_CHECK(cudaMemset(buf.get(), 0xFF, std::max<size_t>(1, count) * sizeof(float)));
-}
+using gnmr_test::poison;
+using gnmr_test::random_normal;
 
 double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
   double num = 0, den = 0;

@@ -21,11 +21,7 @@ namespace {
 using gnmr_test::DeviceBuffer;
 
 std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = normal(rng);
-  return x;
+  return gnmr_test::random_normal(n, seed);
 }
 
 void expect_same_bits(const std::vector<float>& gpu, const std::vector<float>& cpu,
