@@ -38,6 +38,14 @@ class Communicator {
   // values[0..count) = sum over ranks, in place, host doubles (loss sums, token counts).
   // Bit-identical on every rank, as above.
   virtual void allreduce_sum(double* values, size_t count) = 0;
+  // ZeRO-1 (docs/DESIGN.md §7). tensor: host F32 [world_size * shard], shard r = elements
+  // [r * shard, (r + 1) * shard). reduce_scatter_sum: this rank's shard becomes the sum over
+  // ranks of their copies of it, added in rank order ((x_0 + x_1) + x_2) + ..., so the result
+  // is deterministic and, rank order being fixed, the same for every launch of that world size
+  // (the other shards are left unspecified). all_gather: every rank's shard r becomes rank r's
+  // shard (a copy, exact).
+  virtual void reduce_scatter_sum(Tensor& tensor) = 0;
+  virtual void all_gather(Tensor& tensor) = 0;
   // Copies `bytes` bytes of host memory from rank `root` to every other rank.
   virtual void broadcast(void* host_bytes, size_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -14,6 +14,8 @@ class LocalCommunicator final : public Communicator {
 
   void allreduce_sum(Tensor& tensor) override;
   void allreduce_sum(double* values, size_t count) override {}
+  void reduce_scatter_sum(Tensor& tensor) override;  // one shard: already its own sum
+  void all_gather(Tensor& tensor) override;
   void broadcast(void* host_bytes, size_t bytes, int root) override;
   void barrier() override {}
   bool all_agree(uint64_t value) override { return true; }

@@ -88,6 +88,67 @@ void MpiCommunicator::allreduce_sum(double* values, size_t count) {
   sum_in_place(values, count, MPI_DOUBLE, sizeof(double));
 }
 
+namespace {
+
+// The shard tensor of reduce_scatter_sum / all_gather: F32, split evenly over the ranks.
+size_t shard_elements(const Tensor& tensor, int world_size, const char* op) {
+  GNMR_CHECK(tensor.dtype == DType::F32,
+             std::string(op) + " takes F32 tensors, got " + dtype_name(tensor.dtype));
+  const auto count = static_cast<size_t>(tensor.numel());
+  GNMR_CHECK(count % size_t(world_size) == 0,
+             std::string(op) + ": " + tensor.shape_string() + " does not split into " +
+                 std::to_string(world_size) + " equal shards (pad it, train/zero_shards.h)");
+  GNMR_CHECK(count == 0 || tensor.data != nullptr, std::string(op) + " of an unallocated tensor");
+  return count / size_t(world_size);
+}
+
+// reduce_scatter_sum packs at most this many floats per call into each scratch buffer.
+constexpr size_t kReduceScatterScratchElements = size_t{1} << 20;
+
+}  // namespace
+
+// Why not MPI_Reduce_scatter_block: like MPI_Allreduce, it leaves the order of the additions
+// to the library. Here each rank receives every rank's copy of its own shard (MPI_Alltoall
+// of packed blocks, a chunk of the shard at a time) and adds them itself in rank order, so the
+// sum is fixed by the world size alone. For two ranks it equals the plain path's reduce (fp32
+// addition is commutative); for three or more it may differ from it in the last bit.
+void MpiCommunicator::reduce_scatter_sum(Tensor& tensor) {
+  const size_t shard = shard_elements(tensor, world_size_, "reduce_scatter_sum");
+  if (shard == 0) return;
+  auto* data = static_cast<float*>(tensor.data);
+  float* own = data + size_t(rank_) * shard;
+  const size_t world = size_t(world_size_);
+  const size_t per_call = std::min(max_elements_per_call_, kReduceScatterScratchElements);
+  const size_t chunk = std::max<size_t>(1, per_call / world);
+  send_scratch_.resize(world * std::min(chunk, shard));
+  receive_scratch_.resize(send_scratch_.size());
+  for (size_t first = 0; first < shard; first += chunk) {
+    const size_t n = std::min(chunk, shard - first);
+    for (size_t r = 0; r < world; ++r) {
+      std::copy(data + r * shard + first, data + r * shard + first + n,
+                send_scratch_.data() + r * n);
+    }
+    GNMR_MPI_CHECK(MPI_Alltoall(send_scratch_.data(), int(n), MPI_FLOAT, receive_scratch_.data(),
+                                int(n), MPI_FLOAT, comm_),
+                   kCollectiveHint);
+    for (size_t i = 0; i < n; ++i) {
+      float sum = receive_scratch_[i];
+      for (size_t r = 1; r < world; ++r) sum += receive_scratch_[r * n + i];
+      own[first + i] = sum;
+    }
+  }
+}
+
+// One broadcast per rank (each chunked like broadcast()): the same traffic as MPI_Allgather,
+// and a copy is exact whatever the library does.
+void MpiCommunicator::all_gather(Tensor& tensor) {
+  const size_t shard = shard_elements(tensor, world_size_, "all_gather");
+  auto* data = static_cast<float*>(tensor.data);
+  for (int r = 0; r < world_size_; ++r) {
+    broadcast(data + size_t(r) * shard, shard * sizeof(float), r);
+  }
+}
+
 void MpiCommunicator::broadcast(void* host_bytes, size_t bytes, int root) {
   GNMR_CHECK(root >= 0 && root < world_size_, "broadcast root " + std::to_string(root) +
                                                   " is not a rank of a world of " +

@@ -6,6 +6,8 @@
 
 #include <mpi.h>
 
+#include <vector>
+
 #include "dist/communicator.h"
 
 namespace gnmr {
@@ -30,6 +32,8 @@ class MpiCommunicator final : public Communicator {
   // tensor.data must be host memory (cpu backend).
   void allreduce_sum(Tensor& tensor) override;
   void allreduce_sum(double* values, size_t count) override;
+  void reduce_scatter_sum(Tensor& tensor) override;
+  void all_gather(Tensor& tensor) override;
   void broadcast(void* host_bytes, size_t bytes, int root) override;
   void barrier() override;
   bool all_agree(uint64_t value) override;
@@ -45,6 +49,7 @@ class MpiCommunicator final : public Communicator {
   int world_size_ = 1;
   int local_rank_ = 0;
   size_t max_elements_per_call_;
+  std::vector<float> send_scratch_, receive_scratch_;  // reduce_scatter_sum's packed blocks
 };
 
 }  // namespace gnmr

@@ -35,6 +35,18 @@ ErrorKind kind_of_error(const std::string& kind, const LaunchEnv& env) {
   return ErrorKind::Runtime;
 }
 
+TEST(LocalCommunicator, ShardCollectivesLeaveTheOneShardAsItIs) {
+  LocalCommunicator comm;
+  std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  Tensor t = host_tensor(values);
+  comm.reduce_scatter_sum(t);
+  comm.all_gather(t);
+  EXPECT_EQ(values, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  t.dtype = DType::BF16;
+  EXPECT_THROW(comm.reduce_scatter_sum(t), Error);
+  EXPECT_THROW(comm.all_gather(t), Error);
+}
+
 TEST(LocalCommunicator, IsAWorldOfOne) {
   LocalCommunicator comm;
   EXPECT_EQ(comm.name(), "local");

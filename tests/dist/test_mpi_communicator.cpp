@@ -1,4 +1,5 @@
-// MpiCommunicator across the ranks of `mpirun -np 2` (any world of two or more works).
+// MpiCommunicator across the ranks of `mpirun -np 2` and `-np 3` (any world of two or more
+// works).
 // Every test is a collective sequence: each rank runs the same calls in the same order, and
 // checks use EXPECT (not ASSERT) between collectives so a failure cannot desynchronize ranks.
 #include <gtest/gtest.h>
@@ -151,6 +152,67 @@ TEST_F(MpiCommunicatorTest, RejectsNonF32TensorsBeforeCommunicating) {
   t.dtype = DType::I32;
   EXPECT_THROW(world().allreduce_sum(t), Error);
   world().barrier();  // still in step: the check threw before any collective
+}
+
+// ZeRO-1's collectives (communicator.h). The expected sum is computed here in the documented
+// order, rank 0 first, so equality is exact for any world size (run with 2 and 3 ranks).
+TEST_F(MpiCommunicatorTest, ReduceScatterGivesEachRankTheRankOrderSumOfItsShard) {
+  const size_t shard = 1001;  // odd, so no power-of-two segmenting hides a wrong offset
+  const size_t n = shard * size_t(world_size());
+  for (size_t max_per_call : {MpiCommunicator::kDefaultMaxElementsPerCall, size_t{7}}) {
+    MpiCommunicator comm(max_per_call);  // 7: chunks of 7 / world elements, last one short
+    std::vector<float> values(n);
+    for (size_t i = 0; i < n; ++i) values[i] = rank_value(rank(), i);
+    Tensor t = host_tensor(values);
+    comm.reduce_scatter_sum(t);
+    for (size_t i = 0; i < shard; ++i) {
+      const size_t flat = size_t(rank()) * shard + i;
+      float expected = rank_value(0, flat);
+      for (int r = 1; r < world_size(); ++r) expected += rank_value(r, flat);
+      EXPECT_EQ(values[flat], expected) << "element " << i << ", max per call " << max_per_call;
+    }
+  }
+}
+
+TEST_F(MpiCommunicatorTest, ReduceScatterOfTwoRanksEqualsTheAllreduce) {
+  // The plain path (reduce + broadcast) and ZeRO-1 then hand the update the same gradient.
+  if (world_size() != 2) GTEST_SKIP() << "three addends may be added in another order";
+  const size_t n = 2 * 513;
+  std::vector<float> scattered(n), reduced(n);
+  for (size_t i = 0; i < n; ++i) scattered[i] = reduced[i] = rank_value(rank(), i);
+  Tensor a = host_tensor(scattered), b = host_tensor(reduced);
+  world().reduce_scatter_sum(a);
+  world().allreduce_sum(b);
+  const size_t first = size_t(rank()) * n / 2;
+  for (size_t i = first; i < first + n / 2; ++i) EXPECT_EQ(scattered[i], reduced[i]) << i;
+}
+
+TEST_F(MpiCommunicatorTest, AllGatherGivesEveryRankEveryShard) {
+  const size_t shard = 777;
+  const size_t n = shard * size_t(world_size());
+  for (size_t max_per_call : {MpiCommunicator::kDefaultMaxElementsPerCall, size_t{64}}) {
+    MpiCommunicator comm(max_per_call);
+    std::vector<float> values(n, NAN);  // only this rank's shard is set
+    for (size_t i = 0; i < shard; ++i) {
+      values[size_t(rank()) * shard + i] = rank_value(rank(), i);
+    }
+    Tensor t = host_tensor(values);
+    comm.all_gather(t);
+    for (int r = 0; r < world_size(); ++r) {
+      for (size_t i = 0; i < shard; ++i) {
+        EXPECT_EQ(values[size_t(r) * shard + i], rank_value(r, i)) << "rank " << r << " " << i;
+      }
+    }
+    EXPECT_TRUE(identical_on_every_rank(values.data(), n * sizeof(float)));
+  }
+}
+
+TEST_F(MpiCommunicatorTest, ShardCollectivesRefuseATensorThatDoesNotSplitEvenly) {
+  std::vector<float> storage(size_t(world_size()) * 4 + 1);
+  Tensor t = host_tensor(storage);
+  EXPECT_THROW(world().reduce_scatter_sum(t), Error);
+  EXPECT_THROW(world().all_gather(t), Error);
+  world().barrier();  // still in step: the checks threw before any collective
 }
 
 TEST_F(MpiCommunicatorTest, BroadcastCopiesTheRootsBytes) {
