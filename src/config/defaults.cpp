@@ -62,7 +62,8 @@ nlohmann::json make_defaults() {
       "gnmr_trace": false
     },
     "dist": {
-      "communicator": "auto"
+      "communicator": "auto",
+      "zero": 0
     },
     "debug": {
       "nonfinite_grad_steps": [],

@@ -23,12 +23,17 @@ void validate(const ModelConfig& c, int micro_batch, int seq_len) {
 }  // namespace
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
-                       const PrecisionRecipe& recipe, SavedInputSharing sharing)
+                       const PrecisionRecipe& recipe, SavedInputSharing sharing,
+                       int64_t flat_elements_multiple)
     : config_(config), backend_(backend), micro_batch_(micro_batch), seq_len_(seq_len) {
   validate(config, micro_batch, seq_len);
   table_ = build_param_table(config);
-  flat_weights_ = backend_.allocate("weights", {table_.flat_size}, DType::F32, MemoryRole::Weights);
-  flat_grads_ = backend_.allocate("grads", {table_.flat_size}, DType::F32, MemoryRole::Gradients);
+  GNMR_CHECK(flat_elements_multiple >= 1,
+             "flat_elements_multiple " + std::to_string(flat_elements_multiple));
+  const int64_t flat_elements = (table_.flat_size + flat_elements_multiple - 1) /
+                                flat_elements_multiple * flat_elements_multiple;
+  flat_weights_ = backend_.allocate("weights", {flat_elements}, DType::F32, MemoryRole::Weights);
+  flat_grads_ = backend_.allocate("grads", {flat_elements}, DType::F32, MemoryRole::Gradients);
   for (ParamInfo& p : table_.params) {
     p.weight = tensor_view(flat_weights_, p.shape, p.offset);
     p.grad = tensor_view(flat_grads_, p.shape, p.offset);

@@ -27,9 +27,13 @@ class LlamaModel {
   // GemmPrecision before constructing: bf16 GEMMs then get a per-step weight cache.
   // `sharing`: whether q, k, v (gate, up) on the same deterministic saved spec keep one
   // quantized copy of their input (the default) or one each (tests compare the two).
+  // `flat_elements_multiple`: the flat weight and gradient buffers are allocated rounded up
+  // to a multiple of it (zero padding), so ZeRO-1 can cut them into equal shards
+  // (train/zero_shards.h); 1 allocates exactly ParamTable::flat_size.
   LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
              const PrecisionRecipe& recipe = PrecisionRecipe{},
-             SavedInputSharing sharing = SavedInputSharing::kShared);
+             SavedInputSharing sharing = SavedInputSharing::kShared,
+             int64_t flat_elements_multiple = 1);
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }

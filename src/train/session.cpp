@@ -89,10 +89,17 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                     std::to_string(comm_->world_size()) + " ranks)");
   }
   accumulation_steps_ = int(config.train.global_batch_tokens / tokens_per_micro_step);
-  model_ =
-      std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len, config.precision);
+  // ZeRO-1 cuts the flat buffers into equal shards, so they are padded to world × 64 elements.
+  const bool zero = config.dist.zero == 1;
+  model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len,
+                                        config.precision, SavedInputSharing::kShared,
+                                        zero ? int64_t(comm_->world_size()) * kZeroShardAlign : 1);
   model_->init_weights(config.train.seed);
-  optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
+  if (zero) {
+    zero_optimizer_ = std::make_unique<ZeroAdamW>(*backend_, *comm_, *model_, config.train);
+  } else {
+    optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
+  }
   try {
     controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers);
   } catch (const std::invalid_argument& e) {
@@ -148,6 +155,18 @@ RoutingPlan TrainingSession::with_fixed_recovery(RoutingPlan plan) const {
   return plan;
 }
 
+AdamW& TrainingSession::optimizer() {
+  GNMR_CHECK(optimizer_ != nullptr, "dist.zero=1: the optimizer is zero_optimizer()");
+  return *optimizer_;
+}
+
+size_t TrainingSession::optimizer_state_bytes() const {
+  if (zero_optimizer_) return zero_optimizer_->state_bytes();
+  size_t bytes = 0;
+  for (const auto& p : model_->params()) bytes += 2 * size_t(p.weight.bytes());
+  return bytes;
+}
+
 int64_t TrainingSession::tokens_per_step() const {
   return config_.train.global_batch_tokens;
 }
@@ -201,7 +220,11 @@ StepResult TrainingSession::run_step(int64_t step_index) {
     fill_batch(step_index, m);
     model_->forward_backward(tokens_.data(), targets_.data(), loss_scale, loss_sum_);
   }
-  if (comm_->world_size() > 1) {
+  if (zero_optimizer_) {
+    // ZeRO-1: each rank ends with the mean gradient of its own shard (zero_optimizer.h).
+    zero_optimizer_->reduce_gradients();
+    comm_->allreduce_sum(loss_sum_);
+  } else if (comm_->world_size() > 1) {
     // Data parallel: every rank ends with the mean gradient and the loss sum of the global
     // batch, bit-identical on all ranks, so every rank's controller and update agree.
     Tensor grads = model_->flat_grads();
@@ -217,11 +240,20 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   // factor and the finite flag (loss and norm) stay in backend memory for the optimizer,
   // which skips a non-finite step by itself.
   t0 = std::chrono::steady_clock::now();
-  backend_->sum_squares(grads_, grad_sum_squares_);
+  if (zero_optimizer_) {
+    zero_optimizer_->sum_squares(grad_sum_squares_);
+  } else {
+    backend_->sum_squares(grads_, grad_sum_squares_);
+  }
   backend_->global_norm_clip(grad_sum_squares_, loss_sum_, config_.train.grad_clip, grad_clip_);
   r.norms_ms = elapsed_ms(t0);
   t0 = std::chrono::steady_clock::now();
-  optimizer_->step(r.lr, grad_clip_, r.step);
+  if (zero_optimizer_) {
+    zero_optimizer_->step(r.lr, grad_clip_, r.step);
+    zero_optimizer_->gather_weights();
+  } else {
+    optimizer_->step(r.lr, grad_clip_, r.step);
+  }
   r.optimizer_ms = elapsed_ms(t0);
 
   // The step's one readback: the loss and the squared norms. The host recomputes the norm and

@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/zero_optimizer.h"
 
 namespace gnmr {
 
@@ -63,7 +64,10 @@ class TrainingSession {
   Backend& backend() { return *backend_; }
   Controller& controller() { return *controller_; }
   LlamaModel& model() { return *model_; }
-  AdamW& optimizer() { return *optimizer_; }
+  // The plain optimizer (dist.zero = 0) or the ZeRO-1 one (dist.zero = 1, else null).
+  AdamW& optimizer();
+  ZeroAdamW* zero_optimizer() { return zero_optimizer_.get(); }
+  size_t optimizer_state_bytes() const;  // this rank's AdamW moments
   TrainerState& state() { return state_; }
   const RunConfig& config() const { return config_; }
   int accumulation_steps() const { return accumulation_steps_; }
@@ -81,6 +85,7 @@ class TrainingSession {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<ZeroAdamW> zero_optimizer_;
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
   std::unique_ptr<Controller> controller_;
