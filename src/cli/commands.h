@@ -17,6 +17,7 @@ CommandAction add_eval_command(CLI::App& app);
 CommandAction add_export_command(CLI::App& app);
 CommandAction add_bench_command(CLI::App& app);
 CommandAction add_config_command(CLI::App& app);
+CommandAction add_checkpoint_command(CLI::App& app);
 CommandAction add_version_command(CLI::App& app);
 
 }  // namespace gnmr

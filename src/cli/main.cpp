@@ -36,6 +36,8 @@ int main(int argc, char** argv) {
   add("export", "Write a checkpoint as a Hugging Face LlamaForCausalLM folder",
       gnmr::add_export_command);
   add("bench", "Measure training throughput, MFU and memory for a config", gnmr::add_bench_command);
+  add("checkpoint", "Checkpoint tools (consolidate ZeRO-1 optimizer shards)",
+      gnmr::add_checkpoint_command);
   add("config", "Config tools (show the fully resolved config)", gnmr::add_config_command);
   add("version", "Print the version and build features", gnmr::add_version_command);
 

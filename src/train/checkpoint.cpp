@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
 
 #include "train/checkpoint_manifest.h"
 #include "train/safetensors.h"
+#include "train/zero_checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -54,19 +57,17 @@ void check_same_model(const json& saved, const json& current, const std::string&
   }
 }
 
-// The files of one checkpoint, written into DIR (the temporary directory).
-void write_checkpoint_files(const fs::path& dir, const RunConfig& config, Backend& backend,
-                            const LlamaModel& model, AdamW& optimizer, const TrainerState& state) {
-  const auto& params = model.params();
-  std::vector<std::vector<float>> weights = model_weights_to_host(backend, model);
-  std::vector<SafetensorsTensor> model_tensors;
-  for (size_t i = 0; i < params.size(); ++i) {
-    model_tensors.push_back({params[i].name, "F32", params[i].shape, weights[i].data()});
-  }
-  std::map<std::string, std::string> meta = {{"format", "gnmr-checkpoint"},
-                                             {"step", std::to_string(state.step)}};
-  write_safetensors((dir / "model.safetensors").string(), model_tensors, meta);
+using Metadata = std::map<std::string, std::string>;
+using OptimizerWriter = std::function<void(const fs::path& dir, const Metadata& meta)>;
 
+Metadata checkpoint_metadata(const TrainerState& state) {
+  return {{"format", "gnmr-checkpoint"}, {"step", std::to_string(state.step)}};
+}
+
+// optimizer.safetensors: every parameter's moments.
+void write_adamw_state(const fs::path& dir, const Metadata& meta, Backend& backend,
+                       const LlamaModel& model, AdamW& optimizer) {
+  const auto& params = model.params();
   std::vector<std::vector<float>> moments;
   std::vector<SafetensorsTensor> moment_tensors;
   moments.reserve(2 * params.size());
@@ -79,6 +80,21 @@ void write_checkpoint_files(const fs::path& dir, const RunConfig& config, Backen
         {"v." + params[i].name, "F32", params[i].shape, moments.back().data()});
   }
   write_safetensors((dir / "optimizer.safetensors").string(), moment_tensors, meta);
+}
+
+// The files of one checkpoint, written into DIR (the temporary directory).
+void write_checkpoint_files(const fs::path& dir, const RunConfig& config, Backend& backend,
+                            const LlamaModel& model, const OptimizerWriter& write_optimizer,
+                            const TrainerState& state) {
+  const auto& params = model.params();
+  std::vector<std::vector<float>> weights = model_weights_to_host(backend, model);
+  std::vector<SafetensorsTensor> model_tensors;
+  for (size_t i = 0; i < params.size(); ++i) {
+    model_tensors.push_back({params[i].name, "F32", params[i].shape, weights[i].data()});
+  }
+  const Metadata meta = checkpoint_metadata(state);
+  write_safetensors((dir / "model.safetensors").string(), model_tensors, meta);
+  write_optimizer(dir, meta);
 
   write_file_atomic((dir / "trainer.json").string(), trainer_state_to_json(state).dump(2) + "\n");
   write_file_atomic((dir / "controller.bin").string(), state.controller_state.data(),
@@ -103,8 +119,12 @@ std::vector<std::vector<float>> model_weights_to_host(Backend& backend, const Ll
   return out;
 }
 
-std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
-                            const LlamaModel& model, AdamW& optimizer, const TrainerState& state) {
+namespace {
+
+std::string save_checkpoint_files(const std::string& run_dir, const RunConfig& config,
+                                  Backend& backend, const LlamaModel& model,
+                                  const OptimizerWriter& write_optimizer,
+                                  const TrainerState& state) {
   fs::path root = fs::path(run_dir) / "checkpoints";
   fs::create_directories(root);
   fs::path final_dir = root / checkpoint_dir_name(state.step);
@@ -113,7 +133,7 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   fs::remove_all(tmp_dir);
   fs::create_directories(tmp_dir);
   try {
-    write_checkpoint_files(tmp_dir, config, backend, model, optimizer, state);
+    write_checkpoint_files(tmp_dir, config, backend, model, write_optimizer, state);
     write_checkpoint_manifest(tmp_dir.string());  // last: it covers every file above
     // Only a resumed run that re-reaches a saved step finds it saved: an intact old one is
     // identical by the bit-exact resume guarantee and is kept; a damaged one (skipped by
@@ -143,6 +163,33 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
   }
   spdlog::info("checkpoint {}", final_dir.string());
   return final_dir.string();
+}
+
+}  // namespace
+
+std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
+                            const LlamaModel& model, AdamW& optimizer, const TrainerState& state) {
+  return save_checkpoint_files(
+      run_dir, config, backend, model,
+      [&](const fs::path& dir, const Metadata& meta) {
+        write_adamw_state(dir, meta, backend, model, optimizer);
+      },
+      state);
+}
+
+std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
+                            const LlamaModel& model, ZeroAdamW& optimizer, Communicator& comm,
+                            const TrainerState& state) {
+  if (comm.rank() != 0) {
+    write_zero_optimizer_state(comm, backend, optimizer, "", checkpoint_metadata(state));
+    return "";
+  }
+  return save_checkpoint_files(
+      run_dir, config, backend, model,
+      [&](const fs::path& dir, const Metadata& meta) {
+        write_zero_optimizer_state(comm, backend, optimizer, dir.string(), meta);
+      },
+      state);
 }
 
 void remove_stale_checkpoint_temps(const std::string& run_dir) {
@@ -184,8 +231,11 @@ json read_checkpoint_config(const std::string& checkpoint_dir) {
   return j;
 }
 
-TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
-                             Backend& backend, LlamaModel& model, AdamW& optimizer) {
+namespace {
+
+// Weights and trainer state (shared by both optimizers); the moments are the caller's.
+TrainerState load_weights_and_state(const std::string& checkpoint_dir, const RunConfig& config,
+                                    Backend& backend, LlamaModel& model) {
   json saved_config = read_checkpoint_config(checkpoint_dir);
   if (!saved_config.contains("model")) {
     throw Error(ErrorKind::Checkpoint, checkpoint_dir + "/config.json has no model section");
@@ -197,7 +247,6 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig&
       trainer_state_from_json(read_file(trainer_path.string()), trainer_path.string());
 
   SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());
-  SafetensorsFile moments((fs::path(checkpoint_dir) / "optimizer.safetensors").string());
   const auto& params = model.params();
   std::vector<float> host;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -205,14 +254,45 @@ TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig&
     weights.read_f32(params[i].name, params[i].shape, host.data());
     Tensor w = params[i].weight;
     backend.copy_from_host(w, host.data());
+  }
+
+  std::string controller = read_file((fs::path(checkpoint_dir) / "controller.bin").string());
+  state.controller_state.assign(controller.begin(), controller.end());
+  return state;
+}
+
+}  // namespace
+
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, AdamW& optimizer) {
+  const int sharded_over = zero_checkpoint_world_size(checkpoint_dir);
+  if (sharded_over > 0) {
+    throw Error(ErrorKind::Checkpoint, zero_resume_refusal(checkpoint_dir, sharded_over, 0, 0));
+  }
+  TrainerState state = load_weights_and_state(checkpoint_dir, config, backend, model);
+  SafetensorsFile moments((fs::path(checkpoint_dir) / "optimizer.safetensors").string());
+  const auto& params = model.params();
+  std::vector<float> host;
+  for (size_t i = 0; i < params.size(); ++i) {
+    host.resize(size_t(params[i].weight.numel()));
     moments.read_f32("m." + params[i].name, params[i].shape, host.data());
     backend.copy_from_host(optimizer.first_moment(i), host.data());
     moments.read_f32("v." + params[i].name, params[i].shape, host.data());
     backend.copy_from_host(optimizer.second_moment(i), host.data());
   }
+  return state;
+}
 
-  std::string controller = read_file((fs::path(checkpoint_dir) / "controller.bin").string());
-  state.controller_state.assign(controller.begin(), controller.end());
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, ZeroAdamW& optimizer) {
+  // Before any weight is read: a world-size mismatch is refused with nothing changed.
+  const int sharded_over = zero_checkpoint_world_size(checkpoint_dir);
+  if (sharded_over > 0 && sharded_over != optimizer.layout().world_size) {
+    throw Error(ErrorKind::Checkpoint, zero_resume_refusal(checkpoint_dir, sharded_over, 1,
+                                                           optimizer.layout().world_size));
+  }
+  TrainerState state = load_weights_and_state(checkpoint_dir, config, backend, model);
+  read_zero_optimizer_state(checkpoint_dir, model.params(), backend, optimizer);
   return state;
 }
 

@@ -1,6 +1,7 @@
 // Checkpoints (docs/DESIGN.md §5): RUN_DIR/checkpoints/step_NNNNNNNN/ holding
 //   model.safetensors      fp32 master weights under Hugging Face names
-//   optimizer.safetensors  AdamW moments ("m.NAME", "v.NAME")
+//   optimizer.safetensors  AdamW moments ("m.NAME", "v.NAME"); with dist.zero=1 per-rank
+//                          shards instead (train/zero_checkpoint.h)
 //   trainer.json           step, tokens seen, non-finite counters
 //   controller.bin         GNMR controller state (opaque, versioned by the controller)
 //   config.json            the resolved run config
@@ -17,9 +18,11 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/communicator.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
 #include "train/trainer_state.h"
+#include "train/zero_optimizer.h"
 
 namespace gnmr {
 
@@ -28,6 +31,13 @@ std::string checkpoint_dir_name(int64_t step);
 // Writes the checkpoint for state.step and keeps only the newest `keep` ones.
 std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
                             const LlamaModel& model, AdamW& optimizer, const TrainerState& state);
+
+// The same for dist.zero=1 (train/zero_checkpoint.h): a collective, every rank calls it;
+// rank 0 writes the checkpoint and returns its directory, the others send their moment shards
+// and return "".
+std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
+                            const LlamaModel& model, ZeroAdamW& optimizer, Communicator& comm,
+                            const TrainerState& state);
 
 // Removes the temporary directories a failed or killed save left under RUN_DIR/checkpoints
 // (only the writing rank, rank 0, calls it).
@@ -47,8 +57,14 @@ nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 // Restores weights, moments and trainer state. The checkpoint's model section must equal
 // the current config's (a Checkpoint error names the first differing field). Callers check
 // the checkpoint first (verify_checkpoint or newest_intact_checkpoint).
+// A checkpoint with sharded (ZeRO-1) optimizer state is refused here, naming the fix.
 TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
                              Backend& backend, LlamaModel& model, AdamW& optimizer);
+// dist.zero=1: this rank's moment shard, from a sharded checkpoint of the same world size (a
+// Checkpoint error names both sizes and `gnmr checkpoint consolidate` otherwise) or from a
+// consolidated one of any world size.
+TrainerState load_checkpoint(const std::string& checkpoint_dir, const RunConfig& config,
+                             Backend& backend, LlamaModel& model, ZeroAdamW& optimizer);
 
 // Copies every parameter of the model to host fp32 buffers (one per parameter).
 std::vector<std::vector<float>> model_weights_to_host(Backend& backend, const LlamaModel& model);

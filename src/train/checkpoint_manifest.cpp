@@ -3,12 +3,14 @@
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <vector>
 
+#include "train/zero_checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -87,6 +89,26 @@ std::string file_problem(const fs::path& dir, const std::string& name, const jso
   return "";
 }
 
+// The files DIR must hold: required_checkpoint_files(), where a ZeRO-1 checkpoint's
+// optimizer state is its shard index and the shard files it lists (train/zero_checkpoint.h).
+std::vector<std::string> required_files_of(const fs::path& root) {
+  std::vector<std::string> files = required_checkpoint_files();
+  std::error_code ec;
+  if (fs::is_regular_file(root / "optimizer.safetensors", ec) ||
+      !fs::is_regular_file(root / kZeroShardsIndexName, ec)) {
+    return files;
+  }
+  files.erase(std::find(files.begin(), files.end(), "optimizer.safetensors"));
+  files.push_back(kZeroShardsIndexName);
+  json index = json::parse(read_file((root / kZeroShardsIndexName).string()), nullptr, false);
+  if (index.is_object() && index["files"].is_array()) {
+    for (const json& name : index["files"]) {
+      if (name.is_string()) files.push_back(name.get<std::string>());
+    }
+  }
+  return files;
+}
+
 }  // namespace
 
 const std::vector<std::string>& required_checkpoint_files() {
@@ -128,7 +150,8 @@ std::string checkpoint_problem(const std::string& dir) {
   const fs::path root(dir);
   std::error_code ec;
   if (!fs::is_directory(root, ec)) return "not a directory";
-  for (const std::string& name : required_checkpoint_files()) {
+  const std::vector<std::string> required = required_files_of(root);
+  for (const std::string& name : required) {
     if (!fs::is_regular_file(root / name, ec)) return name + " is missing";
   }
   if (!fs::exists(root / kManifestName, ec)) {
@@ -141,7 +164,7 @@ std::string checkpoint_problem(const std::string& dir) {
   json files;
   std::string problem = read_manifest(root / kManifestName, files);
   if (!problem.empty()) return problem;
-  for (const std::string& name : required_checkpoint_files()) {
+  for (const std::string& name : required) {
     if (!files.contains(name)) return std::string(kManifestName) + " does not list " + name;
   }
   for (auto it = files.begin(); it != files.end(); ++it) {

@@ -63,6 +63,22 @@ std::string broadcast_string(Communicator& comm, std::string text) {
 TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                         TrainingSession& session);
 
+// What the AdamW moments cost this rank (README "Distributed training"): with dist.zero=1 a
+// 1/world shard plus padding instead of a copy of everything.
+void log_optimizer_state(TrainingSession& session) {
+  const size_t bytes = session.optimizer_state_bytes();
+  if (ZeroAdamW* zero = session.zero_optimizer()) {
+    const ZeroShardLayout& layout = zero->layout();
+    spdlog::info(
+        "optimizer state: {} bytes per rank (ZeRO-1: shard of {} of {} flat elements over {} "
+        "rank(s), {} padding elements)",
+        bytes, layout.shard_elements, layout.flat_elements, layout.world_size,
+        layout.padding_elements());
+  } else {
+    spdlog::info("optimizer state: {} bytes per rank (every rank holds all moments)", bytes);
+  }
+}
+
 }  // namespace
 
 TrainSummary run_training(const RunConfig& config, const TrainOptions& options) {
@@ -99,8 +115,12 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   TrainerState& state = session.state();
   if (!resume_from.empty()) {
-    state = load_checkpoint(resume_from, config, session.backend(), session.model(),
-                            session.optimizer());
+    if (ZeroAdamW* zero = session.zero_optimizer()) {
+      state = load_checkpoint(resume_from, config, session.backend(), session.model(), *zero);
+    } else {
+      state = load_checkpoint(resume_from, config, session.backend(), session.model(),
+                              session.optimizer());
+    }
     session.restore_controller_state(resume_from);
   } else if (!options.init.empty()) {
     if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
@@ -155,6 +175,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       config.model.name, config.model.n_layers, config.model.dim, session.model().units().size(),
       train.steps, train.global_batch_tokens, session.accumulation_steps(), train.micro_batch,
       config.data.seq_len);
+
+  log_optimizer_state(session);
 
   if (!cpu) {
     // Which GEMMs run for real and which are emulated, and why (the cpu emulates them all).
@@ -263,7 +285,10 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
         }
       }
       session.save_controller_state();
-      if (writer) {
+      if (ZeroAdamW* zero = session.zero_optimizer()) {
+        save_checkpoint(options.out_dir, config, session.backend(), session.model(), *zero, comm,
+                        state);  // every rank: the shards travel to rank 0
+      } else if (writer) {
         save_checkpoint(options.out_dir, config, session.backend(), session.model(),
                         session.optimizer(), state);
       }
