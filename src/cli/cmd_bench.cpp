@@ -75,6 +75,9 @@ CommandAction add_bench_command(CLI::App& app) {
     std::printf("  peak memory     %10.1f MiB (process), %.1f MiB planned by the backend\n",
                 r["peak_mem_bytes"].get<double>() / 1048576.0,
                 r["backend_peak_bytes"].get<double>() / 1048576.0);
+    std::printf("  optimizer state %10.1f MiB per rank (dist.zero=%d, %d rank(s))\n",
+                r["optimizer_state_bytes_per_rank"].get<double>() / 1048576.0,
+                r["dist_zero"].get<int>(), r["world_size"].get<int>());
     std::printf("  backend memory  %10.1f MiB allocated, %.1f MiB at peak, by role:\n",
                 r["backend_bytes"].get<double>() / 1048576.0,
                 r["backend_peak_bytes"].get<double>() / 1048576.0);

@@ -147,6 +147,10 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"backend_bytes", memory.total()},
                  {"backend_bytes_by_role", memory_by_role},
                  {"backend_peak_bytes", session.backend().peak_allocated_bytes()},
+                 // AdamW moments on this rank: all of them, or a ZeRO-1 shard (dist.zero).
+                 {"optimizer_state_bytes_per_rank", session.optimizer_state_bytes()},
+                 {"dist_zero", config.dist.zero},
+                 {"world_size", session.comm().world_size()},
                  {"forward_backward_ms", fb_ms / n},
                  {"norms_ms", norms_ms / n},
                  {"controller_ms", controller_ms / n},

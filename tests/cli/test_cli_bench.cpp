@@ -7,6 +7,7 @@
 #include "cli_fixture.h"
 #include "config/config.h"
 #include "model/param_table.h"
+#include "train/zero_shards.h"
 
 using gnmr_test::run_gnmr;
 
@@ -49,4 +50,10 @@ TEST(CliBench, PrintsTheBackendMemoryByRoleSummingToTheTotal) {
   EXPECT_EQ(by_role["weights"].get<size_t>(), size_t(4 * table.flat_size));
   EXPECT_EQ(by_role["gradients"].get<size_t>(), size_t(4 * table.flat_size));
   EXPECT_NE(r.output.find("backend memory"), std::string::npos) << r.output;
+  // Plain data parallelism: two fp32 moments of every parameter on every rank.
+  int64_t params = 0;
+  for (const gnmr::ParamInfo& p : table.params) params += gnmr::param_numel(p);
+  EXPECT_EQ(figures["optimizer_state_bytes_per_rank"].get<int64_t>(), 8 * params);
+  EXPECT_EQ(figures["dist_zero"].get<int>(), 0);
+  EXPECT_NE(r.output.find("optimizer state"), std::string::npos) << r.output;
 }
