@@ -64,15 +64,6 @@ ZeroShardLayout layout_of(const std::string& dir, const ShardIndex& index,
   return layout;
 }
 
-int64_t flat_elements_of(const std::vector<ParamInfo>& params) {
-  int64_t end = 0;
-  for (const ParamInfo& p : params) {
-    end = std::max(
-        end, (p.offset + param_numel(p) + kZeroShardAlign - 1) / kZeroShardAlign * kZeroShardAlign);
-  }
-  return end;
-}
-
 // One rank's moments from its shard file: m then v, each [shard_elements].
 std::vector<float> read_shard_file(const std::string& dir, int rank, const ShardIndex& index) {
   SafetensorsFile file((fs::path(dir) / zero_shard_file_name(rank, index.world_size)).string());

@@ -13,12 +13,7 @@ ZeroAdamW::ZeroAdamW(Backend& backend, Communicator& comm, const LlamaModel& mod
       rank_(comm.rank()),
       flat_weights_(model.flat_weights()),
       flat_grads_(model.flat_grads()) {
-  int64_t flat_elements = 0;
-  for (const ParamInfo& p : params_) {
-    flat_elements = std::max(flat_elements, (p.offset + param_numel(p) + kZeroShardAlign - 1) /
-                                                kZeroShardAlign * kZeroShardAlign);
-  }
-  layout_ = make_zero_shard_layout(params_, flat_elements, comm.world_size());
+  layout_ = make_zero_shard_layout(params_, flat_elements_of(params_), comm.world_size());
   GNMR_CHECK(flat_weights_.numel() == layout_.padded_elements() &&
                  flat_grads_.numel() == layout_.padded_elements(),
              "ZeRO-1: the model's flat buffers hold " + std::to_string(flat_weights_.numel()) +

@@ -12,6 +12,15 @@ int64_t param_numel(const ParamInfo& param) {
   return n;
 }
 
+int64_t flat_elements_of(const std::vector<ParamInfo>& params) {
+  int64_t end = 0;
+  for (const ParamInfo& p : params) {
+    end = std::max(
+        end, (p.offset + param_numel(p) + kZeroShardAlign - 1) / kZeroShardAlign * kZeroShardAlign);
+  }
+  return end;
+}
+
 ZeroShardLayout make_zero_shard_layout(const std::vector<ParamInfo>& params, int64_t flat_elements,
                                        int world_size) {
   GNMR_CHECK(world_size >= 1, "ZeRO shard layout: world size " + std::to_string(world_size));

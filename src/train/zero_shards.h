@@ -50,4 +50,8 @@ ZeroShardLayout make_zero_shard_layout(const std::vector<ParamInfo>& params, int
 // Elements of parameter `param`'s shape (product of ParamInfo::shape).
 int64_t param_numel(const ParamInfo& param);
 
+// ParamTable::flat_size recomputed from the parameters (the last one's end, rounded up to the
+// 64-element alignment build_param_table uses), for code that holds params() only.
+int64_t flat_elements_of(const std::vector<ParamInfo>& params);
+
 }  // namespace gnmr

@@ -84,8 +84,7 @@ TEST(ZeroCheckpoint, ConsolidatedMomentsEqualPlainAdamWAfterTheSameSteps) {
   // A ZeRO-1 session reads the consolidated moments back into its shard.
   gnmr::RunConfig config = tiny_config(1);
   gnmr::TrainingSession session(config, /*synthetic_data=*/true);
-  gnmr::load_checkpoint(out, config, session.backend(), session.model(),
-                        *session.zero_optimizer());
+  gnmr::load_checkpoint(out, config, session.backend(), session.model(), *session.zero_optimizer());
   gnmr::SafetensorsFile shard(zero_dir + "/" + gnmr::zero_shard_file_name(0, 1));
   std::vector<float> m(size_t(session.zero_optimizer()->first_moment_shard().numel()));
   session.backend().copy_to_host(session.zero_optimizer()->first_moment_shard(), m.data());

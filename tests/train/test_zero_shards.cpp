@@ -55,6 +55,7 @@ TEST(ZeroShardLayout, EveryElementOfTheTinyModelHasExactlyOneOwner) {
   RunConfig config = load_run_config(gnmr_test::source_path("configs/models/tiny.json"), {});
   const ParamTable table = build_param_table(config.model);
   for (int world : {1, 2, 3, 5, 8}) {
+    ASSERT_EQ(flat_elements_of(table.params), table.flat_size);
     ZeroShardLayout layout = make_zero_shard_layout(table.params, table.flat_size, world);
     EXPECT_EQ(layout.shard_elements % kZeroShardAlign, 0);
     EXPECT_GE(layout.padding_elements(), 0);
