@@ -233,6 +233,7 @@ void validate(const RunConfig& c) {
           "materialized); "
           "use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
+  require(c.dist.timeout_s > 0, "dist.timeout_s", "must be > 0 (seconds)");
 }
 
 // out = section[last part of path]; an integer that does not fit OUT's type (the JSON holds
@@ -342,6 +343,7 @@ RunConfig run_config_from_json(const json& resolved) {
     }
     read_value(full, "backend", c.backend);
     read_value(full["dist"], "dist.communicator", c.dist.communicator);
+    read_value(full["dist"], "dist.timeout_s", c.dist.timeout_s);
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());
   }

@@ -76,8 +76,9 @@ struct LogConfig {
 };
 
 struct DistConfig {
-  std::string communicator =
-      "auto";  // auto (mpi when launched with > 1 process) | local | mpi | nccl
+  std::string communicator = "auto";  // auto (nccl on cuda, mpi on cpu, when launched with > 1
+                                      // process) | local | mpi | nccl
+  double timeout_s = 600;  // deadline of every nccl wait and of the rendezvous (a dead rank)
 };
 
 struct RunConfig {

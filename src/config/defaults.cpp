@@ -62,7 +62,8 @@ nlohmann::json make_defaults() {
       "gnmr_trace": false
     },
     "dist": {
-      "communicator": "auto"
+      "communicator": "auto",
+      "timeout_s": 600
     },
     "debug": {
       "nonfinite_grad_steps": [],
