@@ -30,7 +30,7 @@ command -v nvcc >/dev/null || { echo "gpu_bundle.sh: nvcc not found (install the
 # copied; the CUDA runtime is not given an RPATH (it must come from the target's toolkit). An
 # old-style DT_RPATH (--disable-new-dtags), not DT_RUNPATH: it also serves the libraries'
 # own dependencies (libopenblas needs libgfortran, which needs libquadmath).
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF -DGNMR_TESTS=ON \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF -DGNMR_NCCL=OFF -DGNMR_TESTS=ON \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$build.configure.log" \
   || { cat "$build.configure.log" >&2; exit 1; }

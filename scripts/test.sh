@@ -2,7 +2,7 @@
 # Builds the release preset and runs the test suite (ctest). Tests labelled `gpu` compare
 # each CUDA kernel with the CPU backend and skip when no GPU is present.
 #   scripts/test.sh            release build + all tests
-#   scripts/test.sh asan       the CPU suite under ASan + UBSan
+#   scripts/test.sh asan       the CPU suite under ASan + UBSan (less the learning-quality run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-release}"
@@ -10,7 +10,10 @@ preset="${1:-release}"
 cmake --preset "$preset"
 cmake --build --preset "$preset" -j "$(nproc)"
 if [ "$preset" = asan ]; then
-  ctest --preset asan -L cpu -j "$(nproc)"
+  # Leaves out the one learning-quality run (250 steps, over 2 minutes under ASan): it trains
+  # through the code the shorter CLI runs already take under the sanitizers, and the release
+  # stage runs it.
+  ctest --preset asan -L cpu -j "$(nproc)" -E 'TinyModelLearnsWellBelowTheUnigramEntropy'
 else
   ctest --preset "$preset" -j "$(nproc)"
 fi

@@ -233,8 +233,12 @@ void validate(const RunConfig& c) {
           "materialized); "
           "use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
+  require(c.dist.timeout_s > 0, "dist.timeout_s", "must be > 0 (seconds)");
   require(c.dist.zero == 0 || c.dist.zero == 1, "dist.zero",
           "must be 0 (plain data parallel) or 1 (ZeRO-1: optimizer state sharded over the ranks)");
+  require(c.dist.zero == 0 || c.backend == "cpu", "dist.zero",
+          "is 1, which runs on backend=cpu only (the mpi communicator's host collectives; nccl "
+          "has no reduce-scatter yet); use dist.zero=0 on cuda");
 }
 
 // out = section[last part of path]; an integer that does not fit OUT's type (the JSON holds
@@ -344,6 +348,7 @@ RunConfig run_config_from_json(const json& resolved) {
     }
     read_value(full, "backend", c.backend);
     read_value(full["dist"], "dist.communicator", c.dist.communicator);
+    read_value(full["dist"], "dist.timeout_s", c.dist.timeout_s);
     read_value(full["dist"], "dist.zero", c.dist.zero);
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());

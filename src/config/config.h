@@ -76,8 +76,9 @@ struct LogConfig {
 };
 
 struct DistConfig {
-  std::string communicator =
-      "auto";  // auto (mpi when launched with > 1 process) | local | mpi | nccl
+  std::string communicator = "auto";  // auto (nccl on cuda, mpi on cpu, when launched with > 1
+                                      // process) | local | mpi | nccl
+  double timeout_s = 600;  // deadline of every nccl wait and of the rendezvous (a dead rank)
   // 0: plain data parallelism (every rank holds and updates everything); 1: ZeRO-1 (each
   // rank keeps the AdamW moments of, and updates, its 1/world shard; docs/DESIGN.md §7).
   int zero = 0;

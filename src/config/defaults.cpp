@@ -63,6 +63,7 @@ nlohmann::json make_defaults() {
     },
     "dist": {
       "communicator": "auto",
+      "timeout_s": 600,
       "zero": 0
     },
     "debug": {

@@ -2,8 +2,8 @@
 // totals across ranks through it and never sees MPI or NCCL.
 //
 // Implementations: `local` (one process, every call a no-op) in local_communicator.h,
-// `mpi` (CPU ranks) in mpi_communicator.h; `nccl` (GPU ranks) is not written yet and
-// make_communicator("nccl") reports ErrorKind::NotBuilt.
+// `mpi` (CPU ranks) in mpi_communicator.h, `nccl` (GPU ranks, device tensors on the CUDA
+// backend's stream) in nccl_communicator.h.
 //
 // Every call is a collective: all ranks must make the same calls in the same order.
 #pragma once
@@ -22,7 +22,7 @@ struct LaunchEnv;
 class Communicator {
  public:
   virtual ~Communicator() = default;
-  virtual std::string name() const = 0;  // "local" | "mpi"
+  virtual std::string name() const = 0;  // "local" | "mpi" | "nccl"
 
   virtual int rank() const = 0;        // 0 .. world_size() - 1
   virtual int world_size() const = 0;  // number of data-parallel ranks
@@ -33,7 +33,9 @@ class Communicator {
   // bit-identical on
   // every rank (replicated weights must never drift apart); how each implementation
   // guarantees that is written next to it. The memory must be what the implementation can
-  // read: host memory for mpi (pair it with the cpu backend).
+  // read: host memory for mpi (pair it with the cpu backend), device memory for nccl. It may
+  // return before the sum is done (nccl queues it on the backend's stream, ahead of the ops
+  // that read it); see wait_for_collectives.
   virtual void allreduce_sum(Tensor& tensor) = 0;
   // values[0..count) = sum over ranks, in place, host doubles (loss sums, token counts).
   // Bit-identical on every rank, as above.
@@ -44,14 +46,21 @@ class Communicator {
   // is deterministic and, rank order being fixed, the same for every launch of that world size
   // (the other shards are left unspecified). all_gather: every rank's shard r becomes rank r's
   // shard (a copy, exact).
-  virtual void reduce_scatter_sum(Tensor& tensor) = 0;
-  virtual void all_gather(Tensor& tensor) = 0;
+  // Written for local and mpi (host memory); nccl does not have them yet (ZeRO-1 on GPU
+  // ranks is future work), so the default refuses with ErrorKind::NotBuilt.
+  virtual void reduce_scatter_sum(Tensor& tensor);
+  virtual void all_gather(Tensor& tensor);
   // Copies `bytes` bytes of host memory from rank `root` to every other rank.
   virtual void broadcast(void* host_bytes, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // True on every rank when every rank passed the same value (e.g. a config hash), false
   // on every rank otherwise; lets a launch with mismatched inputs stop on all ranks at once.
   virtual bool all_agree(uint64_t value) = 0;
+  // Returns once every collective this rank issued has finished, or throws Error(Runtime)
+  // naming the rank and the collective when one failed or passed dist.timeout_s. Call it
+  // before a host wait on the backend (the step's readback), which has no deadline of its own.
+  // A no-op where the collectives block until done (local, mpi).
+  virtual void wait_for_collectives() {}
 
   // Ends every process of the job with `exit_code`. Use it when this rank failed while
   // others may be blocked in a collective: a plain exit would leave them waiting (and, for
@@ -59,13 +68,26 @@ class Communicator {
   [[noreturn]] virtual void abort(int exit_code) = 0;
 };
 
-// kind: "auto" | "local" | "mpi" | "nccl". "auto" is mpi when the launcher started more
-// than one process (launch_env.h), else local. Refuses, as ErrorKind::Usage, a launch whose
-// environment and communicator disagree (e.g. `local` under a 4-process mpirun, or an
-// srun step whose processes did not find each other through MPI), since every rank would
-// otherwise train its own model in silence. "nccl" is ErrorKind::NotBuilt in this build.
-std::unique_ptr<Communicator> make_communicator(const std::string& kind);
+struct CommunicatorOptions {
+  std::string kind = "auto";    // dist.communicator
+  double timeout_s = 600.0;     // dist.timeout_s: the deadline of every nccl wait and rendezvous
+  std::string backend = "cpu";  // whose tensors it will sum: "cpu" (host) | "cuda" (device)
+  int cuda_device = 0;          // the cuda backend's device and cudaStream_t (cuda_backend.h)
+  void* cuda_stream = nullptr;
+};
+
+// kind: "auto" | "local" | "mpi" | "nccl". "auto" is local for one process (launch_env.h),
+// nccl for more on the cuda backend, mpi for more on the cpu backend. Refuses, as
+// ErrorKind::Usage, a launch whose environment and communicator disagree (e.g. `local` under a
+// 4-process mpirun, or an srun step whose processes did not find each other through MPI),
+// since every rank would otherwise train its own model in silence, and a communicator that
+// cannot read the backend's memory (mpi with cuda, nccl with cpu). nccl takes its unique id
+// over MPI when an MPI launcher started the job, else over the TCP rendezvous at the launch
+// environment's address (torchrun's MASTER_ADDR / MASTER_PORT, or SLURM's first node).
+// A communicator this build lacks is ErrorKind::NotBuilt.
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options);
 // The same for a given launch environment (tests; a caller that already read it).
-std::unique_ptr<Communicator> make_communicator(const std::string& kind, const LaunchEnv& env);
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options,
+                                                const LaunchEnv& env);
 
 }  // namespace gnmr

@@ -1,6 +1,7 @@
 #include "dist/launch_env.h"
 
 #include <charconv>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 #include <vector>
@@ -22,6 +23,7 @@ struct VariableNames {
 const VariableNames kLaunchers[] = {
     {"mpi", "OMPI_COMM_WORLD_RANK", {"OMPI_COMM_WORLD_SIZE"}, {"OMPI_COMM_WORLD_LOCAL_RANK"}},
     {"mpi", "PMI_RANK", {"PMI_SIZE"}, {"PMI_LOCAL_RANK", "MPI_LOCALRANKID"}},
+    {"torchrun", "RANK", {"WORLD_SIZE"}, {"LOCAL_RANK"}},
     {"slurm", "SLURM_PROCID", {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, {"SLURM_LOCALID"}},
 };
 
@@ -50,7 +52,62 @@ std::optional<std::pair<std::string, int>> first_set(const EnvLookup& lookup,
   return std::nullopt;
 }
 
+// The rendezvous address and job id (launch_env.h says where each comes from).
+void read_rendezvous(const EnvLookup& lookup, LaunchEnv& env) {
+  if (auto job = lookup("SLURM_JOB_ID")) {
+    env.job_id = *job;
+  } else if (auto run = lookup("TORCHELASTIC_RUN_ID")) {
+    env.job_id = *run;
+  }
+  if (auto host = lookup("MASTER_ADDR")) {
+    env.rendezvous_host = *host;
+  } else if (auto list = lookup("SLURM_STEP_NODELIST")) {
+    env.rendezvous_host = first_slurm_host(*list);
+  } else if (auto job_list = lookup("SLURM_JOB_NODELIST")) {
+    env.rendezvous_host = first_slurm_host(*job_list);
+  }
+  if (auto port = lookup("MASTER_PORT")) {
+    env.rendezvous_port = parse_count("MASTER_PORT", *port);
+    if (env.rendezvous_port < 1 || env.rendezvous_port > 65535) {
+      bad_launch("MASTER_PORT=" + *port + " is not a TCP port (1..65535)");
+    }
+  } else if (auto job = lookup("SLURM_JOB_ID")) {
+    uint64_t id = 0;  // job ids are 32-bit unsigned: wider than int
+    const char* end = job->data() + job->size();
+    auto [ptr, ec] = std::from_chars(job->data(), end, id);
+    if (job->empty() || ec != std::errc() || ptr != end) {
+      bad_launch("SLURM_JOB_ID=\"" + *job + "\" is not a job number");
+    }
+    env.rendezvous_port = 29500 + int(id % 1000);
+  }
+}
+
 }  // namespace
+
+std::string first_slurm_host(const std::string& nodelist) {
+  std::string host;
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    const char c = nodelist[i];
+    if (c == ',') break;  // a comma outside brackets ends the first entry
+    if (c != '[') {
+      host += c;
+      continue;
+    }
+    // A bracket group "[a-b,c,...]": its first item's first number, zero padding kept.
+    const size_t close = nodelist.find(']', i);
+    if (close == std::string::npos) {
+      bad_launch("node list \"" + nodelist + "\" has a '[' without its ']'");
+    }
+    const std::string group = nodelist.substr(i + 1, close - i - 1);
+    const size_t end = group.find_first_of("-,");
+    const std::string first = group.substr(0, end);
+    if (first.empty()) bad_launch("node list \"" + nodelist + "\" has an empty '[]' range");
+    host += first;
+    i = close;
+  }
+  if (host.empty()) bad_launch("node list \"" + nodelist + "\" names no host");
+  return host;
+}
 
 LaunchEnv parse_launch_env(const EnvLookup& lookup) {
   for (const VariableNames& launcher : kLaunchers) {
@@ -77,6 +134,7 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
       bad_launch(local->first + "=" + std::to_string(env.local_rank) + " is not below " +
                  world->first + "=" + std::to_string(env.world_size));
     }
+    read_rendezvous(lookup, env);
     return env;
   }
   return LaunchEnv{};

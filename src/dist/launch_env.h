@@ -8,9 +8,18 @@
 //                             OMPI_COMM_WORLD_LOCAL_RANK
 //            PMI (MPICH Hydra, srun --mpi=pmi2): PMI_RANK, PMI_SIZE,
 //                             PMI_LOCAL_RANK or MPI_LOCALRANKID
+//   "torchrun" torchrun / torch.distributed.run, or any launcher that sets them:
+//                             RANK, WORLD_SIZE, LOCAL_RANK (before SLURM: torchrun started
+//                             by srun is the innermost launcher)
 //   "slurm"  srun:            SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS),
 //                             SLURM_LOCALID
 //   "single" none of the above: rank 0 of 1.
+//
+// Where rank 0 can be reached, for a rendezvous without MPI (tcp_rendezvous.h): MASTER_ADDR,
+// else the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST; SLURM puts rank 0 on
+// the step's first node); MASTER_PORT, else 29500 + SLURM_JOB_ID % 1000 so two jobs sharing a
+// node rarely pick the same port. The job id (SLURM_JOB_ID, else TORCHELASTIC_RUN_ID) keeps
+// ranks of another job from joining.
 // PMIx (srun --mpi=pmix) exports only PMIX_RANK, no size, so that launch is read through
 // its SLURM variables.
 #pragma once
@@ -25,9 +34,17 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;               // -1 when the launcher does not say
-  std::string source = "single";    // "single" | "mpi" | "slurm"
+  std::string source = "single";    // "single" | "mpi" | "torchrun" | "slurm"
   std::string world_size_variable;  // the variable world_size came from, for messages
+  std::string rendezvous_host;      // rank 0's host; "" when the environment does not say
+  int rendezvous_port = 29500;
+  std::string job_id;  // "" when the launcher does not say
 };
+
+// The first host a SLURM node list names: "gpu[003-010,017],login1" -> "gpu003",
+// "rack[1-2]-n[07-08]" -> "rack1-n07", "node5" -> "node5". Throws Error(Usage) naming the
+// list when a bracket is not closed or is empty.
+std::string first_slurm_host(const std::string& nodelist);
 
 // Returns the value of an environment variable, or nullopt when it is not set.
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;

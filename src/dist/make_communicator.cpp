@@ -6,6 +6,9 @@
 #ifdef GNMR_WITH_MPI
 #include "dist/mpi_communicator.h"
 #endif
+#ifdef GNMR_WITH_NCCL
+#include "dist/nccl_communicator.h"
+#endif
 #include "util/error.h"
 
 namespace gnmr {
@@ -32,23 +35,76 @@ void check_matches_launch(const Communicator& comm, const LaunchEnv& env) {
 }
 #endif
 
+#ifdef GNMR_WITH_NCCL
+// Rank 0's unique id on every rank: over MPI when an MPI launcher started the job (that
+// communicator is kept for abort), else over the TCP rendezvous (docs/DESIGN.md §7).
+std::unique_ptr<Communicator> make_nccl(const CommunicatorOptions& options, const LaunchEnv& env) {
+  NcclCommunicatorOptions nccl;
+  nccl.rank = env.rank;
+  nccl.world_size = env.world_size;
+  nccl.local_rank = env.local_rank < 0 ? 0 : env.local_rank;
+  nccl.device = options.cuda_device;
+  nccl.stream = options.cuda_stream;
+  nccl.timeout_s = options.timeout_s;
+  if (env.source == "mpi") {
+#ifdef GNMR_WITH_MPI
+    auto host = std::make_unique<MpiCommunicator>();
+    check_matches_launch(*host, env);
+    nccl.unique_id = share_nccl_unique_id(env, options.timeout_s, host.get());
+    nccl.local_rank = host->local_rank();
+    nccl.host = std::move(host);
+#else
+    throw Error(ErrorKind::NotBuilt,
+                "an MPI launcher started " + describe(env) +
+                    ", but this gnmr has no MPI (-DGNMR_MPI=OFF) to hand out the NCCL id; "
+                    "launch with srun or torchrun instead (they need no MPI)");
+#endif
+  } else {
+    nccl.unique_id = share_nccl_unique_id(env, options.timeout_s, nullptr);
+  }
+  return make_nccl_communicator(std::move(nccl));
+}
+#endif
+
 }  // namespace
 
-std::unique_ptr<Communicator> make_communicator(const std::string& kind) {
-  return make_communicator(kind, read_launch_env());
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options) {
+  return make_communicator(options, read_launch_env());
 }
 
-std::unique_ptr<Communicator> make_communicator(const std::string& kind, const LaunchEnv& env) {
+std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options,
+                                                const LaunchEnv& env) {
+  const std::string& kind = options.kind;
   if (kind == "local" || (kind == "auto" && env.world_size == 1)) {
     if (env.world_size > 1) {
-      throw Error(
-          ErrorKind::Usage,
-          "communicator \"local\" was asked for, but the launcher started " + describe(env) +
-              " and each would train alone; use \"auto\" or \"mpi\", or launch one process");
+      throw Error(ErrorKind::Usage,
+                  "communicator \"local\" was asked for, but the launcher started " +
+                      describe(env) +
+                      " and each would train alone; use \"auto\", or launch one process");
     }
     return std::make_unique<LocalCommunicator>();
   }
+  const bool on_gpu = options.backend == "cuda";
+  if (kind == "nccl" || (kind == "auto" && on_gpu)) {
+    if (!on_gpu) {
+      throw Error(ErrorKind::Usage, "communicator \"nccl\" sums GPU memory, but the backend is \"" +
+                                        options.backend +
+                                        "\"; use \"mpi\" (or \"auto\") with backend cpu");
+    }
+#ifdef GNMR_WITH_NCCL
+    return make_nccl(options, env);
+#else
+    throw Error(ErrorKind::NotBuilt,
+                "communicator \"nccl\" is not in this gnmr (built without NCCL: -DGNMR_NCCL=OFF, "
+                "or nccl.h / libnccl not found at build time); rebuild with NCCL");
+#endif
+  }
   if (kind == "mpi" || kind == "auto") {
+    if (on_gpu) {
+      throw Error(ErrorKind::Usage,
+                  "communicator \"mpi\" sums host memory, but the backend is \"cuda\"; use "
+                  "\"nccl\" (or \"auto\") for GPU ranks");
+    }
 #ifdef GNMR_WITH_MPI
     auto comm = std::make_unique<MpiCommunicator>();
     check_matches_launch(*comm, env);
@@ -59,12 +115,6 @@ std::unique_ptr<Communicator> make_communicator(const std::string& kind, const L
                 "-DGNMR_MPI=OFF); the launcher started " +
                     describe(env) + ". Use a build with MPI");
 #endif
-  }
-  if (kind == "nccl") {
-    // The seam for GPU data parallelism: an NcclCommunicator will take its unique id over
-    // an MpiCommunicator's broadcast once the CUDA backend exists.
-    throw Error(ErrorKind::NotBuilt,
-                "communicator \"nccl\" is not built yet (it needs the CUDA backend); use \"mpi\"");
   }
   throw Error(ErrorKind::Usage,
               "unknown communicator \"" + kind + "\" (expected auto, local, mpi or nccl)");

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "dist/launch_env.h"
 #include "util/error.h"
 #ifdef GNMR_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
-#include "dist/launch_env.h"
 #endif
 
 namespace gnmr {
@@ -47,6 +47,21 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
   }
   throw Error(ErrorKind::Config,
               "config: \"backend\" is \"" + config.backend + "\", not one of cpu, cuda");
+}
+
+std::unique_ptr<Communicator> make_communicator(const RunConfig& config, Backend& backend) {
+  CommunicatorOptions options;
+  options.kind = config.dist.communicator;
+  options.timeout_s = config.dist.timeout_s;
+  options.backend = config.backend;
+#ifdef GNMR_WITH_CUDA
+  if (config.backend == "cuda") {
+    const CudaStreamHandle handle = cuda_stream_of(backend);
+    options.cuda_device = handle.device;
+    options.cuda_stream = handle.stream;
+  }
+#endif
+  return make_communicator(options);
 }
 
 }  // namespace gnmr

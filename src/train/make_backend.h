@@ -1,11 +1,13 @@
-// make_backend: the one place a Backend is made. `gnmr train` (TrainingSession), `gnmr eval`
-// and `gnmr bench` all come here, so a backend is added in this file and nowhere else.
+// make_backend: the one place a Backend is made, and the run's communicator for it. `gnmr train`
+// (TrainingSession), `gnmr eval` and `gnmr bench` all come here, so a backend is added in this
+// file and nowhere else.
 #pragma once
 
 #include <memory>
 
 #include "backend/backend.h"
 #include "config/config.h"
+#include "dist/communicator.h"
 
 namespace gnmr {
 
@@ -15,5 +17,9 @@ namespace gnmr {
 // reason where no GPU is usable, and Error(NotBuilt) in a build without CUDA. Anything else:
 // Error(Config) naming the key.
 std::unique_ptr<Backend> make_backend(const RunConfig& config);
+
+// The communicator config.dist asks for (communicator.h), able to sum `backend`'s tensors
+// (for nccl: on the cuda backend's stream).
+std::unique_ptr<Communicator> make_communicator(const RunConfig& config, Backend& backend);
 
 }  // namespace gnmr

@@ -76,7 +76,7 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   }
   // Before the communicator: a backend this binary lacks stops the run before any rank joins.
   backend_ = make_backend(config);
-  comm_ = make_communicator(config.dist.communicator);
+  comm_ = make_communicator(config, *backend_);
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
   const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();
@@ -259,6 +259,7 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   // The step's one readback: the loss and the squared norms. The host recomputes the norm and
   // the skip decision from them in the order global_norm_clip used, so they agree with it.
   t0 = std::chrono::steady_clock::now();
+  comm_->wait_for_collectives();  // the readback's wait has no deadline; this one does
   backend_->copy_to_host(step_scalars_, host_step_scalars_.data());
   r.readback_ms = elapsed_ms(t0);
   double loss_sum = host_step_scalars_[0];

@@ -211,3 +211,13 @@ TEST(ConfigLoad, ModelAttentionDefaultsToAutoAndFlashNeedsTheCudaBackend) {
   expect_config_error(path, {"model.attention=flash"}, "runs only on backend=cuda");
   expect_config_error(path, {"model.attention=fused"}, "\"model.attention\" is \"fused\"");
 }
+
+TEST(ConfigLoad, DistZeroIsZeroOrOneAndRunsOnTheCpuBackend) {
+  std::string dir = gnmr_test::scratch_dir("config_zero");
+  const std::string path = write_config(dir, "a.json", "{}");
+  EXPECT_EQ(load_run_config(path, {}).dist.zero, 0);
+  EXPECT_EQ(load_run_config(path, {"dist.zero=1"}).dist.zero, 1);
+  expect_config_error(path, {"dist.zero=2"}, "\"dist.zero\" must be 0 (plain data parallel) or 1");
+  expect_config_error(path, {"dist.zero=1", "backend=cuda"},
+                      "\"dist.zero\" is 1, which runs on backend=cpu only");
+}

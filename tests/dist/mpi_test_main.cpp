@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
   std::unique_ptr<gnmr::Communicator> world;
   try {
-    world = gnmr::make_communicator("auto");
+    world = gnmr::make_communicator({"auto"});
   } catch (const gnmr::Error& e) {
     std::fprintf(stderr, "test_dist: %s\n", e.what());
     return e.exit_code();

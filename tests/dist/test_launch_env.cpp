@@ -124,5 +124,74 @@ TEST(LaunchEnv, WorldSizeZeroIsAUsageError) {
   expect_usage_error({{"PMI_RANK", "0"}, {"PMI_SIZE", "0"}}, "PMI_SIZE=0");
 }
 
+TEST(LaunchEnv, ReadsTorchrunVariablesAndItsRendezvousAddress) {
+  LaunchEnv env = parse_launch_env(env_map({{"RANK", "3"},
+                                            {"WORLD_SIZE", "4"},
+                                            {"LOCAL_RANK", "1"},
+                                            {"MASTER_ADDR", "10.0.0.7"},
+                                            {"MASTER_PORT", "29411"},
+                                            {"TORCHELASTIC_RUN_ID", "run-42"}}));
+  EXPECT_EQ(env.source, "torchrun");
+  EXPECT_EQ(env.rank, 3);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.rendezvous_host, "10.0.0.7");
+  EXPECT_EQ(env.rendezvous_port, 29411);
+  EXPECT_EQ(env.job_id, "run-42");
+}
+
+// torchrun started by srun: the tasks see both, and torchrun's numbering is this process's.
+TEST(LaunchEnv, TorchrunInsideASlurmStepWins) {
+  LaunchEnv env = parse_launch_env(env_map({{"RANK", "9"},
+                                            {"WORLD_SIZE", "16"},
+                                            {"SLURM_PROCID", "1"},
+                                            {"SLURM_NTASKS", "2"},
+                                            {"SLURM_JOB_ID", "777"}}));
+  EXPECT_EQ(env.source, "torchrun");
+  EXPECT_EQ(env.rank, 9);
+  EXPECT_EQ(env.world_size, 16);
+  EXPECT_EQ(env.job_id, "777");
+}
+
+TEST(LaunchEnv, SlurmRendezvousIsTheStepsFirstNodeOnAPortFromTheJobId) {
+  LaunchEnv env = parse_launch_env(env_map({{"SLURM_PROCID", "0"},
+                                            {"SLURM_NTASKS", "16"},
+                                            {"SLURM_JOB_ID", "4000012345"},
+                                            {"SLURM_JOB_NODELIST", "login[1-2]"},
+                                            {"SLURM_STEP_NODELIST", "gpu[003-004],gpu017"}}));
+  EXPECT_EQ(env.rendezvous_host, "gpu003");
+  EXPECT_EQ(env.rendezvous_port, 29500 + 345);  // a job id above INT_MAX is still read
+  EXPECT_EQ(env.job_id, "4000012345");
+}
+
+TEST(LaunchEnv, ABadMasterPortIsRefusedByName) {
+  expect_usage_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}},
+                     "MASTER_PORT=70000");
+  expect_usage_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "http"}}, "MASTER_PORT");
+  expect_usage_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "12x"}},
+                     "SLURM_JOB_ID");
+}
+
+TEST(FirstSlurmHost, TakesTheFirstHostOfEveryListShape) {
+  EXPECT_EQ(first_slurm_host("node5"), "node5");
+  EXPECT_EQ(first_slurm_host("node5,node6"), "node5");
+  EXPECT_EQ(first_slurm_host("gpu[003-010,017],login1"), "gpu003");
+  EXPECT_EQ(first_slurm_host("gpu[17,3-5]"), "gpu17");  // SLURM's order, not the smallest
+  EXPECT_EQ(first_slurm_host("rack[1-2]-n[07-08]"), "rack1-n07");
+  EXPECT_EQ(first_slurm_host("a-[9]-b"), "a-9-b");
+}
+
+TEST(FirstSlurmHost, RefusesAMalformedList) {
+  for (const std::string list : {"gpu[003-010", "gpu[]", "", ",node1"}) {
+    try {
+      first_slurm_host(list);
+      ADD_FAILURE() << "accepted " << list;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Usage);
+      EXPECT_NE(std::string(e.what()).find("node list"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gnmr

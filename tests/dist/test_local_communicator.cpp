@@ -25,9 +25,13 @@ LaunchEnv launched_by_slurm(int rank, int world_size) {
   return env;
 }
 
-ErrorKind kind_of_error(const std::string& kind, const LaunchEnv& env) {
+ErrorKind kind_of_error(const std::string& kind, const LaunchEnv& env,
+                        const std::string& backend = "cpu") {
+  CommunicatorOptions options;
+  options.kind = kind;
+  options.backend = backend;
   try {
-    make_communicator(kind, env);
+    make_communicator(options, env);
   } catch (const Error& e) {
     return e.kind();
   }
@@ -86,17 +90,34 @@ TEST(LocalCommunicator, RejectsWhatOtherCommunicatorsReject) {
 }
 
 TEST(MakeCommunicator, AutoIsLocalForAOneProcessLaunch) {
-  EXPECT_EQ(make_communicator("auto", LaunchEnv{})->name(), "local");
-  EXPECT_EQ(make_communicator("local", LaunchEnv{})->name(), "local");
-  EXPECT_EQ(make_communicator("auto", launched_by_slurm(0, 1))->name(), "local");
+  EXPECT_EQ(make_communicator({"auto"}, LaunchEnv{})->name(), "local");
+  EXPECT_EQ(make_communicator({"local"}, LaunchEnv{})->name(), "local");
+  EXPECT_EQ(make_communicator({"auto"}, launched_by_slurm(0, 1))->name(), "local");
+  CommunicatorOptions on_gpu;
+  on_gpu.backend = "cuda";
+  EXPECT_EQ(make_communicator(on_gpu, LaunchEnv{})->name(), "local");
 }
 
 TEST(MakeCommunicator, RefusesLocalWhenTheLauncherStartedSeveralProcesses) {
   EXPECT_EQ(kind_of_error("local", launched_by_slurm(1, 4)), ErrorKind::Usage);
 }
 
-TEST(MakeCommunicator, NcclIsNotBuiltYet) {
-  EXPECT_EQ(kind_of_error("nccl", LaunchEnv{}), ErrorKind::NotBuilt);
+// Each communicator reads one kind of memory: nccl the GPU's, mpi the host's.
+TEST(MakeCommunicator, RefusesACommunicatorThatCannotReadTheBackendsMemory) {
+  EXPECT_EQ(kind_of_error("nccl", LaunchEnv{}, "cpu"), ErrorKind::Usage);
+  EXPECT_EQ(kind_of_error("nccl", launched_by_slurm(0, 2), "cpu"), ErrorKind::Usage);
+  EXPECT_EQ(kind_of_error("mpi", launched_by_slurm(0, 2), "cuda"), ErrorKind::Usage);
+}
+
+// srun without MASTER_ADDR and without a node list: nothing says where rank 0 listens.
+TEST(MakeCommunicator, NcclWithoutARendezvousAddressIsAUsageErrorWhereNcclIsBuilt) {
+#ifdef GNMR_WITH_NCCL
+  const ErrorKind expected = ErrorKind::Usage;
+#else
+  const ErrorKind expected = ErrorKind::NotBuilt;
+#endif
+  EXPECT_EQ(kind_of_error("nccl", launched_by_slurm(1, 2), "cuda"), expected);
+  EXPECT_EQ(kind_of_error("auto", launched_by_slurm(1, 2), "cuda"), expected);
 }
 
 TEST(MakeCommunicator, UnknownKindIsAUsageError) {

@@ -4,6 +4,7 @@
 // checks use EXPECT (not ASSERT) between collectives so a failure cannot desynchronize ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -11,6 +12,9 @@
 #include "backend_tensors.h"
 #include "dist/launch_env.h"
 #include "dist/mpi_communicator.h"
+#ifdef GNMR_WITH_NCCL
+#include "dist/nccl_communicator.h"
+#endif
 #include "tests/dist/world.h"
 #include "util/error.h"
 
@@ -247,12 +251,24 @@ TEST_F(MpiCommunicatorTest, AllAgreeIsTrueOnlyWhenEveryRankHasTheSameValue) {
 }
 
 TEST_F(MpiCommunicatorTest, AutoChoosesMpiUnderAMultiProcessLaunch) {
-  std::unique_ptr<Communicator> comm = make_communicator("auto");
+  std::unique_ptr<Communicator> comm = make_communicator({"auto"});
   EXPECT_EQ(comm->name(), "mpi");
   EXPECT_EQ(comm->rank(), rank());
   EXPECT_EQ(comm->world_size(), world_size());
-  EXPECT_THROW(make_communicator("local"), Error);
+  EXPECT_THROW(make_communicator({"local"}), Error);
 }
+
+#ifdef GNMR_WITH_NCCL
+// The NCCL id's handover under mpirun needs no GPU: ncclGetUniqueId works without one, and
+// every rank must end with rank 0's 128 bytes (a rank with other bytes would wait at
+// ncclCommInitRank until the deadline).
+TEST_F(MpiCommunicatorTest, EveryRankGetsRankZerosNcclUniqueId) {
+  const std::vector<uint8_t> id = share_nccl_unique_id(read_launch_env(), 30.0, &world());
+  ASSERT_EQ(id.size(), kNcclUniqueIdBytes);
+  EXPECT_TRUE(identical_on_every_rank(id.data(), id.size()));
+  EXPECT_NE(std::count(id.begin(), id.end(), uint8_t{0}), ptrdiff_t(id.size()));
+}
+#endif
 
 }  // namespace
 }  // namespace gnmr

@@ -11,7 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "dist/launch_env.h"
 #include "dist/tcp_rendezvous.h"
+#ifdef GNMR_WITH_NCCL
+#include "dist/nccl_communicator.h"
+#endif
 #include "test_paths.h"
 #include "util/error.h"
 
@@ -119,6 +123,55 @@ TEST(TcpRendezvous, ANonRootRankWithoutRankZeroGivesUpAtItsDeadline) {
   EXPECT_NE(out[0].message.find("rank 0 did not listen within 1.0 s"), std::string::npos)
       << out[0].message;
 }
+
+#ifdef GNMR_WITH_NCCL
+// A launch without MPI (srun without PMIx, torchrun): rank 0's NCCL id reaches every rank over
+// the rendezvous at the launch environment's address. Needs no GPU.
+TEST(TcpRendezvous, HandsRankZerosNcclUniqueIdToEveryRank) {
+  const std::string dir = gnmr_test::scratch_dir("rendezvous_nccl_id");
+  const int world = 3;
+  const int port = 20000 + int((getpid() + 7919) % 20000);
+  std::vector<pid_t> pids;
+  for (int rank = world - 1; rank >= 0; --rank) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      try {
+        LaunchEnv env;
+        env.source = "torchrun";
+        env.rank = rank;
+        env.world_size = world;
+        env.world_size_variable = "WORLD_SIZE";
+        env.rendezvous_host = "127.0.0.1";
+        env.rendezvous_port = port;
+        env.job_id = "nccl-id-test";
+        const std::vector<uint8_t> id = share_nccl_unique_id(env, 20.0, nullptr);
+        std::ofstream(dir + "/id" + std::to_string(rank), std::ios::binary)
+            .write(reinterpret_cast<const char*>(id.data()), std::streamsize(id.size()));
+      } catch (const Error&) {
+        code = 1;
+      }
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  std::vector<std::string> ids;
+  for (int rank = 0; rank < world; ++rank) {
+    std::ifstream in(dir + "/id" + std::to_string(rank), std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    ids.push_back(bytes.str());
+  }
+  ASSERT_EQ(ids[0].size(), kNcclUniqueIdBytes);
+  EXPECT_EQ(ids[1], ids[0]);
+  EXPECT_EQ(ids[2], ids[0]);
+}
+#endif
 
 }  // namespace
 }  // namespace gnmr

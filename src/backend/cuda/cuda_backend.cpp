@@ -76,6 +76,9 @@ int64_t last_dim(const Tensor& t) {
 
 class CudaBackend final : public Backend {
  public:
+  int device_index() const { return device_index_; }
+  cudaStream_t stream() const { return stream_; }
+
   explicit CudaBackend(const CudaBackendOptions& options)
       : memory_(options.poison), attention_choice_(options.attention) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
@@ -84,6 +87,7 @@ class CudaBackend final : public Backend {
                                           "; use backend=cpu on a machine without a usable GPU");
     }
     GNMR_CUDA_CHECK(cudaSetDevice(options.device));
+    device_index_ = options.device;
     cudaDeviceProp prop{};
     GNMR_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
     target_.compute_capability = prop.major * 10 + prop.minor;
@@ -542,6 +546,7 @@ class CudaBackend final : public Backend {
   }
 
   DeviceMemory memory_;
+  int device_index_ = 0;
   CudaAttention attention_choice_;
   GpuTarget target_;
   std::string device_name_;
@@ -561,6 +566,14 @@ class CudaBackend final : public Backend {
 };
 
 }  // namespace
+
+CudaStreamHandle cuda_stream_of(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (cuda == nullptr) {
+    throw Error(ErrorKind::Usage, "backend \"" + backend.name() + "\" is not the cuda backend");
+  }
+  return CudaStreamHandle{cuda->device_index(), cuda->stream()};
+}
 
 CudaAttention parse_cuda_attention(const std::string& name) {
   if (name == "auto") return CudaAttention::Auto;

@@ -31,4 +31,12 @@ struct CudaBackendOptions {
 // (probe_cuda_device).
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
 
+// Where a cuda backend queues its work, for a communicator that must order its collectives
+// with it (the nccl communicator). Error(Usage) when `backend` is not the cuda backend.
+struct CudaStreamHandle {
+  int device = 0;
+  void* stream = nullptr;  // cudaStream_t
+};
+CudaStreamHandle cuda_stream_of(Backend& backend);
+
 }  // namespace gnmr

@@ -1,0 +1,20 @@
+// The Communicator calls that not every implementation has (communicator.h).
+#include "dist/communicator.h"
+
+#include "util/error.h"
+
+namespace gnmr {
+
+void Communicator::reduce_scatter_sum(Tensor&) {
+  throw Error(ErrorKind::NotBuilt, "communicator \"" + name() +
+                                       "\" has no reduce_scatter_sum: dist.zero=1 runs on the "
+                                       "mpi or local communicator (cpu backend)");
+}
+
+void Communicator::all_gather(Tensor&) {
+  throw Error(ErrorKind::NotBuilt, "communicator \"" + name() +
+                                       "\" has no all_gather: dist.zero=1 runs on the mpi or "
+                                       "local communicator (cpu backend)");
+}
+
+}  // namespace gnmr

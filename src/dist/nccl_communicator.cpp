@@ -1,0 +1,306 @@
+#include "dist/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include "dist/launch_env.h"
+#include "dist/tcp_rendezvous.h"
+#include "util/error.h"
+
+namespace gnmr {
+
+namespace {
+
+static_assert(sizeof(ncclUniqueId) == NCCL_UNIQUE_ID_BYTES &&
+                  kNcclUniqueIdBytes == NCCL_UNIQUE_ID_BYTES,
+              "ncclUniqueId is kNcclUniqueIdBytes bytes");
+
+// The host collectives stage through this much device memory (broadcasts go in chunks).
+constexpr size_t kStagingBytes = size_t{1} << 20;
+
+using Clock = std::chrono::steady_clock;
+
+std::string nccl_message(ncclResult_t result, ncclComm_t comm) {
+  std::string text = ncclGetErrorString(result);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && last[0] != '\0') text += std::string(" (") + last + ")";
+  return text;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  explicit NcclCommunicator(NcclCommunicatorOptions options)
+      : rank_(options.rank),
+        world_size_(options.world_size),
+        local_rank_(options.local_rank),
+        stream_(static_cast<cudaStream_t>(options.stream)),
+        timeout_s_(options.timeout_s),
+        host_(std::move(options.host)) {
+    GNMR_CHECK(options.unique_id.size() == sizeof(ncclUniqueId),
+               "an NCCL unique id is " + std::to_string(sizeof(ncclUniqueId)) + " bytes, got " +
+                   std::to_string(options.unique_id.size()));
+    GNMR_CHECK(stream_ != nullptr, "the NCCL communicator needs the CUDA backend's stream");
+    try {
+      create(options);
+    } catch (...) {
+      release();
+      throw;
+    }
+  }
+
+  ~NcclCommunicator() override { release(); }
+
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  std::string name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int local_rank() const override { return local_rank_; }
+
+  // In place on the backend's stream; NCCL's ring and tree all-reduce hand every rank the
+  // bytes the last step of the ring (or the tree's root) produced, so replicated weights stay
+  // identical; the weight hash before each checkpoint (trainer) would catch a violation.
+  void allreduce_sum(Tensor& tensor) override {
+    GNMR_CHECK(
+        tensor.dtype == DType::F32 || tensor.dtype == DType::F64,
+        std::string("allreduce_sum takes F32 or F64 tensors, got ") + dtype_name(tensor.dtype));
+    const auto count = static_cast<size_t>(tensor.numel());
+    if (count == 0) return;
+    const ncclDataType_t type = tensor.dtype == DType::F32 ? ncclFloat32 : ncclFloat64;
+    const std::string what = "all-reduce of a " + tensor.shape_string() + " tensor";
+    finish_call(ncclAllReduce(tensor.data, tensor.data, count, type, ncclSum, comm_, stream_),
+                what);
+    record(what);
+  }
+
+  void allreduce_sum(double* values, size_t count) override {
+    for (size_t first = 0; first < count; first += kStagingBytes / sizeof(double)) {
+      const size_t n = std::min(kStagingBytes / sizeof(double), count - first);
+      to_staging(values + first, n * sizeof(double));
+      finish_call(ncclAllReduce(staging_, staging_, n, ncclFloat64, ncclSum, comm_, stream_),
+                  "all-reduce of host doubles");
+      record("all-reduce of host doubles");
+      from_staging(values + first, n * sizeof(double));
+    }
+  }
+
+  void broadcast(void* host_bytes, size_t bytes, int root) override {
+    GNMR_CHECK(root >= 0 && root < world_size_, "broadcast root " + std::to_string(root) +
+                                                    " is not a rank of a world of " +
+                                                    std::to_string(world_size_));
+    auto* data = static_cast<char*>(host_bytes);
+    for (size_t first = 0; first < bytes; first += kStagingBytes) {
+      const size_t n = std::min(kStagingBytes, bytes - first);
+      to_staging(data + first, n);
+      finish_call(ncclBroadcast(staging_, staging_, n, ncclUint8, root, comm_, stream_),
+                  "broadcast");
+      record("broadcast");
+      from_staging(data + first, n);
+    }
+  }
+
+  void barrier() override {
+    double one = 1.0;
+    allreduce_sum(&one, 1);
+  }
+
+  // max(v) and max(~v) = ~min(v) in one integer all-reduce: exact, so every rank agrees.
+  bool all_agree(uint64_t value) override {
+    uint64_t extremes[2] = {value, ~value};
+    to_staging(extremes, sizeof(extremes));
+    finish_call(ncclAllReduce(staging_, staging_, 2, ncclUint64, ncclMax, comm_, stream_),
+                "agreement check");
+    record("agreement check");
+    from_staging(extremes, sizeof(extremes));
+    return extremes[0] == ~extremes[1];
+  }
+
+  void wait_for_collectives() override { wait_device(last_collective_); }
+
+  [[noreturn]] void abort(int exit_code) override {
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    if (host_) host_->abort(exit_code);  // MPI: ends every rank of the job at once
+    std::_Exit(exit_code);
+  }
+
+ private:
+  void create(const NcclCommunicatorOptions& options) {
+    cuda_check(cudaSetDevice(options.device), "selecting the backend's GPU");
+    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event");
+    cuda_check(cudaMalloc(&staging_, kStagingBytes), "allocating the host-collective staging");
+    ncclUniqueId id;
+    std::memcpy(&id, options.unique_id.data(), sizeof(id));
+    // Non-blocking: the only mode in which a rank can abort a communicator whose peer died
+    // (docs/DESIGN.md §7); every call may then return ncclInProgress, and the state is polled.
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    config.commName = "gnmr";
+    const ncclResult_t result = ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config);
+    finish_call(result, "communicator creation (waiting for every rank to join)");
+  }
+
+  // Finalize flushes outstanding work; a communicator that does not finish in a few seconds
+  // (or already failed) is aborted instead. Errors are dropped: this runs in a destructor.
+  void release() {
+    if (comm_ != nullptr) {
+      ncclResult_t state = ncclCommFinalize(comm_);
+      const auto deadline = Clock::now() + std::chrono::seconds(5);
+      while (state == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::yield();
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+      }
+      if (state == ncclSuccess) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+      comm_ = nullptr;
+    }
+    if (staging_ != nullptr) cudaFree(staging_);
+    staging_ = nullptr;
+    if (done_ != nullptr) cudaEventDestroy(done_);
+    done_ = nullptr;
+  }
+
+  void cuda_check(cudaError_t status, const std::string& what) {
+    if (status != cudaSuccess) {
+      throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + ": " + what +
+                                          " failed: " + cudaGetErrorString(status));
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& what) {
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + " of " +
+                                        std::to_string(world_size_) + ": NCCL " + what);
+  }
+
+  // A non-blocking call returns ncclInProgress until its work is queued; nothing else may be
+  // queued on the stream before then, so poll the state (an enqueue, not a device wait).
+  void finish_call(ncclResult_t result, const std::string& what) {
+    const auto deadline = Clock::now() + deadline_duration();
+    while (result == ncclInProgress) {
+      if (Clock::now() > deadline) {
+        fail(what + " did not finish within dist.timeout_s = " + seconds_text() +
+             " (a rank did not join or stopped answering)");
+      }
+      std::this_thread::yield();
+      const ncclResult_t query = ncclCommGetAsyncError(comm_, &result);
+      if (query != ncclSuccess) result = query;
+    }
+    if (result != ncclSuccess) fail(what + " failed: " + nccl_message(result, comm_));
+  }
+
+  void record(const std::string& what) {
+    cuda_check(cudaEventRecord(done_, stream_), "recording the end of " + what);
+    last_collective_ = what;
+  }
+
+  // Polls the event of the last collective and NCCL's asynchronous error until the device
+  // has finished, the communicator failed, or the deadline passed.
+  void wait_device(const std::string& what) {
+    if (last_collective_.empty()) return;
+    const auto deadline = Clock::now() + deadline_duration();
+    while (true) {
+      const cudaError_t status = cudaEventQuery(done_);
+      if (status == cudaSuccess) break;
+      if (status != cudaErrorNotReady) cuda_check(status, "waiting for " + what);
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
+      if (query != ncclSuccess) state = query;
+      if (state != ncclSuccess && state != ncclInProgress) {
+        fail(what + " failed: " + nccl_message(state, comm_));
+      }
+      if (Clock::now() > deadline) {
+        fail(what + " did not finish within dist.timeout_s = " + seconds_text() +
+             " (another rank stopped answering)");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    last_collective_.clear();
+  }
+
+  void to_staging(const void* host, size_t bytes) {
+    cuda_check(cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, stream_),
+               "copying a host collective's input");
+  }
+
+  // The collective is waited for (with the deadline) before the copy back: a device-to-host
+  // copy into pageable memory blocks the host, and must not block on a hung peer.
+  void from_staging(void* host, size_t bytes) {
+    wait_device(last_collective_);
+    cuda_check(cudaMemcpy(host, staging_, bytes, cudaMemcpyDeviceToHost),
+               "copying a host collective's result");
+  }
+
+  std::chrono::steady_clock::duration deadline_duration() const {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
+  }
+  std::string seconds_text() const { return std::to_string(int64_t(timeout_s_)) + " s"; }
+
+  int rank_, world_size_, local_rank_;
+  cudaStream_t stream_;
+  double timeout_s_;
+  std::unique_ptr<Communicator> host_;
+  ncclComm_t comm_ = nullptr;
+  cudaEvent_t done_ = nullptr;
+  void* staging_ = nullptr;
+  std::string last_collective_;  // "" when nothing is outstanding
+};
+
+}  // namespace
+
+std::vector<uint8_t> make_nccl_unique_id() {
+  ncclUniqueId id;
+  const ncclResult_t result = ncclGetUniqueId(&id);
+  if (result != ncclSuccess) {
+    throw Error(ErrorKind::Runtime,
+                std::string("NCCL could not make its unique id: ") + nccl_message(result, nullptr) +
+                    " (NCCL_SOCKET_IFNAME names the network interface it should use)");
+  }
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&id);
+  return std::vector<uint8_t>(bytes, bytes + sizeof(id));
+}
+
+std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, double timeout_s,
+                                          Communicator* host) {
+  if (env.world_size == 1) return make_nccl_unique_id();
+  if (host != nullptr) {
+    std::vector<uint8_t> id(kNcclUniqueIdBytes);
+    if (host->rank() == 0) id = make_nccl_unique_id();
+    host->broadcast(id.data(), id.size(), 0);
+    return id;
+  }
+  if (env.rendezvous_host.empty()) {
+    throw Error(ErrorKind::Usage,
+                "communicator \"nccl\" under " + std::to_string(env.world_size) + " processes (" +
+                    env.world_size_variable +
+                    ") needs rank 0's address for its rendezvous: set MASTER_ADDR (and "
+                    "MASTER_PORT), or launch with srun (its node list names rank 0's node)");
+  }
+  RendezvousOptions rendezvous;
+  rendezvous.rank = env.rank;
+  rendezvous.world_size = env.world_size;
+  rendezvous.host = env.rendezvous_host;
+  rendezvous.port = env.rendezvous_port;
+  rendezvous.job_id = env.job_id;
+  rendezvous.timeout_s = timeout_s;
+  std::vector<uint8_t> id;
+  if (env.rank == 0) id = make_nccl_unique_id();
+  return tcp_rendezvous_broadcast(rendezvous, id);
+}
+
+std::unique_ptr<Communicator> make_nccl_communicator(NcclCommunicatorOptions options) {
+  return std::make_unique<NcclCommunicator>(std::move(options));
+}
+
+}  // namespace gnmr

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# scripts/slurm/*.sbatch without SLURM: fake `srun` and `scontrol` on PATH record how they were
+# called. Checks what each script asks srun for (the MPI plugin, the gnmr command line), that a
+# failed run is not requeued, and that the time-limit signal leads to a requeue.
+#   check_slurm_scripts.sh REPO_DIR WORK_DIR
+set -euo pipefail
+repo=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work/bin"
+fail() { echo "check_slurm_scripts: $*" >&2; exit 1; }
+
+# The fake srun: logs its arguments; exits with $FAKE_SRUN_EXIT, or on SIGUSR1 (the trainer
+# checkpoints and exits 0) when FAKE_SRUN_WAIT=1.
+cat >"$work/bin/srun" <<'FAKE'
+#!/usr/bin/env bash
+echo "$*" >>"$FAKE_LOG/srun.log"
+if [[ "${FAKE_SRUN_WAIT:-0}" == 1 ]]; then
+  trap 'exit 0' USR1
+  touch "$FAKE_LOG/srun.started"
+  for _ in $(seq 100); do sleep 0.1; done
+  exit 9
+fi
+exit "${FAKE_SRUN_EXIT:-0}"
+FAKE
+cat >"$work/bin/scontrol" <<'FAKE'
+#!/usr/bin/env bash
+echo "$*" >>"$FAKE_LOG/scontrol.log"
+FAKE
+chmod +x "$work/bin/srun" "$work/bin/scontrol"
+
+run_job() {  # run_job NAME SCRIPT ARGS... (environment: FAKE_*)
+  local name=$1 script=$2
+  shift 2
+  mkdir -p "$work/$name"
+  (cd "$work/$name" && PATH="$work/bin:$PATH" FAKE_LOG="$work/$name" SLURM_SUBMIT_DIR="$repo" \
+    SLURM_JOB_ID=4242 SLURM_NTASKS=8 SLURM_JOB_NUM_NODES=1 SLURM_CPUS_PER_TASK=4 \
+    bash "$repo/scripts/slurm/$script" "$@" >"$work/$name/out.log" 2>&1)
+}
+
+# One node of GPUs: no MPI plugin, the training command line, one run to completion.
+run_job gpu gpu-1node.sbatch cfg.json runs/a --set train.steps=10 || fail "gpu-1node exited $?"
+grep -q -- "--mpi=none" "$work/gpu/srun.log" || fail "gpu-1node did not ask srun for --mpi=none"
+grep -q -- "gnmr train --config cfg.json --out runs/a --resume auto --set train.steps=10" \
+  "$work/gpu/srun.log" || fail "gpu-1node's gnmr command line: $(cat "$work/gpu/srun.log")"
+grep -q "run complete" "$work/gpu/out.log" || fail "gpu-1node did not report completion"
+[[ ! -e "$work/gpu/scontrol.log" ]] || fail "a complete run was requeued"
+
+# CPU nodes: srun's MPI plugin and the cpu backend.
+run_job cpu cpu.sbatch cfg.json runs/b || fail "cpu.sbatch exited $?"
+grep -q -- "--mpi=pmix" "$work/cpu/srun.log" || fail "cpu.sbatch did not ask for --mpi=pmix"
+grep -q -- "--resume auto --backend cpu$" "$work/cpu/srun.log" ||
+  fail "cpu.sbatch's gnmr command line: $(cat "$work/cpu/srun.log")"
+
+# The N-node job keeps its default plugin; no arguments is a usage error (exit 2).
+run_job multi train.sbatch cfg.json runs/c || fail "train.sbatch exited $?"
+grep -q -- "--mpi=pmix" "$work/multi/srun.log" || fail "train.sbatch lost its default plugin"
+status=0
+run_job usage train.sbatch || status=$?
+[[ $status == 2 ]] || fail "train.sbatch without arguments exited $status, not 2"
+
+# A failed run keeps its exit status and is not requeued.
+status=0
+FAKE_SRUN_EXIT=3 run_job failed gpu-1node.sbatch cfg.json runs/d || status=$?
+[[ $status == 3 ]] || fail "a failed run exited $status, not 3"
+[[ ! -e "$work/failed/scontrol.log" ]] || fail "a failed run was requeued"
+
+# The time-limit signal: the script forwards it, the ranks checkpoint and exit 0, the job is
+# requeued under its own id.
+mkdir -p "$work/limit"
+(FAKE_SRUN_WAIT=1 run_job limit gpu-1node.sbatch cfg.json "runs/e$$") &
+job=$!
+for _ in $(seq 100); do [[ -e "$work/limit/srun.started" ]] && break; sleep 0.1; done
+[[ -e "$work/limit/srun.started" ]] || fail "srun never started under the time-limit test"
+# SLURM signals the batch shell: gpu-1node.sbatch's, which exec'd into train.sbatch's body.
+script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/e$$")
+[[ -n "$script_pid" ]] || fail "no batch shell to signal"
+kill -USR1 "$script_pid"
+wait "$job" || fail "the signalled job exited $?: $(cat "$work/limit/out.log")"
+grep -q "requeue 4242" "$work/limit/scontrol.log" || fail "the signalled job was not requeued"
+echo "check_slurm_scripts: all checks passed"
