@@ -30,7 +30,7 @@ CommandAction add_checkpoint_command(CLI::App& app) {
                           "path + \"_consolidated\")");
   return [consolidate, source, out] {
     if (!consolidate->parsed()) return;
-    require_directory("source", *source, ErrorKind::Checkpoint);
+    require_directory("checkpoint consolidate", *source, ErrorKind::Checkpoint);
     std::string checkpoint = *source;
     if (fs::is_directory(fs::path(*source) / "checkpoints")) {
       std::vector<std::string> skipped;

@@ -12,7 +12,9 @@
 // per-parameter moments), which resumes under either setting and any world size.
 #pragma once
 
+#include <map>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "config/config.h"
