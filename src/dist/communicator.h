@@ -43,8 +43,8 @@ class Communicator {
   // until wait_all() has returned. Every rank starts the same slices in the same order.
   // The result is bit-identical on every rank, like allreduce_sum. progress() lets a
   // library without its own progress thread move pending sums forward; call it now and then
-  // (the trainer calls it whenever backward finishes a layer). The default (local) is
-  // the blocking sum: nothing is pending, nothing to wait for.
+  // (the trainer calls it whenever backward finishes a layer). The default is
+  // allreduce_sum itself (local: a no-op), so nothing is left for wait_all.
   virtual void start_allreduce_sum(Tensor tensor) { allreduce_sum(tensor); }
   virtual void progress() {}
   virtual void wait_all() {}

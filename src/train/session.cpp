@@ -99,8 +99,11 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   if (comm_->world_size() > 1 && config.dist.bucket_mb > 0) {
     overlapped_sum_ =
         std::make_unique<OverlappedGradientSum>(*comm_, *model_, config.dist.bucket_mb);
-    spdlog::info("gradient sum over {} ranks: {} buckets of up to {} MiB, overlapped with backward",
-                 comm_->world_size(), overlapped_sum_->buckets().size(), config.dist.bucket_mb);
+    if (comm_->rank() == 0) {  // one human log per job
+      spdlog::info(
+          "gradient sum over {} ranks: {} buckets of up to {} MiB, overlapped with backward",
+          comm_->world_size(), overlapped_sum_->buckets().size(), config.dist.bucket_mb);
+    }
   }
   try {
     controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers);
