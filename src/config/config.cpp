@@ -2,6 +2,7 @@
 #include "config/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -234,6 +235,9 @@ void validate(const RunConfig& c) {
           "use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
   require(c.dist.timeout_s > 0, "dist.timeout_s", "must be > 0 (seconds)");
+  require(std::isfinite(c.dist.bucket_mb) && c.dist.bucket_mb >= 0, "dist.bucket_mb",
+          "must be >= 0 (MiB per gradient bucket; 0 = one sum after backward)");
+  require(c.dist.check_every >= 0, "dist.check_every", "must be >= 0 (0 disables the check)");
   require(c.dist.zero == 0 || c.dist.zero == 1, "dist.zero",
           "must be 0 (plain data parallel) or 1 (ZeRO-1: optimizer state sharded over the ranks)");
   require(c.dist.zero == 0 || c.backend == "cpu", "dist.zero",
@@ -349,6 +353,8 @@ RunConfig run_config_from_json(const json& resolved) {
     read_value(full, "backend", c.backend);
     read_value(full["dist"], "dist.communicator", c.dist.communicator);
     read_value(full["dist"], "dist.timeout_s", c.dist.timeout_s);
+    read_value(full["dist"], "dist.bucket_mb", c.dist.bucket_mb);
+    read_value(full["dist"], "dist.check_every", c.dist.check_every);
     read_value(full["dist"], "dist.zero", c.dist.zero);
   } catch (const json::exception& e) {
     config_error(std::string("value out of range: ") + e.what());

@@ -79,6 +79,10 @@ struct DistConfig {
   std::string communicator = "auto";  // auto (nccl on cuda, mpi on cpu, when launched with > 1
                                       // process) | local | mpi | nccl
   double timeout_s = 600;  // deadline of every nccl wait and of the rendezvous (a dead rank)
+  // Gradient all-reduce buckets of about this many MiB, each started as soon as backward has
+  // finished it (overlapped with the rest of backward); 0 = one blocking sum after backward.
+  double bucket_mb = 25.0;
+  int64_t check_every = 100;  // steps between cross-rank plan/weight hash checks; 0 = off
   // 0: plain data parallelism (every rank holds and updates everything); 1: ZeRO-1 (each
   // rank keeps the AdamW moments of, and updates, its 1/world shard; docs/DESIGN.md §7).
   int zero = 0;

@@ -64,10 +64,14 @@ nlohmann::json make_defaults() {
     "dist": {
       "communicator": "auto",
       "timeout_s": 600,
+      "bucket_mb": 25.0,
+      "check_every": 100,
       "zero": 0
     },
     "debug": {
       "nonfinite_grad_steps": [],
+      "diverge_weights_steps": [],
+      "diverge_plan_steps": [],
       "spike_unit": -1,
       "spike_steps": [],
       "spike_scale": 100.0

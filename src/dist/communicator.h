@@ -30,16 +30,25 @@ class Communicator {
 
   // tensor = sum over ranks of tensor, in place. F32 (gradients) or F64 (the trainer's loss
   // sum in backend memory: the same sum as allreduce_sum(double*) below). The result is
-  // bit-identical on
-  // every rank (replicated weights must never drift apart); how each implementation
-  // guarantees that is written next to it. The memory must be what the implementation can
-  // read: host memory for mpi (pair it with the cpu backend), device memory for nccl. It may
-  // return before the sum is done (nccl queues it on the backend's stream, ahead of the ops
-  // that read it); see wait_for_collectives.
+  // bit-identical on every rank (replicated weights must never drift apart); how each
+  // implementation guarantees that is written next to it. The memory must be what the
+  // implementation can read: host memory for mpi (pair it with the cpu backend), device memory for
+  // nccl. It may return before the sum is done (nccl queues it on the backend's stream, ahead of
+  // the ops that read it); see wait_for_collectives.
   virtual void allreduce_sum(Tensor& tensor) = 0;
   // values[0..count) = sum over ranks, in place, host doubles (loss sums, token counts).
   // Bit-identical on every rank, as above.
   virtual void allreduce_sum(double* values, size_t count) = 0;
+  // Overlapped gradient reduction (docs/DESIGN.md §7): start_allreduce_sum begins the sum of
+  // an F32 tensor and may return before it is done; the tensor must not be read or written
+  // until wait_all() has returned. Every rank starts the same slices in the same order.
+  // The result is bit-identical on every rank, like allreduce_sum. progress() lets a
+  // library without its own progress thread move pending sums forward; call it now and then
+  // (the trainer calls it whenever backward finishes a layer). The default is
+  // allreduce_sum itself (local: a no-op), so nothing is left for wait_all.
+  virtual void start_allreduce_sum(Tensor tensor) { allreduce_sum(tensor); }
+  virtual void progress() {}
+  virtual void wait_all() {}
   // ZeRO-1 (docs/DESIGN.md §7). tensor: host F32 [world_size * shard], shard r = elements
   // [r * shard, (r + 1) * shard). reduce_scatter_sum: this rank's shard becomes the sum over
   // ranks of their copies of it, added in rank order ((x_0 + x_1) + x_2) + ..., so the result

@@ -35,11 +35,13 @@ MpiCommunicator::MpiCommunicator(size_t max_elements_per_call)
                  "");
   GNMR_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_), "");
   GNMR_MPI_CHECK(MPI_Comm_free(&node_comm), "");
+  pending_sums_ = std::make_unique<MpiPendingSums>(comm_, max_elements_per_call_);
 }
 
 // A destructor cannot report errors, and after MPI_Finalize no MPI call is allowed, so the
 // communicator is released only while MPI is still up and the return code is dropped.
 MpiCommunicator::~MpiCommunicator() {
+  pending_sums_.reset();  // its communicators are duplicates of comm_: free them first
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -81,6 +83,15 @@ void MpiCommunicator::allreduce_sum(Tensor& tensor) {
     return;
   }
   sum_in_place(tensor.data, count, MPI_FLOAT, sizeof(float));
+}
+
+void MpiCommunicator::start_allreduce_sum(Tensor tensor) {
+  GNMR_CHECK(tensor.dtype == DType::F32,
+             std::string("start_allreduce_sum takes F32 tensors, got ") + dtype_name(tensor.dtype));
+  const auto count = static_cast<size_t>(tensor.numel());
+  if (count == 0) return;
+  GNMR_CHECK(tensor.data != nullptr, "start_allreduce_sum of an unallocated tensor");
+  pending_sums_->start(static_cast<float*>(tensor.data), count);
 }
 
 void MpiCommunicator::allreduce_sum(double* values, size_t count) {

@@ -6,9 +6,11 @@
 
 #include <mpi.h>
 
+#include <memory>
 #include <vector>
 
 #include "dist/communicator.h"
+#include "dist/mpi_pending_sums.h"
 
 namespace gnmr {
 
@@ -32,6 +34,11 @@ class MpiCommunicator final : public Communicator {
   // tensor.data must be host memory (cpu backend).
   void allreduce_sum(Tensor& tensor) override;
   void allreduce_sum(double* values, size_t count) override;
+  // Non-blocking gradient sums: mpi_pending_sums.h (why Ireduce + Ibcast, on their own
+  // communicators).
+  void start_allreduce_sum(Tensor tensor) override;
+  void progress() override { pending_sums_->progress(); }
+  void wait_all() override { pending_sums_->wait_all(); }
   void reduce_scatter_sum(Tensor& tensor) override;
   void all_gather(Tensor& tensor) override;
   void broadcast(void* host_bytes, size_t bytes, int root) override;
@@ -49,6 +56,7 @@ class MpiCommunicator final : public Communicator {
   int world_size_ = 1;
   int local_rank_ = 0;
   size_t max_elements_per_call_;
+  std::unique_ptr<MpiPendingSums> pending_sums_;
   std::vector<float> send_scratch_, receive_scratch_;  // reduce_scatter_sum's packed blocks
 };
 

@@ -282,6 +282,10 @@ void LlamaModel::backward() {
   be.fill_zero(s.d_residual);
   be.rmsnorm_backward(act_.residual[L], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
                       s.d_residual, P[table_.final_norm].grad);
+  // Every parameter's gradient is final right after the op that last writes it; the table lays
+  // out the final norm then lm_head, and each layer's nine tensors, contiguously
+  // (build_param_table).
+  params_ready(table_.final_norm, table_.lm_head);
   for (int l = L - 1; l >= 0; --l) {
     const LayerParamIndex& idx = table_.layers[l];
     LayerActivations& a = act_.layers[l];
@@ -304,8 +308,10 @@ void LlamaModel::backward() {
     project_backward(unit(l, ProjectionKind::V), s.dv, s.d_normed, true);
     be.rmsnorm_backward(act_.residual[l], P[idx.input_norm].weight, a.rstd_attn, s.d_normed,
                         s.d_residual, P[idx.input_norm].grad);
+    params_ready(idx.proj[0], idx.post_norm);
   }
   be.embedding_backward(act_.tokens, s.d_residual, P[table_.embedding].grad);
+  params_ready(table_.embedding, table_.embedding);
 }
 
 }  // namespace gnmr

@@ -12,6 +12,7 @@
 #include "config/config.h"
 #include "controller/routing_plan.h"
 #include "model/activations.h"
+#include "model/gradient_ready_listener.h"
 #include "model/param_table.h"
 #include "model/projection_paths.h"
 #include "precision/recipe.h"
@@ -66,6 +67,10 @@ class LlamaModel {
   // Mean loss, gradients untouched (evaluation; a readback).
   float forward_loss(const int32_t* tokens, const int32_t* targets);
   void zero_grads();
+  // Who hears, during each following backward, which parameters' gradients are final (nullptr:
+  // nobody, the default). Set it for the last micro-step of an accumulation window only: in
+  // the earlier ones the gradients are still partial sums. Not owned.
+  void set_gradient_ready_listener(GradientReadyListener* listener) { ready_listener_ = listener; }
 
   // ---- routing (docs/DESIGN.md §2 step 2) ----
   const PrecisionRecipe& recipe() const { return paths_->recipe(); }
@@ -104,6 +109,9 @@ class LlamaModel {
   const ProjectionUnit& unit(int layer, ProjectionKind kind) const;
   // act_.losses read back and averaged, in the arithmetic of Backend::accumulate_mean_loss.
   float read_mean_loss(int valid_targets);
+  void params_ready(int first_param, int last_param) {
+    if (ready_listener_ != nullptr) ready_listener_->on_params_ready(first_param, last_param);
+  }
 
   ModelConfig config_;
   Backend& backend_;
@@ -116,6 +124,7 @@ class LlamaModel {
   std::unique_ptr<ProjectionPaths> paths_;
   bool save_for_backward_ = false;  // during forward(): quantize what the backward reads
   int micro_step_ = 0;              // forward_backward calls since zero_grads()
+  GradientReadyListener* ready_listener_ = nullptr;
   std::vector<int32_t> host_targets_;
   std::vector<float> host_losses_;
 };

@@ -94,6 +94,31 @@ json blas_json(const RunConfig& config) {
           {"blas_best_nominal_gflops", r.best_nominal_gflops}};
 }
 
+double gradient_sum_hidden_fraction(double blocking_sum_ms, double wait_ms) {
+  if (!(blocking_sum_ms > 0)) return 0.0;
+  return std::clamp(1.0 - wait_ms / blocking_sum_ms, 0.0, 1.0);
+}
+
+namespace {
+
+// Mean ms of a blocking sum of the whole gradient across the ranks, nothing else running:
+// the barrier first so no rank's time includes waiting for another to arrive. The gradient
+// it sums is the last step's, already used: the values do not matter, the bytes moved do.
+double time_blocking_gradient_sum(TrainingSession& session, int64_t repeats) {
+  Communicator& comm = session.comm();
+  Tensor grads = session.model().flat_grads();
+  double total_ms = 0;
+  for (int64_t i = 0; i < repeats; ++i) {
+    comm.barrier();
+    auto t0 = std::chrono::steady_clock::now();
+    comm.allreduce_sum(grads);
+    total_ms += seconds_since(t0) * 1e3;
+  }
+  return total_ms / double(repeats);
+}
+
+}  // namespace
+
 json run_bench(const RunConfig& config, const BenchOptions& options) {
   if (options.steps < 1) throw Error(ErrorKind::Usage, "bench: --steps must be >= 1");
   const bool cuda = config.backend == "cuda";
@@ -101,7 +126,8 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   TrainingSession session(config, /*synthetic_data=*/true);
   const double flops_per_token = double(session.model().flops_per_token());
 
-  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0, readback_ms = 0;
+  double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0, readback_ms = 0,
+         sum_wait_ms = 0;
   for (int64_t s = 0; s < options.warmup_steps + options.steps; ++s) {
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = session.run_step(s);
@@ -113,6 +139,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     controller_ms += r.controller_ms;
     optimizer_ms += r.optimizer_ms;
     readback_ms += r.readback_ms;
+    sum_wait_ms += r.gradient_sum_wait_ms;
     spdlog::info("bench step {}: {:.1f} ms, loss {:.4f}", s - options.warmup_steps + 1,
                  step_s * 1e3, r.loss);
   }
@@ -158,6 +185,15 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"readback_ms", readback_ms / n},
                  {"controller_and_norms_fraction", (norms_ms + controller_ms) / n / step_ms},
                  {"gemm_impl", projection_gemm_impls(session.model(), session.backend())}};
+  if (session.comm().world_size() > 1) {
+    const double blocking_ms = time_blocking_gradient_sum(session, options.steps);
+    result["ranks"] = session.comm().world_size();
+    result["bucket_mb"] = config.dist.bucket_mb;
+    result["gradient_sum_ms"] = blocking_ms;
+    result["gradient_sum_wait_ms"] = sum_wait_ms / n;
+    result["gradient_sum_hidden_fraction"] =
+        gradient_sum_hidden_fraction(blocking_ms, sum_wait_ms / n);
+  }
   if (!cuda) result.update(blas_json(config));
   const double datasheet = cuda ? datasheet_bf16_tflops(session.backend().device()) : 0.0;
   if (datasheet > 0) {

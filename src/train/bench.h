@@ -37,7 +37,16 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, in
 // nominal rates), as the metrics header line and the bench JSON carry it.
 nlohmann::json blas_json(const RunConfig& config);
 
-// Returns the figures; the last line `gnmr bench` prints is this object.
+// The share of the data-parallel gradient sum that backward hid (docs/DESIGN.md §7):
+// blocking_sum_ms is one blocking sum of the whole gradient with nothing else running (what
+// the step would wait with dist.bucket_mb = 0), wait_ms what the step still waited after its
+// backward. 1 - wait / blocking, clamped to [0, 1] (a wait above the blocking sum, e.g. a
+// rank arriving late, hides nothing); 0 when there is no sum to hide.
+double gradient_sum_hidden_fraction(double blocking_sum_ms, double wait_ms);
+
+// Returns the figures; the last line `gnmr bench` prints is this object. With more than one
+// rank it adds gradient_sum_ms (blocking_sum_ms above, the mean of `steps` sums timed after
+// the steps), gradient_sum_wait_ms (per step) and gradient_sum_hidden_fraction.
 nlohmann::json run_bench(const RunConfig& config, const BenchOptions& options);
 
 }  // namespace gnmr

@@ -11,6 +11,7 @@
 #include "data/tokenizer.h"
 #include "train/lr_schedule.h"
 #include "train/make_backend.h"
+#include "train/replica_check.h"
 #include "util/error.h"
 
 using nlohmann::json;
@@ -31,6 +32,8 @@ DebugHooks debug_hooks_from(const json& section) {
     h.spike_unit = section.at("spike_unit");
     h.spike_steps = section.at("spike_steps").get<std::vector<int64_t>>();
     h.spike_scale = section.at("spike_scale");
+    h.diverge_weights_steps = section.at("diverge_weights_steps").get<std::vector<int64_t>>();
+    h.diverge_plan_steps = section.at("diverge_plan_steps").get<std::vector<int64_t>>();
   } catch (const json::exception&) {
     throw Error(ErrorKind::Config, "config: \"debug\" step lists must hold integers");
   }
@@ -96,9 +99,19 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                                         zero ? int64_t(comm_->world_size()) * kZeroShardAlign : 1);
   model_->init_weights(config.train.seed);
   if (zero) {
+    // One reduce-scatter after backward (zero_optimizer.h): no overlapped buckets.
     zero_optimizer_ = std::make_unique<ZeroAdamW>(*backend_, *comm_, *model_, config.train);
   } else {
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
+    if (comm_->world_size() > 1 && config.dist.bucket_mb > 0) {
+      overlapped_sum_ =
+          std::make_unique<OverlappedGradientSum>(*comm_, *model_, config.dist.bucket_mb);
+      if (comm_->rank() == 0) {  // one human log per job
+        spdlog::info(
+            "gradient sum over {} ranks: {} buckets of up to {} MiB, overlapped with backward",
+            comm_->world_size(), overlapped_sum_->buckets().size(), config.dist.bucket_mb);
+      }
+    }
   }
   try {
     controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers);
@@ -218,7 +231,12 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   const float loss_scale = 1.0f / float(accumulation_steps_);
   for (int m = 0; m < accumulation_steps_; ++m) {
     fill_batch(step_index, m);
+    // Only the last micro-step's backward finishes gradients: that is when buckets may go.
+    if (overlapped_sum_ && m == accumulation_steps_ - 1) {
+      model_->set_gradient_ready_listener(overlapped_sum_.get());
+    }
     model_->forward_backward(tokens_.data(), targets_.data(), loss_scale, loss_sum_);
+    model_->set_gradient_ready_listener(nullptr);
   }
   if (zero_optimizer_) {
     // ZeRO-1: each rank ends with the mean gradient of its own shard (zero_optimizer.h).
@@ -227,8 +245,14 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   } else if (comm_->world_size() > 1) {
     // Data parallel: every rank ends with the mean gradient and the loss sum of the global
     // batch, bit-identical on all ranks, so every rank's controller and update agree.
+    const auto wait_start = std::chrono::steady_clock::now();
     Tensor grads = model_->flat_grads();
-    comm_->allreduce_sum(grads);
+    if (overlapped_sum_) {
+      overlapped_sum_->finish();
+    } else {
+      comm_->allreduce_sum(grads);
+    }
+    r.gradient_sum_wait_ms = elapsed_ms(wait_start);
     backend_->scale(grads, 1.0f / float(comm_->world_size()));
     comm_->allreduce_sum(loss_sum_);
   }
@@ -285,6 +309,7 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   plan_ = with_fixed_recovery(controller_->observe(r.step, r.unit_grad_norms));
   r.controller_ms = elapsed_ms(t0);
   r.controller_fields = controller_->last_telemetry().metrics_fields();
+  check_replicas(r.step);
 
   state_.step = r.step;
   state_.tokens_seen += tokens_per_step();
@@ -296,6 +321,26 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   }
   state_.consecutive_nonfinite = 0;
   return r;
+}
+
+void TrainingSession::check_replicas(int64_t step) {
+  if (comm_->rank() == comm_->world_size() - 1) {
+    if (contains(debug_.diverge_weights_steps, step)) {
+      Tensor first = tensor_view(model_->flat_weights(), {1}, 0);
+      float value = 0;
+      backend_->copy_to_host(first, &value);
+      value += 1.0f;
+      backend_->copy_from_host(first, &value);
+      model_->weights_changed();
+    }
+    if (contains(debug_.diverge_plan_steps, step)) {
+      plan_.path[0] = plan_.path[0] == Path::Low ? Path::Recovery : Path::Low;
+    }
+  }
+  const int64_t every = config_.dist.check_every;
+  if (comm_->world_size() > 1 && every > 0 && step % every == 0) {
+    check_replicas_agree(*comm_, *backend_, *model_, plan_, step);
+  }
 }
 
 double TrainingSession::evaluate(int64_t token_budget) {

@@ -14,6 +14,7 @@
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
+#include "train/overlapped_gradient_sum.h"
 #include "train/zero_optimizer.h"
 
 namespace gnmr {
@@ -30,6 +31,10 @@ struct StepResult {
   // readback_ms, the wait in the step's one readback. controller_ms is host work either way.
   double forward_backward_ms = 0, norms_ms = 0, optimizer_ms = 0, readback_ms = 0,
          controller_ms = 0;
+  // Part of forward_backward_ms, with more than one rank: the host time from the end of the
+  // last backward until the gradients are summed across ranks (dist.bucket_mb = 0: the whole
+  // sum; overlapped: what is left of it once backward is done).
+  double gradient_sum_wait_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
   int units_recovery = 0;              // units this step ran on the recovery path
   size_t saved_activation_bytes = 0;   // what the projections saved for their weight gradients
@@ -44,6 +49,9 @@ struct DebugHooks {
   int spike_unit = -1;
   std::vector<int64_t> spike_steps;
   double spike_scale = 100.0;
+  // After these steps' update the last rank moves one weight, or flips unit 0's path in the
+  // next plan, so the replicas diverge and the dist.check_every check can be seen to fire.
+  std::vector<int64_t> diverge_weights_steps, diverge_plan_steps;
 };
 
 class TrainingSession {
@@ -77,6 +85,8 @@ class TrainingSession {
   void fill_batch(int64_t step_index, int micro_step);
   // The controller's plan plus the layers precision.recovery_layers pins to recovery.
   RoutingPlan with_fixed_recovery(RoutingPlan plan) const;
+  // debug.diverge_*_steps, then the dist.check_every check (replica_check.h).
+  void check_replicas(int64_t step);
 
   RunConfig config_;
   bool synthetic_data_;
@@ -89,6 +99,8 @@ class TrainingSession {
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
   std::unique_ptr<Controller> controller_;
+  // With more than one rank and dist.bucket_mb > 0: the sum that overlaps backward.
+  std::unique_ptr<OverlappedGradientSum> overlapped_sum_;
   RoutingPlan plan_;  // the path of every projection unit for the next step
   TrainerState state_;
   int accumulation_steps_ = 1;

@@ -212,6 +212,21 @@ TEST(ConfigLoad, ModelAttentionDefaultsToAutoAndFlashNeedsTheCudaBackend) {
   expect_config_error(path, {"model.attention=fused"}, "\"model.attention\" is \"fused\"");
 }
 
+TEST(ConfigLoad, DistBucketsDefaultTo25MiBAndTheCheckTo100Steps) {
+  std::string dir = gnmr_test::scratch_dir("config_dist");
+  auto path = write_config(dir, "a.json", "{}");
+  auto c = load_run_config(path, {});
+  EXPECT_EQ(c.dist.bucket_mb, 25.0);
+  EXPECT_EQ(c.dist.check_every, 100);
+  // A whole number of MiB is a number too; fractions make buckets for tiny models.
+  EXPECT_EQ(load_run_config(path, {"dist.bucket_mb=4"}).dist.bucket_mb, 4.0);
+  EXPECT_EQ(load_run_config(path, {"dist.bucket_mb=0.5"}).dist.bucket_mb, 0.5);
+  EXPECT_EQ(load_run_config(path, {"dist.bucket_mb=0"}).dist.bucket_mb, 0.0);
+  expect_config_error(path, {"dist.bucket_mb=-1"}, "\"dist.bucket_mb\" must be >= 0");
+  expect_config_error(path, {"dist.check_every=-5"}, "\"dist.check_every\" must be >= 0");
+  expect_config_error(path, {"dist.check_every=2.5"}, "\"dist.check_every\" must be");
+}
+
 TEST(ConfigLoad, DistZeroIsZeroOrOneAndRunsOnTheCpuBackend) {
   std::string dir = gnmr_test::scratch_dir("config_zero");
   const std::string path = write_config(dir, "a.json", "{}");

@@ -65,6 +65,10 @@ TEST(LocalCommunicator, CollectivesLeaveTheDataAsItIs) {
   Tensor t = host_tensor(values);
   comm.allreduce_sum(t);
   EXPECT_EQ(values, (std::vector<float>{1.5f, -2.0f, 3.25f}));
+  comm.start_allreduce_sum(tensor_view(t, {2}, 1));
+  comm.progress();
+  comm.wait_all();
+  EXPECT_EQ(values, (std::vector<float>{1.5f, -2.0f, 3.25f}));
 
   double sums[2] = {0.125, 7.0};
   comm.allreduce_sum(sums, 2);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend_tensors.h"
@@ -248,6 +249,51 @@ TEST_F(MpiCommunicatorTest, AllAgreeIsTrueOnlyWhenEveryRankHasTheSameValue) {
   // One rank differs, and the extremes of uint64 (where ~v tricks could wrap) disagree.
   EXPECT_FALSE(world().all_agree(rank() == world_size() - 1 ? 7 : 5));
   EXPECT_FALSE(world().all_agree(rank() == 0 ? 0 : ~0ull));
+}
+
+// The overlapped gradient sum (dist/mpi_pending_sums.h): slices started one after another,
+// progress() between them, one wait_all(): the bits of the blocking sum (two ranks: every
+// element is one addition, so exactly; more ranks: identical on every rank), through the
+// default chunk size and through 5-element chunks (so a slice is several reduce + broadcast
+// pairs in flight at once).
+TEST_F(MpiCommunicatorTest, StartedSumsGiveTheBlockingSumsBitsOnEveryRank) {
+  const size_t n = 2053;
+  std::vector<float> values(n);
+  for (size_t i = 0; i < n; ++i) values[i] = rank_value(rank(), i) * 1e-3f + 1e4f;
+  std::vector<float> blocking = values;
+  Tensor whole = host_tensor(blocking);
+  world().allreduce_sum(whole);
+  MpiCommunicator chunked(/*max_elements_per_call=*/5);
+  for (Communicator* comm : {&world(), static_cast<Communicator*>(&chunked)}) {
+    std::vector<float> started = values;
+    Tensor all = host_tensor(started);
+    // Last slice first, as backward finishes them; uneven sizes; one of a single element.
+    const std::vector<std::pair<int64_t, int64_t>> slices = {
+        {1500, 553}, {1499, 1}, {700, 799}, {0, 700}};
+    for (const auto& [offset, count] : slices) {
+      comm->start_allreduce_sum(tensor_view(all, {count}, offset));
+      comm->progress();
+    }
+    comm->wait_all();
+    if (world_size() == 2) {
+      EXPECT_EQ(std::memcmp(started.data(), blocking.data(), n * sizeof(float)), 0)
+          << comm->name() << ": started sums differ from the blocking sum";
+    }
+    EXPECT_TRUE(identical_on_every_rank(started.data(), n * sizeof(float)));
+  }
+  // Nothing pending: wait_all returns at once, and blocking collectives still line up.
+  world().wait_all();
+  world().barrier();
+}
+
+TEST_F(MpiCommunicatorTest, StartedSumRejectsNonF32TensorsBeforeCommunicating) {
+  std::vector<double> storage(4);
+  Tensor t;
+  t.data = storage.data();
+  t.dtype = DType::F64;
+  t.shape = {4};
+  EXPECT_THROW(world().start_allreduce_sum(t), Error);
+  world().barrier();
 }
 
 TEST_F(MpiCommunicatorTest, AutoChoosesMpiUnderAMultiProcessLaunch) {

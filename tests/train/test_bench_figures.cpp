@@ -19,6 +19,14 @@ TEST(BenchFigures, DatasheetPeaksByTheNamesTheDriverReports) {
   EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA GeForce RTX 4090"), 0.0);
 }
 
+TEST(BenchFigures, HiddenGradientSumIsTheShareOfTheBlockingSumNotWaitedFor) {
+  EXPECT_DOUBLE_EQ(gnmr::gradient_sum_hidden_fraction(10.0, 10.0), 0.0);  // nothing overlapped
+  EXPECT_DOUBLE_EQ(gnmr::gradient_sum_hidden_fraction(10.0, 2.5), 0.75);
+  EXPECT_DOUBLE_EQ(gnmr::gradient_sum_hidden_fraction(10.0, 0.0), 1.0);
+  EXPECT_DOUBLE_EQ(gnmr::gradient_sum_hidden_fraction(10.0, 14.0), 0.0);  // a late rank
+  EXPECT_DOUBLE_EQ(gnmr::gradient_sum_hidden_fraction(0.0, 1.0), 0.0);    // one rank: no sum
+}
+
 TEST(BenchFigures, GemmImplNamesEveryKindAndPathOfTheRecipe) {
   const gnmr::RunConfig config = gnmr::load_run_config(
       gnmr_test::source_path("configs/models/tiny.json"), {"precision.recipe=fp8mix"});
