@@ -18,7 +18,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/llama.h"
 #include "train/optimizer.h"
 #include "train/trainer_state.h"

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
-#include "dist/launch_env.h"
+#include "parallel/launch_env.h"
 #include "util/error.h"
 #ifdef GNMR_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"

@@ -7,7 +7,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gnmr {
 

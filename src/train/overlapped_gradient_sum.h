@@ -1,15 +1,15 @@
 // The overlapped data-parallel gradient sum (docs/DESIGN.md §7, dist.bucket_mb > 0): listens
 // to the model's last backward of a step and starts each bucket's all-reduce
-// (dist/gradient_buckets.h) the moment backward has finished every parameter in it, so the
+// (parallel/gradient_buckets.h) the moment backward has finished every parameter in it, so the
 // communication of the last layers runs while backward computes the first ones. finish()
 // then waits for what is left. The bits are those of the blocking sum
-// (dist/mpi_pending_sums.h says why, and when they are not).
+// (parallel/mpi_pending_sums.h says why, and when they are not).
 #pragma once
 
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/gradient_buckets.h"
+#include "parallel/communicator.h"
+#include "parallel/gradient_buckets.h"
 #include "model/gradient_ready_listener.h"
 #include "model/llama.h"
 

@@ -9,7 +9,7 @@
 
 #include "backend/backend.h"
 #include "controller/routing_plan.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/llama.h"
 
 namespace gnmr {

@@ -10,7 +10,7 @@
 #include "config/config.h"
 #include "controller/controller.h"
 #include "data/loader.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"

@@ -18,7 +18,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "train/zero_optimizer.h"
 
 namespace gnmr {

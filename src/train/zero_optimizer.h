@@ -17,7 +17,7 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 #include "model/llama.h"
 #include "train/zero_shards.h"
 

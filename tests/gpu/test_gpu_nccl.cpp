@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
-#include "dist/communicator.h"
-#include "dist/launch_env.h"
+#include "parallel/communicator.h"
+#include "parallel/launch_env.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace gnmr {

@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/mpi_pending_sums.h"
+#include "parallel/communicator.h"
+#include "parallel/mpi_pending_sums.h"
 
 namespace gnmr {
 

@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/launch_env.h"
-#include "dist/tcp_rendezvous.h"
+#include "parallel/launch_env.h"
+#include "parallel/tcp_rendezvous.h"
 #ifdef GNMR_WITH_NCCL
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #endif
 #include "test_paths.h"
 #include "util/error.h"

@@ -1,4 +1,4 @@
-// MPI may be initialised and finalised once per process, so that is the one thing in dist/
+// MPI may be initialised and finalised once per process, so that is the one thing in parallel/
 // that is process-wide: the first MpiCommunicator calls MpiRuntime::ensure_initialized(),
 // which builds a function-local static guard; the guard's destructor runs MPI_Finalize at
 // process exit. Communicators must be destroyed before then (i.e. not held in statics).

@@ -1,8 +1,8 @@
-#include "dist/mpi_pending_sums.h"
+#include "parallel/mpi_pending_sums.h"
 
 #include <algorithm>
 
-#include "dist/mpi_check.h"
+#include "parallel/mpi_check.h"
 
 namespace gnmr {
 

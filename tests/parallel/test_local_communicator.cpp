@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "backend_tensors.h"
-#include "dist/launch_env.h"
-#include "dist/local_communicator.h"
+#include "parallel/launch_env.h"
+#include "parallel/local_communicator.h"
 #include "util/error.h"
 
 namespace gnmr {

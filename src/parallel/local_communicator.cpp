@@ -1,4 +1,4 @@
-#include "dist/local_communicator.h"
+#include "parallel/local_communicator.h"
 
 #include <cstdlib>
 

@@ -1,5 +1,5 @@
 // plan_gradient_buckets: the order, sizes and coverage of the overlapped gradient sum's
-// buckets (dist/gradient_buckets.h), on hand-made layouts and on the real parameter table.
+// buckets (parallel/gradient_buckets.h), on hand-made layouts and on the real parameter table.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "dist/gradient_buckets.h"
+#include "parallel/gradient_buckets.h"
 #include "model/param_table.h"
 
 namespace gnmr {

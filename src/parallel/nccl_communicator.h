@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gnmr {
 

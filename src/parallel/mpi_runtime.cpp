@@ -1,10 +1,10 @@
-#include "dist/mpi_runtime.h"
+#include "parallel/mpi_runtime.h"
 
 #include <mpi.h>
 
 #include <cstdlib>
 
-#include "dist/mpi_check.h"
+#include "parallel/mpi_check.h"
 #include "util/error.h"
 
 namespace gnmr {

@@ -1,4 +1,4 @@
-#include "dist/gradient_buckets.h"
+#include "parallel/gradient_buckets.h"
 
 #include <algorithm>
 #include <cmath>

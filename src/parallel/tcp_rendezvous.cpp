@@ -2,7 +2,7 @@
 //   hello  (rank r -> rank 0): "GNMRRDV1", int32 rank, int32 world size, uint32 n, n bytes job id
 //   answer (rank 0 -> rank r): 4-byte tag "OK  " | "FAIL" | "REJ ", uint32 n, n bytes
 //                              (the payload for OK, the reason otherwise)
-#include "dist/tcp_rendezvous.h"
+#include "parallel/tcp_rendezvous.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

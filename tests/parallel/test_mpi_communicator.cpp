@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "backend_tensors.h"
-#include "dist/launch_env.h"
-#include "dist/mpi_communicator.h"
+#include "parallel/launch_env.h"
+#include "parallel/mpi_communicator.h"
 #ifdef GNMR_WITH_NCCL
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #endif
-#include "tests/dist/world.h"
+#include "tests/parallel/world.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -34,7 +34,7 @@ class MpiCommunicatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (gnmr_test::world().world_size() < 2) {
-      GTEST_SKIP() << "needs two ranks: run under mpirun -np 2 (ctest dist.mpi_two_ranks)";
+      GTEST_SKIP() << "needs two ranks: run under mpirun -np 2 (ctest parallel.mpi_two_ranks)";
     }
   }
   Communicator& world() { return gnmr_test::world(); }
@@ -251,7 +251,7 @@ TEST_F(MpiCommunicatorTest, AllAgreeIsTrueOnlyWhenEveryRankHasTheSameValue) {
   EXPECT_FALSE(world().all_agree(rank() == 0 ? 0 : ~0ull));
 }
 
-// The overlapped gradient sum (dist/mpi_pending_sums.h): slices started one after another,
+// The overlapped gradient sum (parallel/mpi_pending_sums.h): slices started one after another,
 // progress() between them, one wait_all(): the bits of the blocking sum (two ranks: every
 // element is one addition, so exactly; more ranks: identical on every rank), through the
 // default chunk size and through 5-element chunks (so a slice is several reduce + broadcast

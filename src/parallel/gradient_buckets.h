@@ -4,7 +4,7 @@
 //
 // Plain data from plain data: the plan sees the parameters only as their offsets into the
 // flat gradient (model/param_table.h lays them out in Hugging Face order, embedding first,
-// lm_head last), so src/dist needs nothing from the model.
+// lm_head last), so src/parallel needs nothing from the model.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // The Communicator calls that not every implementation has (communicator.h).
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 #include "util/error.h"
 

@@ -1,4 +1,4 @@
-#include "dist/launch_env.h"
+#include "parallel/launch_env.h"
 
 #include <charconv>
 #include <cstdint>

@@ -1,11 +1,11 @@
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
 
-#include "dist/mpi_check.h"
-#include "dist/mpi_runtime.h"
+#include "parallel/mpi_check.h"
+#include "parallel/mpi_runtime.h"
 #include "util/error.h"
 
 namespace gnmr {

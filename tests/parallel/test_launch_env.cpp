@@ -1,8 +1,8 @@
 // parse_launch_env: each launcher's variables, their precedence, and bad launches.
 #include <gtest/gtest.h>
 
-#include "dist/launch_env.h"
-#include "tests/dist/env_map.h"
+#include "parallel/launch_env.h"
+#include "tests/parallel/env_map.h"
 #include "util/error.h"
 
 namespace gnmr {

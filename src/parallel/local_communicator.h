@@ -1,7 +1,7 @@
 // The world of one process: sums and broadcasts over one rank leave the data as it is.
 #pragma once
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gnmr {
 

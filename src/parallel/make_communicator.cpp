@@ -1,13 +1,13 @@
 #include <memory>
 
-#include "dist/communicator.h"
-#include "dist/launch_env.h"
-#include "dist/local_communicator.h"
+#include "parallel/communicator.h"
+#include "parallel/launch_env.h"
+#include "parallel/local_communicator.h"
 #ifdef GNMR_WITH_MPI
-#include "dist/mpi_communicator.h"
+#include "parallel/mpi_communicator.h"
 #endif
 #ifdef GNMR_WITH_NCCL
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 #endif
 #include "util/error.h"
 

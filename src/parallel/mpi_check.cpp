@@ -1,4 +1,4 @@
-#include "dist/mpi_check.h"
+#include "parallel/mpi_check.h"
 
 #include <mpi.h>
 

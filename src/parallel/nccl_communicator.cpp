@@ -1,4 +1,4 @@
-#include "dist/nccl_communicator.h"
+#include "parallel/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <thread>
 
-#include "dist/launch_env.h"
-#include "dist/tcp_rendezvous.h"
+#include "parallel/launch_env.h"
+#include "parallel/tcp_rendezvous.h"
 #include "util/error.h"
 
 namespace gnmr {

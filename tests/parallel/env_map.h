@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "dist/launch_env.h"
+#include "parallel/launch_env.h"
 
 namespace gnmr_test {
 

@@ -1,5 +1,5 @@
-// main() for test_dist. The same binary runs as one process (ctest dist.single_process) and
-// under `mpirun -np 2` (dist.mpi_two_ranks). Rank 0 prints GoogleTest's usual report; other
+// main() for test_parallel. The same binary runs as one process (ctest parallel.single_process) and
+// under `mpirun -np 2` (parallel.mpi_two_ranks). Rank 0 prints GoogleTest's usual report; other
 // ranks print only their own failures, prefixed with the rank, so a 2-rank log stays
 // readable. The exit code is non-zero on every rank if any rank failed.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include "dist/communicator.h"
-#include "tests/dist/world.h"
+#include "parallel/communicator.h"
+#include "tests/parallel/world.h"
 #include "util/error.h"
 
 namespace gnmr_test {
@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   try {
     world = gnmr::make_communicator({"auto"});
   } catch (const gnmr::Error& e) {
-    std::fprintf(stderr, "test_dist: %s\n", e.what());
+    std::fprintf(stderr, "test_parallel: %s\n", e.what());
     return e.exit_code();
   }
   gnmr_test::g_world = world.get();
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   double failed_ranks = RUN_ALL_TESTS() != 0 ? 1.0 : 0.0;
   world->allreduce_sum(&failed_ranks, 1);
   if (world->rank() == 0 && failed_ranks > 0) {
-    std::fprintf(stderr, "test_dist: %.0f of %d ranks had failures\n", failed_ranks,
+    std::fprintf(stderr, "test_parallel: %.0f of %d ranks had failures\n", failed_ranks,
                  world->world_size());
   }
   return failed_ranks > 0 ? 1 : 0;

@@ -3,7 +3,7 @@
 // process; tests that need two ranks skip in a world of one.
 #pragma once
 
-#include "dist/communicator.h"
+#include "parallel/communicator.h"
 
 namespace gnmr_test {
 
