@@ -72,6 +72,8 @@ nlohmann::json make_defaults() {
       "nonfinite_grad_steps": [],
       "diverge_weights_steps": [],
       "diverge_plan_steps": [],
+      "crash_rank": -1,
+      "crash_step": 0,
       "spike_unit": -1,
       "spike_steps": [],
       "spike_scale": 100.0

@@ -18,8 +18,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "parallel/communicator.h"
 #include "model/llama.h"
+#include "parallel/communicator.h"
 #include "train/optimizer.h"
 #include "train/trainer_state.h"
 #include "train/zero_optimizer.h"

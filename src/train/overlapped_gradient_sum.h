@@ -8,10 +8,10 @@
 
 #include <vector>
 
-#include "parallel/communicator.h"
-#include "parallel/gradient_buckets.h"
 #include "model/gradient_ready_listener.h"
 #include "model/llama.h"
+#include "parallel/communicator.h"
+#include "parallel/gradient_buckets.h"
 
 namespace gnmr {
 

@@ -9,8 +9,8 @@
 
 #include "backend/backend.h"
 #include "controller/routing_plan.h"
-#include "parallel/communicator.h"
 #include "model/llama.h"
+#include "parallel/communicator.h"
 
 namespace gnmr {
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 
 #include "controller/units.h"
 #include "data/counter_hash.h"
@@ -34,8 +35,11 @@ DebugHooks debug_hooks_from(const json& section) {
     h.spike_scale = section.at("spike_scale");
     h.diverge_weights_steps = section.at("diverge_weights_steps").get<std::vector<int64_t>>();
     h.diverge_plan_steps = section.at("diverge_plan_steps").get<std::vector<int64_t>>();
+    h.crash_rank = section.at("crash_rank");
+    h.crash_step = section.at("crash_step");
   } catch (const json::exception&) {
-    throw Error(ErrorKind::Config, "config: \"debug\" step lists must hold integers");
+    throw Error(ErrorKind::Config,
+                "config: \"debug\" step lists and crash_rank / crash_step must hold integers");
   }
   return h;
 }
@@ -218,6 +222,7 @@ void TrainingSession::restore_controller_state(const std::string& checkpoint_dir
 StepResult TrainingSession::run_step(int64_t step_index) {
   StepResult r;
   r.step = step_index + 1;
+  if (debug_.crash_rank == comm_->rank() && debug_.crash_step == r.step) raise(SIGKILL);
   r.lr = learning_rate_at(config_.train, step_index);
   model_->set_step(step_index);
   model_->set_routing(plan_);

@@ -10,8 +10,8 @@
 #include "config/config.h"
 #include "controller/controller.h"
 #include "data/loader.h"
-#include "parallel/communicator.h"
 #include "model/llama.h"
+#include "parallel/communicator.h"
 #include "train/checkpoint.h"
 #include "train/optimizer.h"
 #include "train/overlapped_gradient_sum.h"
@@ -52,6 +52,10 @@ struct DebugHooks {
   // After these steps' update the last rank moves one weight, or flips unit 0's path in the
   // next plan, so the replicas diverge and the dist.check_every check can be seen to fire.
   std::vector<int64_t> diverge_weights_steps, diverge_plan_steps;
+  // At the start of step crash_step (1-based), rank crash_rank dies by SIGKILL, with no
+  // cleanup, as a node failure looks to the other ranks (they must end, not hang).
+  int crash_rank = -1;
+  int64_t crash_step = 0;
 };
 
 class TrainingSession {

@@ -17,8 +17,8 @@
 
 #include "backend/backend.h"
 #include "config/config.h"
-#include "parallel/communicator.h"
 #include "model/llama.h"
+#include "parallel/communicator.h"
 #include "train/zero_shards.h"
 
 namespace gnmr {

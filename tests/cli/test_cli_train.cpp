@@ -210,6 +210,30 @@ TEST(CliTrain, TinyModelLearnsWellBelowTheUnigramEntropy) {
   EXPECT_LT(val_loss, entropy - 0.5);
 }
 
+// A rank that dies mid-run (SIGKILL at step 3, as a node failure looks to the others) ends the
+// whole job with a non-zero exit instead of leaving rank 0 waiting in a collective; `timeout`
+// bounds the test, and its exit 124 would mean a hang.
+TEST(CliTrain, ARankKilledMidRunEndsTheJobInsteadOfHanging) {
+  if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
+  std::string dir = gnmr_test::scratch_dir("cli_mpi_crash");
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
+  const std::string command =
+      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 '") +
+      GNMR_MPIEXEC + "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' " +
+      train_args(config, dir + "/run") + " --set debug.crash_rank=1 --set debug.crash_step=3 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_NE(WEXITSTATUS(status), 0) << output;
+  EXPECT_NE(WEXITSTATUS(status), 124) << "the job hung until timeout killed it:\n" << output;
+  // No final checkpoint: the run did not pretend to finish.
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012")) << output;
+}
+
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
   if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
   std::string dir = gnmr_test::scratch_dir("cli_mpi");

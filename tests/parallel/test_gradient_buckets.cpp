@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "parallel/gradient_buckets.h"
 #include "model/param_table.h"
+#include "parallel/gradient_buckets.h"
 
 namespace gnmr {
 namespace {
