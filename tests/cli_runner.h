@@ -19,11 +19,8 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `gnmr ARGS` through the shell in the test's working directory; `env` holds extra
-// environment assignments ("NAME=VALUE NAME2=VALUE2") for that process.
-inline CommandResult run_gnmr(const std::string& args, const std::string& env = "") {
-  std::string command =
-      (env.empty() ? "" : "env " + env + " ") + "'" + gnmr_binary() + "' " + args + " 2>&1";
+// Runs a shell command line in the test's working directory, stdout and stderr together.
+inline CommandResult run_command(const std::string& command) {
   CommandResult r;
   FILE* pipe = popen(command.c_str(), "r");
   if (!pipe) return r;
@@ -33,6 +30,22 @@ inline CommandResult run_gnmr(const std::string& args, const std::string& env = 
   int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// Runs `gnmr ARGS` through the shell in the test's working directory; `env` holds extra
+// environment assignments ("NAME=VALUE NAME2=VALUE2") for that process.
+inline CommandResult run_gnmr(const std::string& args, const std::string& env = "") {
+  return run_command((env.empty() ? "" : "env " + env + " ") + "'" + gnmr_binary() + "' " + args +
+                     " 2>&1");
+}
+
+// Runs `gnmr ARGS` as `ranks` processes under `mpiexec` (Open MPI's mpirun, as root and on more
+// ranks than cores, as CI runs), behind `wrapper` (e.g. "timeout 120") when given.
+inline CommandResult run_gnmr_mpi(const std::string& mpiexec, int ranks, const std::string& args,
+                                  const std::string& wrapper = "") {
+  return run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + wrapper + " '" +
+                     mpiexec + "' -np " + std::to_string(ranks) + " --oversubscribe '" +
+                     gnmr_binary() + "' " + args + " 2>&1");
 }
 
 // Token shards of the bundled corpus (train_*.bin, val_*.bin), prepared on first use.

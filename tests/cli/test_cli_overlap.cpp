@@ -13,17 +13,7 @@ namespace fs = std::filesystem;
 namespace {
 
 gnmr_test::CommandResult run_two_ranks(const std::string& args) {
-  const std::string command =
-      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") + GNMR_MPIEXEC +
-      "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' " + args + " 2>&1";
-  gnmr_test::CommandResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return gnmr_test::run_gnmr_mpi(GNMR_MPIEXEC, 2, args);
 }
 
 // 4 steps of two micro-steps each (512 tokens = 2 ranks × 2 × 4 × 32), so the buckets must

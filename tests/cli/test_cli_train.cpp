@@ -217,19 +217,14 @@ TEST(CliTrain, ARankKilledMidRunEndsTheJobInsteadOfHanging) {
   if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
   std::string dir = gnmr_test::scratch_dir("cli_mpi_crash");
   std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
-  const std::string command =
-      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 timeout 120 '") +
-      GNMR_MPIEXEC + "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' " +
-      train_args(config, dir + "/run") + " --set debug.crash_rank=1 --set debug.crash_step=3 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_NE(WEXITSTATUS(status), 0) << output;
-  EXPECT_NE(WEXITSTATUS(status), 124) << "the job hung until timeout killed it:\n" << output;
+  const auto r = gnmr_test::run_gnmr_mpi(
+      GNMR_MPIEXEC, 2,
+      train_args(config, dir + "/run") + " --set debug.crash_rank=1 --set debug.crash_step=3",
+      "timeout 120");
+  const std::string& output = r.output;
+  ASSERT_NE(r.exit_code, -1) << output;
+  EXPECT_NE(r.exit_code, 0) << output;
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it:\n" << output;
   // No final checkpoint: the run did not pretend to finish.
   EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012")) << output;
 }
@@ -238,19 +233,7 @@ TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
   if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
   std::string dir = gnmr_test::scratch_dir("cli_mpi");
   std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
-  const std::string mpirun =
-      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") + GNMR_MPIEXEC +
-      "' -np 2 --oversubscribe '" + gnmr_test::gnmr_binary() + "' ";
-  auto run = [&](const std::string& args) {
-    gnmr_test::CommandResult r;
-    FILE* pipe = popen((mpirun + args + " 2>&1").c_str(), "r");
-    char buffer[4096];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
-    int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-  };
+  auto run = [](const std::string& args) { return gnmr_test::run_gnmr_mpi(GNMR_MPIEXEC, 2, args); };
   auto first = run(train_args(config, dir + "/run") + " --stop-at 6");
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto second = run(train_args(config, dir + "/run") + " --resume auto");

@@ -19,18 +19,7 @@ bool have_mpi() {
 }
 
 gnmr_test::CommandResult run_mpi(int ranks, const std::string& args) {
-  const std::string command =
-      std::string("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 '") + GNMR_MPIEXEC +
-      "' -np " + std::to_string(ranks) + " --oversubscribe '" + gnmr_test::gnmr_binary() + "' " +
-      args + " 2>&1";
-  gnmr_test::CommandResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return gnmr_test::run_gnmr_mpi(GNMR_MPIEXEC, ranks, args);
 }
 
 // 6 steps of the tiny model; 384 tokens split over 2 ranks (3 micro-steps) and 3 (2). The gnmr
