@@ -74,10 +74,9 @@ class NcclCommunicator final : public Communicator {
     const auto count = static_cast<size_t>(tensor.numel());
     if (count == 0) return;
     const ncclDataType_t type = tensor.dtype == DType::F32 ? ncclFloat32 : ncclFloat64;
-    const std::string what = "all-reduce of a " + tensor.shape_string() + " tensor";
     finish_call(ncclAllReduce(tensor.data, tensor.data, count, type, ncclSum, comm_, stream_),
-                what);
-    record(what);
+                "tensor all-reduce");
+    record("tensor all-reduce");
   }
 
   void allreduce_sum(double* values, size_t count) override {
@@ -170,9 +169,10 @@ class NcclCommunicator final : public Communicator {
     done_ = nullptr;
   }
 
-  void cuda_check(cudaError_t status, const std::string& what) {
+  // `action` and `what` are joined only on failure: these checks sit on the per-step path.
+  void cuda_check(cudaError_t status, const char* action, const char* what = "") {
     if (status != cudaSuccess) {
-      throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + ": " + what +
+      throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + ": " + action + what +
                                           " failed: " + cudaGetErrorString(status));
     }
   }
@@ -186,47 +186,47 @@ class NcclCommunicator final : public Communicator {
 
   // A non-blocking call returns ncclInProgress until its work is queued; nothing else may be
   // queued on the stream before then, so poll the state (an enqueue, not a device wait).
-  void finish_call(ncclResult_t result, const std::string& what) {
+  void finish_call(ncclResult_t result, const char* what) {
     const auto deadline = Clock::now() + deadline_duration();
     while (result == ncclInProgress) {
       if (Clock::now() > deadline) {
-        fail(what + " did not finish within dist.timeout_s = " + seconds_text() +
+        fail(std::string(what) + " did not finish within dist.timeout_s = " + seconds_text() +
              " (a rank did not join or stopped answering)");
       }
       std::this_thread::yield();
       const ncclResult_t query = ncclCommGetAsyncError(comm_, &result);
       if (query != ncclSuccess) result = query;
     }
-    if (result != ncclSuccess) fail(what + " failed: " + nccl_message(result, comm_));
+    if (result != ncclSuccess) fail(std::string(what) + " failed: " + nccl_message(result, comm_));
   }
 
-  void record(const std::string& what) {
-    cuda_check(cudaEventRecord(done_, stream_), "recording the end of " + what);
+  void record(const char* what) {
+    cuda_check(cudaEventRecord(done_, stream_), "recording the end of ", what);
     last_collective_ = what;
   }
 
   // Polls the event of the last collective and NCCL's asynchronous error until the device
   // has finished, the communicator failed, or the deadline passed.
-  void wait_device(const std::string& what) {
-    if (last_collective_.empty()) return;
+  void wait_device(const char* what) {
+    if (last_collective_ == nullptr) return;
     const auto deadline = Clock::now() + deadline_duration();
     while (true) {
       const cudaError_t status = cudaEventQuery(done_);
       if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) cuda_check(status, "waiting for " + what);
+      if (status != cudaErrorNotReady) cuda_check(status, "waiting for ", what);
       ncclResult_t state = ncclSuccess;
       const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
       if (query != ncclSuccess) state = query;
       if (state != ncclSuccess && state != ncclInProgress) {
-        fail(what + " failed: " + nccl_message(state, comm_));
+        fail(std::string(what) + " failed: " + nccl_message(state, comm_));
       }
       if (Clock::now() > deadline) {
-        fail(what + " did not finish within dist.timeout_s = " + seconds_text() +
+        fail(std::string(what) + " did not finish within dist.timeout_s = " + seconds_text() +
              " (another rank stopped answering)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    last_collective_.clear();
+    last_collective_ = nullptr;
   }
 
   void to_staging(const void* host, size_t bytes) {
@@ -254,7 +254,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   cudaEvent_t done_ = nullptr;
   void* staging_ = nullptr;
-  std::string last_collective_;  // "" when nothing is outstanding
+  const char* last_collective_ = nullptr;  // null when nothing is outstanding
 };
 
 }  // namespace
