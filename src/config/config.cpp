@@ -340,6 +340,7 @@ RunConfig run_config_from_json(const json& resolved) {
     read_value(full["log"], "log.every", c.log.every);
     read_value(full["log"], "log.level", c.log.level);
     read_value(full["log"], "log.gnmr_trace", c.log.gnmr_trace);
+    read_value(full["log"], "log.recovery_gap", c.log.recovery_gap);
     try {
       c.precision = recipe_from_json(full["precision"]);
     } catch (const std::invalid_argument& e) {

@@ -72,7 +72,10 @@ struct LogConfig {
   int64_t every = 10;  // steps between human log lines (metrics.jsonl gets every step)
   std::string level = "info";
   bool gnmr_trace =
-      false;  // write RUN_DIR/gnmr_trace.jsonl: per-unit norm, GNMR, Δ-GNMR, lock, path
+      false;  // write RUN_DIR/gnmr_trace.jsonl: per-unit norm, GNMR, Δ-GNMR, risk, lock, path
+  // Measure every unit's recovery gap each step (two extra forward+backward passes; always on
+  // for gnmr.controller = oracle) and put it in the trace. Research only, one rank.
+  bool recovery_gap = false;
 };
 
 struct DistConfig {

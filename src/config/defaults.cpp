@@ -59,7 +59,8 @@ nlohmann::json make_defaults() {
     "log": {
       "every": 10,
       "level": "info",
-      "gnmr_trace": false
+      "gnmr_trace": false,
+      "recovery_gap": false
     },
     "dist": {
       "communicator": "auto",

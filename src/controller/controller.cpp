@@ -1,6 +1,9 @@
 #include "controller/controller.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
+#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -53,6 +56,53 @@ bool Controller::uses_gnmr_policy() const {
 
 RoutingPlan Controller::initial_plan() const {
   return all_paths(kind_ == ControllerKind::StaticHigh ? Path::Recovery : Path::Low);
+}
+
+void Controller::set_recovery_gaps(const std::vector<float>& gaps) {
+  if (gaps.size() != static_cast<size_t>(units_.n_units())) {
+    throw std::invalid_argument("gnmr controller: set_recovery_gaps got " +
+                                std::to_string(gaps.size()) + " gaps for " +
+                                std::to_string(units_.n_units()) + " units");
+  }
+  gaps_.assign(gaps.begin(), gaps.end());
+}
+
+void Controller::select_by_gaps(int64_t step, std::vector<uint8_t>& selected) const {
+  const int n_decision = units_.n_decision_units();
+  selected.assign(static_cast<size_t>(n_decision), 0);
+  if (step < options_.warmup_steps) return;
+  if (gaps_.empty()) {
+    throw std::logic_error("gnmr controller: oracle at step " + std::to_string(step) +
+                           " without recovery gaps (set_recovery_gaps)");
+  }
+  std::vector<double> key(static_cast<size_t>(n_decision));
+  for (int d = 0; d < n_decision; ++d) {
+    double gap = -std::numeric_limits<double>::infinity();
+    for (UnitId unit : units_.members(d)) {
+      const double g = gaps_[unit];
+      gap = std::isfinite(g) ? std::max(gap, g) : std::numeric_limits<double>::infinity();
+    }
+    key[d] = gap;
+  }
+  std::vector<int> order(static_cast<size_t>(n_decision));
+  std::iota(order.begin(), order.end(), 0);
+  sort_by_priority(order, key);
+  BudgetFiller filler(units_, budget_, per_kind_cap_);
+  for (int d : order) {
+    if (filler.full()) break;
+    selected[d] = filler.offer(d);
+  }
+}
+
+RoutingPlan Controller::oracle_plan(int64_t step) const {
+  std::vector<uint8_t> selected;
+  select_by_gaps(step, selected);
+  RoutingPlan plan = all_paths(Path::Low);
+  for (int d = 0; d < units_.n_decision_units(); ++d) {
+    if (!selected[d]) continue;
+    for (UnitId unit : units_.members(d)) plan.path[unit] = Path::Recovery;
+  }
+  return plan;
 }
 
 RoutingPlan Controller::observe(int64_t step, const std::vector<float>& unit_grad_norms) {
@@ -125,6 +175,9 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
       select_candidates(filler, policy_);
       update_locks(policy_, kind_ == ControllerKind::GnmrNoLock ? 0 : options_.lock_steps, locks_);
       break;
+    case ControllerKind::Oracle:
+      select_by_gaps(step, policy_.selected);
+      break;
   }
   for (int d = 0; d < n_decision; ++d) {
     if (!policy_.selected[d]) continue;
@@ -141,6 +194,7 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
   t.candidate_units = t.eligible_units = t.gnmr_exceedances = t.delta_exceedances = 0;
   t.invalid_norms = t.exceeding_units = t.switches = 0;
   t.units.resize(static_cast<size_t>(n_decision));
+  t.gaps_measured = !gaps_.empty();
   for (int d = 0; d < n_decision; ++d) {
     const UnitScores& s = scores_[d];
     t.candidate_units += policy_.candidate[d];
@@ -160,7 +214,18 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
     trace.risk = policy_.risk[d];
     trace.lock = locks_[d];
     trace.path = plan.path[units_.members(d)[0]];
+    // A group's gap is its largest member's, as the oracle ranks it.
+    trace.gap = std::numeric_limits<double>::quiet_NaN();
+    if (t.gaps_measured) {
+      trace.gap = 0.0;
+      for (UnitId unit : units_.members(d)) {
+        const double g = gaps_[unit];
+        trace.gap = std::isfinite(g) ? std::max(trace.gap, g) : g;
+        if (!std::isfinite(g)) break;
+      }
+    }
   }
+  gaps_.clear();
   for (int u = 0; u < units_.n_units(); ++u) t.switches += plan.path[u] != current_plan_.path[u];
 
   run_telemetry_.record(t, plan);

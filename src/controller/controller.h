@@ -13,6 +13,8 @@
 //   static_high     always all Recovery, regardless of the budget and caps
 //   random          `budget` random units per step, from (seed, step) (baselines.h)
 //   topk_norm       the `budget` largest raw norms
+//   oracle          the `budget` largest measured recovery gaps (research only: the session
+//                   pays two extra forward+backward passes per step to measure them)
 // Dynamic controllers return all-Low plans until step >= warmup_steps; GNMR kinds also wait
 // for each unit's GNMR and Δ-GNMR to be defined (its (δ+2)-th valid norm); an invalid norm
 // (NaN/Inf) after warm-up makes its unit a candidate of risk +inf (monitor.h).
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <ostream>
 #include <stdexcept>
@@ -64,6 +67,18 @@ class Controller {
   RoutingPlan observe(int64_t step, const float* unit_grad_norms);
   RoutingPlan observe(int64_t step, const std::vector<float>& unit_grad_norms);
 
+  // Each projection unit's recovery gap on the step about to be observed ([n_units], indexed
+  // by UnitId; the session measures it, README "The oracle selector" defines it). The oracle
+  // needs them before every observe past warm-up; any controller records them in that
+  // observation's trace. One observe consumes them.
+  void set_recovery_gaps(const std::vector<float>& gaps);
+  bool needs_recovery_gaps() const { return kind_ == ControllerKind::Oracle; }
+  // The oracle's choice from the gaps last set: decision units by decreasing gap (a group's is
+  // its largest member's; a non-finite gap ranks first, ties by lower id) offered to the
+  // budget, all Low before warmup_steps. observe() makes it with GNMR's one-step lag (the
+  // plan for step + 1); with gnmr.oracle_same_step the session applies it to `step` itself.
+  RoutingPlan oracle_plan(int64_t step) const;
+
   // The plan last returned by observe (initial_plan() before the first observation, and the
   // restored plan after load_state).
   const RoutingPlan& current_plan() const { return current_plan_; }
@@ -94,6 +109,8 @@ class Controller {
  private:
   RoutingPlan all_paths(Path path) const;
   bool uses_gnmr_policy() const;
+  // Offers decision units by decreasing gap (oracle_plan) and marks the ones taken.
+  void select_by_gaps(int64_t step, std::vector<uint8_t>& selected) const;
 
   ControllerOptions options_;
   ControllerKind kind_;
@@ -118,6 +135,7 @@ class Controller {
   std::vector<uint8_t> eligible_;
   std::vector<int> order_;
   PolicyResult policy_;
+  std::vector<double> gaps_;  // [n_units] from set_recovery_gaps; empty once consumed
 };
 
 }  // namespace gnmr

@@ -60,8 +60,9 @@ std::string read_choice(const json& value, const std::string& key,
   fail(key, "must be one of " + expected + " (got \"" + name + "\")");
 }
 
-const std::vector<std::string> kControllers = {
-    "gnmr", "static_low", "static_high", "random", "topk_norm", "gnmr_no_delta", "gnmr_no_lock"};
+const std::vector<std::string> kControllers = {"gnmr",         "static_low", "static_high",
+                                               "random",       "topk_norm",  "gnmr_no_delta",
+                                               "gnmr_no_lock", "oracle"};
 const std::vector<std::string> kSchedules = {"constant", "linear", "cosine"};
 const std::vector<std::string> kRankings = {"max_ratio", "sum_ratio", "gnmr", "delta"};
 const std::vector<std::string> kHistories = {"raw", "capped"};
@@ -132,6 +133,10 @@ void validate_controller_options(const ControllerOptions& o) {
                                o.threshold_schedule + "\" (got " +
                                std::to_string(o.schedule_steps) + ")");
   }
+  if (o.oracle_same_step && o.controller != "oracle") {
+    fail("oracle_same_step",
+         "applies only to controller \"oracle\" (controller is \"" + o.controller + "\")");
+  }
   if (o.controller == "gnmr_no_delta" && o.ranking == "delta") {
     fail("ranking", "\"delta\" ranks by Δ-GNMR, which controller \"gnmr_no_delta\" disables");
   }
@@ -200,6 +205,9 @@ ControllerOptions controller_options_from_json(const json& section) {
       int64_t seed = read_integer(value, key);
       if (seed < 0) fail(key, "must be >= 0 (got " + value.dump() + ")");
       o.seed = static_cast<uint64_t>(seed);
+    } else if (key == "oracle_same_step") {
+      if (!value.is_boolean()) fail(key, "must be true or false (got " + value.dump() + ")");
+      o.oracle_same_step = value.get<bool>();
     } else {
       std::string known;
       const json defaults = controller_options_defaults();
@@ -240,7 +248,8 @@ nlohmann::json controller_options_to_json(const ControllerOptions& o) {
               {"history", o.history},
               {"granularity", o.granularity},
               {"per_kind_cap", caps},
-              {"seed", o.seed}};
+              {"seed", o.seed},
+              {"oracle_same_step", o.oracle_same_step}};
 }
 
 int resolve_budget(double max_active, int n_units) {

@@ -2,7 +2,7 @@
 //
 // Every choice the paper leaves open (docs/DESIGN.md §3) is an option with a documented default:
 //   controller          "gnmr" | "static_low" | "static_high" | "random" | "topk_norm" |
-//                       "gnmr_no_delta" | "gnmr_no_lock"                      (default "gnmr")
+//                       "gnmr_no_delta" | "gnmr_no_lock" | "oracle"          (default "gnmr")
 //   max_active          budget: a count if >= 1 (must be an integer), a fraction of the
 //                       projection units if in (0, 1) (rounded down, so the active fraction
 //                       never exceeds it), 0 = nothing is ever recovered      (default 0.1)
@@ -30,6 +30,8 @@
 //                       "projection")
 //   per_kind_cap        {kind: max active units of that kind}, e.g. {"down": 2} (default {})
 //   seed                seed of the `random` baseline                          (default 0)
+//   oracle_same_step    oracle only: recover on the step whose gaps were measured instead of
+//                       the next one (GNMR's one-step lag)                     (default false)
 //
 // Why history_start: on short runs (a few hundred steps) the early transient dominates the
 // whole-history mean — per-unit gradient norms first collapse ~10x during the lr warm-up, then
@@ -69,6 +71,7 @@ struct ControllerOptions {
   std::string granularity = "projection";
   std::map<std::string, int> per_kind_cap;
   uint64_t seed = 0;
+  bool oracle_same_step = false;
 };
 
 // Parses the `gnmr` config section; missing keys keep their defaults. Throws
@@ -100,7 +103,8 @@ enum class ControllerKind : uint8_t {
   Random,
   TopkNorm,
   GnmrNoDelta,
-  GnmrNoLock
+  GnmrNoLock,
+  Oracle
 };
 enum class ThresholdSchedule : uint8_t { Constant, Linear, Cosine };
 enum class RankingKey : uint8_t { MaxRatio, SumRatio, Gnmr, Delta };

@@ -103,6 +103,10 @@ void write_trace_line(std::ostream& out, const StepTelemetry& step, Granularity 
   write_array(out, "norm", units, [&out](const UnitTrace& u) { write_number(out, u.norm); });
   write_array(out, "gnmr", units, [&out](const UnitTrace& u) { write_number(out, u.gnmr); });
   write_array(out, "delta", units, [&out](const UnitTrace& u) { write_number(out, u.delta); });
+  write_array(out, "risk", units, [&out](const UnitTrace& u) { write_number(out, u.risk); });
+  if (step.gaps_measured) {
+    write_array(out, "gap", units, [&out](const UnitTrace& u) { write_number(out, u.gap); });
+  }
   write_array(out, "lock", units, [&out](const UnitTrace& u) { out << u.lock; });
   write_array(out, "path", units, [&out](const UnitTrace& u) { out << static_cast<int>(u.path); });
   out << '}';

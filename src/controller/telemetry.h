@@ -23,6 +23,7 @@ struct UnitTrace {
   double risk = 0.0;      // ranking key (policy.h); 0 for baselines
   int32_t lock = 0;       // lock after this observation's update
   Path path = Path::Low;  // path in the plan returned by this observation
+  double gap = 0.0;       // measured recovery gap (Controller::set_recovery_gaps); NaN if none
 };
 
 struct StepTelemetry {
@@ -39,6 +40,7 @@ struct StepTelemetry {
   int invalid_norms = 0;         // eligible units whose norm was NaN/Inf/negative
   int exceeding_units = 0;       // eligible units with any of the three
   int switches = 0;              // projection units whose path differs from the previous plan
+  bool gaps_measured = false;    // UnitTrace::gap holds this step's recovery gaps
   std::vector<UnitTrace> units;  // [n_decision_units]
 
   // The per-step fields for the metrics line.
@@ -75,8 +77,9 @@ struct RunTelemetry {
 
 // One compact JSON line (no trailing newline) for plots:
 // {"kind":"gnmr_trace","step":S,"granularity":"projection","norm":[..],"gnmr":[..],
-//  "delta":[..],"lock":[..],"path":[0|1,..]}, one entry per decision unit (for "group": the
-// attention then MLP group of each layer), 6 significant digits, null for NaN/Inf.
+//  "delta":[..],"risk":[..],"lock":[..],"path":[0|1,..]} plus "gap":[..] on steps whose
+// recovery gaps were measured, one entry per decision unit (for "group": the attention then
+// MLP group of each layer), 6 significant digits, null for NaN/Inf.
 void write_trace_line(std::ostream& out, const StepTelemetry& step, Granularity granularity);
 
 }  // namespace gnmr

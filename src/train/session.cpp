@@ -129,6 +129,21 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                                          std::to_string(config.model.n_layers) + "-layer model");
     }
   }
+  measure_gaps_ = config.log.recovery_gap || controller_->needs_recovery_gaps();
+  if (measure_gaps_) {
+    if (comm_->world_size() > 1) {
+      throw Error(ErrorKind::Config,
+                  "config: log.recovery_gap and gnmr.controller = \"oracle\" run on one rank "
+                  "(the gap is measured on one rank's batches; this job has " +
+                      std::to_string(comm_->world_size()) + " ranks)");
+    }
+    gap_loss_ = backend_->allocate("recovery_gap_loss", {1}, DType::F64, MemoryRole::Scratch);
+    spdlog::info(
+        "recovery gap: every step also runs its batches with all units low, then all on "
+        "recovery (two extra forward+backward passes, about 3x the step's cost; research "
+        "only){}",
+        config.gnmr.oracle_same_step ? "; the oracle recovers on the step it measured" : "");
+  }
   plan_ = with_fixed_recovery(controller_->initial_plan());
   for (const auto& p : model_->params()) grads_.push_back(p.grad);
   const int64_t num_params = int64_t(grads_.size());
@@ -225,6 +240,11 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   if (debug_.crash_rank == comm_->rank() && debug_.crash_step == r.step) raise(SIGKILL);
   r.lr = learning_rate_at(config_.train, step_index);
   model_->set_step(step_index);
+  if (measure_gaps_) {
+    controller_->set_recovery_gaps(measure_recovery_gaps(step_index));
+    if (config_.gnmr.oracle_same_step)
+      plan_ = with_fixed_recovery(controller_->oracle_plan(r.step));
+  }
   model_->set_routing(plan_);
   r.units_recovery = model_->routing_stats().units_recovery;
   r.saved_activation_bytes = model_->routing_stats().saved_activation_bytes;
@@ -326,6 +346,45 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   }
   state_.consecutive_nonfinite = 0;
   return r;
+}
+
+void TrainingSession::unit_gradients_on(Path path, int64_t step_index,
+                                        std::vector<std::vector<float>>& grads) {
+  const auto& units = model_->units();
+  RoutingPlan plan;
+  plan.path.assign(units.size(), path);
+  model_->set_routing(plan);
+  model_->zero_grads();
+  backend_->fill_zero(gap_loss_);
+  const float loss_scale = 1.0f / float(accumulation_steps_);
+  for (int m = 0; m < accumulation_steps_; ++m) {
+    fill_batch(step_index, m);
+    model_->forward_backward(tokens_.data(), targets_.data(), loss_scale, gap_loss_);
+  }
+  grads.resize(units.size());
+  for (size_t u = 0; u < units.size(); ++u) {
+    const Tensor& grad = grads_[size_t(units[u].param_index)];
+    grads[u].resize(size_t(grad.numel()));
+    backend_->copy_to_host(grad, grads[u].data());
+  }
+}
+
+std::vector<float> TrainingSession::measure_recovery_gaps(int64_t step_index) {
+  unit_gradients_on(Path::Low, step_index, low_grads_);
+  unit_gradients_on(Path::Recovery, step_index, recovery_grads_);
+  std::vector<float> gaps(low_grads_.size());
+  for (size_t u = 0; u < gaps.size(); ++u) {
+    double difference = 0, reference = 0;
+    for (size_t i = 0; i < low_grads_[u].size(); ++i) {
+      const double low = low_grads_[u][i], recovery = recovery_grads_[u][i];
+      difference += (low - recovery) * (low - recovery);
+      reference += recovery * recovery;
+    }
+    // A zero recovery gradient: no gap if the low one is zero too, else an unbounded one.
+    gaps[u] = reference > 0 ? float(std::sqrt(difference / reference))
+                            : (difference > 0 ? INFINITY : 0.0f);
+  }
+  return gaps;
 }
 
 void TrainingSession::check_replicas(int64_t step) {

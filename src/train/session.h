@@ -91,6 +91,12 @@ class TrainingSession {
   RoutingPlan with_fixed_recovery(RoutingPlan plan) const;
   // debug.diverge_*_steps, then the dist.check_every check (replica_check.h).
   void check_replicas(int64_t step);
+  // log.recovery_gap / the oracle (README "The oracle selector"): the step's batches through
+  // forward+backward with every unit Low, then every unit on Recovery, at the step's weights;
+  // per unit ||g_low - g_recovery|| / ||g_recovery|| of its weight gradient. Leaves the
+  // gradients to the step's own pass, which zeroes them first.
+  std::vector<float> measure_recovery_gaps(int64_t step_index);
+  void unit_gradients_on(Path path, int64_t step_index, std::vector<std::vector<float>>& grads);
 
   RunConfig config_;
   bool synthetic_data_;
@@ -116,6 +122,9 @@ class TrainingSession {
   Tensor step_scalars_, loss_sum_, grad_sum_squares_;
   Tensor grad_clip_;  // f32 [2]: clip factor, finite flag (Backend::global_norm_clip)
   std::vector<double> host_step_scalars_;
+  bool measure_gaps_ = false;  // log.recovery_gap or gnmr.controller = oracle
+  Tensor gap_loss_;            // f64 [1]: the measurement passes' loss, unused
+  std::vector<std::vector<float>> low_grads_, recovery_grads_;  // [unit][element], host
 };
 
 }  // namespace gnmr

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <stdexcept>
 
 #include "controller/baselines.h"
 #include "controller/controller.h"
@@ -121,6 +122,71 @@ TEST(Baselines, GnmrNoLockReleasesAUnitAsSoonAsItIsCalm) {
     EXPECT_EQ(is_recovery(c.observe(step, norms[step]), 5), step == 10) << step;
     EXPECT_EQ(c.locks()[5], 0);
   }
+}
+
+TEST(Baselines, OracleRecoversTheLargestGapsUnderTheBudgetAndNeedsThem) {
+  ControllerOptions o = quick_options("oracle", 3);
+  o.warmup_steps = 1;
+  Controller c(o, kLayers);
+  EXPECT_TRUE(c.needs_recovery_gaps());
+  EXPECT_FALSE(Controller(quick_options("gnmr", 3), kLayers).needs_recovery_gaps());
+  const std::vector<float> norms(kUnits, 1.0f);
+  // Before warm-up the oracle decides nothing and needs no gaps.
+  EXPECT_EQ(c.observe(0, norms).active_count(), 0);
+  // No gaps past warm-up is a caller's bug, not a silent all-low plan.
+  EXPECT_THROW(c.observe(1, norms), std::logic_error);
+  std::vector<float> gaps(kUnits);
+  for (int u = 0; u < kUnits; ++u) gaps[u] = 0.01f * static_cast<float>(u % 5);  // 0.04: 4, 9
+  c.set_recovery_gaps(gaps);
+  const RoutingPlan same_step = c.oracle_plan(2);
+  RoutingPlan plan = c.observe(2, norms);
+  EXPECT_EQ(plan, same_step);  // the same choice, whether applied now or one step later
+  EXPECT_EQ(plan.active_count(), 3);
+  EXPECT_TRUE(is_recovery(plan, 4));
+  EXPECT_TRUE(is_recovery(plan, 9));
+  EXPECT_TRUE(is_recovery(plan, 3));  // the 0.03s at units 3, 8, 13: lowest id wins
+  // observe consumed the gaps: the next step needs new ones.
+  EXPECT_THROW(c.observe(3, norms), std::logic_error);
+  gaps[12] = testing::kNaN;  // a non-finite gap (zero recovery gradient) ranks first
+  c.set_recovery_gaps(gaps);
+  plan = c.observe(4, norms);
+  EXPECT_TRUE(is_recovery(plan, 12));
+  EXPECT_EQ(plan.active_count(), 3);
+  EXPECT_THROW(c.set_recovery_gaps(std::vector<float>(3, 0.0f)), std::invalid_argument);
+  // Before warm-up the choice is all Low whatever the gaps.
+  c.set_recovery_gaps(gaps);
+  EXPECT_EQ(c.oracle_plan(0).active_count(), 0);
+}
+
+TEST(Baselines, OracleChoiceRespectsGroupsAndPerKindCaps) {
+  ControllerOptions o = quick_options("oracle", 4);
+  o.warmup_steps = 0;
+  o.granularity = "group";
+  Controller groups(o, kLayers);
+  std::vector<float> gaps(kUnits, 0.0f);
+  gaps[12] = 0.5f;  // layer 1, MLP group (gate, up, down = units 11..13): 3 units
+  gaps[0] = 0.4f;   // layer 0, attention group (q, k, v, o): 4 units, over what is left
+  gaps[5] = 0.1f;   // layer 0, MLP group: 3 units, over the 1 left too
+  groups.set_recovery_gaps(gaps);
+  RoutingPlan plan = groups.oracle_plan(0);
+  EXPECT_EQ(plan.active_count(), 3);
+  for (int u = 11; u < 14; ++u) EXPECT_TRUE(is_recovery(plan, u)) << u;
+
+  o = quick_options("oracle", 3);
+  o.warmup_steps = 0;
+  o.per_kind_cap = {{"q", 1}};
+  Controller capped(o, kLayers);
+  std::fill(gaps.begin(), gaps.end(), 0.0f);
+  gaps[0] = 0.9f;  // layer 0 q
+  gaps[7] = 0.8f;  // layer 1 q: over the cap
+  gaps[2] = 0.1f;
+  gaps[3] = 0.05f;
+  capped.set_recovery_gaps(gaps);
+  plan = capped.oracle_plan(0);
+  EXPECT_TRUE(is_recovery(plan, 0));
+  EXPECT_FALSE(is_recovery(plan, 7));
+  EXPECT_TRUE(is_recovery(plan, 2));
+  EXPECT_TRUE(is_recovery(plan, 3));
 }
 
 }  // namespace

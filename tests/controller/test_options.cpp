@@ -55,13 +55,18 @@ TEST(ControllerOptionsJson, EveryKeyRoundTrips) {
                         {"history", "capped"},
                         {"granularity", "group"},
                         {"per_kind_cap", {{"down", 2}, {"q", 0}}},
-                        {"seed", 42}};
+                        {"seed", 42},
+                        {"oracle_same_step", false}};
   const ControllerOptions o = controller_options_from_json(section);
   EXPECT_EQ(controller_options_to_json(o), section);
   EXPECT_EQ(o.per_kind_cap.at("down"), 2);
   EXPECT_EQ(o.seed, 42u);
   EXPECT_EQ(o.history_start, 40);
   EXPECT_EQ(controller_options_from_json(json{{"window", 8.0}}).window, 8);  // integral float
+  const json oracle = {{"controller", "oracle"}, {"oracle_same_step", true}};
+  EXPECT_TRUE(controller_options_from_json(oracle).oracle_same_step);
+  EXPECT_EQ(controller_options_to_json(controller_options_from_json(oracle))["oracle_same_step"],
+            true);
 }
 
 TEST(ControllerOptionsJson, ErrorsNameTheKey) {
@@ -96,6 +101,12 @@ TEST(ControllerOptionsJson, ErrorsNameTheKey) {
   EXPECT_NE(error_of({{"controller", "gnmr_no_delta"}, {"ranking", "delta"}}).find("gnmr.ranking"),
             std::string::npos);
   EXPECT_NE(error_of(json::array()).find("gnmr"), std::string::npos);
+  EXPECT_EQ(error_of({{"oracle_same_step", true}}),
+            "gnmr.oracle_same_step: applies only to controller \"oracle\" (controller is "
+            "\"gnmr\")");
+  EXPECT_NE(error_of({{"controller", "oracle"}, {"oracle_same_step", 1}})
+                .find("gnmr.oracle_same_step: must be true or false"),
+            std::string::npos);
 }
 
 TEST(ControllerOptionsBudget, FractionsRoundDownAndCountsClampToTheUnitCount) {

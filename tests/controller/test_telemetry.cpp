@@ -65,6 +65,28 @@ TEST(ControllerTelemetry, TraceLineIsCompactJsonWithNullForUndefinedScores) {
   EXPECT_EQ(trace["path"][3], 1);
   EXPECT_EQ(trace["path"][4], 0);
   EXPECT_EQ(trace["lock"][3], 3);
+  EXPECT_EQ(trace["risk"].size(), static_cast<size_t>(kUnits));
+  EXPECT_TRUE(trace["risk"][0].is_null());  // invalid norm: +inf
+  EXPECT_FALSE(trace.contains("gap"));      // not measured
+}
+
+TEST(ControllerTelemetry, TraceCarriesTheGapsOfTheStepTheyWereSetFor) {
+  Controller c(testing::quick_options("gnmr", 2), 2);
+  const std::vector<float> norms(kUnits, 1.0f);
+  std::vector<float> gaps(kUnits, 0.25f);
+  gaps[6] = testing::kInf;
+  c.set_recovery_gaps(gaps);
+  c.observe(0, norms);
+  std::ostringstream out;
+  c.write_trace_line(out);
+  const nlohmann::json trace = nlohmann::json::parse(out.str());
+  ASSERT_EQ(trace["gap"].size(), static_cast<size_t>(kUnits));
+  EXPECT_EQ(trace["gap"][0], 0.25);
+  EXPECT_TRUE(trace["gap"][6].is_null());
+  c.observe(1, norms);  // no gaps set for this step
+  std::ostringstream next;
+  c.write_trace_line(next);
+  EXPECT_FALSE(nlohmann::json::parse(next.str()).contains("gap"));
 }
 
 TEST(ControllerTelemetry, MetricsFieldsCarryTheStepCounts) {
