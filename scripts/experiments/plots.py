@@ -142,21 +142,41 @@ def _recovery_matrix(np, trace_rows, n_layers):
     return np.array(steps), np.array(columns, dtype=float).T
 
 
-def recovery_heatmap(libs, table, stat, path, max_columns=300):
-    """Heat-map of the recovery path per unit (rows: layer × projection kind) over steps,
-    for the first finished seed of one cell that has a gnmr_trace.jsonl."""
-    np, plt = libs
+def _gap_matrix(np, trace_rows, n_layers):
+    """[7·L units, steps] measured recovery gaps (projection granularity traces only)."""
+    steps, columns = [], []
+    n_units = n_layers * len(KINDS)
+    for row in trace_rows:
+        gap = row.get("gap")
+        if row.get("granularity") == "group" or not isinstance(gap, list) or len(gap) != n_units:
+            continue
+        steps.append(row["step"])
+        columns.append([np.nan if g is None else g for g in gap])
+    if not columns:
+        return None, None
+    return np.array(steps), np.array(columns, dtype=float).T
+
+
+def _traced_matrix(np, stat, matrix_of):
+    """(run, steps, [units, steps] matrix) from the trace of the first finished seed of a cell
+    that has a gnmr_trace.jsonl, or Nones."""
     run = next((r for r in stat["runs"] if r["finished"] and r["has_trace"]), None)
     if run is None:
-        return None
+        return None, None, None
     config = runner.read_json(os.path.join(run["run_dir"], "config.json")) or {}
     n_layers = runner.lookup(config, "model.n_layers")
     if not isinstance(n_layers, int):
-        return None
+        return None, None, None
     rows = runner.read_jsonl(os.path.join(run["run_dir"], "gnmr_trace.jsonl"))
-    steps, matrix = _recovery_matrix(np, rows, n_layers)
-    if steps is None:
-        return None
+    steps, matrix = matrix_of(np, rows, n_layers)
+    return (run, steps, matrix) if steps is not None else (None, None, None)
+
+
+def _unit_heatmap(libs, steps, matrix, title, colour_label, bar_label, path, vmax,
+                  max_columns=300):
+    """Rows: layer × projection kind; columns: steps, binned to at most max_columns; a side
+    bar with each row's mean over all steps."""
+    np, plt = libs
     bin_size = max(1, -(-len(steps) // max_columns))
     n_bins = -(-len(steps) // bin_size)
     padded = np.full((matrix.shape[0], n_bins * bin_size), np.nan)
@@ -165,23 +185,48 @@ def recovery_heatmap(libs, table, stat, path, max_columns=300):
     fig, (ax, axs) = plt.subplots(1, 2, figsize=(13, 0.22 * matrix.shape[0] + 2.2),
                                   gridspec_kw={"width_ratios": [6, 1]}, sharey=True)
     image = ax.imshow(binned, aspect="auto", interpolation="nearest", cmap="viridis",
-                      vmin=0, vmax=1, extent=(steps[0] - 0.5, steps[-1] + 0.5,
-                                              matrix.shape[0] - 0.5, -0.5))
+                      vmin=0, vmax=vmax, extent=(steps[0] - 0.5, steps[-1] + 0.5,
+                                                 matrix.shape[0] - 0.5, -0.5))
     labels = [f"L{u // 7}.{KINDS[u % 7]}" for u in range(matrix.shape[0])]
     ax.set_yticks(range(len(labels)))
     ax.set_yticklabels(labels, fontsize=7)
     ax.set_xlabel("step" + (f" (bins of {bin_size} steps)" if bin_size > 1 else ""))
-    ax.set_title(f"{table['name']} / {stat['cell']['model']} / {stat['cell']['label']} "
-                 f"(seed {run['seed']}): units on the recovery path")
-    fig.colorbar(image, ax=ax, label="share of steps on the recovery path", pad=0.01)
-    share = matrix.mean(axis=1)
+    ax.set_title(title)
+    fig.colorbar(image, ax=ax, label=colour_label, pad=0.01)
+    share = np.nanmean(matrix, axis=1)
     axs.barh(range(len(share)), share, color="C1")
-    axs.set_xlabel("share of all steps")
+    axs.set_xlabel(bar_label)
     axs.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def recovery_heatmap(libs, table, stat, path):
+    """Heat-map of the recovery path per unit (rows: layer × projection kind) over steps,
+    for the first finished seed of one cell that has a gnmr_trace.jsonl."""
+    run, steps, matrix = _traced_matrix(libs[0], stat, _recovery_matrix)
+    if run is None:
+        return None
+    title = (f"{table['name']} / {stat['cell']['model']} / {stat['cell']['label']} "
+             f"(seed {run['seed']}): units on the recovery path")
+    return _unit_heatmap(libs, steps, matrix, title, "share of steps on the recovery path",
+                         "share of all steps", path, 1)
+
+
+def gap_heatmap(libs, table, stat, path):
+    """Heat-map of the measured recovery gap per unit over steps (first traced seed of a cell
+    that measured gaps): where and when the low path does its damage."""
+    run, steps, matrix = _traced_matrix(libs[0], stat, _gap_matrix)
+    if run is None:
+        return None
+    title = (f"{table['name']} / {stat['cell']['model']} / {stat['cell']['label']} "
+             f"(seed {run['seed']}): recovery gap ‖g_low − g_rec‖ / ‖g_rec‖")
+    vmax = float(libs[0].nanpercentile(matrix, 99)) or 1.0
+    return _unit_heatmap(libs, steps, matrix, title,
+                         "recovery gap (colour capped at the 99th percentile)", "mean gap", path,
+                         vmax)
 
 
 def make_plots(table, stats, out_dir):
@@ -198,6 +243,11 @@ def make_plots(table, stats, out_dir):
         if s["cell"]["dynamic"] and s["n"] > 0:
             name = f"recovery_{s['cell']['model']}-{s['cell']['method']}.png"
             f = recovery_heatmap(libs, table, s, os.path.join(out_dir, name))
+            if f:
+                files.append(f)
+        if s.get("signal"):
+            name = f"gap_{s['cell']['model']}-{s['cell']['method']}.png"
+            f = gap_heatmap(libs, table, s, os.path.join(out_dir, name))
             if f:
                 files.append(f)
     return files, None

@@ -5,7 +5,7 @@ import math
 import os
 import statistics
 
-from . import runner
+from . import runner, signal_quality
 
 
 def load_run(run):
@@ -17,6 +17,15 @@ def load_run(run):
     steps = runner.final_steps(run)
     final = next((r for r in reversed(evals) if r.get("step") == steps), None)
     timed = [r for r in train if r.get("step", 0) > 2 and r.get("step_ms")] or train
+    summary = runner.read_json(os.path.join(d, "gnmr_summary.json"))
+    trace_path = os.path.join(d, "gnmr_trace.jsonl")
+    signal_figures = None
+    if final is not None and summary and os.path.exists(trace_path):
+        config = runner.read_json(os.path.join(d, "config.json")) or {}
+        first_step = runner.lookup(config, "gnmr.warmup_steps")
+        signal_figures = signal_quality.run_figures(
+            runner.read_jsonl(trace_path), summary.get("budget") or 0,
+            first_step if isinstance(first_step, int) else 0)
     return {
         "seed": run["seed"],
         "run_dir": d,
@@ -29,8 +38,9 @@ def load_run(run):
         "tokens_per_s": median([r.get("tokens_per_s") for r in timed]),
         "step_ms": median([r.get("step_ms") for r in timed]),
         "peak_rss": max((r.get("peak_rss_bytes") or 0 for r in train), default=None),
-        "summary": runner.read_json(os.path.join(d, "gnmr_summary.json")),
-        "has_trace": os.path.exists(os.path.join(d, "gnmr_trace.jsonl")),
+        "summary": summary,
+        "has_trace": os.path.exists(trace_path),
+        "signal": signal_figures,
     }
 
 
@@ -81,6 +91,7 @@ def collect(cells, runs, results):
             "tokens_per_s": mean([l["tokens_per_s"] for l in done]),
             "step_ms": mean([l["step_ms"] for l in done]),
             "peak_rss": max((l["peak_rss"] or 0 for l in done), default=None) or None,
+            "signal": signal_quality.cell_figures([l["signal"] for l in done]),
             "problems": problems,
         })
     return stats
@@ -118,6 +129,46 @@ def _fmt_paired(s, ref):
     m, sd, n = paired
     text = f"{m:+.4f}" + (f" ± {sd:.4f}" if sd is not None else "")
     return text + (f" (n={n})" if n != s["n"] else "")
+
+
+def _fmt_mean_sd(pair, spec):
+    m, sd = pair if pair else (None, None)
+    if m is None:
+        return "—"
+    return format(m, spec) + (f" ± {format(sd, spec)}" if sd is not None else "")
+
+
+def signal_markdown(stats):
+    """The signal-quality table (signal_quality.py) of the cells whose runs measured recovery gaps."""
+    cells = [s for s in stats if s.get("signal")]
+    if not cells:
+        return []
+    lines = ["Signal quality (cells that measured recovery gaps; scripts/experiments/signal_quality.py):",
+             "", "| model | method | seeds | steps | Spearman ρ(risk, gap) | ranking precision@k "
+             "| choice precision@k (steps) | top-k share of the gap | chance k/n |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in cells:
+        q = s["signal"]
+        k, n = s["budget"], s["units"]
+        chance = f"{k / n:.3f}" if k and n else "—"
+        steps = q["steps"][0]
+        choice_steps = q["choice_steps"][0]
+        lines.append("| " + " | ".join([
+            s["cell"]["model"], s["cell"]["label"], str(q["seeds"]),
+            f"{steps:.0f}" if steps is not None else "—",
+            _fmt_mean_sd(q["spearman"], ".3f"), _fmt_mean_sd(q["ranking_precision"], ".3f"),
+            _fmt_mean_sd(q["choice_precision"], ".3f")
+            + (f" ({choice_steps:.0f})" if choice_steps is not None else ""),
+            _fmt_mean_sd(q["top_k_gap_share"], ".3f"), chance]) + " |")
+    lines += ["", "Per step past gnmr.warmup_steps, over the units: **Spearman ρ** between "
+              "GNMR's risk (max(GNMR/α, Δ-GNMR/β), computed by every controller) and the "
+              "measured recovery gap; **ranking precision@k** = share of the k = budget units "
+              "with the largest risk that are among the k largest gaps; **choice precision@k** "
+              "= share of the units the controller put on recovery that are among the k largest "
+              "gaps, over the steps where it recovered any (their mean count in parentheses); "
+              "**top-k share** = the k largest gaps' share of the step's summed gap (k/n if the "
+              "damage were spread evenly). Means over steps, then mean ± sd over seeds.", ""]
+    return lines
 
 
 def markdown(table, scale_name, stats, command, environment, plot_files, plot_note, corpus_dir):
@@ -178,6 +229,7 @@ def markdown(table, scale_name, stats, command, environment, plot_files, plot_no
               "**tokens/s** = median over steps 3… of each run, mean over seeds; **step time** = "
               "median step time relative to the static low-precision cell (CPU runs share the "
               "cores: read it as ±10%); **peak RSS** = peak resident memory of the process.", ""]
+    lines += signal_markdown(stats)
     problems = [(s["cell"], p) for s in stats for p in s["problems"]]
     if problems:
         lines += ["Runs that did not finish:", ""]
