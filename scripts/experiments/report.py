@@ -145,8 +145,9 @@ def signal_markdown(stats):
         return []
     lines = ["Signal quality (cells that measured recovery gaps; scripts/experiments/signal_quality.py):",
              "", "| model | method | seeds | steps | Spearman ρ(risk, gap) | ranking precision@k "
-             "| choice precision@k (steps) | top-k share of the gap | chance k/n |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| choice precision@k (steps) | top-k share of the gap | chance k/n "
+             "| top-10% steps' share of the gap |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for s in cells:
         q = s["signal"]
         k, n = s["budget"], s["units"]
@@ -159,7 +160,8 @@ def signal_markdown(stats):
             _fmt_mean_sd(q["spearman"], ".3f"), _fmt_mean_sd(q["ranking_precision"], ".3f"),
             _fmt_mean_sd(q["choice_precision"], ".3f")
             + (f" ({choice_steps:.0f})" if choice_steps is not None else ""),
-            _fmt_mean_sd(q["top_k_gap_share"], ".3f"), chance]) + " |")
+            _fmt_mean_sd(q["top_k_gap_share"], ".3f"), chance,
+            _fmt_mean_sd(q["top_decile_step_share"], ".3f")]) + " |")
     lines += ["", "Per step past gnmr.warmup_steps, over the units: **Spearman ρ** between "
               "GNMR's risk (max(GNMR/α, Δ-GNMR/β), computed by every controller) and the "
               "measured recovery gap; **ranking precision@k** = share of the k = budget units "
@@ -167,7 +169,9 @@ def signal_markdown(stats):
               "= share of the units the controller put on recovery that are among the k largest "
               "gaps, over the steps where it recovered any (their mean count in parentheses); "
               "**top-k share** = the k largest gaps' share of the step's summed gap (k/n if the "
-              "damage were spread evenly). Means over steps, then mean ± sd over seeds.", ""]
+              "damage were spread evenly over the units); **top-10% steps' share** = the share of the "
+              "run's summed gap on its 10% of steps with the largest summed gap (0.1 if spread "
+              "evenly over the steps). Means over steps, then mean ± sd over seeds.", ""]
     return lines
 
 

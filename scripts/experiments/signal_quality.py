@@ -10,8 +10,11 @@ Per traced step past the controller's warm-up (every unit's risk and gap defined
 - choice_precision: of the units the trace's plan puts on recovery, the share that are in the
   top-k by gap (steps where the controller recovered something), with the chance level k/n;
 - top_k_gap_share: the top-k units' share of the step's summed gap, with the chance level k/n:
-  how concentrated the damage is.
-A run's figure is the mean over its steps; a cell's is mean ± sd over its seeds.
+  how concentrated the damage is over the units.
+A run's figure is the mean over its steps; a cell's is mean ± sd over its seeds. Per run also:
+- top_decile_step_share: the share of the run's summed gap (over units and steps) on its 10%
+  of steps with the largest summed gap (0.1 if every step had the same): how concentrated the
+  damage is in time.
 """
 
 import math
@@ -68,7 +71,8 @@ def step_figures(row, budget):
     if k < 1 or not all(math.isfinite(g) for g in gap):
         return None
     oracle = top_k(gap, k)
-    figures = {"spearman": spearman(risk, gap),
+    figures = {"total_gap": sum(gap),
+               "spearman": spearman(risk, gap),
                "ranking_precision": len(top_k(risk, k) & oracle) / k,
                "choice_precision": None,
                "top_k_gap_share": (sum(gap[u] for u in oracle) / sum(gap)) if sum(gap) > 0 else None}
@@ -89,6 +93,9 @@ def run_figures(trace_rows, budget, first_step):
         values = [f[key] for f in per_step if f[key] is not None]
         out[key] = statistics.fmean(values) if values else None
     out["choice_steps"] = sum(1 for f in per_step if f["choice_precision"] is not None)
+    totals = sorted((f["total_gap"] for f in per_step), reverse=True)
+    decile = max(1, len(totals) // 10)
+    out["top_decile_step_share"] = sum(totals[:decile]) / sum(totals) if sum(totals) > 0 else None
     return out
 
 
@@ -99,7 +106,7 @@ def cell_figures(runs):
         return None
     out = {"seeds": len(runs)}
     for key in ("spearman", "ranking_precision", "choice_precision", "top_k_gap_share",
-                "choice_steps", "steps"):
+                "top_decile_step_share", "choice_steps", "steps"):
         values = [r[key] for r in runs if r.get(key) is not None]
         out[key] = (statistics.fmean(values) if values else None,
                     statistics.stdev(values) if len(values) >= 2 else None)

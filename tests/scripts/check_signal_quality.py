@@ -67,6 +67,8 @@ check("run choice steps", r["choice_steps"], 2)
 check("run spearman", r["spearman"], (1.0 + -1.0) / 2)
 reverse_k1 = signal.step_figures(reverse, 1)
 check("run ranking", r["ranking_precision"], (1.0 + reverse_k1["ranking_precision"] + 0.0) / 3)
+# Step totals 17, 17 and 10 (agree, reverse, calm): the top 10% of 3 steps is 1 step, 17/44.
+check("run top decile", r["top_decile_step_share"], 17 / 44)
 cell = signal.cell_figures([r, r, None])
 check("cell seeds", cell["seeds"], 2)
 check("cell spearman mean", cell["spearman"][0], 0.0)
