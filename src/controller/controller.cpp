@@ -67,6 +67,16 @@ void Controller::set_recovery_gaps(const std::vector<float>& gaps) {
   gaps_.assign(gaps.begin(), gaps.end());
 }
 
+double Controller::decision_gap(int decision) const {
+  double gap = 0.0;
+  for (UnitId unit : units_.members(decision)) {
+    const double g = gaps_[unit];
+    if (!std::isfinite(g)) return std::numeric_limits<double>::infinity();
+    gap = std::max(gap, g);
+  }
+  return gap;
+}
+
 void Controller::select_by_gaps(int64_t step, std::vector<uint8_t>& selected) const {
   const int n_decision = units_.n_decision_units();
   selected.assign(static_cast<size_t>(n_decision), 0);
@@ -76,14 +86,7 @@ void Controller::select_by_gaps(int64_t step, std::vector<uint8_t>& selected) co
                            " without recovery gaps (set_recovery_gaps)");
   }
   std::vector<double> key(static_cast<size_t>(n_decision));
-  for (int d = 0; d < n_decision; ++d) {
-    double gap = -std::numeric_limits<double>::infinity();
-    for (UnitId unit : units_.members(d)) {
-      const double g = gaps_[unit];
-      gap = std::isfinite(g) ? std::max(gap, g) : std::numeric_limits<double>::infinity();
-    }
-    key[d] = gap;
-  }
+  for (int d = 0; d < n_decision; ++d) key[d] = decision_gap(d);
   std::vector<int> order(static_cast<size_t>(n_decision));
   std::iota(order.begin(), order.end(), 0);
   sort_by_priority(order, key);
@@ -214,16 +217,8 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
     trace.risk = policy_.risk[d];
     trace.lock = locks_[d];
     trace.path = plan.path[units_.members(d)[0]];
-    // A group's gap is its largest member's, as the oracle ranks it.
-    trace.gap = std::numeric_limits<double>::quiet_NaN();
-    if (t.gaps_measured) {
-      trace.gap = 0.0;
-      for (UnitId unit : units_.members(d)) {
-        const double g = gaps_[unit];
-        trace.gap = std::isfinite(g) ? std::max(trace.gap, g) : g;
-        if (!std::isfinite(g)) break;
-      }
-    }
+    // A group's gap is the one the oracle ranks it by (written as null if not finite).
+    trace.gap = t.gaps_measured ? decision_gap(d) : std::numeric_limits<double>::quiet_NaN();
   }
   gaps_.clear();
   for (int u = 0; u < units_.n_units(); ++u) t.switches += plan.path[u] != current_plan_.path[u];

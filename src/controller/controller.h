@@ -109,6 +109,8 @@ class Controller {
  private:
   RoutingPlan all_paths(Path path) const;
   bool uses_gnmr_policy() const;
+  // A decision unit's gap: its largest member's, +inf if any member's is not finite.
+  double decision_gap(int decision) const;
   // Offers decision units by decreasing gap (oracle_plan) and marks the ones taken.
   void select_by_gaps(int64_t step, std::vector<uint8_t>& selected) const;
 
