@@ -1,4 +1,6 @@
 // `gnmr bench --config FILE [--set K=V]... [--steps N] [--threads N] [--backend cpu|cuda]`
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -21,7 +23,8 @@ CommandAction add_bench_command(CLI::App& app) {
   app.add_option("--warmup", options->warmup_steps, "Unmeasured warm-up steps")
       ->check(at_least(0))
       ->capture_default_str();
-  app.add_option("--threads", *threads, "CPU threads (overrides train.threads; 0 = all cores)");
+  app.add_option("--threads", *threads, "CPU threads (overrides train.threads; 0 = all cores)")
+      ->check(at_least(0));
   app.add_option("--backend", *backend, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
   return [flags, options, threads, backend] {
     ConfigFlags resolved = *flags;
@@ -44,6 +47,17 @@ CommandAction add_bench_command(CLI::App& app) {
         "  achieved        %10.1f GFLOP/s of a measured %s GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
         r["achieved_gflops"].get<double>(), r["gemm_peak_precision"].get<std::string>().c_str(),
         r["gemm_peak_gflops"].get<double>(), 100.0 * r["mfu"].get<double>());
+    const double peak_before = r["gemm_peak_before_gflops"].get<double>();
+    const double peak_after = r["gemm_peak_after_gflops"].get<double>();
+    const double peak_spread =
+        std::abs(peak_before - peak_after) / std::max(peak_before, peak_after);
+    if (peak_spread > 0.10 || r["mfu"].get<double>() > 1.0) {
+      std::printf(
+          "  warning: the GEMM peak measured %.1f GFLOP/s before the steps and %.1f after (%.0f%% "
+          "apart)%s: this machine's speed varied during the run, so its figures vary as much\n",
+          peak_before, peak_after, 100.0 * peak_spread,
+          r["mfu"].get<double>() > 1.0 ? ", and the steps ran faster than either" : "");
+    }
     if (r.contains("datasheet_peak_gflops")) {
       std::printf("  datasheet       %10.1f GFLOP/s dense bf16 (%s): MFU %.1f%%\n",
                   r["datasheet_peak_gflops"].get<double>(), r["device"].get<std::string>().c_str(),

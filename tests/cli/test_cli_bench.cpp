@@ -1,6 +1,7 @@
-// `gnmr bench` reports the backend's memory by role, in its text and its JSON line.
+// `gnmr bench` reports the backend's memory by role, and its MFU against the better of two peaks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -56,4 +57,23 @@ TEST(CliBench, PrintsTheBackendMemoryByRoleSummingToTheTotal) {
   EXPECT_EQ(figures["optimizer_state_bytes_per_rank"].get<int64_t>(), 8 * params);
   EXPECT_EQ(figures["dist_zero"].get<int>(), 0);
   EXPECT_NE(r.output.find("optimizer state"), std::string::npos) << r.output;
+}
+
+// The GEMM peak is measured before and after the steps and the better one is the MFU's
+// denominator, so one measurement taken in a slow moment cannot inflate the MFU.
+TEST(CliBench, MfuIsAgainstTheBetterOfThePeaksMeasuredBeforeAndAfterTheSteps) {
+  const std::string dir = gnmr_test::scratch_dir("cli_bench_peak");
+  const std::string config = gnmr_test::write_tiny_config(dir);
+  auto r = run_gnmr("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json figures = last_json_line(r.output);
+  ASSERT_TRUE(figures.contains("gemm_peak_before_gflops")) << r.output;
+  ASSERT_TRUE(figures.contains("gemm_peak_after_gflops")) << r.output;
+  const double before = figures["gemm_peak_before_gflops"].get<double>();
+  const double after = figures["gemm_peak_after_gflops"].get<double>();
+  EXPECT_GT(before, 0.0);
+  EXPECT_GT(after, 0.0);
+  EXPECT_EQ(figures["gemm_peak_gflops"].get<double>(), std::max(before, after));
+  EXPECT_DOUBLE_EQ(figures["mfu"].get<double>(),
+                   figures["achieved_gflops"].get<double>() / std::max(before, after));
 }
