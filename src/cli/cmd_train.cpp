@@ -28,7 +28,8 @@ CommandAction add_train_command(CLI::App& app) {
   app.add_option("--steps", *steps, "Number of optimizer steps (overrides train.steps)")
       ->check(at_least(1));
   app.add_option("--stop-at", options->stop_at,
-                 "Checkpoint and stop after this step (the schedule still spans train.steps)");
+                 "Checkpoint and stop after this step (the schedule still spans train.steps)")
+      ->check(at_least(1));
   app.add_option("--init", options->init,
                  "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
   return [flags, options, backend, steps] {

@@ -115,6 +115,18 @@ std::string vocab_listing(const std::string& serialized_model) {
   return out.str();
 }
 
+// A tokenizer is what a run's shards were cut with: writing over one would make every shard
+// prepared with it unreadable as what it was. Nothing is overwritten (exit 4, as prepare).
+void refuse_existing_outputs(const std::string& prefix) {
+  for (const char* ext : {".model", ".vocab"}) {
+    std::error_code ec;
+    if (std::filesystem::exists(prefix + ext, ec)) {
+      throw Error(ErrorKind::Data, "tokenizer train: " + prefix + ext +
+                                       " already exists; choose a new --out or remove it");
+    }
+  }
+}
+
 }  // namespace
 
 void train_tokenizer(const TokenizerTrainOptions& options) {
@@ -131,6 +143,7 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
     throw Error(ErrorKind::Usage, "tokenizer train: --out PREFIX is required");
   }
   check_inputs_readable(options.inputs);
+  refuse_existing_outputs(options.out_prefix);  // before the training, not after its hours
   const int threads = options.threads > 0
                           ? options.threads
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -174,6 +187,7 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
                                      " (a vocab size too large for the corpus is the usual cause)");
   }
 
+  refuse_existing_outputs(options.out_prefix);  // one may have appeared while training
   const auto parent = std::filesystem::path(options.out_prefix).parent_path();
   if (!parent.empty()) std::filesystem::create_directories(parent);
   write_file_atomic(options.out_prefix + ".model", serialized_model);

@@ -76,6 +76,7 @@ TEST(CliErrors, ACountFlagBelowItsMinimumSaysTheMinimum) {
   const std::string config = gnmr_test::source_path("configs/quickstart.json");
   for (const std::string& args :
        {"train --config " + config + " --steps 0", "bench --config " + config + " --steps 0",
+        "train --config " + config + " --stop-at 0",
         std::string("prepare --shard-tokens 0 --tokenizer t.model --out o in.txt")}) {
     auto r = run_gnmr(args);
     EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;
@@ -83,6 +84,8 @@ TEST(CliErrors, ACountFlagBelowItsMinimumSaysTheMinimum) {
     EXPECT_LT(r.output.size(), 200u) << "a bound printed as a 300-digit number?\n" << r.output;
   }
   expect_failure("bench --config " + config + " --warmup -1", 2, "must be at least 0 (got -1)");
+  expect_failure("bench --config " + config + " --threads -5", 2, "must be at least 0 (got -5)");
+  expect_failure("train --config " + config + " --stop-at -3", 2, "must be at least 1 (got -3)");
 }
 
 TEST(CliErrors, TrainLoadsTheTokenizerBeforeTheFirstStep) {

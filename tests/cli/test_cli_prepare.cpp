@@ -105,4 +105,13 @@ TEST(CliTokenizer, TrainsABpeModelThatPrepareAccepts) {
   auto missing =
       gnmr_test::run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/x /nonexistent.txt");
   EXPECT_EQ(missing.exit_code, 4) << missing.output;
+  // A second training onto the same prefix is refused before it trains, and the model the
+  // shards were cut with is left as it was.
+  const std::string model_before = gnmr_test::read_bytes(dir + "/tok.model");
+  auto again = gnmr_test::run_gnmr("tokenizer train --vocab-size 280 --out " + dir + "/tok " + dir +
+                                   "/corpus.txt");
+  EXPECT_EQ(again.exit_code, 4) << again.output;
+  EXPECT_NE(again.output.find("tok.model already exists"), std::string::npos) << again.output;
+  EXPECT_EQ(again.output.find("training a"), std::string::npos) << again.output;
+  EXPECT_EQ(gnmr_test::read_bytes(dir + "/tok.model"), model_before);
 }
