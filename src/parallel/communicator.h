@@ -78,10 +78,12 @@ class Communicator {
 };
 
 struct CommunicatorOptions {
-  std::string kind = "auto";    // dist.communicator
-  double timeout_s = 600.0;     // dist.timeout_s: the deadline of every nccl wait and rendezvous
-  std::string backend = "cpu";  // whose tensors it will sum: "cpu" (host) | "cuda" (device)
-  int cuda_device = 0;          // the cuda backend's device and cudaStream_t (cuda_backend.h)
+  std::string kind = "auto";       // dist.communicator
+  double timeout_s = 600.0;        // dist.timeout_s: the deadline of every nccl wait and rendezvous
+  std::string rendezvous = "tcp";  // dist.rendezvous: how nccl ranks without MPI share the id
+  std::string rendezvous_dir = "";  // dist.rendezvous_dir (rendezvous "file")
+  std::string backend = "cpu";      // whose tensors it will sum: "cpu" (host) | "cuda" (device)
+  int cuda_device = 0;              // the cuda backend's device and cudaStream_t (cuda_backend.h)
   void* cuda_stream = nullptr;
 };
 
@@ -91,8 +93,9 @@ struct CommunicatorOptions {
 // 4-process mpirun, or an srun step whose processes did not find each other through MPI),
 // since every rank would otherwise train its own model in silence, and a communicator that
 // cannot read the backend's memory (mpi with cuda, nccl with cpu). nccl takes its unique id
-// over MPI when an MPI launcher started the job, else over the TCP rendezvous at the launch
-// environment's address (torchrun's MASTER_ADDR / MASTER_PORT, or SLURM's first node).
+// over MPI when an MPI launcher started the job, else over the rendezvous (rendezvous.h):
+// TCP at the launch environment's address (torchrun's MASTER_ADDR / MASTER_PORT, or SLURM's
+// first node), or files in options.rendezvous_dir.
 // A communicator this build lacks is ErrorKind::NotBuilt.
 std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options);
 // The same for a given launch environment (tests; a caller that already read it).

@@ -309,7 +309,9 @@ TEST_F(MpiCommunicatorTest, AutoChoosesMpiUnderAMultiProcessLaunch) {
 // every rank must end with rank 0's 128 bytes (a rank with other bytes would wait at
 // ncclCommInitRank until the deadline).
 TEST_F(MpiCommunicatorTest, EveryRankGetsRankZerosNcclUniqueId) {
-  const std::vector<uint8_t> id = share_nccl_unique_id(read_launch_env(), 30.0, &world());
+  CommunicatorOptions options;
+  options.timeout_s = 30.0;
+  const std::vector<uint8_t> id = share_nccl_unique_id(read_launch_env(), options, &world());
   ASSERT_EQ(id.size(), kNcclUniqueIdBytes);
   EXPECT_TRUE(identical_on_every_rank(id.data(), id.size()));
   EXPECT_NE(std::count(id.begin(), id.end(), uint8_t{0}), ptrdiff_t(id.size()));
