@@ -59,6 +59,13 @@ class Communicator {
   // ranks is future work), so the default refuses with ErrorKind::NotBuilt.
   virtual void reduce_scatter_sum(Tensor& tensor);
   virtual void all_gather(Tensor& tensor);
+  // ZeRO-1 overlapped with backward (dist.zero=1, dist.bucket_mb > 0): begins
+  // reduce_scatter_sum's work for elements [begin, end) of `tensor` only, and may return before
+  // it is done. After wait_all(), this rank's shard elements in [begin, end) hold the bits
+  // reduce_scatter_sum gives them (the same rank-order sum, whatever the ranges). Nothing in
+  // [begin, end) may be read or written until then; every rank starts the same ranges in the
+  // same order. The default: a world of one has nothing to sum; others refuse with NotBuilt.
+  virtual void start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end);
   // Copies `bytes` bytes of host memory from rank `root` to every other rank.
   virtual void broadcast(void* host_bytes, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
