@@ -83,8 +83,12 @@ void MpiPendingReduceScatters::start_piece(float* data, size_t shard, size_t beg
     finish_oldest(/*wait=*/true);
     at = ring_place(world * own_count);
   }
-  Pending p{data + own_begin, own_count, at, MPI_REQUEST_NULL, std::vector<int>(4 * world, 0)};
-  int* send_counts = p.counts.data();
+  // A deque element stays where it is while later pieces are added: MPI reads q.counts and
+  // writes q.request until the call completes.
+  pending_.push_back(
+      Pending{data + own_begin, own_count, at, MPI_REQUEST_NULL, std::vector<int>(4 * world, 0)});
+  Pending& q = pending_.back();
+  int* send_counts = q.counts.data();
   int* send_displacements = send_counts + world;
   int* receive_counts = send_displacements + world;
   int* receive_displacements = receive_counts + world;
@@ -97,8 +101,6 @@ void MpiPendingReduceScatters::start_piece(float* data, size_t shard, size_t beg
     receive_counts[r] = int(own_count);
     receive_displacements[r] = int(r * own_count);
   }
-  pending_.push_back(std::move(p));
-  Pending& q = pending_.back();  // deque: stays where it is while later pieces are added
   GNMR_MPI_CHECK(
       MPI_Ialltoallv(data + begin, send_counts, send_displacements, MPI_FLOAT, scratch_.data() + at,
                      receive_counts, receive_displacements, MPI_FLOAT, comm_, &q.request),

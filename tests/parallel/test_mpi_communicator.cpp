@@ -217,7 +217,8 @@ TEST_F(MpiCommunicatorTest, StartedReduceScattersOfBucketsGiveTheBlockingReduceS
     }
     comm->wait_all();
     const size_t own = size_t(rank() * shard);
-    EXPECT_EQ(std::memcmp(started.data() + own, blocking.data() + own, size_t(shard) * 4), 0)
+    EXPECT_EQ(
+        std::memcmp(started.data() + own, blocking.data() + own, size_t(shard) * sizeof(float)), 0)
         << comm->name() << ": the bucketed reduce-scatter differs from the blocking one";
   }
   world().barrier();
