@@ -86,13 +86,14 @@ CommandAction add_bench_command(CLI::App& app) {
             r["blas_best_nominal_gflops"].get<double>());
       }
     }
-    if (r.contains("gradient_sum_ms")) {  // data parallel
+    if (r.contains("gradient_sum_ms")) {  // data parallel: the sum, or ZeRO-1's reduce-scatter
+      const bool scatter = r["gradient_reduction"].get<std::string>() == "reduce_scatter";
       std::printf(
-          "  gradient sum    %10.2f ms blocking over %d ranks; waited %.2f ms per step after "
+          "  %-16s%10.2f ms blocking over %d ranks; waited %.2f ms per step after "
           "backward (dist.bucket_mb %g): %.0f%% hidden behind backward\n",
-          r["gradient_sum_ms"].get<double>(), r["ranks"].get<int>(),
-          r["gradient_sum_wait_ms"].get<double>(), r["bucket_mb"].get<double>(),
-          100.0 * r["gradient_sum_hidden_fraction"].get<double>());
+          scatter ? "reduce-scatter" : "gradient sum", r["gradient_sum_ms"].get<double>(),
+          r["ranks"].get<int>(), r["gradient_sum_wait_ms"].get<double>(),
+          r["bucket_mb"].get<double>(), 100.0 * r["gradient_sum_hidden_fraction"].get<double>());
     }
     std::printf("  peak memory     %10.1f MiB (process), %.1f MiB planned by the backend\n",
                 r["peak_mem_bytes"].get<double>() / 1048576.0,

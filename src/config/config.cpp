@@ -235,6 +235,13 @@ void validate(const RunConfig& c) {
           "use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
   require(c.dist.timeout_s > 0, "dist.timeout_s", "must be > 0 (seconds)");
+  require_one_of("dist.rendezvous", c.dist.rendezvous, {"tcp", "file"});
+  require(c.dist.rendezvous != "file" || !c.dist.rendezvous_dir.empty(), "dist.rendezvous_dir",
+          "is empty, but dist.rendezvous is \"file\": set it to a directory every node can "
+          "write (a shared filesystem)");
+  require(c.dist.rendezvous == "file" || c.dist.rendezvous_dir.empty(), "dist.rendezvous_dir",
+          "is set, but dist.rendezvous is \"" + c.dist.rendezvous +
+              "\", which does not read it; set dist.rendezvous=file to use it");
   require(std::isfinite(c.dist.bucket_mb) && c.dist.bucket_mb >= 0, "dist.bucket_mb",
           "must be >= 0 (MiB per gradient bucket; 0 = one sum after backward)");
   require(c.dist.check_every >= 0, "dist.check_every", "must be >= 0 (0 disables the check)");
@@ -354,6 +361,8 @@ RunConfig run_config_from_json(const json& resolved) {
     read_value(full, "backend", c.backend);
     read_value(full["dist"], "dist.communicator", c.dist.communicator);
     read_value(full["dist"], "dist.timeout_s", c.dist.timeout_s);
+    read_value(full["dist"], "dist.rendezvous", c.dist.rendezvous);
+    read_value(full["dist"], "dist.rendezvous_dir", c.dist.rendezvous_dir);
     read_value(full["dist"], "dist.bucket_mb", c.dist.bucket_mb);
     read_value(full["dist"], "dist.check_every", c.dist.check_every);
     read_value(full["dist"], "dist.zero", c.dist.zero);

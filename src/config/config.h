@@ -82,6 +82,11 @@ struct DistConfig {
   std::string communicator = "auto";  // auto (nccl on cuda, mpi on cpu, when launched with > 1
                                       // process) | local | mpi | nccl
   double timeout_s = 600;  // deadline of every nccl wait and of the rendezvous (a dead rank)
+  // How GPU ranks that MPI did not start share the NCCL id (parallel/rendezvous.h): "tcp" (rank
+  // 0 listens at MASTER_ADDR:MASTER_PORT) | "file" (files in rendezvous_dir, a directory every
+  // node shares, for sites that open no port between nodes).
+  std::string rendezvous = "tcp";
+  std::string rendezvous_dir;  // dist.rendezvous=file only
   // Gradient all-reduce buckets of about this many MiB, each started as soon as backward has
   // finished it (overlapped with the rest of backward); 0 = one blocking sum after backward.
   double bucket_mb = 25.0;

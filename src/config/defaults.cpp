@@ -65,6 +65,8 @@ nlohmann::json make_defaults() {
     "dist": {
       "communicator": "auto",
       "timeout_s": 600,
+      "rendezvous": "tcp",
+      "rendezvous_dir": "",
       "bucket_mb": 25.0,
       "check_every": 100,
       "zero": 0

@@ -17,4 +17,11 @@ void Communicator::all_gather(Tensor&) {
                                        "local communicator (cpu backend)");
 }
 
+void Communicator::start_reduce_scatter_sum(Tensor, int64_t, int64_t) {
+  if (world_size() == 1) return;
+  throw Error(ErrorKind::NotBuilt, "communicator \"" + name() +
+                                       "\" has no start_reduce_scatter_sum: dist.zero=1 runs on "
+                                       "the mpi or local communicator (cpu backend)");
+}
+
 }  // namespace gnmr

@@ -59,6 +59,13 @@ class Communicator {
   // ranks is future work), so the default refuses with ErrorKind::NotBuilt.
   virtual void reduce_scatter_sum(Tensor& tensor);
   virtual void all_gather(Tensor& tensor);
+  // ZeRO-1 overlapped with backward (dist.zero=1, dist.bucket_mb > 0): begins
+  // reduce_scatter_sum's work for elements [begin, end) of `tensor` only, and may return before
+  // it is done. After wait_all(), this rank's shard elements in [begin, end) hold the bits
+  // reduce_scatter_sum gives them (the same rank-order sum, whatever the ranges). Nothing in
+  // [begin, end) may be read or written until then; every rank starts the same ranges in the
+  // same order. The default: a world of one has nothing to sum; others refuse with NotBuilt.
+  virtual void start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end);
   // Copies `bytes` bytes of host memory from rank `root` to every other rank.
   virtual void broadcast(void* host_bytes, size_t bytes, int root) = 0;
   virtual void barrier() = 0;
@@ -78,10 +85,12 @@ class Communicator {
 };
 
 struct CommunicatorOptions {
-  std::string kind = "auto";    // dist.communicator
-  double timeout_s = 600.0;     // dist.timeout_s: the deadline of every nccl wait and rendezvous
-  std::string backend = "cpu";  // whose tensors it will sum: "cpu" (host) | "cuda" (device)
-  int cuda_device = 0;          // the cuda backend's device and cudaStream_t (cuda_backend.h)
+  std::string kind = "auto";       // dist.communicator
+  double timeout_s = 600.0;        // dist.timeout_s: the deadline of every nccl wait and rendezvous
+  std::string rendezvous = "tcp";  // dist.rendezvous: how nccl ranks without MPI share the id
+  std::string rendezvous_dir = "";  // dist.rendezvous_dir (rendezvous "file")
+  std::string backend = "cpu";      // whose tensors it will sum: "cpu" (host) | "cuda" (device)
+  int cuda_device = 0;              // the cuda backend's device and cudaStream_t (cuda_backend.h)
   void* cuda_stream = nullptr;
 };
 
@@ -91,8 +100,9 @@ struct CommunicatorOptions {
 // 4-process mpirun, or an srun step whose processes did not find each other through MPI),
 // since every rank would otherwise train its own model in silence, and a communicator that
 // cannot read the backend's memory (mpi with cuda, nccl with cpu). nccl takes its unique id
-// over MPI when an MPI launcher started the job, else over the TCP rendezvous at the launch
-// environment's address (torchrun's MASTER_ADDR / MASTER_PORT, or SLURM's first node).
+// over MPI when an MPI launcher started the job, else over the rendezvous (rendezvous.h):
+// TCP at the launch environment's address (torchrun's MASTER_ADDR / MASTER_PORT, or SLURM's
+// first node), or files in options.rendezvous_dir.
 // A communicator this build lacks is ErrorKind::NotBuilt.
 std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& options);
 // The same for a given launch environment (tests; a caller that already read it).

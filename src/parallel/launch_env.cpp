@@ -80,6 +80,12 @@ void read_rendezvous(const EnvLookup& lookup, LaunchEnv& env) {
     }
     env.rendezvous_port = 29500 + int(id % 1000);
   }
+  if (auto restarts = first_set(lookup, {"SLURM_RESTART_COUNT", "TORCHELASTIC_RESTART_COUNT"})) {
+    env.attempt = "restart" + std::to_string(restarts->second);
+  }
+  if (auto step = lookup("SLURM_STEP_ID")) {
+    env.attempt += ".step" + std::to_string(parse_count("SLURM_STEP_ID", *step));
+  }
 }
 
 }  // namespace

@@ -19,7 +19,11 @@
 // else the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST; SLURM puts rank 0 on
 // the step's first node); MASTER_PORT, else 29500 + SLURM_JOB_ID % 1000 so two jobs sharing a
 // node rarely pick the same port. The job id (SLURM_JOB_ID, else TORCHELASTIC_RUN_ID) keeps
-// ranks of another job from joining.
+// ranks of another job from joining. The attempt tells starts of one job apart, so that the file
+// rendezvous (file_rendezvous.h) of one start never reads another's files:
+// "restart<N>" with N = SLURM_RESTART_COUNT (a requeue keeps the job id and counts this up),
+// else TORCHELASTIC_RESTART_COUNT, else 0; then ".step<S>" with S = SLURM_STEP_ID when set (two
+// srun steps of one job).
 // PMIx (srun --mpi=pmix) exports only PMIX_RANK, no size, so that launch is read through
 // its SLURM variables.
 #pragma once
@@ -38,7 +42,8 @@ struct LaunchEnv {
   std::string world_size_variable;  // the variable world_size came from, for messages
   std::string rendezvous_host;      // rank 0's host; "" when the environment does not say
   int rendezvous_port = 29500;
-  std::string job_id;  // "" when the launcher does not say
+  std::string job_id;                // "" when the launcher does not say
+  std::string attempt = "restart0";  // which start of the job: "restart<N>[.step<S>]"
 };
 
 // The first host a SLURM node list names: "gpu[003-010,017],login1" -> "gpu003",

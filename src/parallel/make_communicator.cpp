@@ -37,7 +37,7 @@ void check_matches_launch(const Communicator& comm, const LaunchEnv& env) {
 
 #ifdef GNMR_WITH_NCCL
 // Rank 0's unique id on every rank: over MPI when an MPI launcher started the job (that
-// communicator is kept for abort), else over the TCP rendezvous (docs/DESIGN.md §7).
+// communicator is kept for abort), else over the TCP or file rendezvous (docs/DESIGN.md §7).
 std::unique_ptr<Communicator> make_nccl(const CommunicatorOptions& options, const LaunchEnv& env) {
   NcclCommunicatorOptions nccl;
   nccl.rank = env.rank;
@@ -50,7 +50,7 @@ std::unique_ptr<Communicator> make_nccl(const CommunicatorOptions& options, cons
 #ifdef GNMR_WITH_MPI
     auto host = std::make_unique<MpiCommunicator>();
     check_matches_launch(*host, env);
-    nccl.unique_id = share_nccl_unique_id(env, options.timeout_s, host.get());
+    nccl.unique_id = share_nccl_unique_id(env, options, host.get());
     nccl.local_rank = host->local_rank();
     nccl.host = std::move(host);
 #else
@@ -60,7 +60,7 @@ std::unique_ptr<Communicator> make_nccl(const CommunicatorOptions& options, cons
                     "launch with srun or torchrun instead (they need no MPI)");
 #endif
   } else {
-    nccl.unique_id = share_nccl_unique_id(env, options.timeout_s, nullptr);
+    nccl.unique_id = share_nccl_unique_id(env, options, nullptr);
   }
   return make_nccl_communicator(std::move(nccl));
 }

@@ -36,12 +36,15 @@ MpiCommunicator::MpiCommunicator(size_t max_elements_per_call)
   GNMR_MPI_CHECK(MPI_Comm_rank(node_comm, &local_rank_), "");
   GNMR_MPI_CHECK(MPI_Comm_free(&node_comm), "");
   pending_sums_ = std::make_unique<MpiPendingSums>(comm_, max_elements_per_call_);
+  pending_reduce_scatters_ =
+      std::make_unique<MpiPendingReduceScatters>(comm_, max_elements_per_call_);
 }
 
 // A destructor cannot report errors, and after MPI_Finalize no MPI call is allowed, so the
 // communicator is released only while MPI is still up and the return code is dropped.
 MpiCommunicator::~MpiCommunicator() {
-  pending_sums_.reset();  // its communicators are duplicates of comm_: free them first
+  pending_sums_.reset();  // their communicators are duplicates of comm_: free them first
+  pending_reduce_scatters_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
@@ -152,6 +155,25 @@ void MpiCommunicator::reduce_scatter_sum(Tensor& tensor) {
 
 // One broadcast per rank (each chunked like broadcast()): the same traffic as MPI_Allgather,
 // and a copy is exact whatever the library does.
+void MpiCommunicator::start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end) {
+  const size_t shard = shard_elements(tensor, world_size_, "start_reduce_scatter_sum");
+  GNMR_CHECK(begin >= 0 && begin <= end && end <= tensor.numel(),
+             "start_reduce_scatter_sum: [" + std::to_string(begin) + ", " + std::to_string(end) +
+                 ") is not a range of " + tensor.shape_string());
+  pending_reduce_scatters_->start(static_cast<float*>(tensor.data), shard, size_t(begin),
+                                  size_t(end));
+}
+
+void MpiCommunicator::progress() {
+  pending_sums_->progress();
+  pending_reduce_scatters_->progress();
+}
+
+void MpiCommunicator::wait_all() {
+  pending_sums_->wait_all();
+  pending_reduce_scatters_->wait_all();
+}
+
 void MpiCommunicator::all_gather(Tensor& tensor) {
   const size_t shard = shard_elements(tensor, world_size_, "all_gather");
   auto* data = static_cast<float*>(tensor.data);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "parallel/communicator.h"
+#include "parallel/mpi_pending_reduce_scatters.h"
 #include "parallel/mpi_pending_sums.h"
 
 namespace gnmr {
@@ -37,9 +38,12 @@ class MpiCommunicator final : public Communicator {
   // Non-blocking gradient sums: mpi_pending_sums.h (why Ireduce + Ibcast, on their own
   // communicators).
   void start_allreduce_sum(Tensor tensor) override;
-  void progress() override { pending_sums_->progress(); }
-  void wait_all() override { pending_sums_->wait_all(); }
+  void progress() override;
+  void wait_all() override;
   void reduce_scatter_sum(Tensor& tensor) override;
+  // Non-blocking ZeRO-1 buckets: mpi_pending_reduce_scatters.h (MPI_Ialltoallv and a rank-order
+  // sum, on their own communicator).
+  void start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end) override;
   void all_gather(Tensor& tensor) override;
   void broadcast(void* host_bytes, size_t bytes, int root) override;
   void barrier() override;
@@ -57,6 +61,7 @@ class MpiCommunicator final : public Communicator {
   int local_rank_ = 0;
   size_t max_elements_per_call_;
   std::unique_ptr<MpiPendingSums> pending_sums_;
+  std::unique_ptr<MpiPendingReduceScatters> pending_reduce_scatters_;
   std::vector<float> send_scratch_, receive_scratch_;  // reduce_scatter_sum's packed blocks
 };
 

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "parallel/launch_env.h"
-#include "parallel/tcp_rendezvous.h"
+#include "parallel/rendezvous.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -271,7 +271,7 @@ std::vector<uint8_t> make_nccl_unique_id() {
   return std::vector<uint8_t>(bytes, bytes + sizeof(id));
 }
 
-std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, double timeout_s,
+std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, const CommunicatorOptions& options,
                                           Communicator* host) {
   if (env.world_size == 1) return make_nccl_unique_id();
   if (host != nullptr) {
@@ -280,23 +280,12 @@ std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, double timeout_s
     host->broadcast(id.data(), id.size(), 0);
     return id;
   }
-  if (env.rendezvous_host.empty()) {
-    throw Error(ErrorKind::Usage,
-                "communicator \"nccl\" under " + std::to_string(env.world_size) + " processes (" +
-                    env.world_size_variable +
-                    ") needs rank 0's address for its rendezvous: set MASTER_ADDR (and "
-                    "MASTER_PORT), or launch with srun (its node list names rank 0's node)");
-  }
-  RendezvousOptions rendezvous;
-  rendezvous.rank = env.rank;
-  rendezvous.world_size = env.world_size;
-  rendezvous.host = env.rendezvous_host;
-  rendezvous.port = env.rendezvous_port;
-  rendezvous.job_id = env.job_id;
-  rendezvous.timeout_s = timeout_s;
+  // Checked before making the id: a launch that cannot rendezvous fails without touching NCCL.
+  const RendezvousOptions rendezvous =
+      rendezvous_options_for(env, options.rendezvous, options.rendezvous_dir, options.timeout_s);
   std::vector<uint8_t> id;
   if (env.rank == 0) id = make_nccl_unique_id();
-  return tcp_rendezvous_broadcast(rendezvous, id);
+  return rendezvous_broadcast(rendezvous, id);
 }
 
 std::unique_ptr<Communicator> make_nccl_communicator(NcclCommunicatorOptions options) {

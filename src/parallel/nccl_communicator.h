@@ -33,9 +33,11 @@ std::vector<uint8_t> make_nccl_unique_id();
 struct LaunchEnv;
 
 // Rank 0's make_nccl_unique_id() on every rank: broadcast through `host` (MPI) when given, else
-// through the TCP rendezvous at env's address (tcp_rendezvous.h), each with the deadline
-// timeout_s. Error(Usage) when there is neither a host communicator nor an address.
-std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, double timeout_s,
+// through the rendezvous options.rendezvous names (rendezvous.h: TCP at env's address, or files
+// in options.rendezvous_dir), each with the deadline options.timeout_s. Error(Usage) when there
+// is no host communicator and the rendezvous lacks what it needs (an address, a directory, a
+// job id).
+std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, const CommunicatorOptions& options,
                                           Communicator* host);
 
 struct NcclCommunicatorOptions {
@@ -46,8 +48,8 @@ struct NcclCommunicatorOptions {
   int device = 0;                  // the CUDA backend's device
   void* stream = nullptr;          // the CUDA backend's cudaStream_t
   double timeout_s = 600.0;        // dist.timeout_s: the deadline of every wait
-  // The communicator that handed out the id (MPI), kept for abort(); null after a TCP
-  // rendezvous.
+  // The communicator that handed out the id (MPI), kept for abort(); null after a TCP or
+  // file rendezvous.
   std::unique_ptr<Communicator> host;
 };
 

@@ -1,7 +1,7 @@
-// A rendezvous without MPI: rank 0 listens on a TCP port, every other rank connects and says
-// who it is (job id, rank, world size), and once all have joined rank 0 sends each the same
-// bytes (the NCCL unique id, when the NCCL communicator takes it over a cluster whose MPI has
-// no working PMIx/PMI2). docs/DESIGN.md §7.
+// The TCP rendezvous (rendezvous.h, dist.rendezvous=tcp): rank 0 listens on a TCP port, every
+// other rank connects and says who it is (job id, rank, world size), and once all have joined
+// rank 0 sends each the same bytes (the NCCL unique id, when the NCCL communicator takes it
+// over a cluster whose MPI has no working PMIx/PMI2). docs/DESIGN.md §7.
 //
 // Nothing hangs: every wait has the deadline `timeout_s` (a joined rank waits 2 s longer for
 // rank 0's answer, so that rank 0's verdict reaches it). If a rank has not joined by then,
@@ -12,21 +12,14 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
 #include <vector>
+
+#include "parallel/rendezvous.h"
 
 namespace gnmr {
 
-struct RendezvousOptions {
-  int rank = 0;
-  int world_size = 1;
-  std::string host = "127.0.0.1";  // rank 0's address (MASTER_ADDR)
-  int port = 29500;                // MASTER_PORT
-  std::string job_id;              // SLURM_JOB_ID or any string the ranks share
-  double timeout_s = 60.0;
-};
-
-// Rank 0 passes `payload`; every rank returns rank 0's payload (at most 1 MiB).
+// Rank 0 passes `payload`; every rank returns rank 0's payload (at most 1 MiB). Reads
+// options.host, port, job_id and timeout_s.
 std::vector<uint8_t> tcp_rendezvous_broadcast(const RendezvousOptions& options,
                                               const std::vector<uint8_t>& payload);
 

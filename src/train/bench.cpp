@@ -101,17 +101,24 @@ double gradient_sum_hidden_fraction(double blocking_sum_ms, double wait_ms) {
 
 namespace {
 
-// Mean ms of a blocking sum of the whole gradient across the ranks, nothing else running:
-// the barrier first so no rank's time includes waiting for another to arrive. The gradient
-// it sums is the last step's, already used: the values do not matter, the bytes moved do.
+// Mean ms of a blocking reduction of the whole gradient across the ranks, nothing else
+// running: the sum, or with dist.zero=1 the reduce-scatter into the shards (what a step with
+// dist.bucket_mb = 0 waits for). The barrier first so no rank's time includes waiting for another
+// to arrive. The gradient it reduces is the last step's, already used: the values do not
+// matter, the bytes moved do.
 double time_blocking_gradient_sum(TrainingSession& session, int64_t repeats) {
   Communicator& comm = session.comm();
   Tensor grads = session.model().flat_grads();
+  const bool zero = session.zero_optimizer() != nullptr;
   double total_ms = 0;
   for (int64_t i = 0; i < repeats; ++i) {
     comm.barrier();
     auto t0 = std::chrono::steady_clock::now();
-    comm.allreduce_sum(grads);
+    if (zero) {
+      comm.reduce_scatter_sum(grads);
+    } else {
+      comm.allreduce_sum(grads);
+    }
     total_ms += seconds_since(t0) * 1e3;
   }
   return total_ms / double(repeats);
@@ -198,6 +205,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     const double blocking_ms = time_blocking_gradient_sum(session, options.steps);
     result["ranks"] = session.comm().world_size();
     result["bucket_mb"] = config.dist.bucket_mb;
+    result["gradient_reduction"] = config.dist.zero == 1 ? "reduce_scatter" : "allreduce";
     result["gradient_sum_ms"] = blocking_ms;
     result["gradient_sum_wait_ms"] = sum_wait_ms / n;
     result["gradient_sum_hidden_fraction"] =

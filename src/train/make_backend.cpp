@@ -53,6 +53,8 @@ std::unique_ptr<Communicator> make_communicator(const RunConfig& config, Backend
   CommunicatorOptions options;
   options.kind = config.dist.communicator;
   options.timeout_s = config.dist.timeout_s;
+  options.rendezvous = config.dist.rendezvous;
+  options.rendezvous_dir = config.dist.rendezvous_dir;
   options.backend = config.backend;
 #ifdef GNMR_WITH_CUDA
   if (config.backend == "cuda") {

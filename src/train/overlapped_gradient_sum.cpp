@@ -22,8 +22,11 @@ std::vector<GradientBucket> plan_for(const LlamaModel& model, double bucket_mb) 
 }  // namespace
 
 OverlappedGradientSum::OverlappedGradientSum(Communicator& comm, const LlamaModel& model,
-                                             double bucket_mb)
-    : comm_(comm), flat_grads_(model.flat_grads()), buckets_(plan_for(model, bucket_mb)) {
+                                             double bucket_mb, GradientReduction reduction)
+    : comm_(comm),
+      reduction_(reduction),
+      flat_grads_(model.flat_grads()),
+      buckets_(plan_for(model, bucket_mb)) {
   const int num_params = int(model.params().size());
   bucket_of_ = bucket_of_each_param(buckets_, num_params);
   params_left_.resize(buckets_.size());
@@ -48,7 +51,11 @@ void OverlappedGradientSum::on_params_ready(int first_param, int last_param) {
   // rank starts the same sums in the same order whatever order the model reports in.
   while (buckets_started_ < buckets_.size() && params_left_[buckets_started_] == 0) {
     const GradientBucket& b = buckets_[buckets_started_];
-    comm_.start_allreduce_sum(tensor_view(flat_grads_, {b.numel()}, b.begin));
+    if (reduction_ == GradientReduction::kAllReduce) {
+      comm_.start_allreduce_sum(tensor_view(flat_grads_, {b.numel()}, b.begin));
+    } else {
+      comm_.start_reduce_scatter_sum(flat_grads_, b.begin, b.end);
+    }
     buckets_started_ += 1;
   }
   comm_.progress();

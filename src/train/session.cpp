@@ -103,18 +103,20 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                                         zero ? int64_t(comm_->world_size()) * kZeroShardAlign : 1);
   model_->init_weights(config.train.seed);
   if (zero) {
-    // One reduce-scatter after backward (zero_optimizer.h): no overlapped buckets.
     zero_optimizer_ = std::make_unique<ZeroAdamW>(*backend_, *comm_, *model_, config.train);
   } else {
     optimizer_ = std::make_unique<AdamW>(*backend_, model_->params(), config.train);
-    if (comm_->world_size() > 1 && config.dist.bucket_mb > 0) {
-      overlapped_sum_ =
-          std::make_unique<OverlappedGradientSum>(*comm_, *model_, config.dist.bucket_mb);
-      if (comm_->rank() == 0) {  // one human log per job
-        spdlog::info(
-            "gradient sum over {} ranks: {} buckets of up to {} MiB, overlapped with backward",
-            comm_->world_size(), overlapped_sum_->buckets().size(), config.dist.bucket_mb);
-      }
+  }
+  if (comm_->world_size() > 1 && config.dist.bucket_mb > 0) {
+    // ZeRO-1 reduce-scatters each bucket into the ranks' shards, plain data parallelism sums it.
+    overlapped_sum_ = std::make_unique<OverlappedGradientSum>(
+        *comm_, *model_, config.dist.bucket_mb,
+        zero ? GradientReduction::kReduceScatter : GradientReduction::kAllReduce);
+    if (comm_->rank() == 0) {  // one human log per job
+      spdlog::info(
+          "gradient {} over {} ranks: {} buckets of up to {} MiB, overlapped with backward",
+          zero ? "reduce-scatter" : "sum", comm_->world_size(), overlapped_sum_->buckets().size(),
+          config.dist.bucket_mb);
     }
   }
   try {
@@ -265,7 +267,14 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   }
   if (zero_optimizer_) {
     // ZeRO-1: each rank ends with the mean gradient of its own shard (zero_optimizer.h).
-    zero_optimizer_->reduce_gradients();
+    const auto wait_start = std::chrono::steady_clock::now();
+    if (overlapped_sum_) {
+      overlapped_sum_->finish();
+    } else {
+      zero_optimizer_->reduce_gradients();
+    }
+    r.gradient_sum_wait_ms = elapsed_ms(wait_start);
+    zero_optimizer_->average_gradients();
     comm_->allreduce_sum(loss_sum_);
   } else if (comm_->world_size() > 1) {
     // Data parallel: every rank ends with the mean gradient and the loss sum of the global

@@ -32,8 +32,9 @@ struct StepResult {
   double forward_backward_ms = 0, norms_ms = 0, optimizer_ms = 0, readback_ms = 0,
          controller_ms = 0;
   // Part of forward_backward_ms, with more than one rank: the host time from the end of the
-  // last backward until the gradients are summed across ranks (dist.bucket_mb = 0: the whole
-  // sum; overlapped: what is left of it once backward is done).
+  // last backward until the gradients are summed across ranks (dist.zero=1: reduce-scattered
+  // into the shards; dist.bucket_mb = 0: the whole reduction; overlapped: what is left of it
+  // once backward is done).
   double gradient_sum_wait_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
   int units_recovery = 0;              // units this step ran on the recovery path
@@ -109,7 +110,8 @@ class TrainingSession {
   std::unique_ptr<TokenLoader> train_loader_;
   std::unique_ptr<TokenLoader> val_loader_;
   std::unique_ptr<Controller> controller_;
-  // With more than one rank and dist.bucket_mb > 0: the sum that overlaps backward.
+  // With more than one rank and dist.bucket_mb > 0: the reduction that overlaps backward (the
+  // sum, or with dist.zero=1 the reduce-scatter into the shards).
   std::unique_ptr<OverlappedGradientSum> overlapped_sum_;
   RoutingPlan plan_;  // the path of every projection unit for the next step
   TrainerState state_;

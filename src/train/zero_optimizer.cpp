@@ -43,6 +43,9 @@ ZeroAdamW::ZeroAdamW(Backend& backend, Communicator& comm, const LlamaModel& mod
 
 void ZeroAdamW::reduce_gradients() {
   comm_.reduce_scatter_sum(flat_grads_);
+}
+
+void ZeroAdamW::average_gradients() {
   // The same factor and op as the plain path (session.cpp), so two ranks give its bits.
   if (comm_.world_size() > 1) backend_.scale(own_grads_, 1.0f / float(comm_.world_size()));
 }

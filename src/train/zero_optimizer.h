@@ -2,8 +2,10 @@
 // ranks, the weights and gradients are not. Rank r keeps the AdamW moments of shard r only
 // (train/zero_shards.h; 2 × 4 bytes × shard_elements instead of 2 × 4 bytes × every
 // parameter) and updates only that shard of the fp32 master weights. Per step:
-//   reduce_gradients  reduce-scatter of the flat gradient (rank order, communicator.h),
-//                     then × 1/world on the own shard: the mean gradient of the shard
+//   reduce_gradients  reduce-scatter of the flat gradient (rank order, communicator.h); or,
+//                     with dist.bucket_mb > 0, the same per bucket overlapped with backward
+//                     (OverlappedGradientSum, kReduceScatter), the same bits
+//   average_gradients × 1/world on the own shard: the mean gradient of the shard
 //   sum_squares       every parameter's squared gradient norm: this rank's partial sum over
 //                     its piece of the parameter, all-reduced as doubles, so every rank holds
 //                     the same values for the global clip and the controller
@@ -29,6 +31,7 @@ class ZeroAdamW {
             const TrainConfig& train);
 
   void reduce_gradients();
+  void average_gradients();
   // out_per_param: f64 [params] in backend memory (host memory: the communicators are CPU).
   void sum_squares(Tensor& out_per_param);
   // As AdamW::step (clip: f32 [2] from Backend::global_norm_clip), on this rank's shard.

@@ -227,6 +227,23 @@ TEST(ConfigLoad, DistBucketsDefaultTo25MiBAndTheCheckTo100Steps) {
   expect_config_error(path, {"dist.check_every=2.5"}, "\"dist.check_every\" must be");
 }
 
+TEST(ConfigLoad, DistRendezvousIsTcpOrFileAndFileNeedsItsDirectory) {
+  std::string dir = gnmr_test::scratch_dir("config_rendezvous");
+  const std::string path = write_config(dir, "a.json", "{}");
+  EXPECT_EQ(load_run_config(path, {}).dist.rendezvous, "tcp");
+  EXPECT_EQ(load_run_config(path, {}).dist.rendezvous_dir, "");
+  const gnmr::RunConfig file =
+      load_run_config(path, {"dist.rendezvous=file", "dist.rendezvous_dir=/shared/rdv"});
+  EXPECT_EQ(file.dist.rendezvous, "file");
+  EXPECT_EQ(file.dist.rendezvous_dir, "/shared/rdv");
+  expect_config_error(path, {"dist.rendezvous=nfs"},
+                      "\"dist.rendezvous\" is \"nfs\", must be one of: file, tcp");
+  expect_config_error(path, {"dist.rendezvous=file"},
+                      "\"dist.rendezvous_dir\" is empty, but dist.rendezvous is \"file\"");
+  expect_config_error(path, {"dist.rendezvous_dir=/shared/rdv"},
+                      "\"dist.rendezvous_dir\" is set, but dist.rendezvous is \"tcp\"");
+}
+
 TEST(ConfigLoad, DistZeroIsZeroOrOneAndRunsOnTheCpuBackend) {
   std::string dir = gnmr_test::scratch_dir("config_zero");
   const std::string path = write_config(dir, "a.json", "{}");

@@ -164,6 +164,29 @@ TEST(LaunchEnv, SlurmRendezvousIsTheStepsFirstNodeOnAPortFromTheJobId) {
   EXPECT_EQ(env.job_id, "4000012345");
 }
 
+// The file rendezvous names its files after the attempt: a requeued job (same SLURM_JOB_ID)
+// and a second srun step must not read the first one's files.
+TEST(LaunchEnv, TheAttemptCountsRequeuesAndStepsOfOneJob) {
+  EXPECT_EQ(parse_launch_env(env_map({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}})).attempt,
+            "restart0");
+  EXPECT_EQ(parse_launch_env(env_map({{"SLURM_PROCID", "1"},
+                                      {"SLURM_NTASKS", "2"},
+                                      {"SLURM_JOB_ID", "77"},
+                                      {"SLURM_RESTART_COUNT", "2"},
+                                      {"SLURM_STEP_ID", "5"}}))
+                .attempt,
+            "restart2.step5");
+  EXPECT_EQ(parse_launch_env(env_map({{"RANK", "0"},
+                                      {"WORLD_SIZE", "2"},
+                                      {"TORCHELASTIC_RUN_ID", "r"},
+                                      {"TORCHELASTIC_RESTART_COUNT", "3"}}))
+                .attempt,
+            "restart3");
+  expect_usage_error(
+      {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_RESTART_COUNT", "once"}},
+      "SLURM_RESTART_COUNT");
+}
+
 TEST(LaunchEnv, ABadMasterPortIsRefusedByName) {
   expect_usage_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "70000"}},
                      "MASTER_PORT=70000");

@@ -192,6 +192,46 @@ TEST_F(MpiCommunicatorTest, ReduceScatterOfTwoRanksEqualsTheAllreduce) {
   for (size_t i = first; i < first + n / 2; ++i) EXPECT_EQ(scattered[i], reduced[i]) << i;
 }
 
+// ZeRO-1 overlapped with backward: buckets whose edges fall anywhere (inside a shard, on a
+// shard edge, a bucket of one element, one spanning every shard) give each rank the blocking
+// reduce-scatter's bits for its shard, for any world size; so does a communicator with 5
+// elements per call, whose tiny scratch ring forces pieces and waits for the oldest.
+TEST_F(MpiCommunicatorTest, StartedReduceScattersOfBucketsGiveTheBlockingReduceScattersBits) {
+  const int64_t shard = 1001;
+  const int64_t n = shard * world_size();
+  std::vector<float> values(static_cast<size_t>(n));
+  for (size_t i = 0; i < values.size(); ++i) values[i] = rank_value(rank(), i);
+  std::vector<float> blocking = values;
+  Tensor whole = host_tensor(blocking);
+  world().reduce_scatter_sum(whole);
+  // Last bucket first, as backward finishes them; they cover [0, n) exactly once.
+  const std::vector<std::pair<int64_t, int64_t>> buckets = {
+      {n - 7, n}, {shard + 3, n - 7}, {shard, shard + 3}, {shard - 1, shard}, {0, shard - 1}};
+  MpiCommunicator chunked(/*max_elements_per_call=*/5);
+  for (Communicator* comm : {&world(), static_cast<Communicator*>(&chunked)}) {
+    std::vector<float> started = values;
+    Tensor all = host_tensor(started);
+    for (const auto& [begin, end] : buckets) {
+      comm->start_reduce_scatter_sum(all, begin, end);
+      comm->progress();
+    }
+    comm->wait_all();
+    const size_t own = size_t(rank() * shard);
+    EXPECT_EQ(
+        std::memcmp(started.data() + own, blocking.data() + own, size_t(shard) * sizeof(float)), 0)
+        << comm->name() << ": the bucketed reduce-scatter differs from the blocking one";
+  }
+  world().barrier();
+}
+
+TEST_F(MpiCommunicatorTest, StartedReduceScatterRefusesARangeOutsideTheTensor) {
+  std::vector<float> storage(size_t(world_size()) * 4);
+  Tensor t = host_tensor(storage);
+  EXPECT_THROW(world().start_reduce_scatter_sum(t, 2, t.numel() + 1), Error);
+  EXPECT_THROW(world().start_reduce_scatter_sum(t, 3, 2), Error);
+  world().barrier();  // still in step: the checks threw before any collective
+}
+
 TEST_F(MpiCommunicatorTest, AllGatherGivesEveryRankEveryShard) {
   const size_t shard = 777;
   const size_t n = shard * size_t(world_size());
@@ -309,7 +349,9 @@ TEST_F(MpiCommunicatorTest, AutoChoosesMpiUnderAMultiProcessLaunch) {
 // every rank must end with rank 0's 128 bytes (a rank with other bytes would wait at
 // ncclCommInitRank until the deadline).
 TEST_F(MpiCommunicatorTest, EveryRankGetsRankZerosNcclUniqueId) {
-  const std::vector<uint8_t> id = share_nccl_unique_id(read_launch_env(), 30.0, &world());
+  CommunicatorOptions options;
+  options.timeout_s = 30.0;
+  const std::vector<uint8_t> id = share_nccl_unique_id(read_launch_env(), options, &world());
   ASSERT_EQ(id.size(), kNcclUniqueIdBytes);
   EXPECT_TRUE(identical_on_every_rank(id.data(), id.size()));
   EXPECT_NE(std::count(id.begin(), id.end(), uint8_t{0}), ptrdiff_t(id.size()));

@@ -145,7 +145,9 @@ TEST(TcpRendezvous, HandsRankZerosNcclUniqueIdToEveryRank) {
         env.rendezvous_host = "127.0.0.1";
         env.rendezvous_port = port;
         env.job_id = "nccl-id-test";
-        const std::vector<uint8_t> id = share_nccl_unique_id(env, 20.0, nullptr);
+        CommunicatorOptions options;
+        options.timeout_s = 20.0;
+        const std::vector<uint8_t> id = share_nccl_unique_id(env, options, nullptr);
         std::ofstream(dir + "/id" + std::to_string(rank), std::ios::binary)
             .write(reinterpret_cast<const char*>(id.data()), std::streamsize(id.size()));
       } catch (const Error&) {
