@@ -13,8 +13,9 @@
 #   reference/cpu_runs.json  the loss of every step of short tiny-model CPU runs, per recipe,
 #                          made here by this bundle's own gnmr: the figures a GPU run is held to
 #   BUNDLE.json            what was built, from which commit, and the size
-# cudart, cuBLASLt and NCCL come from the target's CUDA install at run time
-# (scripts/gpu_check.sh finds them). The bundle must stay under 60 MiB (the device machine
+# cudart and cuBLASLt come from the target's CUDA install at run time, NCCL (loaded, not
+# linked: src/parallel/nccl_library.h) from its toolkit or its PyTorch (scripts/gpu_check.sh
+# finds them). The bundle must stay under 60 MiB (the device machine
 # takes 64 MiB with the source tree); the script fails if it does not.
 #   scripts/gpu_bundle.sh [OUT_DIR]     default build/gpu-bundle
 set -euo pipefail
@@ -30,7 +31,7 @@ command -v nvcc >/dev/null || { echo "gpu_bundle.sh: nvcc not found (install the
 # copied; the CUDA runtime is not given an RPATH (it must come from the target's toolkit). An
 # old-style DT_RPATH (--disable-new-dtags), not DT_RUNPATH: it also serves the libraries'
 # own dependencies (libopenblas needs libgfortran, which needs libquadmath).
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF -DGNMR_NCCL=OFF -DGNMR_TESTS=ON \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF -DGNMR_TESTS=ON \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$build.configure.log" \
   || { cat "$build.configure.log" >&2; exit 1; }

@@ -57,6 +57,16 @@ for dir in "$cuda_root/lib64" "$cuda_root/lib" "$cuda_root/targets/x86_64-linux/
 done
 [ -n "$cuda_lib" ] && export LD_LIBRARY_PATH="$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ -n "$cuda_root" ] && [ -d "$cuda_root/bin" ] && export PATH="$cuda_root/bin:$PATH"
+# NCCL is loaded at run time (src/parallel/nccl_library.h): a GNMR_NCCL_LIBRARY already set
+# wins, else the toolkit's, else the copy PyTorch installs (the nvidia-nccl wheel), else the
+# dynamic loader's own search (ldconfig) when the tests run.
+nccl_lib="${GNMR_NCCL_LIBRARY:-}"
+[ -z "$nccl_lib" ] && [ -n "$cuda_lib" ] && [ -e "$cuda_lib/libnccl.so.2" ] && nccl_lib="$cuda_lib/libnccl.so.2"
+if [ -z "$nccl_lib" ] && command -v python3 >/dev/null 2>&1; then
+  nccl_lib="$(python3 -c 'import glob, os, nvidia.nccl as n
+print(next(iter(sorted(q for d in n.__path__ for q in glob.glob(os.path.join(d, "lib", "libnccl.so.2*")))), ""))' 2>/dev/null || true)"
+fi
+[ -n "$nccl_lib" ] && export GNMR_NCCL_LIBRARY="$nccl_lib"
 gpu_name=""
 if command -v nvidia-smi >/dev/null 2>&1; then
   gpu_name="$(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null | head -1)"
@@ -70,6 +80,7 @@ stage_preflight() {
   local missing=0
   note "bundle: $(tr -d '\n' <"$bundle/BUNDLE.json" 2>/dev/null)"
   note "CUDA toolkit: ${cuda_root:-not found} (libcudart.so.13 in ${cuda_lib:-nowhere})"
+  note "NCCL: ${nccl_lib:-no libnccl.so.2 in the toolkit or PyTorch; the loader's search decides (GpuNccl tests skip, and gpu-tests fails, where it finds none)}"
   for binary in "$bundle"/bin/* "$bundle"/tests/*; do
     if ldd "$binary" | grep "not found" >>"$logs/preflight.log"; then
       note "$(basename "$binary"): libraries not found (above)"

@@ -146,12 +146,16 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
   return LaunchEnv{};
 }
 
-LaunchEnv read_launch_env() {
-  return parse_launch_env([](const std::string& name) -> std::optional<std::string> {
+EnvLookup process_environment() {
+  return [](const std::string& name) -> std::optional<std::string> {
     const char* value = std::getenv(name.c_str());
     if (value == nullptr) return std::nullopt;
     return std::string(value);
-  });
+  };
+}
+
+LaunchEnv read_launch_env() {
+  return parse_launch_env(process_environment());
 }
 
 }  // namespace gnmr

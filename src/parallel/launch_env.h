@@ -59,6 +59,9 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // when a source is half present (a rank without a size).
 LaunchEnv parse_launch_env(const EnvLookup& lookup);
 
+// This process's environment variables (std::getenv), as an EnvLookup.
+EnvLookup process_environment();
+
 // parse_launch_env over this process's environment.
 LaunchEnv read_launch_env();
 

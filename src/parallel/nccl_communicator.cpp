@@ -1,7 +1,6 @@
 #include "parallel/nccl_communicator.h"
 
 #include <cuda_runtime.h>
-#include <nccl.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +9,10 @@
 #include <thread>
 
 #include "parallel/launch_env.h"
+#include "parallel/nccl_library.h"
 #include "parallel/rendezvous.h"
 #include "util/error.h"
+#include "util/log.h"
 
 namespace gnmr {
 
@@ -27,8 +28,8 @@ constexpr size_t kStagingBytes = size_t{1} << 20;
 using Clock = std::chrono::steady_clock;
 
 std::string nccl_message(ncclResult_t result, ncclComm_t comm) {
-  std::string text = ncclGetErrorString(result);
-  const char* last = ncclGetLastError(comm);
+  std::string text = nccl_api().GetErrorString(result);
+  const char* last = nccl_api().GetLastError(comm);
   if (last != nullptr && last[0] != '\0') text += std::string(" (") + last + ")";
   return text;
 }
@@ -74,7 +75,7 @@ class NcclCommunicator final : public Communicator {
     const auto count = static_cast<size_t>(tensor.numel());
     if (count == 0) return;
     const ncclDataType_t type = tensor.dtype == DType::F32 ? ncclFloat32 : ncclFloat64;
-    finish_call(ncclAllReduce(tensor.data, tensor.data, count, type, ncclSum, comm_, stream_),
+    finish_call(nccl_.AllReduce(tensor.data, tensor.data, count, type, ncclSum, comm_, stream_),
                 "tensor all-reduce");
     record("tensor all-reduce");
   }
@@ -83,7 +84,7 @@ class NcclCommunicator final : public Communicator {
     for (size_t first = 0; first < count; first += kStagingBytes / sizeof(double)) {
       const size_t n = std::min(kStagingBytes / sizeof(double), count - first);
       to_staging(values + first, n * sizeof(double));
-      finish_call(ncclAllReduce(staging_, staging_, n, ncclFloat64, ncclSum, comm_, stream_),
+      finish_call(nccl_.AllReduce(staging_, staging_, n, ncclFloat64, ncclSum, comm_, stream_),
                   "all-reduce of host doubles");
       record("all-reduce of host doubles");
       from_staging(values + first, n * sizeof(double));
@@ -98,7 +99,7 @@ class NcclCommunicator final : public Communicator {
     for (size_t first = 0; first < bytes; first += kStagingBytes) {
       const size_t n = std::min(kStagingBytes, bytes - first);
       to_staging(data + first, n);
-      finish_call(ncclBroadcast(staging_, staging_, n, ncclUint8, root, comm_, stream_),
+      finish_call(nccl_.Broadcast(staging_, staging_, n, ncclUint8, root, comm_, stream_),
                   "broadcast");
       record("broadcast");
       from_staging(data + first, n);
@@ -114,7 +115,7 @@ class NcclCommunicator final : public Communicator {
   bool all_agree(uint64_t value) override {
     uint64_t extremes[2] = {value, ~value};
     to_staging(extremes, sizeof(extremes));
-    finish_call(ncclAllReduce(staging_, staging_, 2, ncclUint64, ncclMax, comm_, stream_),
+    finish_call(nccl_.AllReduce(staging_, staging_, 2, ncclUint64, ncclMax, comm_, stream_),
                 "agreement check");
     record("agreement check");
     from_staging(extremes, sizeof(extremes));
@@ -124,7 +125,7 @@ class NcclCommunicator final : public Communicator {
   void wait_for_collectives() override { wait_device(last_collective_); }
 
   [[noreturn]] void abort(int exit_code) override {
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    if (comm_ != nullptr) nccl_.CommAbort(comm_);
     comm_ = nullptr;
     if (host_) host_->abort(exit_code);  // MPI: ends every rank of the job at once
     std::_Exit(exit_code);
@@ -132,6 +133,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void create(const NcclCommunicatorOptions& options) {
+    if (rank_ == 0) spdlog::info("nccl: {}", describe_nccl(nccl_));
     cuda_check(cudaSetDevice(options.device), "selecting the backend's GPU");
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event");
     cuda_check(cudaMalloc(&staging_, kStagingBytes), "allocating the host-collective staging");
@@ -142,7 +144,7 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     config.commName = "gnmr";
-    const ncclResult_t result = ncclCommInitRankConfig(&comm_, world_size_, id, rank_, &config);
+    const ncclResult_t result = nccl_.CommInitRankConfig(&comm_, world_size_, id, rank_, &config);
     finish_call(result, "communicator creation (waiting for every rank to join)");
   }
 
@@ -150,16 +152,16 @@ class NcclCommunicator final : public Communicator {
   // (or already failed) is aborted instead. Errors are dropped: this runs in a destructor.
   void release() {
     if (comm_ != nullptr) {
-      ncclResult_t state = ncclCommFinalize(comm_);
+      ncclResult_t state = nccl_.CommFinalize(comm_);
       const auto deadline = Clock::now() + std::chrono::seconds(5);
       while (state == ncclInProgress && Clock::now() < deadline) {
         std::this_thread::yield();
-        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) break;
+        if (nccl_.CommGetAsyncError(comm_, &state) != ncclSuccess) break;
       }
       if (state == ncclSuccess) {
-        ncclCommDestroy(comm_);
+        nccl_.CommDestroy(comm_);
       } else {
-        ncclCommAbort(comm_);
+        nccl_.CommAbort(comm_);
       }
       comm_ = nullptr;
     }
@@ -178,7 +180,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   [[noreturn]] void fail(const std::string& what) {
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    if (comm_ != nullptr) nccl_.CommAbort(comm_);
     comm_ = nullptr;
     throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + " of " +
                                         std::to_string(world_size_) + ": NCCL " + what);
@@ -194,7 +196,7 @@ class NcclCommunicator final : public Communicator {
              " (a rank did not join or stopped answering)");
       }
       std::this_thread::yield();
-      const ncclResult_t query = ncclCommGetAsyncError(comm_, &result);
+      const ncclResult_t query = nccl_.CommGetAsyncError(comm_, &result);
       if (query != ncclSuccess) result = query;
     }
     if (result != ncclSuccess) fail(std::string(what) + " failed: " + nccl_message(result, comm_));
@@ -215,7 +217,7 @@ class NcclCommunicator final : public Communicator {
       if (status == cudaSuccess) break;
       if (status != cudaErrorNotReady) cuda_check(status, "waiting for ", what);
       ncclResult_t state = ncclSuccess;
-      const ncclResult_t query = ncclCommGetAsyncError(comm_, &state);
+      const ncclResult_t query = nccl_.CommGetAsyncError(comm_, &state);
       if (query != ncclSuccess) state = query;
       if (state != ncclSuccess && state != ncclInProgress) {
         fail(std::string(what) + " failed: " + nccl_message(state, comm_));
@@ -247,6 +249,7 @@ class NcclCommunicator final : public Communicator {
   }
   std::string seconds_text() const { return std::to_string(int64_t(timeout_s_)) + " s"; }
 
+  const NcclApi& nccl_ = nccl_api();  // first: loaded (or refused) before anything is created
   int rank_, world_size_, local_rank_;
   cudaStream_t stream_;
   double timeout_s_;
@@ -261,7 +264,7 @@ class NcclCommunicator final : public Communicator {
 
 std::vector<uint8_t> make_nccl_unique_id() {
   ncclUniqueId id;
-  const ncclResult_t result = ncclGetUniqueId(&id);
+  const ncclResult_t result = nccl_api().GetUniqueId(&id);
   if (result != ncclSuccess) {
     throw Error(ErrorKind::Runtime,
                 std::string("NCCL could not make its unique id: ") + nccl_message(result, nullptr) +

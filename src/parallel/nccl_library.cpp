@@ -104,7 +104,9 @@ NcclApi load_nccl_api(const std::vector<std::string>& candidates) {
   return api;
 }
 
-std::string nccl_build_library() { return GNMR_NCCL_BUILD_LIBRARY; }
+std::string nccl_build_library() {
+  return GNMR_NCCL_BUILD_LIBRARY;
+}
 
 const NcclApi& nccl_api() {
   static std::mutex mutex;

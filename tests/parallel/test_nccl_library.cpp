@@ -35,8 +35,7 @@ std::string load_error(const std::vector<std::string>& candidates) {
 TEST(NcclLibrary, TheLoadersSearchComesFirstAndTheBuildsLibraryLast) {
   EXPECT_EQ(nccl_library_candidates(env_of({}), "/opt/cuda/lib64/libnccl.so.2.28.5"),
             (std::vector<std::string>{"libnccl.so.2", "/opt/cuda/lib64/libnccl.so.2.28.5"}));
-  EXPECT_EQ(nccl_library_candidates(env_of({}), ""),
-            (std::vector<std::string>{"libnccl.so.2"}));
+  EXPECT_EQ(nccl_library_candidates(env_of({}), ""), (std::vector<std::string>{"libnccl.so.2"}));
   EXPECT_EQ(nccl_library_candidates(env_of({{"GNMR_NCCL_LIBRARY", ""}}), "/b/libnccl.so"),
             (std::vector<std::string>{"libnccl.so.2", "/b/libnccl.so"}));
 }
@@ -69,10 +68,10 @@ TEST(NcclLibrary, TheBuildsLibraryLoadsWithEveryEntryPoint) {
   EXPECT_EQ(api.version / 10000, NCCL_MAJOR);
   EXPECT_GE(api.version, kOldestNcclVersion);
   EXPECT_FALSE(api.path.empty());
-  for (const void* f :
-       {reinterpret_cast<const void*>(api.GetUniqueId), reinterpret_cast<const void*>(api.AllReduce),
-        reinterpret_cast<const void*>(api.CommInitRankConfig),
-        reinterpret_cast<const void*>(api.CommAbort)}) {
+  for (const void* f : {reinterpret_cast<const void*>(api.GetUniqueId),
+                        reinterpret_cast<const void*>(api.AllReduce),
+                        reinterpret_cast<const void*>(api.CommInitRankConfig),
+                        reinterpret_cast<const void*>(api.CommAbort)}) {
     EXPECT_NE(f, nullptr);
   }
   EXPECT_STREQ(api.GetErrorString(ncclSuccess), "no error");
