@@ -24,22 +24,35 @@ nlohmann::json last_json_line(const std::string& output) {
   return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
 }
 
+// One measured step of the tiny model on one thread: the output and its JSON figures.
+struct BenchRun {
+  std::string config, output;
+  nlohmann::json figures;
+};
+BenchRun bench_tiny_model(const std::string& name) {
+  BenchRun b;
+  b.config = gnmr_test::write_tiny_config(gnmr_test::scratch_dir(name));
+  auto r = run_gnmr("bench --config " + b.config + " --steps 1 --warmup 0 --threads 1");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  b.output = r.output;
+  b.figures = last_json_line(r.output);
+  return b;
+}
+
 }  // namespace
 
 TEST(CliBench, PrintsTheBackendMemoryByRoleSummingToTheTotal) {
-  const std::string dir = gnmr_test::scratch_dir("cli_bench_memory");
-  const std::string config = gnmr_test::write_tiny_config(dir);
-  auto r = run_gnmr("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json figures = last_json_line(r.output);
-  ASSERT_TRUE(figures.contains("backend_bytes_by_role")) << r.output;
+  const BenchRun b = bench_tiny_model("cli_bench_memory");
+  const std::string& config = b.config;
+  const nlohmann::json& figures = b.figures;
+  ASSERT_TRUE(figures.contains("backend_bytes_by_role")) << b.output;
   const nlohmann::json& by_role = figures["backend_bytes_by_role"];
   size_t sum = 0;
   for (const char* role :
        {"weights", "gradients", "optimizer_state", "activations", "saved_activations", "scratch"}) {
     ASSERT_TRUE(by_role.contains(role)) << role << ": " << by_role.dump();
     EXPECT_GT(by_role[role].get<size_t>(), 0u) << role;
-    EXPECT_NE(r.output.find(std::string("    ") + role + " "), std::string::npos) << role;
+    EXPECT_NE(b.output.find(std::string("    ") + role + " "), std::string::npos) << role;
     sum += by_role[role].get<size_t>();
   }
   EXPECT_EQ(by_role.size(), 6u) << by_role.dump();
@@ -50,25 +63,22 @@ TEST(CliBench, PrintsTheBackendMemoryByRoleSummingToTheTotal) {
   const gnmr::ParamTable table = gnmr::build_param_table(gnmr::load_run_config(config, {}).model);
   EXPECT_EQ(by_role["weights"].get<size_t>(), size_t(4 * table.flat_size));
   EXPECT_EQ(by_role["gradients"].get<size_t>(), size_t(4 * table.flat_size));
-  EXPECT_NE(r.output.find("backend memory"), std::string::npos) << r.output;
+  EXPECT_NE(b.output.find("backend memory"), std::string::npos) << b.output;
   // Plain data parallelism: two fp32 moments of every parameter on every rank.
   int64_t params = 0;
   for (const gnmr::ParamInfo& p : table.params) params += gnmr::param_numel(p);
   EXPECT_EQ(figures["optimizer_state_bytes_per_rank"].get<int64_t>(), 8 * params);
   EXPECT_EQ(figures["dist_zero"].get<int>(), 0);
-  EXPECT_NE(r.output.find("optimizer state"), std::string::npos) << r.output;
+  EXPECT_NE(b.output.find("optimizer state"), std::string::npos) << b.output;
 }
 
 // The GEMM peak is measured before and after the steps and the better one is the MFU's
 // denominator, so one measurement taken in a slow moment cannot inflate the MFU.
 TEST(CliBench, MfuIsAgainstTheBetterOfThePeaksMeasuredBeforeAndAfterTheSteps) {
-  const std::string dir = gnmr_test::scratch_dir("cli_bench_peak");
-  const std::string config = gnmr_test::write_tiny_config(dir);
-  auto r = run_gnmr("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  const nlohmann::json figures = last_json_line(r.output);
-  ASSERT_TRUE(figures.contains("gemm_peak_before_gflops")) << r.output;
-  ASSERT_TRUE(figures.contains("gemm_peak_after_gflops")) << r.output;
+  const BenchRun b = bench_tiny_model("cli_bench_peak");
+  const nlohmann::json& figures = b.figures;
+  ASSERT_TRUE(figures.contains("gemm_peak_before_gflops")) << b.output;
+  ASSERT_TRUE(figures.contains("gemm_peak_after_gflops")) << b.output;
   const double before = figures["gemm_peak_before_gflops"].get<double>();
   const double after = figures["gemm_peak_after_gflops"].get<double>();
   EXPECT_GT(before, 0.0);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "forked_ranks.h"
 #include "parallel/file_rendezvous.h"
 #include "parallel/launch_env.h"
 #include "test_paths.h"
@@ -25,62 +26,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Launch {
-  int rank;
-  int world;
-  std::string job;
-  std::string attempt = "restart0";
-};
-
-struct Outcome {
-  int exit_code;  // 0: got the payload; 1: Runtime error; 2: Usage error; 3: other bytes
-  std::string message;
-};
-
-std::vector<uint8_t> test_payload() {
-  std::vector<uint8_t> p(128);  // an NCCL unique id's size
-  for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(i * 37 + 11);
-  return p;
-}
+using gnmr_test::Launch;
+using gnmr_test::Outcome;
 
 // Runs each launch in its own process against `directory`; returns their outcomes (written to
 // `results`, another directory, so they cannot be taken for rendezvous files).
 std::vector<Outcome> run_ranks(const std::vector<Launch>& launches, const std::string& directory,
                                double timeout_s, const std::string& results) {
-  std::vector<pid_t> pids;
-  for (const Launch& l : launches) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int code = 0;
-      std::string message;
-      try {
+  return gnmr_test::run_forked_ranks(
+      launches, results, [&](const Launch& l, const std::vector<uint8_t>& payload) {
         RendezvousOptions o;
         o.method = "file";
         o.rank = l.rank, o.world_size = l.world, o.job_id = l.job, o.attempt = l.attempt;
         o.directory = directory;
         o.timeout_s = timeout_s;
-        const std::vector<uint8_t> got =
-            file_rendezvous_broadcast(o, l.rank == 0 ? test_payload() : std::vector<uint8_t>{});
-        code = got == test_payload() ? 0 : 3;
-      } catch (const Error& e) {
-        code = e.kind() == ErrorKind::Usage ? 2 : 1;
-        message = e.what();
-      }
-      std::ofstream(results + "/rank" + std::to_string(l.rank)) << message;
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<Outcome> out;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    waitpid(pids[i], &status, 0);
-    std::ifstream in(results + "/rank" + std::to_string(launches[i].rank));
-    std::stringstream s;
-    s << in.rdbuf();
-    out.push_back({WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()});
-  }
-  return out;
+        return file_rendezvous_broadcast(o, payload);
+      });
 }
 
 std::vector<std::string> files_in(const std::string& directory) {

@@ -16,66 +16,28 @@
 #ifdef GNMR_WITH_NCCL
 #include "parallel/nccl_communicator.h"
 #endif
+#include "forked_ranks.h"
 #include "test_paths.h"
 #include "util/error.h"
 
 namespace gnmr {
 namespace {
 
-struct Launch {
-  int rank;
-  int world;
-  std::string job;
-};
-
-struct Outcome {
-  int exit_code;
-  std::string message;  // the error a failed rank threw
-};
-
-std::vector<uint8_t> test_payload() {
-  std::vector<uint8_t> p(128);  // an NCCL unique id's size
-  for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(i * 37 + 11);
-  return p;
-}
+using gnmr_test::Launch;
+using gnmr_test::Outcome;
 
 // Runs each launch in its own process against one port; returns their outcomes.
 std::vector<Outcome> run_ranks(const std::vector<Launch>& launches, double timeout_s,
                                const std::string& name) {
-  const std::string dir = gnmr_test::scratch_dir("rendezvous_" + name);
   const int port = 20000 + int(getpid() % 20000);
-  std::vector<pid_t> pids;
-  for (const Launch& l : launches) {
-    const pid_t pid = fork();
-    if (pid == 0) {
-      int code = 0;
-      std::string message;
-      try {
-        RendezvousOptions o;
-        o.rank = l.rank, o.world_size = l.world, o.port = port, o.job_id = l.job;
-        o.timeout_s = timeout_s;
-        const std::vector<uint8_t> got =
-            tcp_rendezvous_broadcast(o, l.rank == 0 ? test_payload() : std::vector<uint8_t>{});
-        code = got == test_payload() ? 0 : 2;
-      } catch (const Error& e) {
-        code = 1;
-        message = e.what();
-      }
-      std::ofstream(dir + "/rank" + std::to_string(l.rank) + "_" + l.job) << message;
-      _exit(code);
-    }
-    pids.push_back(pid);
-  }
-  std::vector<Outcome> out;
-  for (size_t i = 0; i < pids.size(); ++i) {
-    int status = 0;
-    waitpid(pids[i], &status, 0);
-    std::ifstream in(dir + "/rank" + std::to_string(launches[i].rank) + "_" + launches[i].job);
-    std::stringstream s;
-    s << in.rdbuf();
-    out.push_back({WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()});
-  }
-  return out;
+  return gnmr_test::run_forked_ranks(launches, gnmr_test::scratch_dir("rendezvous_" + name),
+                                     [&](const Launch& l, const std::vector<uint8_t>& payload) {
+                                       RendezvousOptions o;
+                                       o.rank = l.rank, o.world_size = l.world, o.port = port,
+                                       o.job_id = l.job;
+                                       o.timeout_s = timeout_s;
+                                       return tcp_rendezvous_broadcast(o, payload);
+                                     });
 }
 
 TEST(TcpRendezvous, EveryRankGetsRankZerosBytes) {

@@ -1,0 +1,83 @@
+// The ranks of a rendezvous as forked processes of the test (test_tcp_rendezvous.cpp,
+// test_file_rendezvous.cpp): each runs the rendezvous in its own process, so a rank that
+// never starts, dies or waits is a real one, and the test reads back each rank's exit code
+// and the message of the error it threw.
+#pragma once
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "util/error.h"
+
+namespace gnmr_test {
+
+struct Launch {
+  int rank;
+  int world;
+  std::string job;
+  std::string attempt = "restart0";
+};
+
+struct Outcome {
+  int exit_code;        // 0: got the payload; 1: Runtime error; 2: Usage error; 3: other bytes
+  std::string message;  // the error a failed rank threw
+};
+
+inline std::vector<uint8_t> test_payload() {
+  std::vector<uint8_t> p(128);  // an NCCL unique id's size
+  for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(i * 37 + 11);
+  return p;
+}
+
+// rendezvous(launch, payload): rank 0 is given test_payload(), the others nothing; returns what
+// the rank received.
+using RendezvousCall =
+    std::function<std::vector<uint8_t>(const Launch&, const std::vector<uint8_t>& payload)>;
+
+// Forks one process per launch, in order, and waits for all. Each writes its error's message
+// to results_dir/rankR_JOB (a directory of its own, so it is never taken for a rendezvous file).
+inline std::vector<Outcome> run_forked_ranks(const std::vector<Launch>& launches,
+                                             const std::string& results_dir,
+                                             const RendezvousCall& rendezvous) {
+  auto result_file = [&](const Launch& l) {
+    return results_dir + "/rank" + std::to_string(l.rank) + "_" + l.job;
+  };
+  std::vector<pid_t> pids;
+  for (const Launch& l : launches) {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      int code = 0;
+      std::string message;
+      try {
+        const std::vector<uint8_t> got =
+            rendezvous(l, l.rank == 0 ? test_payload() : std::vector<uint8_t>{});
+        code = got == test_payload() ? 0 : 3;
+      } catch (const gnmr::Error& e) {
+        code = e.kind() == gnmr::ErrorKind::Usage ? 2 : 1;
+        message = e.what();
+      }
+      std::ofstream(result_file(l)) << message;
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  std::vector<Outcome> out;
+  for (size_t i = 0; i < pids.size(); ++i) {
+    int status = 0;
+    waitpid(pids[i], &status, 0);
+    std::ifstream in(result_file(launches[i]));
+    std::stringstream s;
+    s << in.rdbuf();
+    out.push_back({WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()});
+  }
+  return out;
+}
+
+}  // namespace gnmr_test
