@@ -4,9 +4,11 @@
 // and the message of the error it threw.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <fstream>
 #include <functional>
@@ -78,6 +80,23 @@ inline std::vector<Outcome> run_forked_ranks(const std::vector<Launch>& launches
     out.push_back({WIFEXITED(status) ? WEXITSTATUS(status) : -1, s.str()});
   }
   return out;
+}
+
+// The contract every rendezvous keeps when rank 2 of 3 never starts (`run` starts ranks 0 and
+// 1 with a 1.5 s deadline): both fail well within 10 s, rank 0 naming rank 2, rank 1 saying
+// that rank 0 gave up.
+inline void expect_a_missing_rank_fails_everyone(const std::function<std::vector<Outcome>()>& run) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::vector<Outcome> out = run();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].exit_code, 1);
+  EXPECT_NE(out[0].message.find("rank(s) 2 did not join within 1.5 s"), std::string::npos)
+      << out[0].message;
+  EXPECT_EQ(out[1].exit_code, 1);
+  EXPECT_NE(out[1].message.find("rank 0 gave up"), std::string::npos) << out[1].message;
 }
 
 }  // namespace gnmr_test
