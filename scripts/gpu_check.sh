@@ -80,7 +80,7 @@ stage_preflight() {
   local missing=0
   note "bundle: $(tr -d '\n' <"$bundle/BUNDLE.json" 2>/dev/null)"
   note "CUDA toolkit: ${cuda_root:-not found} (libcudart.so.13 in ${cuda_lib:-nowhere})"
-  note "NCCL: ${nccl_lib:-no libnccl.so.2 in the toolkit or PyTorch; the loader's search decides (GpuNccl tests skip, and gpu-tests fails, where it finds none)}"
+  note "NCCL: ${GNMR_NCCL_LIBRARY:-not in the toolkit nor in PyTorch, so the dynamic loader decides (the GpuNccl tests skip, and gpu-tests fails, where it finds none)}"
   for binary in "$bundle"/bin/* "$bundle"/tests/*; do
     if ldd "$binary" | grep "not found" >>"$logs/preflight.log"; then
       note "$(basename "$binary"): libraries not found (above)"
