@@ -39,6 +39,13 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, cudaStream_t stream);
 
+// The same forward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k, v rounded to
+// bf16 and P rounded to bf16 before P V, fp32 accumulation and softmax statistics. Not yet
+// used by the backend (its backward is not written); tests and the GPU check run it.
+void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
+                                 float* lse, int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
+
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:
 // flash_attention_backward_scratch_floats floats, overwritten.

@@ -23,29 +23,17 @@
 #include "backend/flash_layout.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/flash_launch.cuh"
 
 namespace gnmr::cuda {
 namespace {
 
+using flash_launch::check_shape;
+using flash_launch::launch_blocks;
+using flash_launch::shape_text;
+
 // ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
 // between these markers on the host (one std::thread per CUDA thread) against the CPU twin.
-struct Dims {
-  int64_t batch, seq, heads, kv_heads;
-};
-
-// Offsets of rows in the global tensors: q, out, dout, dq [B, T, H, hd]; k, v, dk, dv
-// [B, T, Hkv, hd]; lse, delta [B, H, T].
-template <int HD>
-__device__ int64_t q_row(const Dims& s, int64_t b, int64_t t, int64_t h) {
-  return ((b * s.seq + t) * s.heads + h) * HD;
-}
-template <int HD>
-__device__ int64_t kv_row(const Dims& s, int64_t b, int64_t t, int64_t g) {
-  return ((b * s.seq + t) * s.kv_heads + g) * HD;
-}
-__device__ int64_t stat_row(const Dims& s, int64_t b, int64_t h, int64_t t) {
-  return (b * s.heads + h) * s.seq + t;
-}
 
 // Sequential over d, as the CPU twin's dot.
 template <int HD>
@@ -74,7 +62,7 @@ static_assert(kFlashQTile * 64 % kFlashThreads == 0, "every element of a tile ha
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_forward_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                         Dims s, FlashTiling tiles, float scale) {
+                         FlashDims s, FlashTiling tiles, float scale) {
   extern __shared__ float smem[];
   const FlashSharedLayout lay = flash_shared_layout(FlashKernel::Forward, HD, tiles);
   float *qs = smem + lay.q, *ks = smem + lay.k, *vs = smem + lay.v, *ss = smem + lay.s;
@@ -85,7 +73,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
   const int64_t sst = lay.score_stride, kvs = lay.kv_stride;
 
-  load_tile<HD>(qs, HD, q + q_row<HD>(s, b, r0, h), s.heads * HD, rows);
+  load_tile<HD>(qs, HD, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) m[i] = -INFINITY, l[i] = 0.0f;
   float acc[kOwned<HD>];
 #pragma unroll
@@ -95,8 +83,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
     const bool masked = flash_tile_is_masked(tiles, qi, kj);
     __syncthreads();  // the previous key tile's readers of ks, vs, ss are done
-    load_tile<HD>(ks, kvs, k + kv_row<HD>(s, b, c0, g), s.kv_heads * HD, cols);
-    load_tile<HD>(vs, kvs, v + kv_row<HD>(s, b, c0, g), s.kv_heads * HD, cols);
+    load_tile<HD>(ks, kvs, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols);
+    load_tile<HD>(vs, kvs, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols);
     __syncthreads();
     for (int64_t e = threadIdx.x; e < tiles.q_tile * tiles.kv_tile; e += blockDim.x) {
       const int64_t i = e / tiles.kv_tile, j = e % tiles.kv_tile;
@@ -141,19 +129,19 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
   for (int a = 0; a < kOwned<HD>; ++a) {
     const int64_t e = threadIdx.x + int64_t(a) * kFlashThreads, i = e / HD, d = e % HD;
-    if (i < rows) out[q_row<HD>(s, b, r0 + i, h) + d] = acc[a] / l[i];
+    if (i < rows) out[flash_q_offset(s, b, r0 + i, h, HD) + d] = acc[a] / l[i];
   }
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-    lse[stat_row(s, b, h, r0 + i)] = m[i] + logf(l[i]);
+    lse[flash_stat_offset(s, b, h, r0 + i)] = m[i] + logf(l[i]);
   }
 }
 
 template <int HD>
-__global__ void flash_delta_kernel(const float* out, const float* dout, float* delta, Dims s) {
+__global__ void flash_delta_kernel(const float* out, const float* dout, float* delta, FlashDims s) {
   const int64_t row = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (row >= s.batch * s.heads * s.seq) return;
   const int64_t t = row % s.seq, bh = row / s.seq, b = bh / s.heads, h = bh % s.heads;
-  const int64_t at = q_row<HD>(s, b, t, h);
+  const int64_t at = flash_q_offset(s, b, t, h, HD);
   delta[row] = dot<HD>(dout + at, out + at);
 }
 
@@ -181,7 +169,8 @@ template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_key_value_kernel(const float* q, const float* k, const float* v,
                                     const float* lse, const float* delta, const float* dout,
-                                    float* dk, float* dv, Dims s, FlashTiling tiles, float scale) {
+                                    float* dk, float* dv, FlashDims s, FlashTiling tiles,
+                                    float scale) {
   extern __shared__ float smem[];
   const FlashSharedLayout lay = flash_shared_layout(FlashKernel::BackwardKeyValue, HD, tiles);
   float *qs = smem + lay.q, *dos = smem + lay.dout, *ks = smem + lay.k, *vs = smem + lay.v;
@@ -193,8 +182,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
   const int64_t sst = lay.score_stride;
 
-  load_tile<HD>(ks, lay.kv_stride, k + kv_row<HD>(s, b, c0, g), s.kv_heads * HD, cols);
-  load_tile<HD>(vs, lay.kv_stride, v + kv_row<HD>(s, b, c0, g), s.kv_heads * HD, cols);
+  load_tile<HD>(ks, lay.kv_stride, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols);
+  load_tile<HD>(vs, lay.kv_stride, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols);
   // Owned: key row j = e / HD, column d = e % HD of the dK and dV tiles.
   float dk_acc[kOwned<HD>], dv_acc[kOwned<HD>];
 #pragma unroll
@@ -205,11 +194,11 @@ __global__ void __launch_bounds__(kFlashThreads)
       const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
       const bool masked = flash_tile_is_masked(tiles, qi, kj);
       __syncthreads();  // the previous query tile's readers are done
-      load_tile<HD>(qs, HD, q + q_row<HD>(s, b, r0, h), s.heads * HD, rows);
-      load_tile<HD>(dos, HD, dout + q_row<HD>(s, b, r0, h), s.heads * HD, rows);
+      load_tile<HD>(qs, HD, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+      load_tile<HD>(dos, HD, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
       for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-        lse_rows[i] = lse[stat_row(s, b, h, r0 + i)];
-        delta_rows[i] = delta[stat_row(s, b, h, r0 + i)];
+        lse_rows[i] = lse[flash_stat_offset(s, b, h, r0 + i)];
+        delta_rows[i] = delta[flash_stat_offset(s, b, h, r0 + i)];
       }
       __syncthreads();
       probs_and_score_grads<HD>(qs, dos, ks, vs, lse_rows, delta_rows, ps, dss, lay, tiles, r0,
@@ -230,15 +219,15 @@ __global__ void __launch_bounds__(kFlashThreads)
   for (int a = 0; a < kOwned<HD>; ++a) {
     const int64_t e = threadIdx.x + int64_t(a) * kFlashThreads, j = e / HD, d = e % HD;
     if (j >= cols) continue;
-    dk[kv_row<HD>(s, b, c0 + j, g) + d] = dk_acc[a];
-    dv[kv_row<HD>(s, b, c0 + j, g) + d] = dv_acc[a];
+    dk[flash_kv_offset(s, b, c0 + j, g, HD) + d] = dk_acc[a];
+    dv[flash_kv_offset(s, b, c0 + j, g, HD) + d] = dv_acc[a];
   }
 }
 
 template <int HD>
 __global__ void __launch_bounds__(kFlashThreads)
     flash_backward_query_kernel(const float* q, const float* k, const float* v, const float* lse,
-                                const float* delta, const float* dout, float* dq, Dims s,
+                                const float* delta, const float* dout, float* dq, FlashDims s,
                                 FlashTiling tiles, float scale) {
   extern __shared__ float smem[];
   const FlashSharedLayout lay = flash_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
@@ -250,11 +239,11 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
   const int64_t sst = lay.score_stride, kvs = lay.kv_stride;
 
-  load_tile<HD>(qs, HD, q + q_row<HD>(s, b, r0, h), s.heads * HD, rows);
-  load_tile<HD>(dos, HD, dout + q_row<HD>(s, b, r0, h), s.heads * HD, rows);
+  load_tile<HD>(qs, HD, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_tile<HD>(dos, HD, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
   for (int64_t i = threadIdx.x; i < rows; i += blockDim.x) {
-    lse_rows[i] = lse[stat_row(s, b, h, r0 + i)];
-    delta_rows[i] = delta[stat_row(s, b, h, r0 + i)];
+    lse_rows[i] = lse[flash_stat_offset(s, b, h, r0 + i)];
+    delta_rows[i] = delta[flash_stat_offset(s, b, h, r0 + i)];
   }
   // Owned: query row i = e / HD, column d = e % HD of the dQ tile.
   float dq_acc[kOwned<HD>];
@@ -265,8 +254,8 @@ __global__ void __launch_bounds__(kFlashThreads)
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
     const bool masked = flash_tile_is_masked(tiles, qi, kj);
     __syncthreads();  // the previous key tile's readers are done (and the query tile loaded)
-    load_tile<HD>(ks, kvs, k + kv_row<HD>(s, b, c0, g), s.kv_heads * HD, cols);
-    load_tile<HD>(vs, kvs, v + kv_row<HD>(s, b, c0, g), s.kv_heads * HD, cols);
+    load_tile<HD>(ks, kvs, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols);
+    load_tile<HD>(vs, kvs, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols);
     __syncthreads();
     probs_and_score_grads<HD>(qs, dos, ks, vs, lse_rows, delta_rows, nullptr, dss, lay, tiles, r0,
                               rows, c0, cols, masked, scale);
@@ -283,58 +272,15 @@ __global__ void __launch_bounds__(kFlashThreads)
 #pragma unroll
   for (int a = 0; a < kOwned<HD>; ++a) {
     const int64_t e = threadIdx.x + int64_t(a) * kFlashThreads, i = e / HD, d = e % HD;
-    if (i < rows) dq[q_row<HD>(s, b, r0 + i, h) + d] = dq_acc[a];
+    if (i < rows) dq[flash_q_offset(s, b, r0 + i, h, HD) + d] = dq_acc[a];
   }
 }
 
 // ---- device code end
 
-std::string shape_text(const Dims& s, int64_t head_dim) {
-  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
-         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
-         " hd=" + std::to_string(head_dim);
-}
-
-void check_shape(const Dims& s, int64_t head_dim) {
-  if (!flash_attention_supports_head_dim(head_dim)) {
-    throw Error(ErrorKind::Config, "flash attention: head_dim " + std::to_string(head_dim) + " (" +
-                                       shape_text(s, head_dim) +
-                                       ") is not supported; the kernels are built for head dims "
-                                       "64 and 128; use model.attention=materialized");
-  }
-  GNMR_CHECK(
-      s.batch >= 0 && s.seq >= 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
-      "flash attention: heads must be a multiple of kv_heads (" + shape_text(s, head_dim) + ")");
-}
-
-// A 1-D grid of `blocks` (checked against the hardware's 2^31 - 1) with `bytes` of dynamic
-// shared memory (opted in per kernel; checked against the device's limit).
-template <typename Kernel>
-unsigned launch_blocks(Kernel kernel, int64_t blocks, int64_t bytes, const Dims& s,
-                       int64_t head_dim, const char* what) {
-  if (blocks > INT_MAX) {
-    throw Error(ErrorKind::Runtime, std::string("flash attention ") + what + ": " +
-                                        std::to_string(blocks) + " thread blocks for " +
-                                        shape_text(s, head_dim) + " exceed the grid limit 2^31-1");
-  }
-  int device = 0, limit = 0;
-  GNMR_CUDA_CHECK(cudaGetDevice(&device));
-  GNMR_CUDA_CHECK(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  if (bytes > limit) {
-    throw Error(ErrorKind::Runtime,
-                std::string("flash attention ") + what + ": needs " + std::to_string(bytes) +
-                    " bytes of shared memory per block for " + shape_text(s, head_dim) +
-                    ", the device allows " + std::to_string(limit) +
-                    "; use model.attention=materialized on this GPU");
-  }
-  GNMR_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-  return unsigned(blocks);
-}
-
 template <int HD>
 void forward_for(const float* q, const float* k, const float* v, float* out, float* lse,
-                 const Dims& s, cudaStream_t stream) {
+                 const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const int64_t bytes = flash_shared_bytes(FlashKernel::Forward, HD, tiles);
   const unsigned blocks =
@@ -350,7 +296,7 @@ void forward_for(const float* q, const float* k, const float* v, float* out, flo
 template <int HD>
 void backward_for(const float* q, const float* k, const float* v, const float* out,
                   const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                  float* delta, const Dims& s, cudaStream_t stream) {
+                  float* delta, const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const int64_t rows = s.batch * s.heads * s.seq;
@@ -393,7 +339,7 @@ int64_t flash_attention_backward_scratch_floats(int64_t batch, int64_t seq, int6
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, cudaStream_t stream) {
-  const Dims s{batch, seq, heads, kv_heads};
+  const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
   if (head_dim == 64) {
@@ -407,7 +353,7 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
                               const float* lse, const float* dout, float* dq, float* dk, float* dv,
                               float* scratch, int64_t batch, int64_t seq, int64_t heads,
                               int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
-  const Dims s{batch, seq, heads, kv_heads};
+  const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
   if (head_dim == 64) {

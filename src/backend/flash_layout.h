@@ -92,6 +92,53 @@ GNMR_HD_INLINE int64_t flash_grid_blocks(FlashKernel kernel, int64_t batch, int6
   return batch * heads * flash_q_tiles(t);
 }
 
+// The shape every flash kernel reads its rows by, and where a row starts in the global tensors:
+// q, out, dout, dq [B, T, H, hd]; k, v, dk, dv [B, T, Hkv, hd]; lse, delta [B, H, T].
+struct FlashDims {
+  int64_t batch, seq, heads, kv_heads;
+};
+GNMR_HD_INLINE int64_t flash_q_offset(const FlashDims& s, int64_t b, int64_t t, int64_t h,
+                                      int64_t head_dim) {
+  return ((b * s.seq + t) * s.heads + h) * head_dim;
+}
+GNMR_HD_INLINE int64_t flash_kv_offset(const FlashDims& s, int64_t b, int64_t t, int64_t g,
+                                       int64_t head_dim) {
+  return ((b * s.seq + t) * s.kv_heads + g) * head_dim;
+}
+GNMR_HD_INLINE int64_t flash_stat_offset(const FlashDims& s, int64_t b, int64_t h, int64_t t) {
+  return (b * s.heads + h) * s.seq + t;
+}
+
+// The tensor-core kernels (kernels/flash_attention_mma.cu): kFlashMmaWarps warps per block,
+// each owning 16 rows (one mma M) of the 64-row query tile, over the same 64-key tiles.
+constexpr int kFlashMmaWarps = 4;
+constexpr int kFlashMmaThreads = kFlashMmaWarps * 32;
+static_assert(kFlashMmaWarps * 16 == kFlashQTile, "the warps cover the query tile");
+static_assert(kFlashKvTile % 16 == 0, "the key tile is whole mma K steps");
+
+// Their tiles in shared memory, in bf16 elements: q (query tile), k and v (key tile), each
+// row-major with head_dim + 8 elements per row. The 8 extra elements (16 bytes) shift each row
+// by 4 banks, so the 8 rows x 4 words of one fragment load fall on 32 different banks, and
+// keep every row 16-byte aligned.
+struct FlashMmaSharedLayout {
+  int64_t q = 0, k = 0, v = 0;
+  int64_t row_stride = 0;
+  int64_t total_elements = 0;
+};
+GNMR_HD_INLINE FlashMmaSharedLayout flash_mma_shared_layout(int64_t head_dim,
+                                                            const FlashTiling& t) {
+  FlashMmaSharedLayout l;
+  l.row_stride = head_dim + 8;
+  l.q = 0;
+  l.k = l.q + t.q_tile * l.row_stride;
+  l.v = l.k + t.kv_tile * l.row_stride;
+  l.total_elements = l.v + t.kv_tile * l.row_stride;
+  return l;
+}
+GNMR_HD_INLINE int64_t flash_mma_shared_bytes(int64_t head_dim, const FlashTiling& t) {
+  return flash_mma_shared_layout(head_dim, t).total_elements * 2;
+}
+
 // Floats of device scratch the backward needs: delta = rowsum(dout * out), [B, H, T].
 GNMR_HD_INLINE int64_t flash_backward_scratch_floats(int64_t batch, int64_t heads, int64_t seq) {
   return batch * heads * seq;

@@ -1,89 +1,36 @@
-// The flash-attention kernels' device code (kernels/flash_attention.cu, between its "device code"
-// markers, rewritten by extract_device_code.sh) run on the host: every block in turn, one
-// std::thread per CUDA thread, a barrier for __syncthreads and shared memory filled with NaN
-// before each block. With the host's expf / logf that code follows the CPU twin
-// (cpu/flash_attention.cpp) in the order of every operation, so out, lse, dq, dk and dv must
-// equal the twin's bit for bit: an indexing, tiling, masking or barrier error shows up here,
-// without a GPU. What only a GPU can check (launch configuration, real concurrency within a
-// warp, CUDA's own expf) is tests/gpu/test_gpu_flash_attention.cpp's job.
+// The flash-attention kernels' device code run on the host (emulated_cuda.h: every block in
+// turn, one std::thread per CUDA thread, barriers for __syncthreads and for a warp's exchanges,
+// shared memory filled with NaN before each block). The code is what lies between the "device
+// code" markers of the .cu files, rewritten by extract_device_code.sh.
+// - The SIMT kernels (kernels/flash_attention.cu), with the host's expf / logf, follow the CPU
+//   twin (cpu/flash_attention.cpp) in the order of every operation, so out, lse, dq, dk and dv
+//   must equal the twin's bit for bit.
+// - The tensor-core forward (kernels/flash_attention_mma.cu) runs on an emulated mma whose
+//   fragments follow src/backend/mma_fragment.h (checked against the PTX ISA by
+//   test_mma_fragment.cpp); out must lie within the bf16 bound of attention_bf16_reference.h and
+//   lse within fp32 rounding of it.
+// An indexing, tiling, masking, fragment or barrier error shows up here, without a GPU. What
+// only a GPU can check (launch configuration, the hardware's mma and shuffles, CUDA's expf) is
+// tests/gpu/test_gpu_flash_attention.cpp's job.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
-#include <functional>
-#include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "attention_bf16_reference.h"
 #include "backend/cpu/flash_attention.h"
 #include "backend/flash_layout.h"
+#include "emulated_cuda.h"
 
 namespace gnmr::cuda {
 namespace {
 
-struct EmulatedIndex {
-  unsigned x = 0;
-};
-
-// A reusable barrier for the threads of one emulated block (C++17 has no std::barrier).
-class BlockBarrier {
- public:
-  explicit BlockBarrier(int threads) : threads_(threads) {}
-  void arrive_and_wait() {
-    std::unique_lock<std::mutex> lock(mutex_);
-    const uint64_t generation = generation_;
-    if (++waiting_ == threads_) {
-      waiting_ = 0;
-      ++generation_;
-      all_arrived_.notify_all();
-    } else {
-      all_arrived_.wait(lock, [&] { return generation_ != generation; });
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable all_arrived_;
-  int threads_, waiting_ = 0;
-  uint64_t generation_ = 0;
-};
-
-thread_local EmulatedIndex threadIdx;
-EmulatedIndex blockIdx;
-const EmulatedIndex blockDim{unsigned(kFlashThreads)};
-std::vector<float> shared_memory;
-BlockBarrier* block_barrier = nullptr;
-
-float* emulated_shared_memory() {
-  return shared_memory.data();
-}
-void emulated_syncthreads() {
-  block_barrier->arrive_and_wait();
-}
-
 #include "flash_attention_device_code.inc"
-
-// Runs `kernel` as a grid of `blocks` blocks of kFlashThreads threads.
-void launch(int64_t blocks, int64_t shared_floats, const std::function<void()>& kernel) {
-  for (int64_t b = 0; b < blocks; ++b) {
-    blockIdx.x = unsigned(b);
-    shared_memory.assign(size_t(std::max<int64_t>(shared_floats, 1)), std::nanf(""));
-    BlockBarrier barrier(kFlashThreads);
-    block_barrier = &barrier;
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kFlashThreads; ++t) {
-      threads.emplace_back([&kernel, t] {
-        threadIdx.x = unsigned(t);
-        kernel();
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
-  }
-}
+#include "flash_attention_mma_device_code.inc"
 
 std::vector<float> random_normal(size_t n, uint32_t seed, float scale) {
   std::mt19937 rng(seed);
@@ -114,7 +61,7 @@ void expect_kernels_equal_the_twin(int64_t batch, int64_t seq, int64_t heads, in
   std::vector<float> out(nq, nan), lse(rows, nan), delta(rows, nan), dq(nq, nan), dk(nkv, nan),
       dv(nkv, nan);
   const FlashTiling tiles = flash_gpu_tiling(seq);
-  const Dims d{batch, seq, heads, kv_heads};
+  const FlashDims d{batch, seq, heads, kv_heads};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const auto shared = [&](FlashKernel kernel) {
     return flash_shared_layout(kernel, HD, tiles).total_floats;
@@ -122,19 +69,22 @@ void expect_kernels_equal_the_twin(int64_t batch, int64_t seq, int64_t heads, in
   const auto blocks = [&](FlashKernel kernel) {
     return flash_grid_blocks(kernel, batch, heads, kv_heads, tiles);
   };
-  launch(blocks(FlashKernel::Forward), shared(FlashKernel::Forward), [&] {
+  emulated_launch(blocks(FlashKernel::Forward), kFlashThreads, shared(FlashKernel::Forward), [&] {
     flash_forward_kernel<HD>(q.data(), k.data(), v.data(), out.data(), lse.data(), d, tiles, scale);
   });
-  launch((int64_t(rows) + kFlashThreads - 1) / kFlashThreads, 0,
-         [&] { flash_delta_kernel<HD>(out.data(), dout.data(), delta.data(), d); });
-  launch(blocks(FlashKernel::BackwardKeyValue), shared(FlashKernel::BackwardKeyValue), [&] {
-    flash_backward_key_value_kernel<HD>(q.data(), k.data(), v.data(), lse.data(), delta.data(),
-                                        dout.data(), dk.data(), dv.data(), d, tiles, scale);
-  });
-  launch(blocks(FlashKernel::BackwardQuery), shared(FlashKernel::BackwardQuery), [&] {
-    flash_backward_query_kernel<HD>(q.data(), k.data(), v.data(), lse.data(), delta.data(),
-                                    dout.data(), dq.data(), d, tiles, scale);
-  });
+  emulated_launch((int64_t(rows) + kFlashThreads - 1) / kFlashThreads, kFlashThreads, 0,
+                  [&] { flash_delta_kernel<HD>(out.data(), dout.data(), delta.data(), d); });
+  emulated_launch(blocks(FlashKernel::BackwardKeyValue), kFlashThreads,
+                  shared(FlashKernel::BackwardKeyValue), [&] {
+                    flash_backward_key_value_kernel<HD>(q.data(), k.data(), v.data(), lse.data(),
+                                                        delta.data(), dout.data(), dk.data(),
+                                                        dv.data(), d, tiles, scale);
+                  });
+  emulated_launch(
+      blocks(FlashKernel::BackwardQuery), kFlashThreads, shared(FlashKernel::BackwardQuery), [&] {
+        flash_backward_query_kernel<HD>(q.data(), k.data(), v.data(), lse.data(), delta.data(),
+                                        dout.data(), dq.data(), d, tiles, scale);
+      });
 
   std::vector<float> twin_out(nq), twin_lse(rows), twin_dq(nq), twin_dk(nkv), twin_dv(nkv);
   cpu::flash_attention_forward(q.data(), k.data(), v.data(), twin_out.data(), twin_lse.data(), s,
@@ -155,6 +105,74 @@ TEST(FlashAttentionEmulated, KernelsEqualTheCpuTwinBitForBit) {
   expect_kernels_equal_the_twin<64>(1, 130, 4, 4);   // two full tiles and a partial one
   expect_kernels_equal_the_twin<128>(1, 200, 4, 2);  // hd 128, partial last tile of 8
   expect_kernels_equal_the_twin<128>(1, 64, 2, 1);   // exactly one tile, all heads share kv
+}
+
+// The tensor-core forward against the double-precision reference of the bf16-rounded inputs,
+// and, as the SIMT kernel, every output written (NaN-poisoned before) and the same bits twice.
+template <int HD>
+void expect_mma_forward_within_the_bf16_bound(int64_t batch, int64_t seq, int64_t heads,
+                                              int64_t kv_heads) {
+  const AttentionShape s{batch, seq, heads, kv_heads, HD};
+  SCOPED_TRACE("B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+               " H=" + std::to_string(heads) + " Hkv=" + std::to_string(kv_heads) +
+               " hd=" + std::to_string(HD));
+  const size_t nq = size_t(batch * seq * heads * HD), nkv = size_t(batch * seq * kv_heads * HD);
+  const size_t rows = size_t(batch * heads * seq);
+  const std::vector<float> q = random_normal(nq, 11, 2.0f), k = random_normal(nkv, 12, 1.0f),
+                           v = random_normal(nkv, 13, 1.0f);
+  const FlashTiling tiles = flash_gpu_tiling(seq);
+  const FlashDims d{batch, seq, heads, kv_heads};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  // Shared memory in floats: the bf16 tiles' bytes rounded up.
+  const int64_t shared_floats = (flash_mma_shared_bytes(HD, tiles) + 3) / 4;
+  const int64_t blocks = flash_grid_blocks(FlashKernel::Forward, batch, heads, kv_heads, tiles);
+  const auto run = [&](std::vector<float>& out, std::vector<float>& lse) {
+    out.assign(nq, std::nanf(""));
+    lse.assign(rows, std::nanf(""));
+    emulated_launch(blocks, kFlashMmaThreads, shared_floats, [&] {
+      flash_forward_mma_kernel<HD>(q.data(), k.data(), v.data(), out.data(), lse.data(), d, tiles,
+                                   scale);
+    });
+  };
+  std::vector<float> out, lse, out_again, lse_again;
+  run(out, lse);
+  run(out_again, lse_again);
+  const attention_bf16_reference::Reference ref = attention_bf16_reference::reference(q, k, v, s);
+  EXPECT_EQ(attention_bf16_reference::out_violations(out, ref), "");
+  EXPECT_EQ(attention_bf16_reference::lse_violations(lse, ref), "");
+  EXPECT_EQ(count_bit_differences(out, out_again), 0u) << "out differs between two runs";
+  EXPECT_EQ(count_bit_differences(lse, lse_again), 0u) << "lse differs between two runs";
+}
+
+TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference) {
+  // Small head counts: every emulated mma is two barriers of 32 threads, the cost of this test.
+  expect_mma_forward_within_the_bf16_bound<64>(2, 1, 4, 2);    // one key
+  expect_mma_forward_within_the_bf16_bound<64>(1, 17, 8, 2);   // one partial tile, GQA 4
+  expect_mma_forward_within_the_bf16_bound<64>(1, 130, 2, 1);  // two full tiles and 2 rows
+  expect_mma_forward_within_the_bf16_bound<128>(1, 70, 2, 2);  // hd 128, last tile of 6 rows
+  expect_mma_forward_within_the_bf16_bound<128>(1, 64, 2, 1);  // exactly one tile
+}
+
+// The bound is tight enough to catch a wrong key: the same kernel with one key row of v
+// changed by 10 after the fact (as a kernel that read the wrong row would see) fails it.
+TEST(FlashAttentionEmulated, TheBf16BoundRejectsAnOutputOfTheWrongKeys) {
+  const AttentionShape s{1, 70, 2, 1, 64};
+  const size_t nq = size_t(70 * 2 * 64), nkv = size_t(70 * 64);
+  const std::vector<float> q = random_normal(nq, 21, 2.0f), k = random_normal(nkv, 22, 1.0f),
+                           v = random_normal(nkv, 23, 1.0f);
+  std::vector<float> v_shifted = v;
+  for (int d = 0; d < 64; ++d) v_shifted[size_t(65 * 64 + d)] += 10.0f;  // key 65, second tile
+  const FlashTiling tiles = flash_gpu_tiling(70);
+  const FlashDims dims{1, 70, 2, 1};
+  std::vector<float> out(nq, std::nanf("")), lse(size_t(2 * 70), std::nanf(""));
+  emulated_launch(flash_grid_blocks(FlashKernel::Forward, 1, 2, 1, tiles), kFlashMmaThreads,
+                  (flash_mma_shared_bytes(64, tiles) + 3) / 4, [&] {
+                    flash_forward_mma_kernel<64>(q.data(), k.data(), v_shifted.data(), out.data(),
+                                                 lse.data(), dims, tiles, 0.125f);
+                  });
+  const attention_bf16_reference::Reference ref = attention_bf16_reference::reference(q, k, v, s);
+  EXPECT_NE(attention_bf16_reference::out_violations(out, ref), "");
+  EXPECT_EQ(attention_bf16_reference::lse_violations(lse, ref), "");  // lse does not read v
 }
 
 }  // namespace

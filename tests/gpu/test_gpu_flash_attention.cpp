@@ -4,8 +4,10 @@
 // attention_backward<float>: out, lse, dq, dk, dv for T in {1, 17, 128, 1000} (1000 ends in a
 // partial tile of 40 rows), GQA (H = 8, Hkv = 2) and H = Hkv, hd 64 and 128; bit determinism
 // over two runs; outputs poisoned with NaN before the call fully overwritten; an unsupported
-// head dim refused with the shape in the message. Skip without a GPU (except the refusal,
-// which is decided on the host).
+// head dim refused with the shape in the message. The tensor-core forward
+// (kernels/flash_attention_mma.cu) against the double-precision reference of the bf16-rounded
+// inputs (tests/backend/attention_bf16_reference.h, which derives its bound), on the same shapes.
+// Skip without a GPU (except the refusal, which is decided on the host).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../backend/attention_bf16_reference.h"
 #include "backend/cpu/flash_attention.h"
 #include "backend/cpu/ops.h"
 #include "backend/flash_layout.h"
@@ -208,6 +211,40 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
       EXPECT_EQ(std::memcmp(a[i]->data(), b[i]->data(), a[i]->size() * sizeof(float)), 0)
           << "output " << i << " (out, lse, dq, dk, dv)";
     }
+  }
+}
+
+struct ForwardResult {
+  std::vector<float> out, lse;
+};
+
+ForwardResult run_gpu_mma_forward(const Inputs& in, const AttentionShape& s) {
+  const size_t nq = in.q.size(), nrows = size_t(s.batch * s.heads * s.seq);
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), out(nq), lse(nrows);
+  poison(out, nq), poison(lse, nrows);
+  flash_attention_forward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), s.batch, s.seq,
+                              s.heads, s.kv_heads, s.head_dim, nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  return {out.to_host(), lse.to_host()};
+}
+
+TEST(GpuFlashAttention, TensorCoreForwardIsWithinTheBf16BoundAndGivesTheSameBitsTwice) {
+  SKIP_WITHOUT_GPU();
+  for (const AttentionShape& s : shapes_for({1, 17, 128, 1000}, 1)) {
+    SCOPED_TRACE(shape_name(s));
+    const Inputs in(s);
+    const ForwardResult first = run_gpu_mma_forward(in, s);
+    ASSERT_EQ(count_non_finite(first.out), 0u);
+    ASSERT_EQ(count_non_finite(first.lse), 0u);
+    const attention_bf16_reference::Reference ref =
+        attention_bf16_reference::reference(in.q, in.k, in.v, s);
+    EXPECT_EQ(attention_bf16_reference::out_violations(first.out, ref), "");
+    EXPECT_EQ(attention_bf16_reference::lse_violations(first.lse, ref), "");
+    const ForwardResult second = run_gpu_mma_forward(in, s);
+    EXPECT_EQ(std::memcmp(first.out.data(), second.out.data(), first.out.size() * sizeof(float)),
+              0);
+    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * sizeof(float)),
+              0);
   }
 }
 

@@ -1,0 +1,258 @@
+// Flash attention forward on bf16 tensor cores (mma.sync m16n8k16, so it runs on sm_80 and
+// sm_90): causal GQA, fp32 softmax statistics and accumulation, the FlashAttention-2 forward
+// (arXiv 2307.08691, algorithm 1) over the same 64 x 64 tiles as the SIMT kernels
+// (kernels/flash_attention.cu, src/backend/flash_tiling.h). Not yet selected by the backend: its
+// backward is still to write, and a forward on bf16 operands must pair with a backward that
+// recomputes the same probabilities (docs/DESIGN.md §6).
+//
+// Reference: the exact attention of the bf16-rounded q, k, v in double precision
+// (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
+// bf16 before P V, so each output is within 2^-8 * max |v| of it (the tests' bound).
+//
+// One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. q, k and
+// v tiles are converted to bf16 into shared memory (src/backend/flash_layout.h); fragments are
+// loaded by the lane rules of src/backend/mma_fragment.h. Per key tile a warp computes its
+// 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks and scales them, updates its rows' running
+// max m and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes
+// combine by butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused
+// as the A fragments. No atomics; every output element is written by one lane.
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "backend/flash_layout.h"
+#include "backend/mma_fragment.h"
+#include "kernels/attention_ops.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/flash_launch.cuh"
+#include "precision/bf16.h"
+
+namespace gnmr::cuda {
+namespace {
+
+using flash_launch::check_shape;
+using flash_launch::launch_blocks;
+
+// D += A B on the tensor cores: a, b, d fragments as src/backend/mma_fragment.h lays them out.
+__device__ inline void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The value lane ^ lane_mask of this warp holds.
+__device__ inline float warp_shfl_xor(float value, int lane_mask) {
+  return __shfl_xor_sync(0xFFFFFFFFu, value, lane_mask);
+}
+
+// ---- device code begin: tests/backend/test_flash_attention_mma_emulated.cpp runs what lies
+// between these markers on the host (one std::thread per CUDA thread, an emulated mma and
+// shuffle per warp) against the double-precision reference.
+
+// Rows [0, tile_rows) of HD floats into bf16 shared memory: row r from global src + r *
+// src_stride to dst + r * dst_stride; rows from `rows` on are zeros, so a partial tile's
+// missing keys and queries multiply as 0 (the mask removes their scores).
+template <int HD>
+__device__ void load_tile_bf16(uint16_t* dst, int64_t dst_stride, const float* src,
+                               int64_t src_stride, int64_t rows, int64_t tile_rows) {
+  for (int64_t e = threadIdx.x; e < tile_rows * HD; e += blockDim.x) {
+    const int64_t r = e / HD, d = e % HD;
+    dst[r * dst_stride + d] = r < rows ? encode_bf16(src[r * src_stride + d]) : uint16_t(0);
+  }
+}
+
+// The A fragment of the 16 x 16 block at `base` of a row-major bf16 matrix (row stride `stride`).
+__device__ void load_a_fragment(uint32_t a[4], const uint16_t* base, int64_t stride, int lane) {
+  for (int r = 0; r < 4; ++r) {
+    const int lo = 2 * r, hi = 2 * r + 1;
+    a[r] = pack_bf16_pair(base[mma_a_row(lane, lo) * stride + mma_a_col(lane, lo)],
+                          base[mma_a_row(lane, hi) * stride + mma_a_col(lane, hi)]);
+  }
+}
+
+// The B fragment (16 x 8, k x n) with B(k, n) = base[n * stride + k]: B = K^T read from K's
+// rows (n = key, k = head dim).
+__device__ void load_b_fragment_from_rows_of_n(uint32_t b[2], const uint16_t* base, int64_t stride,
+                                               int lane) {
+  for (int r = 0; r < 2; ++r) {
+    const int lo = 2 * r, hi = 2 * r + 1;
+    b[r] = pack_bf16_pair(base[mma_b_col(lane, lo) * stride + mma_b_row(lane, lo)],
+                          base[mma_b_col(lane, hi) * stride + mma_b_row(lane, hi)]);
+  }
+}
+
+// The B fragment with B(k, n) = base[k * stride + n]: B = V read from V's rows (k = key,
+// n = head dim).
+__device__ void load_b_fragment_from_rows_of_k(uint32_t b[2], const uint16_t* base, int64_t stride,
+                                               int lane) {
+  for (int r = 0; r < 2; ++r) {
+    const int lo = 2 * r, hi = 2 * r + 1;
+    b[r] = pack_bf16_pair(base[mma_b_row(lane, lo) * stride + mma_b_col(lane, lo)],
+                          base[mma_b_row(lane, hi) * stride + mma_b_col(lane, hi)]);
+  }
+}
+
+// The maximum and the sum of a C-fragment row over its 4 lanes (lane ^ 1, lane ^ 2). Both
+// butterflies give every lane of the quad the same bits: max is exact, and each lane adds the
+// same two pairs, in the same order up to commutation.
+__device__ float quad_max(float value) {
+  value = fmaxf(value, warp_shfl_xor(value, 1));
+  return fmaxf(value, warp_shfl_xor(value, 2));
+}
+__device__ float quad_sum(float value) {
+  value += warp_shfl_xor(value, 1);
+  return value + warp_shfl_xor(value, 2);
+}
+
+template <int HD>
+__global__ void __launch_bounds__(kFlashMmaThreads)
+    flash_forward_mma_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
+                             FlashDims s, FlashTiling tiles, float scale) {
+  constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
+  constexpr int kKeySteps = int(kFlashKvTile) / kMmaK;   // k steps of P V
+  constexpr int kOutBlocks = HD / kMmaN;                 // n-blocks of O
+  constexpr int kDimSteps = HD / kMmaK;                  // k steps of Q K^T
+  extern __shared__ float smem[];
+  const FlashMmaSharedLayout lay = flash_mma_shared_layout(HD, tiles);
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+  uint16_t *qs = tile + lay.q, *ks = tile + lay.k, *vs = tile + lay.v;
+  const int64_t st = lay.row_stride;
+  const int64_t q_tiles = flash_q_tiles(tiles);
+  const int64_t qi = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
+  const int64_t b = bh / s.heads, h = bh % s.heads, g = h / (s.heads / s.kv_heads);
+  const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int w0 = warp * kMmaM;  // the warp's first row in the query tile
+
+  load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+  float o[kOutBlocks][kMmaCElements];
+  for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] = 0.0f;
+  }
+  // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max, and
+  // this lane's share of the running sum (its 16 of each key tile's 64 columns).
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
+    const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
+    __syncthreads();  // every warp is done with the previous key tile
+    load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                       tiles.kv_tile);
+    load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                       tiles.kv_tile);
+    __syncthreads();
+
+    float sc[kKeyBlocks][kMmaCElements];
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] = 0.0f;
+    }
+    for (int kk = 0; kk < kDimSteps; ++kk) {
+      uint32_t a[4];
+      load_a_fragment(a, qs + w0 * st + kk * kMmaK, st, lane);
+      for (int nb = 0; nb < kKeyBlocks; ++nb) {
+        uint32_t bf[2];
+        load_b_fragment_from_rows_of_n(bf, ks + nb * kMmaN * st + kk * kMmaK, st, lane);
+        mma_bf16_m16n8k16(sc[nb], a, bf);
+      }
+    }
+
+    // Scale, mask (keys after the query, and keys past the end of a partial tile), row max.
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      for (int i = 0; i < kMmaCElements; ++i) {
+        const int64_t query = r0 + w0 + mma_c_row(lane, i);
+        const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
+        sc[nb][i] = key < c0 + cols && key <= query ? sc[nb][i] * scale : -INFINITY;
+        tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
+      }
+    }
+    // Every row sees a key in every tile it visits (key c0 <= its query, tile 0 holds key 0 and
+    // the diagonal tile starts at the query tile's first row), so m stays finite from tile 0 on.
+    float rescale[2];
+    for (int half = 0; half < 2; ++half) {
+      const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
+      rescale[half] = expf(m[half] - m_new);
+      m[half] = m_new;
+      l[half] *= rescale[half];
+    }
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      for (int i = 0; i < kMmaCElements; ++i) {
+        const float p = expf(sc[nb][i] - m[i >> 1]);
+        sc[nb][i] = p;
+        l[i >> 1] += p;
+      }
+    }
+    for (int ob = 0; ob < kOutBlocks; ++ob) {
+      for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= rescale[i >> 1];
+    }
+
+    // O += P V, P (bf16) straight from the score accumulators.
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+      uint32_t a[4];
+      for (int r = 0; r < 4; ++r) {
+        const int lo = 2 * r, hi = 2 * r + 1;
+        a[r] = pack_bf16_pair(
+            encode_bf16(sc[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
+            encode_bf16(sc[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
+      }
+      for (int ob = 0; ob < kOutBlocks; ++ob) {
+        uint32_t bf[2];
+        load_b_fragment_from_rows_of_k(bf, vs + kk * kMmaK * st + ob * kMmaN, st, lane);
+        mma_bf16_m16n8k16(o[ob], a, bf);
+      }
+    }
+  }
+
+  const float row_sum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+  for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const int64_t row = w0 + mma_c_row(lane, i);
+      if (row < rows) {
+        out[flash_q_offset(s, b, r0 + row, h, HD) + ob * kMmaN + mma_c_col(lane, i)] =
+            o[ob][i] / row_sum[i >> 1];
+      }
+    }
+  }
+  if (mma_quad(lane) == 0) {
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = w0 + mma_group(lane) + 8 * half;
+      if (row < rows) lse[flash_stat_offset(s, b, h, r0 + row)] = m[half] + logf(row_sum[half]);
+    }
+  }
+}
+
+// ---- device code end
+
+template <int HD>
+void forward_mma_for(const float* q, const float* k, const float* v, float* out, float* lse,
+                     const FlashDims& s, cudaStream_t stream) {
+  const FlashTiling tiles = flash_gpu_tiling(s.seq);
+  const int64_t bytes = flash_mma_shared_bytes(HD, tiles);
+  const unsigned blocks =
+      launch_blocks(flash_forward_mma_kernel<HD>,
+                    flash_grid_blocks(FlashKernel::Forward, s.batch, s.heads, s.kv_heads, tiles),
+                    bytes, s, HD, "forward (tensor cores)");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  flash_forward_mma_kernel<HD>
+      <<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(q, k, v, out, lse, s, tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
+                                 float* lse, int64_t batch, int64_t seq, int64_t heads,
+                                 int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  check_shape(s, head_dim);
+  if (batch * seq * heads == 0) return;
+  if (head_dim == 64) {
+    forward_mma_for<64>(q, k, v, out, lse, s, stream);
+  } else {
+    forward_mma_for<128>(q, k, v, out, lse, s, stream);
+  }
+}
+
+}  // namespace gnmr::cuda
