@@ -12,19 +12,33 @@ namespace gnmr {
 
 namespace {
 
-// The variables one launcher sets; local rank names are tried in order and may be absent.
+// The variables one launcher sets; local rank and local size names are tried in order and
+// may be absent.
 struct VariableNames {
   const char* source;
   const char* rank;
   std::vector<const char*> world_sizes;  // first one that is set wins
   std::vector<const char*> local_ranks;  // first one that is set wins
+  std::vector<const char*> local_sizes;  // first one that is set wins
 };
 
 const VariableNames kLaunchers[] = {
-    {"mpi", "OMPI_COMM_WORLD_RANK", {"OMPI_COMM_WORLD_SIZE"}, {"OMPI_COMM_WORLD_LOCAL_RANK"}},
-    {"mpi", "PMI_RANK", {"PMI_SIZE"}, {"PMI_LOCAL_RANK", "MPI_LOCALRANKID"}},
-    {"torchrun", "RANK", {"WORLD_SIZE"}, {"LOCAL_RANK"}},
-    {"slurm", "SLURM_PROCID", {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"}, {"SLURM_LOCALID"}},
+    {"mpi",
+     "OMPI_COMM_WORLD_RANK",
+     {"OMPI_COMM_WORLD_SIZE"},
+     {"OMPI_COMM_WORLD_LOCAL_RANK"},
+     {"OMPI_COMM_WORLD_LOCAL_SIZE"}},
+    {"mpi",
+     "PMI_RANK",
+     {"PMI_SIZE"},
+     {"PMI_LOCAL_RANK", "MPI_LOCALRANKID"},
+     {"PMI_LOCAL_SIZE", "MPI_LOCALNRANKS"}},
+    {"torchrun", "RANK", {"WORLD_SIZE"}, {"LOCAL_RANK"}, {"LOCAL_WORLD_SIZE"}},
+    {"slurm",
+     "SLURM_PROCID",
+     {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"},
+     {"SLURM_LOCALID"},
+     {"SLURM_NTASKS_PER_NODE"}},
 };
 
 [[noreturn]] void bad_launch(const std::string& what) {
@@ -139,6 +153,12 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
     if (local && env.local_rank >= env.world_size) {
       bad_launch(local->first + "=" + std::to_string(env.local_rank) + " is not below " +
                  world->first + "=" + std::to_string(env.world_size));
+    }
+    auto local_size = first_set(lookup, launcher.local_sizes);
+    env.local_size = local_size ? local_size->second : -1;
+    if (local_size && (env.local_size < 1 || env.local_size > env.world_size)) {
+      bad_launch(local_size->first + "=" + std::to_string(env.local_size) +
+                 " is not between 1 and " + world->first + "=" + std::to_string(env.world_size));
     }
     read_rendezvous(lookup, env);
     return env;

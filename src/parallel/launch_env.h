@@ -5,14 +5,16 @@
 // Sources, first match wins (MPI launchers run inside SLURM allocations too, and then the
 // SLURM variables describe the allocation, not this process):
 //   "mpi"    OpenMPI mpirun:  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE,
-//                             OMPI_COMM_WORLD_LOCAL_RANK
+//                             OMPI_COMM_WORLD_LOCAL_RANK, OMPI_COMM_WORLD_LOCAL_SIZE
 //            PMI (MPICH Hydra, srun --mpi=pmi2): PMI_RANK, PMI_SIZE,
-//                             PMI_LOCAL_RANK or MPI_LOCALRANKID
+//                             PMI_LOCAL_RANK or MPI_LOCALRANKID,
+//                             PMI_LOCAL_SIZE or MPI_LOCALNRANKS
 //   "torchrun" torchrun / torch.distributed.run, or any launcher that sets them:
-//                             RANK, WORLD_SIZE, LOCAL_RANK (before SLURM: torchrun started
-//                             by srun is the innermost launcher)
+//                             RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (before SLURM:
+//                             torchrun started by srun is the innermost launcher)
 //   "slurm"  srun:            SLURM_PROCID, SLURM_STEP_NUM_TASKS (else SLURM_NTASKS),
-//                             SLURM_LOCALID
+//                             SLURM_LOCALID, SLURM_NTASKS_PER_NODE (set only with
+//                             --ntasks-per-node)
 //   "single" none of the above: rank 0 of 1.
 //
 // Where rank 0 can be reached, for a rendezvous without MPI (tcp_rendezvous.h): MASTER_ADDR,
@@ -38,6 +40,7 @@ struct LaunchEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;               // -1 when the launcher does not say
+  int local_size = 1;               // ranks on this node; -1 when the launcher does not say
   std::string source = "single";    // "single" | "mpi" | "torchrun" | "slurm"
   std::string world_size_variable;  // the variable world_size came from, for messages
   std::string rendezvous_host;      // rank 0's host; "" when the environment does not say
@@ -55,8 +58,9 @@ std::string first_slurm_host(const std::string& nodelist);
 using EnvLookup = std::function<std::optional<std::string>(const std::string& name)>;
 
 // Throws Error(ErrorKind::Usage) naming the variable when a value is not a non-negative
-// integer, when rank >= world size or local rank >= world size, when world size < 1, or
-// when a source is half present (a rank without a size).
+// integer, when rank >= world size or local rank >= world size, when world size < 1, when the
+// local size is not between 1 and the world size, or when a source is half present (a rank
+// without a size).
 LaunchEnv parse_launch_env(const EnvLookup& lookup);
 
 // This process's environment variables (std::getenv), as an EnvLookup.

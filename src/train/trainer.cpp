@@ -12,6 +12,8 @@
 
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/thread_placement.h"
+#include "parallel/launch_env.h"
 #include "train/bench.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
@@ -154,6 +156,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (cpu) {
     const int gemm_threads = cpu_backend_threads(config.train.threads);
     spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas_report(gemm_threads)), gemm_threads);
+    const std::string crowded = thread_oversubscription_warning(
+        current_thread_placement(gemm_threads, read_launch_env().local_size));
+    if (!crowded.empty()) spdlog::warn("{}", crowded);
   }
   if (writer) {
     json header = {{"kind", "run"}, {"step", state.step}, {"backend", config.backend}};

@@ -56,6 +56,40 @@ TEST(LaunchEnv, MissingLocalRankIsMinusOne) {
   EXPECT_EQ(env.local_rank, -1);
 }
 
+TEST(LaunchEnv, ReadsTheRanksOnThisNodeFromEachLauncher) {
+  EXPECT_EQ(parse_launch_env(env_map({{"HOME", "/root"}})).local_size, 1);
+  EXPECT_EQ(parse_launch_env(env_map({{"OMPI_COMM_WORLD_RANK", "1"},
+                                      {"OMPI_COMM_WORLD_SIZE", "8"},
+                                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}}))
+                .local_size,
+            4);
+  EXPECT_EQ(
+      parse_launch_env(env_map({{"PMI_RANK", "0"}, {"PMI_SIZE", "4"}, {"MPI_LOCALNRANKS", "2"}}))
+          .local_size,
+      2);
+  EXPECT_EQ(
+      parse_launch_env(env_map({{"RANK", "0"}, {"WORLD_SIZE", "16"}, {"LOCAL_WORLD_SIZE", "8"}}))
+          .local_size,
+      8);
+  EXPECT_EQ(
+      parse_launch_env(
+          env_map({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}, {"SLURM_NTASKS_PER_NODE", "2"}}))
+          .local_size,
+      2);
+  // A launcher that does not say.
+  EXPECT_EQ(parse_launch_env(env_map({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"}})).local_size,
+            -1);
+}
+
+TEST(LaunchEnv, ALocalSizeOutsideOneToTheWorldSizeIsAUsageError) {
+  expect_usage_error({{"OMPI_COMM_WORLD_RANK", "0"},
+                      {"OMPI_COMM_WORLD_SIZE", "2"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"}},
+                     "OMPI_COMM_WORLD_LOCAL_SIZE=3 is not between 1 and OMPI_COMM_WORLD_SIZE=2");
+  expect_usage_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "0"}},
+                     "LOCAL_WORLD_SIZE=0");
+}
+
 TEST(LaunchEnv, ReadsSlurmVariables) {
   LaunchEnv env = parse_launch_env(
       env_map({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "16"}, {"SLURM_LOCALID", "2"}}));
