@@ -300,17 +300,27 @@ def plan_runs(runs, rerun_stale):
 
 def estimate_minutes(runs, scale, jobs, per_cell=None):
     """Rough wall time from seconds per step: measured per cell (--calibrate), else the
-    scale's step_s per recipe."""
+    scale's step_s per recipe. A run that measures recovery gaps costs GAP_MEASURING_STEP_COST
+    ordinary steps per step: step_s does not include that, and --calibrate's `gnmr bench`
+    includes it for the oracle (its controller measures) but not for log.recovery_gap (bench
+    is not given log.* settings)."""
     step_s = scale.get("step_s")
     if not step_s and not per_cell:
         return None
     total = 0.0
     for run in runs:
+        overrides = run["overrides"]
         seconds = (per_cell or {}).get(run["cell"]["cell"])
-        if not isinstance(seconds, float):
+        if isinstance(seconds, float):
+            uncounted = (overrides.get("log.recovery_gap") is True
+                         and specmod.controller_of(overrides) != "oracle")
+        else:
             if not step_s:
                 continue
-            seconds = step_s.get(specmod.recipe_of(run["overrides"]), max(step_s.values()))
+            seconds = step_s.get(specmod.recipe_of(overrides), max(step_s.values()))
+            uncounted = specmod.measures_recovery_gap(overrides)
+        if uncounted:
+            seconds *= specmod.GAP_MEASURING_STEP_COST
         total += (run["steps"] or 0) * seconds
     eval_factor = 1.1  # evaluations and checkpoints: ~10% on top at cpu-small
     return total * eval_factor / max(1, jobs) / 60.0

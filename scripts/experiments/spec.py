@@ -170,6 +170,16 @@ def recipe_of(overrides):
     return overrides.get("precision.recipe", "fp32")
 
 
+# Steps of a run that measures the recovery gap (the oracle, or log.recovery_gap) cost this
+# many ordinary steps: two extra forward + backward passes each (README, "The oracle
+# selector"; measured at cpu-small: 4 min a run against 1.3).
+GAP_MEASURING_STEP_COST = 3.0
+
+
+def measures_recovery_gap(overrides):
+    return controller_of(overrides) == "oracle" or overrides.get("log.recovery_gap") is True
+
+
 def is_dynamic(overrides):
     """True when the controller really routes units (worth a gnmr_trace.jsonl)."""
     return (controller_of(overrides) not in STATIC_CONTROLLERS

@@ -60,6 +60,32 @@ def check_calibration_replay(table_dir):
              f"{summary['eligible_unit_steps']}")
 
 
+def check_estimate():
+    """The dry-run estimate counts a gap-measuring run's steps 3 times (oracle or
+    log.recovery_gap from step_s; only log.recovery_gap when --calibrate measured the cell,
+    since gnmr bench runs the oracle's measurement itself)."""
+    sys.path.insert(0, os.path.join(REPO, "scripts"))
+    from experiments import runner  # noqa: E402
+    scale = {"step_s": {"fp8mix": 0.2}}
+
+    def run(cell, **overrides):
+        return {"cell": {"cell": cell}, "steps": 300,
+                "overrides": {"precision.recipe": "fp8mix", **overrides}}
+    static = runner.estimate_minutes([run("s", **{"gnmr.controller": "static_low"})], scale, 1)
+    oracle = runner.estimate_minutes([run("o", **{"gnmr.controller": "oracle"})], scale, 1)
+    gap = runner.estimate_minutes([run("g", **{"log.recovery_gap": True})], scale, 1)
+    if abs(oracle / static - 3.0) > 1e-9 or abs(gap / static - 3.0) > 1e-9:
+        fail(f"estimate: static {static}, oracle {oracle}, gap-measuring {gap} min; the "
+             f"oracle and gap-measuring runs should cost 3x")
+    measured = {"o": 0.6, "g": 0.2}
+    oracle = runner.estimate_minutes([run("o", **{"gnmr.controller": "oracle"})], scale, 1,
+                                     measured)
+    gap = runner.estimate_minutes([run("g", **{"log.recovery_gap": True})], scale, 1, measured)
+    if abs(oracle / static - 3.0) > 1e-9 or abs(gap / static - 3.0) > 1e-9:
+        fail(f"estimate with --calibrate: oracle {oracle}, gap-measuring {gap} min against "
+             f"static {static}; both should be 3x (the oracle's bench already measured it)")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--gnmr", required=True)
@@ -112,6 +138,7 @@ def main():
         fail(f"a second invocation did not skip the finished runs (exit {rc})", out)
 
     check_calibration_replay(table_dir)
+    check_estimate()
 
     tables = [f[:-5] for f in os.listdir(os.path.join(REPO, "configs", "experiments"))
               if f.endswith(".json") and f != "scales.json"]
