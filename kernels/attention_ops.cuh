@@ -39,12 +39,19 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, cudaStream_t stream);
 
-// The same forward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k, v rounded to
-// bf16 and P rounded to bf16 before P V, fp32 accumulation and softmax statistics. Not yet
-// used by the backend (its backward is not written); tests and the GPU check run it.
+// The same forward and backward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k,
+// v, dout rounded to bf16, and P and dS rounded to bf16 where they enter a product; fp32
+// accumulation and softmax statistics. The backward takes this forward's out and lse and the
+// same scratch as flash_attention_backward. Not yet used by the backend; tests and the GPU
+// check run them.
 void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
                                  float* lse, int64_t batch, int64_t seq, int64_t heads,
                                  int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
+void flash_attention_backward_mma(const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const float* dout, float* dq, float* dk,
+                                  float* dv, float* scratch, int64_t batch, int64_t seq,
+                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                  cudaStream_t stream);
 
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:

@@ -299,13 +299,7 @@ void backward_for(const float* q, const float* k, const float* v, const float* o
                   float* delta, const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const int64_t rows = s.batch * s.heads * s.seq;
-  const int64_t delta_blocks = (rows + kFlashThreads - 1) / kFlashThreads;
-  GNMR_CHECK(delta_blocks <= INT_MAX, "flash attention delta: grid of " +
-                                          std::to_string(delta_blocks) + " blocks for " +
-                                          shape_text(s, HD) + " exceeds 2^31-1");
-  flash_delta_kernel<HD><<<unsigned(delta_blocks), kFlashThreads, 0, stream>>>(out, dout, delta, s);
-  GNMR_CUDA_CHECK(cudaGetLastError());
+  flash_launch::flash_attention_delta(out, dout, delta, s, HD, stream);
 
   const int64_t kv_bytes = flash_shared_bytes(FlashKernel::BackwardKeyValue, HD, tiles);
   const unsigned kv_blocks = launch_blocks(
@@ -326,7 +320,29 @@ void backward_for(const float* q, const float* k, const float* v, const float* o
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
+template <int HD>
+void delta_for(const float* out, const float* dout, float* delta, const FlashDims& s,
+               cudaStream_t stream) {
+  const int64_t rows = s.batch * s.heads * s.seq;
+  const int64_t delta_blocks = (rows + kFlashThreads - 1) / kFlashThreads;
+  GNMR_CHECK(delta_blocks <= INT_MAX, "flash attention delta: grid of " +
+                                          std::to_string(delta_blocks) + " blocks for " +
+                                          shape_text(s, HD) + " exceeds 2^31-1");
+  flash_delta_kernel<HD><<<unsigned(delta_blocks), kFlashThreads, 0, stream>>>(out, dout, delta, s);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
+
+void flash_launch::flash_attention_delta(const float* out, const float* dout, float* delta,
+                                         const FlashDims& s, int64_t head_dim,
+                                         cudaStream_t stream) {
+  if (head_dim == 64) {
+    delta_for<64>(out, dout, delta, s, stream);
+  } else {
+    delta_for<128>(out, dout, delta, s, stream);
+  }
+}
 
 bool flash_attention_supports_head_dim(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;

@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   constexpr int kOutBlocks = HD / kMmaN;                 // n-blocks of O
   constexpr int kDimSteps = HD / kMmaK;                  // k steps of Q K^T
   extern __shared__ float smem[];
-  const FlashMmaSharedLayout lay = flash_mma_shared_layout(HD, tiles);
+  const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::Forward, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *qs = tile + lay.q, *ks = tile + lay.k, *vs = tile + lay.v;
   const int64_t st = lay.row_stride;
@@ -223,13 +223,231 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   }
 }
 
+// The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows,
+// over the key tiles the causal mask leaves. Per key tile, as the forward, S = Q K^T and
+// P = exp(scale S - lse); then dP = dO V^T, dS = P (dP - delta) and dQ += dS K, the scale
+// applied once at the end.
+template <int HD>
+__global__ void __launch_bounds__(kFlashMmaThreads)
+    flash_backward_query_mma_kernel(const float* q, const float* k, const float* v,
+                                    const float* lse, const float* delta, const float* dout,
+                                    float* dq, FlashDims s, FlashTiling tiles, float scale) {
+  constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;
+  constexpr int kKeySteps = int(kFlashKvTile) / kMmaK;
+  constexpr int kOutBlocks = HD / kMmaN;
+  constexpr int kDimSteps = HD / kMmaK;
+  extern __shared__ float smem[];
+  const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+  uint16_t *qs = tile + lay.q, *dos = tile + lay.dout, *ks = tile + lay.k, *vs = tile + lay.v;
+  const int64_t st = lay.row_stride;
+  const int64_t q_tiles = flash_q_tiles(tiles);
+  const int64_t qi = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
+  const int64_t b = bh / s.heads, h = bh % s.heads, g = h / (s.heads / s.kv_heads);
+  const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int w0 = warp * kMmaM;
+
+  load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+  load_tile_bf16<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                     tiles.q_tile);
+  // This lane's two rows (group and group + 8 of the warp's 16); rows past the end are masked.
+  float row_lse[2], row_delta[2];
+  for (int half = 0; half < 2; ++half) {
+    const int64_t row = w0 + mma_group(lane) + 8 * half;
+    const bool real = row < rows;
+    row_lse[half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
+    row_delta[half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
+  }
+  float dq_acc[kOutBlocks][kMmaCElements];
+  for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int i = 0; i < kMmaCElements; ++i) dq_acc[ob][i] = 0.0f;
+  }
+
+  for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
+    const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
+    __syncthreads();  // every warp is done with the previous key tile (and q, dout are loaded)
+    load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                       tiles.kv_tile);
+    load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                       tiles.kv_tile);
+    __syncthreads();
+
+    float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] = dp[nb][i] = 0.0f;
+    }
+    for (int kk = 0; kk < kDimSteps; ++kk) {
+      uint32_t aq[4], ado[4];
+      load_a_fragment(aq, qs + w0 * st + kk * kMmaK, st, lane);
+      load_a_fragment(ado, dos + w0 * st + kk * kMmaK, st, lane);
+      for (int nb = 0; nb < kKeyBlocks; ++nb) {
+        uint32_t bk[2], bv[2];
+        load_b_fragment_from_rows_of_n(bk, ks + nb * kMmaN * st + kk * kMmaK, st, lane);
+        load_b_fragment_from_rows_of_n(bv, vs + nb * kMmaN * st + kk * kMmaK, st, lane);
+        mma_bf16_m16n8k16(sc[nb], aq, bk);
+        mma_bf16_m16n8k16(dp[nb], ado, bv);
+      }
+    }
+    // dS = P (dP - delta) into sc; masked pairs are exactly 0.
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      for (int i = 0; i < kMmaCElements; ++i) {
+        const int64_t query = r0 + w0 + mma_c_row(lane, i);
+        const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
+        const bool keep = key < c0 + cols && key <= query && query < s.seq;
+        const float p = keep ? expf(sc[nb][i] * scale - row_lse[i >> 1]) : 0.0f;
+        sc[nb][i] = p * (dp[nb][i] - row_delta[i >> 1]);
+      }
+    }
+    for (int kk = 0; kk < kKeySteps; ++kk) {
+      uint32_t a[4];
+      for (int r = 0; r < 4; ++r) {
+        const int lo = 2 * r, hi = 2 * r + 1;
+        a[r] = pack_bf16_pair(
+            encode_bf16(sc[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
+            encode_bf16(sc[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
+      }
+      for (int ob = 0; ob < kOutBlocks; ++ob) {
+        uint32_t bf[2];
+        load_b_fragment_from_rows_of_k(bf, ks + kk * kMmaK * st + ob * kMmaN, st, lane);
+        mma_bf16_m16n8k16(dq_acc[ob], a, bf);
+      }
+    }
+  }
+  for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const int64_t row = w0 + mma_c_row(lane, i);
+      if (row < rows) {
+        dq[flash_q_offset(s, b, r0 + row, h, HD) + ob * kMmaN + mma_c_col(lane, i)] =
+            dq_acc[ob][i] * scale;
+      }
+    }
+  }
+}
+
+// The dK/dV pass: one block per (batch, kv head, key tile), kFlashMmaWarps warps of 16 key rows,
+// over the GQA group's heads and, for each, the query tiles that see the key tile. Per query
+// tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse), dP^T = V dO^T,
+// dS^T = P^T (dP^T - delta); then dV += P^T dO and dK += dS^T Q, the scale applied once at the
+// end. Each warp owns its 16 rows of dK and dV for the whole loop: no atomics.
+template <int HD>
+__global__ void __launch_bounds__(kFlashMmaThreads)
+    flash_backward_key_value_mma_kernel(const float* q, const float* k, const float* v,
+                                        const float* lse, const float* delta, const float* dout,
+                                        float* dk, float* dv, FlashDims s, FlashTiling tiles,
+                                        float scale) {
+  constexpr int kQueryBlocks = int(kFlashQTile) / kMmaN;
+  constexpr int kQuerySteps = int(kFlashQTile) / kMmaK;
+  constexpr int kOutBlocks = HD / kMmaN;
+  constexpr int kDimSteps = HD / kMmaK;
+  extern __shared__ float smem[];
+  const FlashMmaSharedLayout lay =
+      flash_mma_shared_layout(FlashKernel::BackwardKeyValue, HD, tiles);
+  uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
+  uint16_t *qs = tile + lay.q, *dos = tile + lay.dout, *ks = tile + lay.k, *vs = tile + lay.v;
+  float *lse_rows = smem + lay.lse, *delta_rows = smem + lay.delta;
+  const int64_t st = lay.row_stride;
+  const int64_t kv_tiles = flash_kv_tiles(tiles), q_tiles = flash_q_tiles(tiles);
+  const int64_t kj = blockIdx.x % kv_tiles, bg = blockIdx.x / kv_tiles;
+  const int64_t b = bg / s.kv_heads, g = bg % s.kv_heads, group = s.heads / s.kv_heads;
+  const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
+
+  load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                     tiles.kv_tile);
+  load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                     tiles.kv_tile);
+  float dk_acc[kOutBlocks][kMmaCElements], dv_acc[kOutBlocks][kMmaCElements];
+  for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int i = 0; i < kMmaCElements; ++i) dk_acc[ob][i] = dv_acc[ob][i] = 0.0f;
+  }
+
+  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+    for (int64_t qi = flash_first_q_tile(tiles, kj); qi < q_tiles; ++qi) {
+      const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
+      __syncthreads();  // every warp is done with the previous query tile
+      load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                         tiles.q_tile);
+      load_tile_bf16<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                         tiles.q_tile);
+      for (int64_t i = threadIdx.x; i < tiles.q_tile; i += blockDim.x) {
+        const bool real = i < rows;
+        lse_rows[i] = real ? lse[flash_stat_offset(s, b, h, r0 + i)] : 0.0f;
+        delta_rows[i] = real ? delta[flash_stat_offset(s, b, h, r0 + i)] : 0.0f;
+      }
+      __syncthreads();
+
+      float pt[kQueryBlocks][kMmaCElements], dst[kQueryBlocks][kMmaCElements];
+      for (int nb = 0; nb < kQueryBlocks; ++nb) {
+        for (int i = 0; i < kMmaCElements; ++i) pt[nb][i] = dst[nb][i] = 0.0f;
+      }
+      for (int kk = 0; kk < kDimSteps; ++kk) {
+        uint32_t ak[4], av[4];
+        load_a_fragment(ak, ks + w0 * st + kk * kMmaK, st, lane);
+        load_a_fragment(av, vs + w0 * st + kk * kMmaK, st, lane);
+        for (int nb = 0; nb < kQueryBlocks; ++nb) {
+          uint32_t bq[2], bdo[2];
+          load_b_fragment_from_rows_of_n(bq, qs + nb * kMmaN * st + kk * kMmaK, st, lane);
+          load_b_fragment_from_rows_of_n(bdo, dos + nb * kMmaN * st + kk * kMmaK, st, lane);
+          mma_bf16_m16n8k16(pt[nb], ak, bq);
+          mma_bf16_m16n8k16(dst[nb], av, bdo);
+        }
+      }
+      // P^T into pt, dS^T into dst: element (key row, query column); masked pairs exactly 0
+      // (keys past the end fail key <= query, as every query is before the end).
+      for (int nb = 0; nb < kQueryBlocks; ++nb) {
+        for (int i = 0; i < kMmaCElements; ++i) {
+          const int column = nb * kMmaN + mma_c_col(lane, i);
+          const int64_t query = r0 + column, key = c0 + w0 + mma_c_row(lane, i);
+          const bool keep = query < s.seq && key <= query;
+          const float p = keep ? expf(pt[nb][i] * scale - lse_rows[column]) : 0.0f;
+          pt[nb][i] = p;
+          dst[nb][i] = p * (dst[nb][i] - delta_rows[column]);
+        }
+      }
+      for (int kk = 0; kk < kQuerySteps; ++kk) {
+        uint32_t ap[4], ads[4];
+        for (int r = 0; r < 4; ++r) {
+          const int lo = 2 * r, hi = 2 * r + 1;
+          const int lo_block = 2 * kk + mma_a_from_c_block(lo),
+                    lo_element = mma_a_from_c_element(lo);
+          const int hi_block = 2 * kk + mma_a_from_c_block(hi),
+                    hi_element = mma_a_from_c_element(hi);
+          ap[r] = pack_bf16_pair(encode_bf16(pt[lo_block][lo_element]),
+                                 encode_bf16(pt[hi_block][hi_element]));
+          ads[r] = pack_bf16_pair(encode_bf16(dst[lo_block][lo_element]),
+                                  encode_bf16(dst[hi_block][hi_element]));
+        }
+        for (int ob = 0; ob < kOutBlocks; ++ob) {
+          uint32_t bdo[2], bq[2];
+          load_b_fragment_from_rows_of_k(bdo, dos + kk * kMmaK * st + ob * kMmaN, st, lane);
+          load_b_fragment_from_rows_of_k(bq, qs + kk * kMmaK * st + ob * kMmaN, st, lane);
+          mma_bf16_m16n8k16(dv_acc[ob], ap, bdo);
+          mma_bf16_m16n8k16(dk_acc[ob], ads, bq);
+        }
+      }
+    }
+  }
+  for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const int64_t row = w0 + mma_c_row(lane, i);
+      if (row < cols) {
+        const int64_t at = flash_kv_offset(s, b, c0 + row, g, HD) + ob * kMmaN + mma_c_col(lane, i);
+        dk[at] = dk_acc[ob][i] * scale;
+        dv[at] = dv_acc[ob][i];
+      }
+    }
+  }
+}
+
 // ---- device code end
 
 template <int HD>
 void forward_mma_for(const float* q, const float* k, const float* v, float* out, float* lse,
                      const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
-  const int64_t bytes = flash_mma_shared_bytes(HD, tiles);
+  const int64_t bytes = flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles);
   const unsigned blocks =
       launch_blocks(flash_forward_mma_kernel<HD>,
                     flash_grid_blocks(FlashKernel::Forward, s.batch, s.heads, s.kv_heads, tiles),
@@ -237,6 +455,34 @@ void forward_mma_for(const float* q, const float* k, const float* v, float* out,
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   flash_forward_mma_kernel<HD>
       <<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(q, k, v, out, lse, s, tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
+void backward_mma_for(const float* q, const float* k, const float* v, const float* out,
+                      const float* lse, const float* dout, float* dq, float* dk, float* dv,
+                      float* delta, const FlashDims& s, cudaStream_t stream) {
+  const FlashTiling tiles = flash_gpu_tiling(s.seq);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  flash_launch::flash_attention_delta(out, dout, delta, s, HD, stream);
+
+  const int64_t kv_bytes = flash_mma_shared_bytes(FlashKernel::BackwardKeyValue, HD, tiles);
+  const unsigned kv_blocks = launch_blocks(
+      flash_backward_key_value_mma_kernel<HD>,
+      flash_grid_blocks(FlashKernel::BackwardKeyValue, s.batch, s.heads, s.kv_heads, tiles),
+      kv_bytes, s, HD, "backward dk/dv (tensor cores)");
+  flash_backward_key_value_mma_kernel<HD>
+      <<<kv_blocks, kFlashMmaThreads, size_t(kv_bytes), stream>>>(q, k, v, lse, delta, dout, dk, dv,
+                                                                  s, tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+
+  const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, tiles);
+  const unsigned q_blocks = launch_blocks(
+      flash_backward_query_mma_kernel<HD>,
+      flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, tiles), q_bytes,
+      s, HD, "backward dq (tensor cores)");
+  flash_backward_query_mma_kernel<HD><<<q_blocks, kFlashMmaThreads, size_t(q_bytes), stream>>>(
+      q, k, v, lse, delta, dout, dq, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -252,6 +498,21 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
     forward_mma_for<64>(q, k, v, out, lse, s, stream);
   } else {
     forward_mma_for<128>(q, k, v, out, lse, s, stream);
+  }
+}
+
+void flash_attention_backward_mma(const float* q, const float* k, const float* v, const float* out,
+                                  const float* lse, const float* dout, float* dq, float* dk,
+                                  float* dv, float* scratch, int64_t batch, int64_t seq,
+                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                  cudaStream_t stream) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  check_shape(s, head_dim);
+  if (batch * seq * heads == 0) return;
+  if (head_dim == 64) {
+    backward_mma_for<64>(q, k, v, out, lse, dout, dq, dk, dv, scratch, s, stream);
+  } else {
+    backward_mma_for<128>(q, k, v, out, lse, dout, dq, dk, dv, scratch, s, stream);
   }
 }
 

@@ -56,4 +56,10 @@ unsigned launch_blocks(Kernel kernel, int64_t blocks, int64_t bytes, const Flash
   return unsigned(blocks);
 }
 
+// delta = rowsum(dout * out) per (batch, head, query) into [B, H, T] (kernels/flash_attention.cu;
+// the SIMT and the tensor-core backward both start with it). head_dim 64 or 128, checked by
+// the caller.
+void flash_attention_delta(const float* out, const float* dout, float* delta, const FlashDims& s,
+                           int64_t head_dim, cudaStream_t stream);
+
 }  // namespace gnmr::cuda::flash_launch

@@ -20,7 +20,7 @@
 #     memcheck    compute-sanitizer memcheck and initcheck over the gpu tests          (90 s)
 #     bench       gnmr bench on the GPU: bf16, fp8mix low/high, actq, GNMR             (60 s)
 #   and, only when named (not in the default run):
-#     attention-bench  flash (SIMT; tensor-core forward) vs v1 attention, TFLOP/s and memory at
+#     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096, hd 128 (bin/bench_gpu_attention)               (60 s)
 # e2e and bench need a gnmr built with the CUDA backend.
 set -uo pipefail

@@ -116,27 +116,45 @@ constexpr int kFlashMmaThreads = kFlashMmaWarps * 32;
 static_assert(kFlashMmaWarps * 16 == kFlashQTile, "the warps cover the query tile");
 static_assert(kFlashKvTile % 16 == 0, "the key tile is whole mma K steps");
 
-// Their tiles in shared memory, in bf16 elements: q (query tile), k and v (key tile), each
-// row-major with head_dim + 8 elements per row. The 8 extra elements (16 bytes) shift each row
-// by 4 banks, so the 8 rows x 4 words of one fragment load fall on 32 different banks, and
-// keep every row 16-byte aligned.
+// Their tiles in shared memory: bf16 tiles q and k, v (all kernels) and dout (the backward),
+// each row-major with head_dim + 8 elements per row. The 8 extra elements (16 bytes) shift each
+// row by 4 banks, so the 8 rows x 4 words of one fragment load fall on 32 different banks, and
+// keep every row 16-byte aligned. Then, for the dK/dV pass only, the query tile's lse and delta
+// as floats. Tile offsets are in bf16 elements, lse and delta in floats from the same base.
 struct FlashMmaSharedLayout {
-  int64_t q = 0, k = 0, v = 0;
+  int64_t q = 0, dout = 0, k = 0, v = 0;
   int64_t row_stride = 0;
-  int64_t total_elements = 0;
+  int64_t tile_elements = 0;  // bf16 elements of all tiles
+  int64_t lse = 0, delta = 0;
+  int64_t total_bytes = 0;
 };
-GNMR_HD_INLINE FlashMmaSharedLayout flash_mma_shared_layout(int64_t head_dim,
+GNMR_HD_INLINE FlashMmaSharedLayout flash_mma_shared_layout(FlashKernel kernel, int64_t head_dim,
                                                             const FlashTiling& t) {
   FlashMmaSharedLayout l;
   l.row_stride = head_dim + 8;
-  l.q = 0;
-  l.k = l.q + t.q_tile * l.row_stride;
-  l.v = l.k + t.kv_tile * l.row_stride;
-  l.total_elements = l.v + t.kv_tile * l.row_stride;
+  int64_t at = 0;
+  l.q = at;
+  at += t.q_tile * l.row_stride;
+  if (kernel != FlashKernel::Forward) {
+    l.dout = at;
+    at += t.q_tile * l.row_stride;
+  }
+  l.k = at;
+  at += t.kv_tile * l.row_stride;
+  l.v = at;
+  at += t.kv_tile * l.row_stride;
+  l.tile_elements = at;
+  l.total_bytes = at * 2;
+  if (kernel == FlashKernel::BackwardKeyValue) {
+    l.lse = (l.total_bytes + 3) / 4;
+    l.delta = l.lse + t.q_tile;
+    l.total_bytes = (l.delta + t.q_tile) * 4;
+  }
   return l;
 }
-GNMR_HD_INLINE int64_t flash_mma_shared_bytes(int64_t head_dim, const FlashTiling& t) {
-  return flash_mma_shared_layout(head_dim, t).total_elements * 2;
+GNMR_HD_INLINE int64_t flash_mma_shared_bytes(FlashKernel kernel, int64_t head_dim,
+                                              const FlashTiling& t) {
+  return flash_mma_shared_layout(kernel, head_dim, t).total_bytes;
 }
 
 // Floats of device scratch the backward needs: delta = rowsum(dout * out), [B, H, T].

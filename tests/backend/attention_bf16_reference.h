@@ -81,40 +81,129 @@ inline Reference reference(const std::vector<float>& q, const std::vector<float>
   return r;
 }
 
-// Elements of `got` outside the reference's bound, and the worst one, as a message for the
-// test to print ("" when none).
-inline std::string out_violations(const std::vector<float>& got, const Reference& r) {
+// The gradients of the same function (dout rounded to bf16 too, as the kernel rounds it) and a
+// bound per element. The kernel's delta = dout . out is taken from the fp32 dout and its own
+// out, so it is off the exact delta_i by at most
+//   D_i = u sum_d |dO_id| (|O_id| + vmax_d) + e sum_d |dO_id| vmax_d,
+// (vmax_d = max_j |v_jd| over the row's keys, e = 2 (T + hd) 2^-24, the fp32 term of the
+// forward's bound and of dP's sum); P is off by a relative n_i = e (1 + |lse_i| + max_j |s_ij|)
+// (fp32 scores and exp). dS = P (dP - delta) is rounded to bf16 where it enters dQ and dK, so
+// each dS_ij is off by at most E_ij = u |dS_ij| + P_ij D_i + P_ij n_i |dP_ij - delta_i|, and
+//   |dQ_id - ref| <= scale sum_j E_ij |k_jd|,   |dK_jd - ref| <= scale sum_(h,i) E_ij |q_id|,
+//   |dV_jd - ref| <= sum_(h,i) (u + n_i) P_ij |dO_id|     (P rounded to bf16 for P^T dO),
+// each doubled for the second-order terms, plus e times the sum of the terms' magnitudes (the
+// fp32 accumulation) and 1e-5.
+struct Gradients {
+  std::vector<double> dq, dk, dv;
+  std::vector<double> dq_bound, dk_bound, dv_bound;
+};
+
+inline Gradients backward_reference(const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v, const std::vector<float>& dout,
+                                    const AttentionShape& s) {
+  const int64_t hd = s.head_dim, group = s.heads / s.kv_heads, T = s.seq;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  const double e = 2.0 * double(T + hd) * kFp32UnitRoundoff, u = kBf16UnitRoundoff;
+  const auto bf = [](float x) { return double(round_to_bf16(x)); };
+  const auto qi = [&](int64_t b, int64_t t, int64_t h) { return ((b * T + t) * s.heads + h) * hd; };
+  const auto kj = [&](int64_t b, int64_t t, int64_t g) {
+    return ((b * T + t) * s.kv_heads + g) * hd;
+  };
+  Gradients r;
+  r.dq.assign(q.size(), 0.0), r.dq_bound.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0), r.dk_bound.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0), r.dv_bound.assign(v.size(), 0.0);
+  std::vector<double> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T)),
+      o(static_cast<size_t>(hd)), vmax(static_cast<size_t>(hd));
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < T; ++i) {
+        const size_t at_q = size_t(qi(b, i, h));
+        double m = -INFINITY, s_max = 0;
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d) dot += bf(q[at_q + d]) * bf(k[size_t(kj(b, j, g) + d)]);
+          p[size_t(j)] = dot * scale;
+          m = std::max(m, p[size_t(j)]);
+          s_max = std::max(s_max, std::fabs(p[size_t(j)]));
+        }
+        double l = 0;
+        for (int64_t j = 0; j <= i; ++j) l += (p[size_t(j)] = std::exp(p[size_t(j)] - m));
+        for (int64_t j = 0; j <= i; ++j) p[size_t(j)] /= l;
+        const double lse = m + std::log(l);
+        const double eta = e * (1.0 + std::fabs(lse) + s_max);
+        std::fill(o.begin(), o.end(), 0.0);
+        std::fill(vmax.begin(), vmax.end(), 0.0);
+        for (int64_t j = 0; j <= i; ++j) {
+          for (int64_t d = 0; d < hd; ++d) {
+            const double vj = bf(v[size_t(kj(b, j, g) + d)]);
+            o[size_t(d)] += p[size_t(j)] * vj;
+            vmax[size_t(d)] = std::max(vmax[size_t(d)], std::fabs(vj));
+          }
+        }
+        double delta = 0, delta_bound = 0;
+        for (int64_t d = 0; d < hd; ++d) {
+          const double g_out = bf(dout[at_q + d]);
+          delta += g_out * o[size_t(d)];
+          delta_bound += std::fabs(g_out) *
+                         (u * (std::fabs(o[size_t(d)]) + vmax[size_t(d)]) + e * vmax[size_t(d)]);
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < hd; ++d)
+            dot += bf(dout[at_q + d]) * bf(v[size_t(kj(b, j, g) + d)]);
+          dp[size_t(j)] = dot;
+        }
+        for (int64_t j = 0; j <= i; ++j) {
+          const double pij = p[size_t(j)], ds = pij * (dp[size_t(j)] - delta);
+          const double err =
+              u * std::fabs(ds) + pij * delta_bound + pij * eta * std::fabs(dp[size_t(j)] - delta);
+          const size_t at_k = size_t(kj(b, j, g));
+          for (int64_t d = 0; d < hd; ++d) {
+            const double kd = bf(k[at_k + d]), qd = bf(q[at_q + d]), gd = bf(dout[at_q + d]);
+            r.dq[at_q + d] += scale * ds * kd;
+            r.dq_bound[at_q + d] += scale * (2.0 * err + e * std::fabs(ds)) * std::fabs(kd);
+            r.dk[at_k + d] += scale * ds * qd;
+            r.dk_bound[at_k + d] += scale * (2.0 * err + e * std::fabs(ds)) * std::fabs(qd);
+            r.dv[at_k + d] += pij * gd;
+            r.dv_bound[at_k + d] += (2.0 * (u + eta) + e) * pij * std::fabs(gd);
+          }
+        }
+      }
+    }
+  }
+  for (auto* bound : {&r.dq_bound, &r.dk_bound, &r.dv_bound}) {
+    for (double& x : *bound) x += kExpLogSlack;
+  }
+  return r;
+}
+
+// Elements of `got` outside [want - bound, want + bound], and the worst one, as a message for
+// the test to print ("" when none).
+inline std::string violations(const char* what, const std::vector<float>& got,
+                              const std::vector<double>& want, const std::vector<double>& bound) {
   size_t bad = 0, worst = 0;
   double worst_excess = 0;
   for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(double(got[i]) - r.out[i]);
-    if (!(err <= r.out_bound[i])) {
+    const double err = std::fabs(double(got[i]) - want[i]);
+    if (!(err <= bound[i])) {
       ++bad;
-      if (!(err - r.out_bound[i] <= worst_excess)) worst_excess = err - r.out_bound[i], worst = i;
+      if (!(err - bound[i] <= worst_excess)) worst_excess = err - bound[i], worst = i;
     }
   }
   if (bad == 0) return "";
-  return std::to_string(bad) + " of " + std::to_string(got.size()) +
-         " outputs outside the bf16 bound; worst at " + std::to_string(worst) + ": got " +
-         std::to_string(got[worst]) + ", reference " + std::to_string(r.out[worst]) + ", bound " +
-         std::to_string(r.out_bound[worst]);
+  return std::to_string(bad) + " of " + std::to_string(got.size()) + " " + what +
+         " values outside the bound; worst at " + std::to_string(worst) + ": got " +
+         std::to_string(got[worst]) + ", reference " + std::to_string(want[worst]) + ", bound " +
+         std::to_string(bound[worst]);
 }
 
+inline std::string out_violations(const std::vector<float>& got, const Reference& r) {
+  return violations("out", got, r.out, r.out_bound);
+}
 inline std::string lse_violations(const std::vector<float>& got, const Reference& r) {
-  size_t bad = 0, worst = 0;
-  double worst_err = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::fabs(double(got[i]) - r.lse[i]);
-    if (!(err <= r.lse_bound[i])) {
-      ++bad;
-      if (!(err <= worst_err)) worst_err = err, worst = i;
-    }
-  }
-  if (bad == 0) return "";
-  return std::to_string(bad) + " of " + std::to_string(got.size()) +
-         " lse values outside the fp32 bound; worst at " + std::to_string(worst) + ": got " +
-         std::to_string(got[worst]) + ", reference " + std::to_string(r.lse[worst]) + ", bound " +
-         std::to_string(r.lse_bound[worst]);
+  return violations("lse", got, r.lse, r.lse_bound);
 }
 
 }  // namespace gnmr::attention_bf16_reference

@@ -124,7 +124,7 @@ void expect_mma_forward_within_the_bf16_bound(int64_t batch, int64_t seq, int64_
   const FlashDims d{batch, seq, heads, kv_heads};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   // Shared memory in floats: the bf16 tiles' bytes rounded up.
-  const int64_t shared_floats = (flash_mma_shared_bytes(HD, tiles) + 3) / 4;
+  const int64_t shared_floats = (flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles) + 3) / 4;
   const int64_t blocks = flash_grid_blocks(FlashKernel::Forward, batch, heads, kv_heads, tiles);
   const auto run = [&](std::vector<float>& out, std::vector<float>& lse) {
     out.assign(nq, std::nanf(""));
@@ -153,6 +153,65 @@ TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference
   expect_mma_forward_within_the_bf16_bound<128>(1, 64, 2, 1);  // exactly one tile
 }
 
+// The tensor-core backward (its dK/dV and dQ passes, after the emulated tensor-core forward and
+// the SIMT delta kernel, as flash_attention_backward_mma runs them) against the gradients of
+// the bf16 reference, within their derived bounds; every output written (NaN-poisoned before).
+template <int HD>
+void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t heads,
+                                           int64_t kv_heads) {
+  const AttentionShape s{batch, seq, heads, kv_heads, HD};
+  SCOPED_TRACE("B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+               " H=" + std::to_string(heads) + " Hkv=" + std::to_string(kv_heads) +
+               " hd=" + std::to_string(HD));
+  const size_t nq = size_t(batch * seq * heads * HD), nkv = size_t(batch * seq * kv_heads * HD);
+  const size_t rows = size_t(batch * heads * seq);
+  const std::vector<float> q = random_normal(nq, 31, 2.0f), k = random_normal(nkv, 32, 1.0f),
+                           v = random_normal(nkv, 33, 1.0f), dout = random_normal(nq, 34, 1.0f);
+  const FlashTiling tiles = flash_gpu_tiling(seq);
+  const FlashDims d{batch, seq, heads, kv_heads};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const float nan = std::nanf("");
+  std::vector<float> out(nq, nan), lse(rows, nan), delta(rows, nan), dq(nq, nan), dk(nkv, nan),
+      dv(nkv, nan);
+  const auto shared_floats = [&](FlashKernel kernel) {
+    return (flash_mma_shared_bytes(kernel, HD, tiles) + 3) / 4;
+  };
+  const auto blocks = [&](FlashKernel kernel) {
+    return flash_grid_blocks(kernel, batch, heads, kv_heads, tiles);
+  };
+  emulated_launch(blocks(FlashKernel::Forward), kFlashMmaThreads,
+                  shared_floats(FlashKernel::Forward), [&] {
+                    flash_forward_mma_kernel<HD>(q.data(), k.data(), v.data(), out.data(),
+                                                 lse.data(), d, tiles, scale);
+                  });
+  emulated_launch((int64_t(rows) + kFlashThreads - 1) / kFlashThreads, kFlashThreads, 0,
+                  [&] { flash_delta_kernel<HD>(out.data(), dout.data(), delta.data(), d); });
+  emulated_launch(blocks(FlashKernel::BackwardKeyValue), kFlashMmaThreads,
+                  shared_floats(FlashKernel::BackwardKeyValue), [&] {
+                    flash_backward_key_value_mma_kernel<HD>(q.data(), k.data(), v.data(),
+                                                            lse.data(), delta.data(), dout.data(),
+                                                            dk.data(), dv.data(), d, tiles, scale);
+                  });
+  emulated_launch(blocks(FlashKernel::BackwardQuery), kFlashMmaThreads,
+                  shared_floats(FlashKernel::BackwardQuery), [&] {
+                    flash_backward_query_mma_kernel<HD>(q.data(), k.data(), v.data(), lse.data(),
+                                                        delta.data(), dout.data(), dq.data(), d,
+                                                        tiles, scale);
+                  });
+  namespace ref = attention_bf16_reference;
+  const ref::Gradients want = ref::backward_reference(q, k, v, dout, s);
+  EXPECT_EQ(ref::violations("dq", dq, want.dq, want.dq_bound), "");
+  EXPECT_EQ(ref::violations("dk", dk, want.dk, want.dk_bound), "");
+  EXPECT_EQ(ref::violations("dv", dv, want.dv, want.dv_bound), "");
+}
+
+TEST(FlashAttentionEmulated, TensorCoreBackwardIsWithinTheBoundsOfTheReferenceGradients) {
+  expect_mma_backward_within_the_bounds<64>(2, 1, 2, 1);    // one key
+  expect_mma_backward_within_the_bounds<64>(1, 17, 8, 2);   // one partial tile, GQA 4
+  expect_mma_backward_within_the_bounds<64>(1, 130, 2, 1);  // two full tiles and 2 rows
+  expect_mma_backward_within_the_bounds<128>(1, 70, 2, 2);  // hd 128, last tile of 6 rows
+}
+
 // The bound is tight enough to catch a wrong key: the same kernel with one key row of v
 // changed by 10 after the fact (as a kernel that read the wrong row would see) fails it.
 TEST(FlashAttentionEmulated, TheBf16BoundRejectsAnOutputOfTheWrongKeys) {
@@ -166,7 +225,7 @@ TEST(FlashAttentionEmulated, TheBf16BoundRejectsAnOutputOfTheWrongKeys) {
   const FlashDims dims{1, 70, 2, 1};
   std::vector<float> out(nq, std::nanf("")), lse(size_t(2 * 70), std::nanf(""));
   emulated_launch(flash_grid_blocks(FlashKernel::Forward, 1, 2, 1, tiles), kFlashMmaThreads,
-                  (flash_mma_shared_bytes(64, tiles) + 3) / 4, [&] {
+                  (flash_mma_shared_bytes(FlashKernel::Forward, 64, tiles) + 3) / 4, [&] {
                     flash_forward_mma_kernel<64>(q.data(), k.data(), v_shifted.data(), out.data(),
                                                  lse.data(), dims, tiles, 0.125f);
                   });

@@ -1,6 +1,6 @@
 // Attention speed on one GPU: the flash kernels (kernels/flash_attention.cu), the tensor-core
-// flash forward (kernels/flash_attention_mma.cu; backward_ms 0: it has none yet) and the v1
-// attention (backend/cuda/attention_v1.h), forward and backward, causal, hd 128, at T = 1024,
+// flash kernels (kernels/flash_attention_mma.cu) and the v1 attention
+// (backend/cuda/attention_v1.h), forward and backward, causal, hd 128, at T = 1024,
 // 2048 and 4096 with 16384 tokens per call (B = 16384 / T, H = Hkv = 16), and the memory each
 // keeps (saved for the backward, plus its backward scratch). Causal FLOPs are half the dense
 // ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2, arXiv
@@ -71,7 +71,7 @@ void report(const char* kernel, const AttentionShape& s, double forward_ms, doub
       "\"backward_tflops\": %.2f, \"memory_mib\": %.1f}\n",
       kernel, device, (long long)s.batch, (long long)s.seq, (long long)s.heads,
       (long long)s.head_dim, forward_ms, backward_ms, forward_flops / forward_ms / 1e9,
-      backward_ms > 0 ? backward_flops / backward_ms / 1e9 : 0.0, memory_bytes / (1024.0 * 1024.0));
+      backward_flops / backward_ms / 1e9, memory_bytes / (1024.0 * 1024.0));
   std::fflush(stdout);
 }
 
@@ -102,13 +102,20 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
            double(sizeof(float)) * double(nq + rows + scratch_floats), device);
   }
   {
-    Buffer lse(rows);
+    const size_t scratch_floats =
+        size_t(gnmr::cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+    Buffer lse(rows), scratch(scratch_floats);
     const double forward_ms = time_ms([&] {
       gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, out.data, lse.data, s.batch,
                                               s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
     });
-    report("flash-mma-forward", s, forward_ms, 0.0, double(sizeof(float)) * double(nq + rows),
-           device);
+    const double backward_ms = time_ms([&] {
+      gnmr::cuda::flash_attention_backward_mma(
+          q.data, k.data, v.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data,
+          scratch.data, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+    });
+    report("flash-mma", s, forward_ms, backward_ms,
+           double(sizeof(float)) * double(nq + rows + scratch_floats), device);
   }
   {
     const size_t probs_floats = rows * size_t(s.seq);

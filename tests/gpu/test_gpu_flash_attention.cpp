@@ -4,9 +4,10 @@
 // attention_backward<float>: out, lse, dq, dk, dv for T in {1, 17, 128, 1000} (1000 ends in a
 // partial tile of 40 rows), GQA (H = 8, Hkv = 2) and H = Hkv, hd 64 and 128; bit determinism
 // over two runs; outputs poisoned with NaN before the call fully overwritten; an unsupported
-// head dim refused with the shape in the message. The tensor-core forward
+// head dim refused with the shape in the message. The tensor-core forward and backward
 // (kernels/flash_attention_mma.cu) against the double-precision reference of the bf16-rounded
-// inputs (tests/backend/attention_bf16_reference.h, which derives its bound), on the same shapes.
+// inputs and its gradients (tests/backend/attention_bf16_reference.h, which derives the
+// bounds), on the same shapes, and the same bits twice.
 // Skip without a GPU (except the refusal, which is decided on the host).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -214,38 +215,61 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
   }
 }
 
-struct ForwardResult {
-  std::vector<float> out, lse;
-};
-
-ForwardResult run_gpu_mma_forward(const Inputs& in, const AttentionShape& s) {
-  const size_t nq = in.q.size(), nrows = size_t(s.batch * s.heads * s.seq);
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), out(nq), lse(nrows);
-  poison(out, nq), poison(lse, nrows);
+Result run_gpu_mma(const Inputs& in, const AttentionShape& s) {
+  const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
+  const size_t scratch_floats =
+      size_t(flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
+  DeviceBuffer<float> out(nq), lse(nrows), dq(nq), dk(nkv), dv(nkv), scratch(scratch_floats);
+  poison(out, nq), poison(lse, nrows), poison(dq, nq), poison(dk, nkv), poison(dv, nkv);
+  poison(scratch, scratch_floats);
   flash_attention_forward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), s.batch, s.seq,
                               s.heads, s.kv_heads, s.head_dim, nullptr);
+  flash_attention_backward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), dout.get(),
+                               dq.get(), dk.get(), dv.get(), scratch.get(), s.batch, s.seq, s.heads,
+                               s.kv_heads, s.head_dim, nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-  return {out.to_host(), lse.to_host()};
+  return {out.to_host(), lse.to_host(), dq.to_host(), dk.to_host(), dv.to_host()};
 }
 
-TEST(GpuFlashAttention, TensorCoreForwardIsWithinTheBf16BoundAndGivesTheSameBitsTwice) {
-  SKIP_WITHOUT_GPU();
-  for (const AttentionShape& s : shapes_for({1, 17, 128, 1000}, 1)) {
+void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionShape>& all) {
+  namespace ref = attention_bf16_reference;
+  for (const AttentionShape& s : all) {
     SCOPED_TRACE(shape_name(s));
     const Inputs in(s);
-    const ForwardResult first = run_gpu_mma_forward(in, s);
-    ASSERT_EQ(count_non_finite(first.out), 0u);
-    ASSERT_EQ(count_non_finite(first.lse), 0u);
-    const attention_bf16_reference::Reference ref =
-        attention_bf16_reference::reference(in.q, in.k, in.v, s);
-    EXPECT_EQ(attention_bf16_reference::out_violations(first.out, ref), "");
-    EXPECT_EQ(attention_bf16_reference::lse_violations(first.lse, ref), "");
-    const ForwardResult second = run_gpu_mma_forward(in, s);
-    EXPECT_EQ(std::memcmp(first.out.data(), second.out.data(), first.out.size() * sizeof(float)),
-              0);
-    EXPECT_EQ(std::memcmp(first.lse.data(), second.lse.data(), first.lse.size() * sizeof(float)),
-              0);
+    const Result first = run_gpu_mma(in, s);
+    for (const auto* x : {&first.out, &first.lse, &first.dq, &first.dk, &first.dv}) {
+      ASSERT_EQ(count_non_finite(*x), 0u);
+    }
+    const ref::Reference forward = ref::reference(in.q, in.k, in.v, s);
+    EXPECT_EQ(ref::out_violations(first.out, forward), "");
+    EXPECT_EQ(ref::lse_violations(first.lse, forward), "");
+    const ref::Gradients grads = ref::backward_reference(in.q, in.k, in.v, in.dout, s);
+    EXPECT_EQ(ref::violations("dq", first.dq, grads.dq, grads.dq_bound), "");
+    EXPECT_EQ(ref::violations("dk", first.dk, grads.dk, grads.dk_bound), "");
+    EXPECT_EQ(ref::violations("dv", first.dv, grads.dv, grads.dv_bound), "");
+    const Result second = run_gpu_mma(in, s);
+    const std::vector<const std::vector<float>*> a = {&first.out, &first.lse, &first.dq, &first.dk,
+                                                      &first.dv};
+    const std::vector<const std::vector<float>*> b = {&second.out, &second.lse, &second.dq,
+                                                      &second.dk, &second.dv};
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(std::memcmp(a[i]->data(), b[i]->data(), a[i]->size() * sizeof(float)), 0)
+          << "output " << i << " (out, lse, dq, dk, dv) differs between two runs";
+    }
   }
+}
+
+TEST(GpuFlashAttention, TensorCoreKernelsAreWithinTheBf16BoundsAndGiveTheSameBitsTwice) {
+  SKIP_WITHOUT_GPU();
+  expect_tensor_core_kernels_within_the_bounds(shapes_for({1, 17, 128}, 2));
+}
+
+// Named *LongSequence* so gpu_check.sh's memcheck stage leaves it out (its double-precision
+// reference takes seconds per shape).
+TEST(GpuFlashAttention, TensorCoreKernelsAtALongSequenceWithAPartialLastTile) {
+  SKIP_WITHOUT_GPU();
+  expect_tensor_core_kernels_within_the_bounds(shapes_for({1000}, 1));
 }
 
 // Decided on the host before any launch, so it runs without a GPU too.
