@@ -48,6 +48,41 @@ TEST(FlashLayout, TilesDoNotOverlapAndFitAnSm80Block) {
   }
 }
 
+// The tensor-core kernels' layout: bf16 tiles (in 2-byte elements) then, for the dK/dV pass,
+// the lse and delta rows (in 4-byte floats) after them; no overlap, within an sm_80 block, rows
+// 16-byte aligned and 4 banks apart (so 8 rows x 4 words of a fragment load hit 32 banks).
+TEST(FlashLayout, TensorCoreTilesDoNotOverlapAndFitAnSm80Block) {
+  for (int64_t hd : {64, 128}) {
+    for (FlashKernel kernel :
+         {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
+      SCOPED_TRACE(::testing::Message() << "hd " << hd << " kernel " << int(kernel));
+      const FlashTiling t = flash_gpu_tiling(1000);
+      const FlashMmaSharedLayout l = flash_mma_shared_layout(kernel, hd, t);
+      // Byte ranges of every region.
+      std::vector<std::pair<int64_t, int64_t>> regions = {{2 * l.q, 2 * t.q_tile * l.row_stride},
+                                                          {2 * l.k, 2 * t.kv_tile * l.row_stride},
+                                                          {2 * l.v, 2 * t.kv_tile * l.row_stride}};
+      if (kernel != FlashKernel::Forward) {
+        regions.push_back({2 * l.dout, 2 * t.q_tile * l.row_stride});
+      }
+      if (kernel == FlashKernel::BackwardKeyValue) {
+        regions.push_back({4 * l.lse, 4 * t.q_tile});
+        regions.push_back({4 * l.delta, 4 * t.q_tile});
+      }
+      std::sort(regions.begin(), regions.end());
+      for (size_t i = 0; i + 1 < regions.size(); ++i) {
+        EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first);
+      }
+      EXPECT_LE(regions.back().first + regions.back().second, l.total_bytes);
+      EXPECT_EQ(flash_mma_shared_bytes(kernel, hd, t), l.total_bytes);
+      EXPECT_LE(l.total_bytes, kSm80SharedOptinBytes);
+      for (const auto& region : regions) EXPECT_EQ(region.first % 16, 0);
+      EXPECT_EQ(2 * l.row_stride % 16, 0);
+      EXPECT_EQ(2 * l.row_stride / 4 % 32, 4);
+    }
+  }
+}
+
 TEST(FlashLayout, EveryRegisterTileElementHasOneOwner) {
   for (int64_t hd : {64, 128}) {
     const int64_t owned = flash_owned_per_thread(hd);
