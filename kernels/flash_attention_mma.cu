@@ -65,6 +65,7 @@ __device__ void load_tile_bf16(uint16_t* dst, int64_t dst_stride, const float* s
 
 // The A fragment of the 16 x 16 block at `base` of a row-major bf16 matrix (row stride `stride`).
 __device__ void load_a_fragment(uint32_t a[4], const uint16_t* base, int64_t stride, int lane) {
+#pragma unroll
   for (int r = 0; r < 4; ++r) {
     const int lo = 2 * r, hi = 2 * r + 1;
     a[r] = pack_bf16_pair(base[mma_a_row(lane, lo) * stride + mma_a_col(lane, lo)],
@@ -76,6 +77,7 @@ __device__ void load_a_fragment(uint32_t a[4], const uint16_t* base, int64_t str
 // rows (n = key, k = head dim).
 __device__ void load_b_fragment_from_rows_of_n(uint32_t b[2], const uint16_t* base, int64_t stride,
                                                int lane) {
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int lo = 2 * r, hi = 2 * r + 1;
     b[r] = pack_bf16_pair(base[mma_b_col(lane, lo) * stride + mma_b_row(lane, lo)],
@@ -87,6 +89,7 @@ __device__ void load_b_fragment_from_rows_of_n(uint32_t b[2], const uint16_t* ba
 // n = head dim).
 __device__ void load_b_fragment_from_rows_of_k(uint32_t b[2], const uint16_t* base, int64_t stride,
                                                int lane) {
+#pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int lo = 2 * r, hi = 2 * r + 1;
     b[r] = pack_bf16_pair(base[mma_b_row(lane, lo) * stride + mma_b_col(lane, lo)],
@@ -128,7 +131,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
   load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
   float o[kOutBlocks][kMmaCElements];
+#pragma unroll
   for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) o[ob][i] = 0.0f;
   }
   // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max, and
@@ -145,12 +150,16 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     __syncthreads();
 
     float sc[kKeyBlocks][kMmaCElements];
+#pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] = 0.0f;
     }
+#pragma unroll
     for (int kk = 0; kk < kDimSteps; ++kk) {
       uint32_t a[4];
       load_a_fragment(a, qs + w0 * st + kk * kMmaK, st, lane);
+#pragma unroll
       for (int nb = 0; nb < kKeyBlocks; ++nb) {
         uint32_t bf[2];
         load_b_fragment_from_rows_of_n(bf, ks + nb * kMmaN * st + kk * kMmaK, st, lane);
@@ -160,7 +169,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
     // Scale, mask (keys after the query, and keys past the end of a partial tile), row max.
     float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
         const int64_t query = r0 + w0 + mma_c_row(lane, i);
         const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
@@ -171,32 +182,40 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     // Every row sees a key in every tile it visits (key c0 <= its query, tile 0 holds key 0 and
     // the diagonal tile starts at the query tile's first row), so m stays finite from tile 0 on.
     float rescale[2];
+#pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
       rescale[half] = expf(m[half] - m_new);
       m[half] = m_new;
       l[half] *= rescale[half];
     }
+#pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
         const float p = expf(sc[nb][i] - m[i >> 1]);
         sc[nb][i] = p;
         l[i >> 1] += p;
       }
     }
+#pragma unroll
     for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= rescale[i >> 1];
     }
 
-    // O += P V, P (bf16) straight from the score accumulators.
+// O += P V, P (bf16) straight from the score accumulators.
+#pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk) {
       uint32_t a[4];
+#pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int lo = 2 * r, hi = 2 * r + 1;
         a[r] = pack_bf16_pair(
             encode_bf16(sc[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
             encode_bf16(sc[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
       }
+#pragma unroll
       for (int ob = 0; ob < kOutBlocks; ++ob) {
         uint32_t bf[2];
         load_b_fragment_from_rows_of_k(bf, vs + kk * kMmaK * st + ob * kMmaN, st, lane);
@@ -206,7 +225,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   }
 
   const float row_sum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+#pragma unroll
   for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) {
       const int64_t row = w0 + mma_c_row(lane, i);
       if (row < rows) {
@@ -216,6 +237,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     }
   }
   if (mma_quad(lane) == 0) {
+#pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = w0 + mma_group(lane) + 8 * half;
       if (row < rows) lse[flash_stat_offset(s, b, h, r0 + row)] = m[half] + logf(row_sum[half]);
@@ -253,6 +275,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                      tiles.q_tile);
   // This lane's two rows (group and group + 8 of the warp's 16); rows past the end are masked.
   float row_lse[2], row_delta[2];
+#pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t row = w0 + mma_group(lane) + 8 * half;
     const bool real = row < rows;
@@ -260,7 +283,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     row_delta[half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
   }
   float dq_acc[kOutBlocks][kMmaCElements];
+#pragma unroll
   for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) dq_acc[ob][i] = 0.0f;
   }
 
@@ -274,13 +299,17 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     __syncthreads();
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
+#pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] = dp[nb][i] = 0.0f;
     }
+#pragma unroll
     for (int kk = 0; kk < kDimSteps; ++kk) {
       uint32_t aq[4], ado[4];
       load_a_fragment(aq, qs + w0 * st + kk * kMmaK, st, lane);
       load_a_fragment(ado, dos + w0 * st + kk * kMmaK, st, lane);
+#pragma unroll
       for (int nb = 0; nb < kKeyBlocks; ++nb) {
         uint32_t bk[2], bv[2];
         load_b_fragment_from_rows_of_n(bk, ks + nb * kMmaN * st + kk * kMmaK, st, lane);
@@ -289,8 +318,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         mma_bf16_m16n8k16(dp[nb], ado, bv);
       }
     }
-    // dS = P (dP - delta) into sc; masked pairs are exactly 0.
+// dS = P (dP - delta) into sc; masked pairs are exactly 0.
+#pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
         const int64_t query = r0 + w0 + mma_c_row(lane, i);
         const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
@@ -299,14 +330,17 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         sc[nb][i] = p * (dp[nb][i] - row_delta[i >> 1]);
       }
     }
+#pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk) {
       uint32_t a[4];
+#pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int lo = 2 * r, hi = 2 * r + 1;
         a[r] = pack_bf16_pair(
             encode_bf16(sc[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
             encode_bf16(sc[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
       }
+#pragma unroll
       for (int ob = 0; ob < kOutBlocks; ++ob) {
         uint32_t bf[2];
         load_b_fragment_from_rows_of_k(bf, ks + kk * kMmaK * st + ob * kMmaN, st, lane);
@@ -314,7 +348,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       }
     }
   }
+#pragma unroll
   for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) {
       const int64_t row = w0 + mma_c_row(lane, i);
       if (row < rows) {
@@ -359,7 +395,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
                      tiles.kv_tile);
   float dk_acc[kOutBlocks][kMmaCElements], dv_acc[kOutBlocks][kMmaCElements];
+#pragma unroll
   for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) dk_acc[ob][i] = dv_acc[ob][i] = 0.0f;
   }
 
@@ -379,13 +417,17 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       __syncthreads();
 
       float pt[kQueryBlocks][kMmaCElements], dst[kQueryBlocks][kMmaCElements];
+#pragma unroll
       for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
         for (int i = 0; i < kMmaCElements; ++i) pt[nb][i] = dst[nb][i] = 0.0f;
       }
+#pragma unroll
       for (int kk = 0; kk < kDimSteps; ++kk) {
         uint32_t ak[4], av[4];
         load_a_fragment(ak, ks + w0 * st + kk * kMmaK, st, lane);
         load_a_fragment(av, vs + w0 * st + kk * kMmaK, st, lane);
+#pragma unroll
         for (int nb = 0; nb < kQueryBlocks; ++nb) {
           uint32_t bq[2], bdo[2];
           load_b_fragment_from_rows_of_n(bq, qs + nb * kMmaN * st + kk * kMmaK, st, lane);
@@ -394,9 +436,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
           mma_bf16_m16n8k16(dst[nb], av, bdo);
         }
       }
-      // P^T into pt, dS^T into dst: element (key row, query column); masked pairs exactly 0
-      // (keys past the end fail key <= query, as every query is before the end).
+// P^T into pt, dS^T into dst: element (key row, query column); masked pairs exactly 0
+// (keys past the end fail key <= query, as every query is before the end).
+#pragma unroll
       for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
         for (int i = 0; i < kMmaCElements; ++i) {
           const int column = nb * kMmaN + mma_c_col(lane, i);
           const int64_t query = r0 + column, key = c0 + w0 + mma_c_row(lane, i);
@@ -406,8 +450,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
           dst[nb][i] = p * (dst[nb][i] - delta_rows[column]);
         }
       }
+#pragma unroll
       for (int kk = 0; kk < kQuerySteps; ++kk) {
         uint32_t ap[4], ads[4];
+#pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int lo = 2 * r, hi = 2 * r + 1;
           const int lo_block = 2 * kk + mma_a_from_c_block(lo),
@@ -419,6 +465,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
           ads[r] = pack_bf16_pair(encode_bf16(dst[lo_block][lo_element]),
                                   encode_bf16(dst[hi_block][hi_element]));
         }
+#pragma unroll
         for (int ob = 0; ob < kOutBlocks; ++ob) {
           uint32_t bdo[2], bq[2];
           load_b_fragment_from_rows_of_k(bdo, dos + kk * kMmaK * st + ob * kMmaN, st, lane);
@@ -429,7 +476,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       }
     }
   }
+#pragma unroll
   for (int ob = 0; ob < kOutBlocks; ++ob) {
+#pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) {
       const int64_t row = w0 + mma_c_row(lane, i);
       if (row < cols) {
