@@ -109,14 +109,87 @@ __device__ float quad_sum(float value) {
   return value + warp_shfl_xor(value, 2);
 }
 
+// acc = A B^T for one warp: A the 16 rows x HD at `a`, B the kBlocks x 8 rows x HD at `b`
+// (both bf16, row stride `stride`), so acc is 16 x 8 kBlocks in C fragments. The score-like
+// products: S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
+template <int HD, int kBlocks>
+__device__ void multiply_by_rows_transposed(float acc[kBlocks][kMmaCElements], const uint16_t* a,
+                                            const uint16_t* b, int64_t stride, int lane) {
+#pragma unroll
+  for (int nb = 0; nb < kBlocks; ++nb) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) acc[nb][i] = 0.0f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < HD / kMmaK; ++kk) {
+    uint32_t af[4];
+    load_a_fragment(af, a + kk * kMmaK, stride, lane);
+#pragma unroll
+    for (int nb = 0; nb < kBlocks; ++nb) {
+      uint32_t bf[2];
+      load_b_fragment_from_rows_of_n(bf, b + nb * kMmaN * stride + kk * kMmaK, stride, lane);
+      mma_bf16_m16n8k16(acc[nb], af, bf);
+    }
+  }
+}
+
+// acc += C B for one warp: C the 16 x 8 kBlocks fp32 C fragments of an earlier product,
+// rounded to bf16 and reused as A fragments (mma_fragment.h), B the 8 kBlocks rows x HD at `b`
+// (bf16, row stride `stride`); acc is 16 x HD. The value-like products: O += P V, dQ += dS K,
+// dV += P^T dO, dK += dS^T Q.
+template <int HD, int kBlocks>
+__device__ void accumulate_times_rows(float acc[HD / kMmaN][kMmaCElements],
+                                      const float c[kBlocks][kMmaCElements], const uint16_t* b,
+                                      int64_t stride, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kBlocks / 2; ++kk) {
+    uint32_t af[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int lo = 2 * r, hi = 2 * r + 1;
+      af[r] =
+          pack_bf16_pair(encode_bf16(c[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
+                         encode_bf16(c[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
+    }
+#pragma unroll
+    for (int ob = 0; ob < HD / kMmaN; ++ob) {
+      uint32_t bf[2];
+      load_b_fragment_from_rows_of_k(bf, b + kk * kMmaK * stride + ob * kMmaN, stride, lane);
+      mma_bf16_m16n8k16(acc[ob], af, bf);
+    }
+  }
+}
+
+// A 16 x HD accumulator of C fragments, zeroed.
+template <int HD>
+__device__ void zero_rows(float acc[HD / kMmaN][kMmaCElements]) {
+#pragma unroll
+  for (int ob = 0; ob < HD / kMmaN; ++ob) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) acc[ob][i] = 0.0f;
+  }
+}
+
+// Writes a warp's 16 x HD accumulator times `scale` to the rows at dst + row * dst_stride, for
+// the rows below `rows` (those of a partial tile that exist).
+template <int HD>
+__device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
+                           const float acc[HD / kMmaN][kMmaCElements], float scale, int lane) {
+#pragma unroll
+  for (int ob = 0; ob < HD / kMmaN; ++ob) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const int64_t row = w0 + mma_c_row(lane, i);
+      if (row < rows) dst[row * dst_stride + ob * kMmaN + mma_c_col(lane, i)] = acc[ob][i] * scale;
+    }
+  }
+}
+
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
     flash_forward_mma_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
                              FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
-  constexpr int kKeySteps = int(kFlashKvTile) / kMmaK;   // k steps of P V
-  constexpr int kOutBlocks = HD / kMmaN;                 // n-blocks of O
-  constexpr int kDimSteps = HD / kMmaK;                  // k steps of Q K^T
   extern __shared__ float smem[];
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::Forward, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
@@ -130,12 +203,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int w0 = warp * kMmaM;  // the warp's first row in the query tile
 
   load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
-  float o[kOutBlocks][kMmaCElements];
-#pragma unroll
-  for (int ob = 0; ob < kOutBlocks; ++ob) {
-#pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] = 0.0f;
-  }
+  float o[HD / kMmaN][kMmaCElements];
+  zero_rows<HD>(o);
   // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max, and
   // this lane's share of the running sum (its 16 of each key tile's 64 columns).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -150,23 +219,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     __syncthreads();
 
     float sc[kKeyBlocks][kMmaCElements];
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] = 0.0f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < kDimSteps; ++kk) {
-      uint32_t a[4];
-      load_a_fragment(a, qs + w0 * st + kk * kMmaK, st, lane);
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; ++nb) {
-        uint32_t bf[2];
-        load_b_fragment_from_rows_of_n(bf, ks + nb * kMmaN * st + kk * kMmaK, st, lane);
-        mma_bf16_m16n8k16(sc[nb], a, bf);
-      }
-    }
-
+    multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
     // Scale, mask (keys after the query, and keys past the end of a partial tile), row max.
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -199,43 +252,20 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       }
     }
 #pragma unroll
-    for (int ob = 0; ob < kOutBlocks; ++ob) {
+    for (int ob = 0; ob < HD / kMmaN; ++ob) {
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= rescale[i >> 1];
     }
-
-// O += P V, P (bf16) straight from the score accumulators.
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; ++kk) {
-      uint32_t a[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int lo = 2 * r, hi = 2 * r + 1;
-        a[r] = pack_bf16_pair(
-            encode_bf16(sc[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
-            encode_bf16(sc[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
-      }
-#pragma unroll
-      for (int ob = 0; ob < kOutBlocks; ++ob) {
-        uint32_t bf[2];
-        load_b_fragment_from_rows_of_k(bf, vs + kk * kMmaK * st + ob * kMmaN, st, lane);
-        mma_bf16_m16n8k16(o[ob], a, bf);
-      }
-    }
+    accumulate_times_rows<HD, kKeyBlocks>(o, sc, vs, st, lane);  // O += P V
   }
 
   const float row_sum[2] = {quad_sum(l[0]), quad_sum(l[1])};
 #pragma unroll
-  for (int ob = 0; ob < kOutBlocks; ++ob) {
+  for (int ob = 0; ob < HD / kMmaN; ++ob) {
 #pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) {
-      const int64_t row = w0 + mma_c_row(lane, i);
-      if (row < rows) {
-        out[flash_q_offset(s, b, r0 + row, h, HD) + ob * kMmaN + mma_c_col(lane, i)] =
-            o[ob][i] / row_sum[i >> 1];
-      }
-    }
+    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] /= row_sum[i >> 1];
   }
+  store_rows<HD>(out + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, o, 1.0f, lane);
   if (mma_quad(lane) == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -255,9 +285,6 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                                     const float* lse, const float* delta, const float* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;
-  constexpr int kKeySteps = int(kFlashKvTile) / kMmaK;
-  constexpr int kOutBlocks = HD / kMmaN;
-  constexpr int kDimSteps = HD / kMmaK;
   extern __shared__ float smem[];
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
@@ -282,12 +309,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     row_lse[half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
     row_delta[half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
   }
-  float dq_acc[kOutBlocks][kMmaCElements];
-#pragma unroll
-  for (int ob = 0; ob < kOutBlocks; ++ob) {
-#pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) dq_acc[ob][i] = 0.0f;
-  }
+  float dq_acc[HD / kMmaN][kMmaCElements];
+  zero_rows<HD>(dq_acc);
 
   for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
@@ -299,30 +322,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     __syncthreads();
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] = dp[nb][i] = 0.0f;
-    }
-#pragma unroll
-    for (int kk = 0; kk < kDimSteps; ++kk) {
-      uint32_t aq[4], ado[4];
-      load_a_fragment(aq, qs + w0 * st + kk * kMmaK, st, lane);
-      load_a_fragment(ado, dos + w0 * st + kk * kMmaK, st, lane);
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; ++nb) {
-        uint32_t bk[2], bv[2];
-        load_b_fragment_from_rows_of_n(bk, ks + nb * kMmaN * st + kk * kMmaK, st, lane);
-        load_b_fragment_from_rows_of_n(bv, vs + nb * kMmaN * st + kk * kMmaK, st, lane);
-        mma_bf16_m16n8k16(sc[nb], aq, bk);
-        mma_bf16_m16n8k16(dp[nb], ado, bv);
-      }
-    }
-// dS = P (dP - delta) into sc; masked pairs are exactly 0.
+    multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
+    multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
+        // dS = P (dP - delta) into sc; masked pairs are exactly 0.
         const int64_t query = r0 + w0 + mma_c_row(lane, i);
         const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
         const bool keep = key < c0 + cols && key <= query && query < s.seq;
@@ -330,35 +336,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
         sc[nb][i] = p * (dp[nb][i] - row_delta[i >> 1]);
       }
     }
-#pragma unroll
-    for (int kk = 0; kk < kKeySteps; ++kk) {
-      uint32_t a[4];
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int lo = 2 * r, hi = 2 * r + 1;
-        a[r] = pack_bf16_pair(
-            encode_bf16(sc[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
-            encode_bf16(sc[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
-      }
-#pragma unroll
-      for (int ob = 0; ob < kOutBlocks; ++ob) {
-        uint32_t bf[2];
-        load_b_fragment_from_rows_of_k(bf, ks + kk * kMmaK * st + ob * kMmaN, st, lane);
-        mma_bf16_m16n8k16(dq_acc[ob], a, bf);
-      }
-    }
+    accumulate_times_rows<HD, kKeyBlocks>(dq_acc, sc, ks, st, lane);  // dQ += dS K
   }
-#pragma unroll
-  for (int ob = 0; ob < kOutBlocks; ++ob) {
-#pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) {
-      const int64_t row = w0 + mma_c_row(lane, i);
-      if (row < rows) {
-        dq[flash_q_offset(s, b, r0 + row, h, HD) + ob * kMmaN + mma_c_col(lane, i)] =
-            dq_acc[ob][i] * scale;
-      }
-    }
-  }
+  store_rows<HD>(dq + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, dq_acc, scale, lane);
 }
 
 // The dK/dV pass: one block per (batch, kv head, key tile), kFlashMmaWarps warps of 16 key rows,
@@ -373,9 +353,6 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                                         float* dk, float* dv, FlashDims s, FlashTiling tiles,
                                         float scale) {
   constexpr int kQueryBlocks = int(kFlashQTile) / kMmaN;
-  constexpr int kQuerySteps = int(kFlashQTile) / kMmaK;
-  constexpr int kOutBlocks = HD / kMmaN;
-  constexpr int kDimSteps = HD / kMmaK;
   extern __shared__ float smem[];
   const FlashMmaSharedLayout lay =
       flash_mma_shared_layout(FlashKernel::BackwardKeyValue, HD, tiles);
@@ -394,12 +371,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                      tiles.kv_tile);
   load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
                      tiles.kv_tile);
-  float dk_acc[kOutBlocks][kMmaCElements], dv_acc[kOutBlocks][kMmaCElements];
-#pragma unroll
-  for (int ob = 0; ob < kOutBlocks; ++ob) {
-#pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) dk_acc[ob][i] = dv_acc[ob][i] = 0.0f;
-  }
+  float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
+  zero_rows<HD>(dk_acc);
+  zero_rows<HD>(dv_acc);
 
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     for (int64_t qi = flash_first_q_tile(tiles, kj); qi < q_tiles; ++qi) {
@@ -417,31 +391,14 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       __syncthreads();
 
       float pt[kQueryBlocks][kMmaCElements], dst[kQueryBlocks][kMmaCElements];
-#pragma unroll
-      for (int nb = 0; nb < kQueryBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < kMmaCElements; ++i) pt[nb][i] = dst[nb][i] = 0.0f;
-      }
-#pragma unroll
-      for (int kk = 0; kk < kDimSteps; ++kk) {
-        uint32_t ak[4], av[4];
-        load_a_fragment(ak, ks + w0 * st + kk * kMmaK, st, lane);
-        load_a_fragment(av, vs + w0 * st + kk * kMmaK, st, lane);
-#pragma unroll
-        for (int nb = 0; nb < kQueryBlocks; ++nb) {
-          uint32_t bq[2], bdo[2];
-          load_b_fragment_from_rows_of_n(bq, qs + nb * kMmaN * st + kk * kMmaK, st, lane);
-          load_b_fragment_from_rows_of_n(bdo, dos + nb * kMmaN * st + kk * kMmaK, st, lane);
-          mma_bf16_m16n8k16(pt[nb], ak, bq);
-          mma_bf16_m16n8k16(dst[nb], av, bdo);
-        }
-      }
-// P^T into pt, dS^T into dst: element (key row, query column); masked pairs exactly 0
-// (keys past the end fail key <= query, as every query is before the end).
+      multiply_by_rows_transposed<HD, kQueryBlocks>(pt, ks + w0 * st, qs, st, lane);
+      multiply_by_rows_transposed<HD, kQueryBlocks>(dst, vs + w0 * st, dos, st, lane);
 #pragma unroll
       for (int nb = 0; nb < kQueryBlocks; ++nb) {
 #pragma unroll
         for (int i = 0; i < kMmaCElements; ++i) {
+          // P^T into pt, dS^T into dst: element (key row, query column); masked pairs exactly 0
+          // (keys past the end fail key <= query, as every query is before the end).
           const int column = nb * kMmaN + mma_c_col(lane, i);
           const int64_t query = r0 + column, key = c0 + w0 + mma_c_row(lane, i);
           const bool keep = query < s.seq && key <= query;
@@ -450,44 +407,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
           dst[nb][i] = p * (dst[nb][i] - delta_rows[column]);
         }
       }
-#pragma unroll
-      for (int kk = 0; kk < kQuerySteps; ++kk) {
-        uint32_t ap[4], ads[4];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int lo = 2 * r, hi = 2 * r + 1;
-          const int lo_block = 2 * kk + mma_a_from_c_block(lo),
-                    lo_element = mma_a_from_c_element(lo);
-          const int hi_block = 2 * kk + mma_a_from_c_block(hi),
-                    hi_element = mma_a_from_c_element(hi);
-          ap[r] = pack_bf16_pair(encode_bf16(pt[lo_block][lo_element]),
-                                 encode_bf16(pt[hi_block][hi_element]));
-          ads[r] = pack_bf16_pair(encode_bf16(dst[lo_block][lo_element]),
-                                  encode_bf16(dst[hi_block][hi_element]));
-        }
-#pragma unroll
-        for (int ob = 0; ob < kOutBlocks; ++ob) {
-          uint32_t bdo[2], bq[2];
-          load_b_fragment_from_rows_of_k(bdo, dos + kk * kMmaK * st + ob * kMmaN, st, lane);
-          load_b_fragment_from_rows_of_k(bq, qs + kk * kMmaK * st + ob * kMmaN, st, lane);
-          mma_bf16_m16n8k16(dv_acc[ob], ap, bdo);
-          mma_bf16_m16n8k16(dk_acc[ob], ads, bq);
-        }
-      }
+      accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
+      accumulate_times_rows<HD, kQueryBlocks>(dk_acc, dst, qs, st, lane);  // dK += dS^T Q
     }
   }
-#pragma unroll
-  for (int ob = 0; ob < kOutBlocks; ++ob) {
-#pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) {
-      const int64_t row = w0 + mma_c_row(lane, i);
-      if (row < cols) {
-        const int64_t at = flash_kv_offset(s, b, c0 + row, g, HD) + ob * kMmaN + mma_c_col(lane, i);
-        dk[at] = dk_acc[ob][i] * scale;
-        dv[at] = dv_acc[ob][i];
-      }
-    }
-  }
+  const int64_t at = flash_kv_offset(s, b, c0, g, HD);
+  store_rows<HD>(dk + at, s.kv_heads * HD, w0, cols, dk_acc, scale, lane);
+  store_rows<HD>(dv + at, s.kv_heads * HD, w0, cols, dv_acc, 1.0f, lane);
 }
 
 // ---- device code end
