@@ -73,27 +73,16 @@ __device__ void load_a_fragment(uint32_t a[4], const uint16_t* base, int64_t str
   }
 }
 
-// The B fragment (16 x 8, k x n) with B(k, n) = base[n * stride + k]: B = K^T read from K's
-// rows (n = key, k = head dim).
-__device__ void load_b_fragment_from_rows_of_n(uint32_t b[2], const uint16_t* base, int64_t stride,
-                                               int lane) {
+// The B fragment (16 x 8, k x n) with B(k, n) = base[k * k_stride + n * n_stride]. From the
+// rows of K (n = key, k = head dim: k_stride 1) it is K^T; from the rows of V (k = key,
+// n = head dim: n_stride 1) it is V.
+__device__ void load_b_fragment(uint32_t b[2], const uint16_t* base, int64_t k_stride,
+                                int64_t n_stride, int lane) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int lo = 2 * r, hi = 2 * r + 1;
-    b[r] = pack_bf16_pair(base[mma_b_col(lane, lo) * stride + mma_b_row(lane, lo)],
-                          base[mma_b_col(lane, hi) * stride + mma_b_row(lane, hi)]);
-  }
-}
-
-// The B fragment with B(k, n) = base[k * stride + n]: B = V read from V's rows (k = key,
-// n = head dim).
-__device__ void load_b_fragment_from_rows_of_k(uint32_t b[2], const uint16_t* base, int64_t stride,
-                                               int lane) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int lo = 2 * r, hi = 2 * r + 1;
-    b[r] = pack_bf16_pair(base[mma_b_row(lane, lo) * stride + mma_b_col(lane, lo)],
-                          base[mma_b_row(lane, hi) * stride + mma_b_col(lane, hi)]);
+    b[r] = pack_bf16_pair(base[mma_b_row(lane, lo) * k_stride + mma_b_col(lane, lo) * n_stride],
+                          base[mma_b_row(lane, hi) * k_stride + mma_b_col(lane, hi) * n_stride]);
   }
 }
 
@@ -127,7 +116,7 @@ __device__ void multiply_by_rows_transposed(float acc[kBlocks][kMmaCElements], c
 #pragma unroll
     for (int nb = 0; nb < kBlocks; ++nb) {
       uint32_t bf[2];
-      load_b_fragment_from_rows_of_n(bf, b + nb * kMmaN * stride + kk * kMmaK, stride, lane);
+      load_b_fragment(bf, b + nb * kMmaN * stride + kk * kMmaK, 1, stride, lane);
       mma_bf16_m16n8k16(acc[nb], af, bf);
     }
   }
@@ -154,7 +143,7 @@ __device__ void accumulate_times_rows(float acc[HD / kMmaN][kMmaCElements],
 #pragma unroll
     for (int ob = 0; ob < HD / kMmaN; ++ob) {
       uint32_t bf[2];
-      load_b_fragment_from_rows_of_k(bf, b + kk * kMmaK * stride + ob * kMmaN, stride, lane);
+      load_b_fragment(bf, b + kk * kMmaK * stride + ob * kMmaN, stride, 1, lane);
       mma_bf16_m16n8k16(acc[ob], af, bf);
     }
   }
