@@ -58,4 +58,10 @@ void convert_to_bf16(const float* x, int64_t count, uint16_t* out, cudaStream_t 
 void fake_quantize_int8_per_row(const float* x, int64_t rows, int64_t cols, float* out,
                                 cudaStream_t stream);
 
+// The int8 GEMM's epilogue, in place: d holds the int32 sums of a column-major m x n D as
+// cuBLASLt wrote them and receives their fp32 values; a_scales [m], b_scales [n] are the two
+// operands' row scales. Twin: gnmr::int8_gemm_reference (backend/cuda/int8_gemm_reference.h).
+void dequantize_int8_gemm_output(void* d, const float* a_scales, const float* b_scales, int64_t m,
+                                 int64_t n, cudaStream_t stream);
+
 }  // namespace gnmr::cuda

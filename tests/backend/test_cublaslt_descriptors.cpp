@@ -48,7 +48,11 @@ Layout read_layout(cublasLtMatrixLayout_t l) {
 void expect_consistent(const GemmPlan& p) {
   SCOPED_TRACE(std::string(gemm_role_name(p.role)) + " " + gemm_impl_name(p.impl));
   LtGemmDescriptors d(p);
-  EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE), int32_t(CUBLAS_COMPUTE_32F));
+  const bool int8 = p.impl == GemmImpl::kInt8;
+  EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE),
+            int32_t(int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F));
+  EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_SCALE_TYPE),
+            int32_t(int8 ? CUDA_R_32I : CUDA_R_32F));
   EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
             p.transa ? CUBLAS_OP_T : CUBLAS_OP_N);
   EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
@@ -67,7 +71,8 @@ void expect_consistent(const GemmPlan& p) {
   EXPECT_EQ(c.rows, p.m);
   EXPECT_EQ(c.cols, p.n);
   EXPECT_EQ(c.ld, p.m);
-  EXPECT_EQ(c.type, int32_t(CUDA_R_32F));
+  EXPECT_EQ(c.type, int32_t(int8 ? CUDA_R_32I : CUDA_R_32F));
+  EXPECT_EQ(read_layout(d.c()).type, c.type);
   EXPECT_EQ(a.type, int32_t(cuda_data_type(p.a.type)));
   if (p.impl == GemmImpl::kFp8Block) {
     EXPECT_EQ(a.type, int32_t(CUDA_R_8F_E4M3));
@@ -78,6 +83,14 @@ void expect_consistent(const GemmPlan& p) {
     EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_B_SCALE_MODE),
               CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F);
   }
+  if (int8) {
+    EXPECT_EQ(a.type, int32_t(CUDA_R_8I));
+    EXPECT_EQ(b.type, int32_t(CUDA_R_8I));
+    EXPECT_TRUE(p.transa && !p.transb) << "IMMA with the regular order must be TN";
+    EXPECT_EQ(a.ld % 4, 0);
+    EXPECT_EQ(b.ld % 4, 0);
+    EXPECT_EQ(c.ld % 4, 0);
+  }
 }
 
 TEST(CublasLtDescriptors, EveryRoleAndImplementationReadsBackAsPlanned) {
@@ -86,7 +99,11 @@ TEST(CublasLtDescriptors, EveryRoleAndImplementationReadsBackAsPlanned) {
   PathSpec bf16;
   bf16.kind = PathKind::kBf16Gemm;
   PathSpec backend;
+  PathSpec int8;
+  int8.kind = PathKind::kInt8Gemm;
   for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
+    expect_consistent(
+        plan_gemm(role, 192, 656, 320, int8, GemmPrecision::FP32, GpuTarget{90}, false));
     expect_consistent(
         plan_gemm(role, 192, 656, 320, fp8, GemmPrecision::FP32, GpuTarget{90}, false));
     expect_consistent(

@@ -4,15 +4,20 @@
 // backend runs.
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <vector>
 
 #include "backend/cuda/block_scaled_gemm_reference.h"
 #include "backend/cuda/gemm_plan.h"
+#include "backend/cuda/int8_gemm_reference.h"
 #include "config/config.h"
+#include "precision/fake_quantize_int.h"
 #include "precision/quantize_fine_grained.h"
+#include "precision/quantize_groupwise.h"
 #include "precision/scale_layout.h"
 #include "test_paths.h"
 
@@ -129,6 +134,39 @@ TEST(CudaGemmPlan, Bf16AndFp32TakeTheTensorsAsStored) {
             1.0f);
 }
 
+TEST(CudaGemmPlan, Int8ForwardIsATnInt8GemmWithOneScalePerRowAppliedAfter) {
+  const GemmPlan f = plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm), 80);
+  EXPECT_EQ(f.impl, GemmImpl::kInt8);  // IMMA: sm_80 too
+  EXPECT_TRUE(f.emulated_because.empty()) << f.emulated_because;
+  EXPECT_EQ(f.m, 320);
+  EXPECT_EQ(f.n, 192);
+  EXPECT_EQ(f.k, 656);
+  EXPECT_TRUE(f.transa);
+  EXPECT_FALSE(f.transb);
+  EXPECT_EQ(f.a.tensor, "W");
+  EXPECT_EQ(f.b.tensor, "x");
+  EXPECT_EQ(f.a.type, GemmOperandType::kS8);
+  EXPECT_EQ(f.b.type, GemmOperandType::kS8);
+  EXPECT_FALSE(f.a.transposed_copy || f.b.transposed_copy);
+  EXPECT_EQ(f.a.scale_mode, ScaleMode::kRowAfterGemm);
+  EXPECT_EQ(f.b.scale_mode, ScaleMode::kRowAfterGemm);
+  EXPECT_EQ(f.a.scale_count, 320);  // one per output channel
+  EXPECT_EQ(f.b.scale_count, 192);  // one per token
+  EXPECT_EQ(f.lda, 656);
+  EXPECT_EQ(f.ldb, 656);
+  EXPECT_EQ(f.ldc, 320);
+  EXPECT_EQ(f.beta, 0.0f);
+  EXPECT_EQ(f.d_type, GemmOperandType::kS32);
+  EXPECT_STREQ(gemm_impl_name(f.impl), "int8");
+  // Every other plan writes fp32.
+  EXPECT_EQ(plan(GemmRole::kForward, fp_path(FpFormat::kE4M3)).d_type, GemmOperandType::kF32);
+  // The int32 bound is the exact one.
+  EXPECT_LE(kInt8GemmMaxK * 127 * 127, int64_t{INT32_MAX});
+  EXPECT_GT((kInt8GemmMaxK + 1) * 127 * 127, int64_t{INT32_MAX});
+  EXPECT_EQ(plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm), 90, 8, kInt8GemmMaxK, 64).impl,
+            GemmImpl::kInt8);
+}
+
 TEST(CudaGemmPlan, WhatCublasLtCannotTakeIsEmulatedAndSaysWhy) {
   struct Case {
     GemmPlan plan;
@@ -141,8 +179,15 @@ TEST(CudaGemmPlan, WhatCublasLtCannotTakeIsEmulatedAndSaysWhy) {
       // ffn 5461 (configs/models/llama2-1b.json) cannot take FP8.
       {plan(GemmRole::kForward, fp_path(FpFormat::kE4M3), 90, 1024, 2048, 5461), "5461"},
       {plan(GemmRole::kWeightGradient, fp_path(FpFormat::kE4M3), 90, 100, 2048, 2048), "100"},
-      {plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm)), "int8"},
-      {plan(GemmRole::kInputGradient, kind_path(PathKind::kInt8Gemm)), "int8"},
+      {plan(GemmRole::kInputGradient, kind_path(PathKind::kInt8Gemm)), "int8 input gradient"},
+      // int8's forward: IMMA needs m and k multiples of 4, and int32 sums that cannot overflow.
+      {plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm), 90, 192, 654, 320), "654"},
+      {plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm), 90, 192, 656, 322), "322"},
+      {plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm), 90, 8, kInt8GemmMaxK + 4, 64),
+       "overflow"},
+      {plan_gemm(GemmRole::kForward, 192, 656, 320, kind_path(PathKind::kInt8Gemm),
+                 GemmPrecision::FP32, GpuTarget{90}, true),
+       "accumulate"},
   };
   for (const Case& c : cases) {
     EXPECT_EQ(c.plan.impl, GemmImpl::kEmulated) << c.reason_contains;
@@ -378,6 +423,95 @@ TEST(CudaBlockScaledGemm, DoublingOneBlockScaleChangesOnlyThatBlocksOutputs) {
     }
   EXPECT_EQ(changed_outside, 0);
   EXPECT_GT(changed_inside, 128 * kN * 9 / 10);
+}
+
+// ---- the int8 GEMM's CPU twin vs the exact product and the CPU's fake-quantize path ----
+
+struct Int8Rows {
+  std::vector<int8_t> codes;
+  std::vector<float> scales;  // one per row
+};
+
+// What the CUDA backend's quantizer writes: int group-wise, 8 bits, one group per row.
+Int8Rows int8_rows(const std::vector<float>& x, int64_t rows, int64_t cols) {
+  Int8Rows q;
+  std::vector<uint8_t> packed(size_t(rows * cols));
+  q.scales.resize(size_t(rows));
+  quantize_int_groupwise(x.data(), rows, cols, GroupwiseSpec{8, kGroupRow, false}, packed.data(),
+                         q.scales.data());
+  q.codes.resize(packed.size());
+  std::memcpy(q.codes.data(), packed.data(), packed.size());  // 8-bit fields: two's complement
+  return q;
+}
+
+TEST(CudaInt8Gemm, TheCpuTwinIsTheExactProductWithinThreeRoundingsAndMatchesTheFakeQuantPath) {
+  const std::vector<float> x = random_matrix(kN, kIn, 7), w = random_matrix(kOut, kIn, 8);
+  const GemmPlan p = plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm));
+  ASSERT_EQ(p.impl, GemmImpl::kInt8);
+  const Int8Rows wc = int8_rows(w, kOut, kIn), xc = int8_rows(x, kN, kIn);
+  // The codes times their scales are, bit for bit, what the CPU's int8 path multiplies.
+  std::vector<float> wq(w.size()), xq(x.size());
+  fake_quantize_int_per_row(w.data(), kOut, kIn, 8, wq.data());
+  fake_quantize_int_per_row(x.data(), kN, kIn, 8, xq.data());
+  for (int64_t o = 0; o < kOut; ++o)
+    for (int64_t i = 0; i < kIn; ++i) {
+      const size_t e = size_t(o * kIn + i);
+      ASSERT_EQ(float_bits(float(wc.codes[e]) * wc.scales[size_t(o)]), float_bits(wq[e]));
+    }
+  for (int64_t n = 0; n < kN; ++n)
+    for (int64_t i = 0; i < kIn; ++i) {
+      const size_t e = size_t(n * kIn + i);
+      ASSERT_EQ(float_bits(float(xc.codes[e]) * xc.scales[size_t(n)]), float_bits(xq[e]));
+    }
+  std::vector<float> d;
+  int8_gemm_reference(p, wc.codes, wc.scales, xc.codes, xc.scales, d);
+  ASSERT_EQ(d.size(), size_t(kOut * kN));
+  int checked = 0;
+  for (int64_t n = 0; n < kN; ++n)
+    for (int64_t o = 0; o < kOut; ++o) {
+      int64_t sum = 0;
+      double fake_sum = 0, fake_abs = 0;
+      for (int64_t i = 0; i < kIn; ++i) {
+        sum += int64_t{wc.codes[size_t(o * kIn + i)]} * xc.codes[size_t(n * kIn + i)];
+        const double t = double(wq[size_t(o * kIn + i)]) * xq[size_t(n * kIn + i)];
+        fake_sum += t;
+        fake_abs += std::fabs(t);
+      }
+      const double exact = double(sum) * wc.scales[size_t(o)] * xc.scales[size_t(n)];
+      const double got = d[size_t(o + n * kOut)];  // D column-major out x N
+      // The exact sum, then three fp32 roundings (precision/int8_gemm_output.h).
+      ASSERT_LE(std::fabs(got - exact), 3.0001 * std::ldexp(1.0, -24) * std::fabs(exact))
+          << "n " << n << " o " << o;
+      // The fake-quantized values each carry one rounding of code * scale: at most 2^-23 per
+      // product of two, relative to the sum of |products|.
+      ASSERT_LE(std::fabs(got - fake_sum), 3.0001 * std::ldexp(1.0, -24) * std::fabs(exact) +
+                                               2.0001 * std::ldexp(1.0, -24) * fake_abs)
+          << "n " << n << " o " << o;
+      ++checked;
+    }
+  EXPECT_EQ(checked, kN * kOut);
+}
+
+TEST(CudaInt8Gemm, TheCpuTwinReadsEachRowsOwnScaleAndCodes) {
+  // A swapped scale or a transposed operand changes the output: the test above would not
+  // notice a rule applied symmetrically to both operands, this one does.
+  const std::vector<float> x = random_matrix(kN, kIn, 9), w = random_matrix(kOut, kIn, 10);
+  const GemmPlan p = plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm));
+  Int8Rows wc = int8_rows(w, kOut, kIn);
+  const Int8Rows xc = int8_rows(x, kN, kIn);
+  std::vector<float> before, after;
+  int8_gemm_reference(p, wc.codes, wc.scales, xc.codes, xc.scales, before);
+  wc.scales[5] *= 2.0f;  // output channel 5
+  int8_gemm_reference(p, wc.codes, wc.scales, xc.codes, xc.scales, after);
+  for (int64_t n = 0; n < kN; ++n)
+    for (int64_t o = 0; o < kOut; ++o) {
+      const size_t e = size_t(o + n * kOut);
+      if (o == 5) {
+        EXPECT_EQ(after[e], 2.0f * before[e]);
+      } else {
+        EXPECT_EQ(float_bits(after[e]), float_bits(before[e]));
+      }
+    }
 }
 
 }  // namespace

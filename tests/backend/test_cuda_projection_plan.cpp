@@ -121,9 +121,24 @@ TEST(CudaProjectionPlan, SharedSpecsAreCopiesOfTheLeaderNotOwnCodes) {
   EXPECT_EQ(own.saved_codes, kN * kIn);  // the unshared int8 path
 }
 
+TEST(CudaProjectionPlan, Int8ForwardQuantizesToCodesAndItsInputGradientIsEmulated) {
+  const PathSpec int8 = path_of(PathKind::kInt8Gemm);
+  EXPECT_EQ(gemm(GemmRole::kForward, int8).a, OperandPrep::kInt8Codes);
+  EXPECT_EQ(gemm(GemmRole::kForward, int8).b, OperandPrep::kInt8Codes);
+  EXPECT_EQ(gemm(GemmRole::kInputGradient, int8).a, OperandPrep::kFakeQuantInt8);
+  EXPECT_EQ(gemm(GemmRole::kInputGradient, int8).b, OperandPrep::kFakeQuantInt8);
+  const ProjectionBuffers b = projection_buffers(kShape, int8, int8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(b.weight_int8_codes, kOut * kIn);
+  EXPECT_EQ(b.weight_int8_scales, kOut * sizeof(float));       // one per output channel
+  EXPECT_EQ(b.weight_fake_quant, kOut * kIn * sizeof(float));  // the input gradient's W
+  EXPECT_GE(b.x_low, kN * kIn);                                // x's codes (and its bf16 copy)
+  EXPECT_GE(b.x_scales, kN * sizeof(float));                   // one per token
+  EXPECT_EQ(b.x_f32, 0u);  // nothing of x is fake-quantized any more
+  EXPECT_STREQ(operand_prep_name(OperandPrep::kInt8Codes), "int8_codes");
+}
+
 TEST(CudaProjectionPlan, Int8QuantizesInPlaceWhenDyMayBeOverwritten) {
   const PathSpec int8 = path_of(PathKind::kInt8Gemm);
-  EXPECT_EQ(gemm(GemmRole::kForward, int8).a, OperandPrep::kFakeQuantInt8);
   EXPECT_EQ(gemm(GemmRole::kWeightGradient, int8).a, OperandPrep::kBf16);  // SwitchBack
   ProjectionShape head = kShape;
   head.backward_may_overwrite_dy = true;
@@ -158,7 +173,8 @@ TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {
             "bf16");
   const std::string int8 =
       describe_projection_gemms(kShape, path_of(PathKind::kInt8Gemm), GemmPrecision::FP32, hopper);
-  EXPECT_EQ(int8.rfind("forward emulated (int8 GEMMs", 0), 0u) << int8;
+  EXPECT_EQ(int8.rfind("forward int8, input_gradient emulated (the int8 input gradient", 0), 0u)
+      << int8;
   EXPECT_NE(int8.find("weight_gradient bf16"), std::string::npos) << int8;
 }
 

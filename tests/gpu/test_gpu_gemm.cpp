@@ -1,6 +1,7 @@
 // cuBLASLt GEMMs of every role against the CPU: fp32 and bf16 against a double reference of the
 // same inputs, the block-scaled FP8 GEMM against the emulation of cuBLASLt's own definition on
-// byte-identical codes and scales (backend/cuda/block_scaled_gemm_reference.h), so a failure
+// byte-identical codes and scales (backend/cuda/block_scaled_gemm_reference.h), the int8
+// forward bit for bit against its CPU twin (backend/cuda/int8_gemm_reference.h), so a failure
 // points at a layout, a transpose or a scale the GPU path misreads. Shapes M != N != K with
 // partial 128-blocks and K / 128 not a multiple of 4. Skip without a GPU.
 #include <cuda_runtime.h>
@@ -13,11 +14,14 @@
 
 #include "backend/cuda/block_scaled_gemm_reference.h"
 #include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/int8_gemm_reference.h"
 #include "config/config.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/quantize.cuh"
 #include "precision/bf16.h"
 #include "precision/quantize_fine_grained.h"
+#include "precision/quantize_groupwise.h"
 #include "precision/scale_layout.h"
 #include "test_paths.h"
 
@@ -206,8 +210,45 @@ TEST(GpuGemm, Fp8BlockScaledEveryRoleMatchesTheEmulatedDefinitionOnTheSameCodes)
   }
 }
 
+TEST(GpuGemm, Int8ForwardGivesTheCpuTwinsBitsOnTheSameCodes) {
+  SKIP_WITHOUT_GPU();
+  LtGemmRunner runner;
+  const std::vector<float> x = random_matrix(kN, kIn, 7), w = random_matrix(kOut, kIn, 8);
+  PathSpec path;
+  path.kind = PathKind::kInt8Gemm;
+  const GemmPlan plan =
+      plan_gemm(GemmRole::kForward, kN, kIn, kOut, path, GemmPrecision::FP32, GpuTarget{90}, false);
+  ASSERT_EQ(plan.impl, GemmImpl::kInt8) << plan.emulated_because;
+  EXPECT_EQ(runner.check_algorithm(plan), "");
+  // The codes and scales as the backend's quantizer writes them (int group-wise, 8 bits, a row).
+  const GroupwiseSpec per_row{8, kGroupRow, false};
+  auto quantize = [&](const std::vector<float>& t, int64_t rows, std::vector<int8_t>& codes,
+                      std::vector<float>& scales) {
+    std::vector<uint8_t> packed(t.size());
+    scales.resize(size_t(rows));
+    quantize_int_groupwise(t.data(), rows, kIn, per_row, packed.data(), scales.data());
+    codes.resize(packed.size());
+    std::memcpy(codes.data(), packed.data(), packed.size());
+  };
+  std::vector<int8_t> wc, xc;
+  std::vector<float> ws, xs, want;
+  quantize(w, kOut, wc, ws);
+  quantize(x, kN, xc, xs);
+  int8_gemm_reference(plan, wc, ws, xc, xs, want);
+  DeviceBuffer<int8_t> d_w(wc), d_x(xc);
+  DeviceBuffer<float> d_ws(ws), d_xs(xs), d_d(std::vector<float>(want.size(), std::nanf("")));
+  runner.run(plan, d_w.get(), nullptr, d_x.get(), nullptr, d_d.get(), nullptr);
+  cuda::dequantize_int8_gemm_output(d_d.get(), d_ws.get(), d_xs.get(), plan.m, plan.n, nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  // Exact int32 sums on both sides and the same scaling function: the same bits.
+  const std::vector<float> got = d_d.to_host();
+  size_t differ = 0;
+  for (size_t i = 0; i < got.size(); ++i) differ += float_bits(got[i]) != float_bits(want[i]);
+  EXPECT_EQ(differ, 0u) << "of " << got.size();
+}
+
 // The cuBLASLt algorithm sweep (scripts/gpu_check.sh, stage gemm-sweep): every GEMM the GPU
-// configs run — each projection and the lm_head, each role, fp32 / bf16 / FP8 — has an
+// configs run — each projection and the lm_head, each role, fp32 / bf16 / FP8 / int8 — has an
 // algorithm. A missing one is a layout or mode the library lacks, found before training.
 TEST(GpuGemmSweep, EveryGemmOfTheGpuConfigsHasAnAlgorithm) {
   SKIP_WITHOUT_GPU();
@@ -226,15 +267,17 @@ TEST(GpuGemmSweep, EveryGemmOfTheGpuConfigsHasAnAlgorithm) {
     const ModelConfig m = load_run_config(gnmr_test::source_path(c.config), {}).model;
     const int64_t d = m.dim, kv = int64_t(m.n_kv_heads) * m.head_dim(), f = m.ffn_dim;
     const int64_t shapes[][2] = {{d, d}, {d, kv}, {d, f}, {f, d}, {d, m.vocab_size}};
-    PathSpec fp8;
+    PathSpec fp8, int8;
     fp8.kind = PathKind::kFineGrainedFp;
+    int8.kind = PathKind::kInt8Gemm;
     for (const auto& s : shapes) {
       for (GemmRole role :
            {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
         const GemmPlan plans[] = {
             plan_gemm(role, c.tokens, s[0], s[1], PathSpec{}, GemmPrecision::FP32, target, false),
             plan_gemm(role, c.tokens, s[0], s[1], PathSpec{}, GemmPrecision::BF16, target, false),
-            plan_gemm(role, c.tokens, s[0], s[1], fp8, GemmPrecision::FP32, target, false)};
+            plan_gemm(role, c.tokens, s[0], s[1], fp8, GemmPrecision::FP32, target, false),
+            plan_gemm(role, c.tokens, s[0], s[1], int8, GemmPrecision::FP32, target, false)};
         for (const GemmPlan& plan : plans) {
           const std::string refusal = runner.check_algorithm(plan);
           std::printf("%-18s %s%s\n", c.config + 15, gemm_plan_key(plan).c_str(),

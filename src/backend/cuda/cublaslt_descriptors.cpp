@@ -16,6 +16,7 @@ int32_t cublas_scale_mode(ScaleMode mode) {
     case ScaleMode::kBlk128x128:
       return CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
     case ScaleMode::kNone:
+    case ScaleMode::kRowAfterGemm:  // applied by our kernel after the GEMM, not by cuBLASLt
       break;
   }
   return CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
@@ -49,6 +50,10 @@ cudaDataType_t cuda_data_type(GemmOperandType type) {
       return CUDA_R_8F_E4M3;
     case GemmOperandType::kE5M2:
       return CUDA_R_8F_E5M2;
+    case GemmOperandType::kS8:
+      return CUDA_R_8I;
+    case GemmOperandType::kS32:
+      return CUDA_R_32I;
   }
   return CUDA_R_32F;
 }
@@ -57,8 +62,13 @@ LtGemmDescriptors::LtGemmDescriptors(const GemmPlan& plan) {
   what_ = std::string(gemm_role_name(plan.role)) + " " + gemm_impl_name(plan.impl) + " " +
           std::to_string(plan.m) + " x " + std::to_string(plan.n) + " x " + std::to_string(plan.k);
   try {
-    // fp32 accumulation always (never TF32: CUBLAS_COMPUTE_32F, not _FAST_TF32).
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&matmul_, CUBLAS_COMPUTE_32F, CUDA_R_32F), what_);
+    // fp32 accumulation (never TF32: CUBLAS_COMPUTE_32F, not _FAST_TF32), or the int8 GEMM's
+    // exact int32 accumulation with int32 alpha and beta.
+    const bool int8 = plan.impl == GemmImpl::kInt8;
+    GNMR_CUBLASLT_CHECK(
+        cublasLtMatmulDescCreate(&matmul_, int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                 int8 ? CUDA_R_32I : CUDA_R_32F),
+        what_);
     const int32_t transa = plan.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int32_t transb = plan.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(matmul_, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -85,9 +95,9 @@ LtGemmDescriptors::LtGemmDescriptors(const GemmPlan& plan) {
     a_ = operand_layout(plan.a, what_);
     b_ = operand_layout(plan.b, what_);
     for (cublasLtMatrixLayout_t* out : {&c_, &d_}) {
-      GNMR_CUBLASLT_CHECK(
-          cublasLtMatrixLayoutCreate(out, CUDA_R_32F, uint64_t(plan.m), uint64_t(plan.n), plan.ldc),
-          what_ + ", output");
+      GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(out, cuda_data_type(plan.d_type),
+                                                     uint64_t(plan.m), uint64_t(plan.n), plan.ldc),
+                          what_ + ", output");
     }
   } catch (...) {
     destroy();

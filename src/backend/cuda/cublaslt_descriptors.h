@@ -28,7 +28,7 @@ class LtGemmDescriptors {
   cublasLtMatmulDesc_t matmul() const { return matmul_; }
   cublasLtMatrixLayout_t a() const { return a_; }
   cublasLtMatrixLayout_t b() const { return b_; }
-  cublasLtMatrixLayout_t c() const { return c_; }  // = d's layout: fp32, column-major m x n
+  cublasLtMatrixLayout_t c() const { return c_; }  // = d's layout: column-major m x n, d_type
   cublasLtMatrixLayout_t d() const { return d_; }
   const std::string& what() const { return what_; }  // "forward fp8_block 320 x 192 x 656"
 

@@ -18,11 +18,13 @@ bool aligned16(const void* p) {
 int64_t operand_bytes(GemmOperandType type) {
   switch (type) {
     case GemmOperandType::kF32:
+    case GemmOperandType::kS32:
       return 4;
     case GemmOperandType::kBF16:
       return 2;
     case GemmOperandType::kE4M3:
     case GemmOperandType::kE5M2:
+    case GemmOperandType::kS8:
       return 1;
   }
   return 1;
@@ -93,10 +95,10 @@ std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
 }
 
 void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
-                       const float* b_scales, float* d, cudaStream_t stream) {
+                       const float* b_scales, void* d, cudaStream_t stream) {
   Prepared& p = prepare(plan, {operand_alignment_bytes(a, plan.lda * operand_bytes(plan.a.type)),
                                operand_alignment_bytes(b, plan.ldb * operand_bytes(plan.b.type)),
-                               operand_alignment_bytes(d, plan.ldc * int64_t(sizeof(float)))});
+                               operand_alignment_bytes(d, plan.ldc * operand_bytes(plan.d_type))});
   const std::string& what = p.descriptors->what();
   if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
   if (!aligned16(a) || !aligned16(b) || !aligned16(d)) {
@@ -118,10 +120,17 @@ void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scale
                                                        &b_scales, sizeof b_scales),
                         what);
   }
-  const float alpha = 1.0f, beta = plan.beta;
+  // alpha and beta have the descriptor's scale type: int32 for the int8 GEMM (which never
+  // accumulates), else fp32.
+  const float alpha_f32 = 1.0f, beta_f32 = plan.beta;
+  const int32_t alpha_s32 = 1, beta_s32 = 0;
+  const bool int8 = plan.impl == GemmImpl::kInt8;
+  GNMR_CHECK(!int8 || plan.beta == 0.0f, "LtGemmRunner::run: an int8 plan cannot accumulate");
+  const void* alpha = int8 ? static_cast<const void*>(&alpha_s32) : &alpha_f32;
+  const void* beta = int8 ? static_cast<const void*>(&beta_s32) : &beta_f32;
   GNMR_CUBLASLT_CHECK(
-      cublasLtMatmul(handle_, p.descriptors->matmul(), &alpha, a, p.descriptors->a(), b,
-                     p.descriptors->b(), &beta, d, p.descriptors->c(), d, p.descriptors->d(),
+      cublasLtMatmul(handle_, p.descriptors->matmul(), alpha, a, p.descriptors->a(), b,
+                     p.descriptors->b(), beta, d, p.descriptors->c(), d, p.descriptors->d(),
                      &p.heuristic.algo, workspace_, kWorkspaceBytes, stream),
       what);
 }

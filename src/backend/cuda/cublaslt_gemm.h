@@ -31,11 +31,12 @@ class LtGemmRunner {
 
   // d = op(a) op(b) + plan.beta * d, queued on `stream`. Device pointers in the plan's layouts
   // and types; a_scales / b_scales (dequantization multipliers, passed as is) only for
-  // kFp8Block, else null. An emulated plan is its fp32 GEMM: the caller fake-quantized the
-  // inputs. Error(Runtime) naming the plan when cuBLASLt has no algorithm or a pointer is not
-  // 16-byte aligned.
+  // kFp8Block, else null. d is fp32, or for kInt8 the int32 sums (the caller scales them:
+  // dequantize_int8_gemm_output). An emulated plan is its fp32 GEMM: the caller fake-quantized
+  // the inputs. Error(Runtime) naming the plan when cuBLASLt has no algorithm or a pointer is
+  // not 16-byte aligned.
   void run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
-           const float* b_scales, float* d, cudaStream_t stream);
+           const float* b_scales, void* d, cudaStream_t stream);
 
   // "" when cuBLASLt has an algorithm for the plan, else why not (the gpu_check sweep).
   std::string check_algorithm(const GemmPlan& plan);

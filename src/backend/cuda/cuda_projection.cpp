@@ -21,8 +21,12 @@ namespace {
 // One GEMM operand as cuBLASLt reads it.
 struct Operand {
   const void* data = nullptr;
-  const float* scales = nullptr;  // fp8 codes only
+  const float* scales = nullptr;  // fp8 codes (cuBLASLt reads them); int8 codes (our epilogue)
 };
+
+// The int8 GEMM's operands: 8-bit codes with one scale per row, exactly the codes and scales
+// whose product fake_quantize_int8_per_row writes (precision/fake_quantize_int.h).
+constexpr GroupwiseSpec kInt8PerRow{8, kGroupRow, false};
 
 void* need(const DeviceScratch& s, size_t bytes, const char* what) {
   GNMR_CHECK(s.data != nullptr && s.bytes >= bytes,
@@ -70,6 +74,16 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
         stamp(p);
       }
       return transposed ? Operand{codes_t, scales_t} : Operand{codes, p.scales};
+    }
+    case OperandPrep::kInt8Codes: {  // the forward's A only (gemm_plan.h)
+      PreparedWeight& p = s.weight_int8;
+      GNMR_CHECK(p.data != nullptr && !transposed, "cuda projection: no int8 weight was planned");
+      if (!fresh(p)) {
+        quantize_int_groupwise(wf, out, in, kInt8PerRow, static_cast<uint8_t*>(p.data), p.scales,
+                               RngKey{}, c.stream);
+        stamp(p);
+      }
+      return {p.data, p.scales};
     }
     case OperandPrep::kFakeQuantFp:
     case OperandPrep::kFakeQuantInt8: {
@@ -120,6 +134,13 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
         quantize_fp_tile_1x128(f32_data(x), n, in, path.format, ScaleOrder::kVec128, codes, scales,
                                c.stream);
       }
+      return {codes, scales};
+    }
+    case OperandPrep::kInt8Codes: {  // the forward's B only (gemm_plan.h)
+      GNMR_CHECK(!wgrad, "cuda projection: int8 codes of x are planned for the forward only");
+      auto* codes = static_cast<uint8_t*>(need(sc.x_low, size_t(n * in), "x codes"));
+      auto* scales = static_cast<float*>(need(sc.x_scales, sizeof(float) * size_t(n), "x scales"));
+      quantize_int_groupwise(f32_data(x), n, in, kInt8PerRow, codes, scales, RngKey{}, c.stream);
       return {codes, scales};
     }
     case OperandPrep::kFakeQuantFp: {
@@ -203,6 +224,7 @@ Operand dy_operand(const ProjectionContext& c, CudaProjectionState& s, const Pat
       fake_quantize_int8_per_row(f32_data(dy), n, out, target, c.stream);
       return {target, nullptr};
     }
+    case OperandPrep::kInt8Codes:
     case OperandPrep::kDequantized:
     case OperandPrep::kDequantizedBf16:
       break;
@@ -213,7 +235,13 @@ Operand dy_operand(const ProjectionContext& c, CudaProjectionState& s, const Pat
 
 void run(const ProjectionContext& c, const ProjectionGemm& g, const Operand& a, const Operand& b,
          Tensor& d) {
-  c.gemm.run(g.plan, a.data, a.scales, b.data, b.scales, f32_data(d), c.stream);
+  if (g.plan.impl != GemmImpl::kInt8) {
+    c.gemm.run(g.plan, a.data, a.scales, b.data, b.scales, f32_data(d), c.stream);
+    return;
+  }
+  // The int32 sums land in d's own memory, then become fp32 in place.
+  c.gemm.run(g.plan, a.data, nullptr, b.data, nullptr, f32_data(d), c.stream);
+  dequantize_int8_gemm_output(f32_data(d), a.scales, b.scales, g.plan.m, g.plan.n, c.stream);
 }
 
 void check_shapes(const CudaProjectionState& s, const Tensor& w, const char* what) {
@@ -277,6 +305,12 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
         m.allocate(name + ".weight_fp8_codes", b.weight_fp8_codes, MemoryRole::Scratch);
     s->weight_fp8.scales = static_cast<float*>(
         m.allocate(name + ".weight_fp8_scales", b.weight_fp8_scales, MemoryRole::Scratch));
+  }
+  if (b.weight_int8_codes > 0) {
+    s->weight_int8.data =
+        m.allocate(name + ".weight_int8_codes", b.weight_int8_codes, MemoryRole::Scratch);
+    s->weight_int8.scales = static_cast<float*>(
+        m.allocate(name + ".weight_int8_scales", b.weight_int8_scales, MemoryRole::Scratch));
   }
   if (b.weight_fake_quant > 0) {
     s->weight_fake_quant.data =

@@ -25,7 +25,7 @@ namespace cuda {
 // A prepared weight: the buffer and what it was made from (remade when either changes).
 struct PreparedWeight {
   void* data = nullptr;
-  float* scales = nullptr;  // fp8 codes: W's scales, then W^T's
+  float* scales = nullptr;  // fp8 codes: W's scales, then W^T's; int8 codes: one per row
   uint64_t epoch = 0;       // the backend's weights epoch it was made in; 0 = never
   OperandPrep prep = OperandPrep::kAsIs;
   FpFormat format = FpFormat::kE4M3;
@@ -68,7 +68,7 @@ class CudaProjectionState final : public ProjectionState {
   float* saved_scales = nullptr;
   std::shared_ptr<CudaSharedCodes> shared;  // null when the input is not shared
   int shared_member = -1;                   // this projection's index in shared->book
-  PreparedWeight weight_bf16, weight_fp8, weight_fake_quant;
+  PreparedWeight weight_bf16, weight_fp8, weight_int8, weight_fake_quant;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.

@@ -48,6 +48,23 @@ std::string fp8_block_refusal(const PathSpec& path, const GpuTarget& target, int
   return "";
 }
 
+// Why the int8 forward cannot run on cuBLASLt's IMMA GEMM; "" if it can. Its rules for the
+// regular (column-major) order: TN, m and k multiples of 4 (so are the leading dimensions).
+std::string int8_gemm_refusal(int64_t m, int64_t k, bool accumulate) {
+  if (accumulate) return "an int8 GEMM writes int32 sums: it cannot accumulate into fp32";
+  for (int64_t d : {m, k}) {
+    if (d % 4 != 0) {
+      return "dimension " + std::to_string(d) + " of m " + std::to_string(m) + " x k " +
+             std::to_string(k) + " is not a multiple of 4 (int8 IMMA GEMMs need it)";
+    }
+  }
+  if (k > kInt8GemmMaxK) {
+    return "k " + std::to_string(k) + " could overflow the int32 sums (at most " +
+           std::to_string(kInt8GemmMaxK) + ")";
+  }
+  return "";
+}
+
 GemmImpl unscaled_impl(GemmPrecision precision) {
   return precision == GemmPrecision::BF16 ? GemmImpl::kBf16 : GemmImpl::kFp32;
 }
@@ -78,6 +95,8 @@ const char* gemm_impl_name(GemmImpl impl) {
       return "bf16";
     case GemmImpl::kFp8Block:
       return "fp8_block";
+    case GemmImpl::kInt8:
+      return "int8";
     case GemmImpl::kEmulated:
       return "emulated";
   }
@@ -118,10 +137,13 @@ GemmPlan plan_gemm(GemmRole role, int64_t tokens, int64_t in, int64_t out, const
     case PathKind::kInt8Gemm:
       if (role == GemmRole::kWeightGradient) {
         p.impl = GemmImpl::kBf16;  // the recipe's weight gradient is a bf16 GEMM
+      } else if (role == GemmRole::kForward) {
+        p.emulated_because = int8_gemm_refusal(p.m, p.k, accumulate);
+        p.impl = p.emulated_because.empty() ? GemmImpl::kInt8 : GemmImpl::kEmulated;
       } else {
         p.impl = GemmImpl::kEmulated;
         p.emulated_because =
-            "int8 GEMMs run as int8 fake quantization + an fp32 GEMM (the input gradient's "
+            "the int8 input gradient runs as int8 fake quantization + an fp32 GEMM (its "
             "per-channel weight scales lie along its reduction dimension)";
       }
       break;
@@ -152,6 +174,16 @@ GemmPlan plan_gemm(GemmRole role, int64_t tokens, int64_t in, int64_t out, const
         set_scales(p.b, ScaleMode::kVec128);
         break;
     }
+  } else if (p.impl == GemmImpl::kInt8) {
+    // The forward only: TN on the tensors as stored, one scale per row of each.
+    p.transa = true, p.transb = false;
+    p.a = operand("W", GemmOperandType::kS8, out, in, false);
+    p.b = operand("x", GemmOperandType::kS8, tokens, in, false);
+    for (GemmOperand* o : {&p.a, &p.b}) {
+      o->scale_mode = ScaleMode::kRowAfterGemm;
+      o->scale_count = o->rows;
+    }
+    p.d_type = GemmOperandType::kS32;
   } else {
     // The tensors as stored; the transposes go into the descriptor.
     const GemmOperandType t = input_type(p.impl);

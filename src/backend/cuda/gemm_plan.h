@@ -16,8 +16,11 @@
 // stored and put the transposes in the descriptor (forward TN, input gradient NN, weight
 // gradient NT). Scale modes, per operand: weights BLK128x128, activations and output gradients
 // VEC128 (precision/scale_layout.h); the scales are dequantization multipliers, passed as is.
-// What cuBLASLt cannot take runs emulated (fake-quantize into fp32, then an fp32 GEMM, as the
-// CPU does), and the plan says why.
+// The int8 recipe's forward is an exact int8 x int8 -> int32 GEMM (TN, as cuBLASLt's IMMA
+// kernels require), W's codes with one scale per output channel and x's with one per token;
+// cuBLASLt writes the int32 sums into the fp32 output's memory and a kernel scales them in
+// place (int8_gemm_output.h). What cuBLASLt cannot take runs emulated (fake-quantize into
+// fp32, then an fp32 GEMM, as the CPU does), and the plan says why.
 #pragma once
 
 #include <cstdint>
@@ -29,14 +32,18 @@
 namespace gnmr {
 
 enum class GemmRole { kForward, kInputGradient, kWeightGradient };
-// How the GEMM runs: fp32 inputs (no TF32), bf16 inputs, FP8 codes with block scales, or
-// emulated (inputs fake-quantized into fp32, then an fp32 GEMM).
-enum class GemmImpl { kFp32, kBf16, kFp8Block, kEmulated };
-enum class GemmOperandType { kF32, kBF16, kE4M3, kE5M2 };
-enum class ScaleMode { kNone, kVec128, kBlk128x128 };
+// How the GEMM runs: fp32 inputs (no TF32), bf16 inputs, FP8 codes with block scales, int8
+// codes with int32 sums scaled per row and column after the GEMM, or emulated (inputs
+// fake-quantized into fp32, then an fp32 GEMM).
+enum class GemmImpl { kFp32, kBf16, kFp8Block, kInt8, kEmulated };
+enum class GemmOperandType { kF32, kBF16, kE4M3, kE5M2, kS8, kS32 };
+// kRowAfterGemm: one fp32 scale per stored row, applied to the int32 sums by our kernel, not
+// by cuBLASLt.
+enum class ScaleMode { kNone, kVec128, kBlk128x128, kRowAfterGemm };
 
 const char* gemm_role_name(GemmRole role);  // "forward", "input_gradient", "weight_gradient"
-const char* gemm_impl_name(GemmImpl impl);  // "fp32", "bf16", "fp8_block", "emulated"
+// "fp32", "bf16", "fp8_block", "int8", "emulated"
+const char* gemm_impl_name(GemmImpl impl);
 
 struct GemmOperand {
   std::string tensor;  // what is stored: "W", "W^T", "x", "x^T", "dy", "dy^T"
@@ -55,8 +62,13 @@ struct GemmPlan {
   bool transa = false, transb = false;
   int64_t lda = 0, ldb = 0, ldc = 0;
   float beta = 0.0f;  // 1 when D accumulates (the weight gradient, dx +=)
-  GemmOperand a, b;   // D is fp32, column-major m x n, ldc = m
+  GemmOperand a, b;
+  // D, column-major m x n, ldc = m: fp32, or kS32 (kInt8) in the fp32 output's own memory.
+  GemmOperandType d_type = GemmOperandType::kF32;
 };
+
+// The most k an int8 GEMM takes: every |code| <= 127, so |sum| <= 127^2 k fits an int32.
+constexpr int64_t kInt8GemmMaxK = (int64_t{1} << 31) / (127 * 127);
 
 // What the device can do: compute capability as 10 * major + minor (80 = A100, 90 = H100/H200).
 struct GpuTarget {

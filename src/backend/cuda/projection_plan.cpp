@@ -23,6 +23,8 @@ OperandPrep prep_for(GemmImpl impl, const PathSpec& path) {
       return OperandPrep::kBf16;
     case GemmImpl::kFp8Block:
       return OperandPrep::kFp8Codes;
+    case GemmImpl::kInt8:
+      return OperandPrep::kInt8Codes;
     case GemmImpl::kEmulated:
       return path.kind == PathKind::kInt8Gemm ? OperandPrep::kFakeQuantInt8
                                               : OperandPrep::kFakeQuantFp;
@@ -40,6 +42,8 @@ const char* operand_prep_name(OperandPrep prep) {
       return "bf16";
     case OperandPrep::kFp8Codes:
       return "fp8_codes";
+    case OperandPrep::kInt8Codes:
+      return "int8_codes";
     case OperandPrep::kFakeQuantFp:
       return "fake_quant_fp";
     case OperandPrep::kFakeQuantInt8:
@@ -102,6 +106,10 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
             b.weight_fp8_scales = sizeof(float) * u(blk128_scale_count(shape.out, shape.in) +
                                                     blk128_scale_count(shape.in, shape.out));
             break;
+          case OperandPrep::kInt8Codes:
+            b.weight_int8_codes = out * in;
+            b.weight_int8_scales = out * sizeof(float);
+            break;
           case OperandPrep::kFakeQuantFp:
           case OperandPrep::kFakeQuantInt8:
             b.weight_fake_quant = out * in * sizeof(float);
@@ -123,6 +131,10 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
           b.x_scales = std::max(
               b.x_scales, sizeof(float) * u(std::max(vec128_scale_count(shape.tokens, shape.in),
                                                      vec128_scale_count(shape.in, shape.tokens))));
+          break;
+        case OperandPrep::kInt8Codes:
+          b.x_low = std::max(b.x_low, n * in);
+          b.x_scales = std::max(b.x_scales, n * sizeof(float));
           break;
         case OperandPrep::kFakeQuantFp:
         case OperandPrep::kFakeQuantInt8:

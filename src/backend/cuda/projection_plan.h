@@ -24,6 +24,7 @@ enum class OperandPrep : uint8_t {
   kAsIs,             // the fp32 tensor the model holds
   kBf16,             // rounded to bf16 storage (the weight: its prepared copy)
   kFp8Codes,         // e4m3 codes with fp32 block scales in the plan's scale order
+  kInt8Codes,        // int8 codes with one fp32 scale per row (int group-wise, 8 bits, a row)
   kFakeQuantFp,      // fake-quantized to the path's format in fp32 (an emulated GEMM)
   kFakeQuantInt8,    // int8 fake quantization with one scale per row, in fp32 (emulated)
   kDequantized,      // the unit's saved group-wise int codes restored to fp32
@@ -56,6 +57,8 @@ struct ProjectionBuffers {
   size_t weight_fp8_codes = 0;                   // W [out, in] and W^T [in, out] e4m3 codes
   size_t weight_fp8_scales = 0;                  // their BLK128x128 scales (padding included)
   size_t weight_fake_quant = 0;                  // W [out, in] fake-quantized, fp32
+  size_t weight_int8_codes = 0;                  // W [out, in] int8 codes
+  size_t weight_int8_scales = 0;                 // their scales, one per output channel
   size_t x_f32 = 0, x_low = 0, x_scales = 0;     // x side: fp32 copy, bf16 / codes, scales
   size_t dy_f32 = 0, dy_low = 0, dy_scales = 0;  // dy side
   // kSavedIntGroupwise: the larger path's own copy (paths whose spec is not shared)
