@@ -43,9 +43,8 @@ GemmPlan plan(GemmRole role, const PathSpec& path, int sm = 90, int64_t n = 192,
   return plan_gemm(role, n, in, out, path, precision, GpuTarget{sm}, false);
 }
 
-TEST(CudaGemmPlan, Fp8RolesAreTnWithTheTransposedCopiesAndScaleModes) {
-  const GemmPlan f = plan(GemmRole::kForward, fp_path(FpFormat::kE4M3));
-  EXPECT_EQ(f.impl, GemmImpl::kFp8Block);
+// The forward of plan()'s shape as a TN GEMM on W and x as stored: y^T = W x^T.
+void expect_tn_forward_of_the_test_shape(const GemmPlan& f) {
   EXPECT_EQ(f.m, 320);
   EXPECT_EQ(f.n, 192);
   EXPECT_EQ(f.k, 656);
@@ -53,6 +52,12 @@ TEST(CudaGemmPlan, Fp8RolesAreTnWithTheTransposedCopiesAndScaleModes) {
   EXPECT_FALSE(f.transb);
   EXPECT_EQ(f.a.tensor, "W");
   EXPECT_EQ(f.b.tensor, "x");
+}
+
+TEST(CudaGemmPlan, Fp8RolesAreTnWithTheTransposedCopiesAndScaleModes) {
+  const GemmPlan f = plan(GemmRole::kForward, fp_path(FpFormat::kE4M3));
+  EXPECT_EQ(f.impl, GemmImpl::kFp8Block);
+  expect_tn_forward_of_the_test_shape(f);
   EXPECT_FALSE(f.a.transposed_copy || f.b.transposed_copy);
   EXPECT_EQ(f.a.scale_mode, ScaleMode::kBlk128x128);
   EXPECT_EQ(f.b.scale_mode, ScaleMode::kVec128);
@@ -138,13 +143,7 @@ TEST(CudaGemmPlan, Int8ForwardIsATnInt8GemmWithOneScalePerRowAppliedAfter) {
   const GemmPlan f = plan(GemmRole::kForward, kind_path(PathKind::kInt8Gemm), 80);
   EXPECT_EQ(f.impl, GemmImpl::kInt8);  // IMMA: sm_80 too
   EXPECT_TRUE(f.emulated_because.empty()) << f.emulated_because;
-  EXPECT_EQ(f.m, 320);
-  EXPECT_EQ(f.n, 192);
-  EXPECT_EQ(f.k, 656);
-  EXPECT_TRUE(f.transa);
-  EXPECT_FALSE(f.transb);
-  EXPECT_EQ(f.a.tensor, "W");
-  EXPECT_EQ(f.b.tensor, "x");
+  expect_tn_forward_of_the_test_shape(f);
   EXPECT_EQ(f.a.type, GemmOperandType::kS8);
   EXPECT_EQ(f.b.type, GemmOperandType::kS8);
   EXPECT_FALSE(f.a.transposed_copy || f.b.transposed_copy);
