@@ -6,6 +6,7 @@
 
 #include "parallel/mpi_check.h"
 #include "parallel/mpi_runtime.h"
+#include "parallel/shard_ranges.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -104,18 +105,6 @@ void MpiCommunicator::allreduce_sum(double* values, size_t count) {
 
 namespace {
 
-// The shard tensor of reduce_scatter_sum / all_gather: F32, split evenly over the ranks.
-size_t shard_elements(const Tensor& tensor, int world_size, const char* op) {
-  GNMR_CHECK(tensor.dtype == DType::F32,
-             std::string(op) + " takes F32 tensors, got " + dtype_name(tensor.dtype));
-  const auto count = static_cast<size_t>(tensor.numel());
-  GNMR_CHECK(count % size_t(world_size) == 0,
-             std::string(op) + ": " + tensor.shape_string() + " does not split into " +
-                 std::to_string(world_size) + " equal shards (pad it, train/zero_shards.h)");
-  GNMR_CHECK(count == 0 || tensor.data != nullptr, std::string(op) + " of an unallocated tensor");
-  return count / size_t(world_size);
-}
-
 // reduce_scatter_sum packs at most this many floats per call into each scratch buffer.
 constexpr size_t kReduceScatterScratchElements = size_t{1} << 20;
 
@@ -157,9 +146,7 @@ void MpiCommunicator::reduce_scatter_sum(Tensor& tensor) {
 // and a copy is exact whatever the library does.
 void MpiCommunicator::start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end) {
   const size_t shard = shard_elements(tensor, world_size_, "start_reduce_scatter_sum");
-  GNMR_CHECK(begin >= 0 && begin <= end && end <= tensor.numel(),
-             "start_reduce_scatter_sum: [" + std::to_string(begin) + ", " + std::to_string(end) +
-                 ") is not a range of " + tensor.shape_string());
+  check_element_range(tensor, begin, end, "start_reduce_scatter_sum");
   pending_reduce_scatters_->start(static_cast<float*>(tensor.data), shard, size_t(begin),
                                   size_t(end));
 }

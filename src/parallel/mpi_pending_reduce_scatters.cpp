@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "parallel/mpi_check.h"
+#include "parallel/shard_ranges.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -92,12 +93,12 @@ void MpiPendingReduceScatters::start_piece(float* data, size_t shard, size_t beg
   int* send_displacements = send_counts + world;
   int* receive_counts = send_displacements + world;
   int* receive_displacements = receive_counts + world;
+  for (const ShardRange& piece :
+       shard_ranges_of(int64_t(shard), world_size_, int64_t(begin), int64_t(end))) {
+    send_counts[piece.owner] = int(piece.count());
+    send_displacements[piece.owner] = int(piece.begin - int64_t(begin));
+  }
   for (size_t r = 0; r < world; ++r) {
-    const size_t lo = std::max(begin, r * shard), hi = std::min(end, (r + 1) * shard);
-    if (hi > lo) {
-      send_counts[r] = int(hi - lo);
-      send_displacements[r] = int(lo - begin);
-    }
     receive_counts[r] = int(own_count);
     receive_displacements[r] = int(r * own_count);
   }
