@@ -247,9 +247,6 @@ void validate(const RunConfig& c) {
   require(c.dist.check_every >= 0, "dist.check_every", "must be >= 0 (0 disables the check)");
   require(c.dist.zero == 0 || c.dist.zero == 1, "dist.zero",
           "must be 0 (plain data parallel) or 1 (ZeRO-1: optimizer state sharded over the ranks)");
-  require(c.dist.zero == 0 || c.backend == "cpu", "dist.zero",
-          "is 1, which runs on backend=cpu only (the mpi communicator's host collectives; nccl "
-          "has no reduce-scatter yet); use dist.zero=0 on cuda");
 }
 
 // out = section[last part of path]; an integer that does not fit OUT's type (the JSON holds

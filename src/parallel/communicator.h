@@ -49,22 +49,29 @@ class Communicator {
   virtual void start_allreduce_sum(Tensor tensor) { allreduce_sum(tensor); }
   virtual void progress() {}
   virtual void wait_all() {}
-  // ZeRO-1 (docs/DESIGN.md §7). tensor: host F32 [world_size * shard], shard r = elements
-  // [r * shard, (r + 1) * shard). reduce_scatter_sum: this rank's shard becomes the sum over
-  // ranks of their copies of it, added in rank order ((x_0 + x_1) + x_2) + ..., so the result
-  // is deterministic and, rank order being fixed, the same for every launch of that world size
-  // (the other shards are left unspecified). all_gather: every rank's shard r becomes rank r's
-  // shard (a copy, exact).
-  // Written for local and mpi (host memory); nccl does not have them yet (ZeRO-1 on GPU
-  // ranks is future work), so the default refuses with ErrorKind::NotBuilt.
+  // How long the backend waited at the last wait_all() for overlapped reductions still running
+  // (ms, >= 0), measured on the device where the wait is the device's (nccl: from the backend's
+  // stream reaching wait_all to the communication stream's end); read it after
+  // wait_for_collectives(). Negative where the host's own wait is the measure (mpi, local: the
+  // caller times wait_all).
+  virtual double last_overlap_wait_ms() { return -1.0; }
+  // ZeRO-1 (docs/DESIGN.md §7). tensor: F32 [world_size * shard] in memory the implementation
+  // reads (as allreduce_sum), shard r = elements [r * shard, (r + 1) * shard)
+  // (parallel/shard_ranges.h). reduce_scatter_sum: this rank's shard becomes the sum over ranks
+  // of their copies of it (the other shards are left unspecified). mpi adds them in rank order,
+  // ((x_0 + x_1) + x_2) + ..., so the result is fixed by the world size; nccl in NCCL's order
+  // (docs/DESIGN.md §7 says when a rerun repeats it). all_gather: every rank's shard r
+  // becomes rank r's shard (a copy, exact). The default refuses with ErrorKind::NotBuilt.
   virtual void reduce_scatter_sum(Tensor& tensor);
   virtual void all_gather(Tensor& tensor);
   // ZeRO-1 overlapped with backward (dist.zero=1, dist.bucket_mb > 0): begins
   // reduce_scatter_sum's work for elements [begin, end) of `tensor` only, and may return before
-  // it is done. After wait_all(), this rank's shard elements in [begin, end) hold the bits
-  // reduce_scatter_sum gives them (the same rank-order sum, whatever the ranges). Nothing in
-  // [begin, end) may be read or written until then; every rank starts the same ranges in the
-  // same order. The default: a world of one has nothing to sum; others refuse with NotBuilt.
+  // it is done. After wait_all(), this rank's shard elements in [begin, end) hold the sum over
+  // ranks: on mpi the bits reduce_scatter_sum gives them (the same rank-order sum, whatever
+  // the ranges); on nccl NCCL's sum, which for more than two ranks may differ from the blocking
+  // one in the last bit (nccl_communicator.cpp). Nothing in [begin, end) may be read or written
+  // until then; every rank starts the same ranges in the same order. The default: a world of
+  // one has nothing to sum; others refuse with NotBuilt.
   virtual void start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end);
   // Copies `bytes` bytes of host memory from rank `root` to every other rank.
   virtual void broadcast(void* host_bytes, size_t bytes, int root) = 0;

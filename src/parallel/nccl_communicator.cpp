@@ -6,11 +6,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <thread>
 
 #include "parallel/launch_env.h"
 #include "parallel/nccl_library.h"
 #include "parallel/rendezvous.h"
+#include "parallel/shard_ranges.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -75,9 +77,108 @@ class NcclCommunicator final : public Communicator {
     const auto count = static_cast<size_t>(tensor.numel());
     if (count == 0) return;
     const ncclDataType_t type = tensor.dtype == DType::F32 ? ncclFloat32 : ncclFloat64;
+    wait_all();
     finish_call(nccl_.AllReduce(tensor.data, tensor.data, count, type, ncclSum, comm_, stream_),
                 "tensor all-reduce");
     record("tensor all-reduce");
+  }
+
+  // Overlapped with backward (docs/DESIGN.md §7): on the communication stream, after
+  // everything the backend's stream has queued so far (the backward ops that wrote the bucket),
+  // while the backend's stream goes on with the earlier layers. wait_all() joins the streams.
+  void start_allreduce_sum(Tensor tensor) override {
+    GNMR_CHECK(
+        tensor.dtype == DType::F32,
+        std::string("start_allreduce_sum takes F32 tensors, got ") + dtype_name(tensor.dtype));
+    const auto count = static_cast<size_t>(tensor.numel());
+    if (count == 0) return;
+    follow_backend_stream();
+    finish_call(
+        nccl_.AllReduce(tensor.data, tensor.data, count, ncclFloat32, ncclSum, comm_, comm_stream_),
+        "overlapped gradient all-reduce");
+    overlapped_pending_ = true;
+  }
+
+  // ZeRO-1 overlapped with backward: each piece of [begin, end) that lies in shard r is an
+  // in-place ncclReduce to rank r (parallel/shard_ranges.h), grouped into one launch on the
+  // communication stream. NCCL documents no order of the additions, so the bits of a bucketed
+  // reduce-scatter can differ from the blocking one's in the last place for more than two
+  // ranks (two ranks: one addition, x_0 + x_1, either way). Only the owner keeps a sum, so no
+  // two ranks can disagree on it; a rerun repeats it where NCCL repeats its algorithm (the same
+  // topology, version and message sizes; docs/DESIGN.md §7).
+  void start_reduce_scatter_sum(Tensor tensor, int64_t begin, int64_t end) override {
+    const size_t shard = shard_elements(tensor, world_size_, "start_reduce_scatter_sum");
+    check_element_range(tensor, begin, end, "start_reduce_scatter_sum");
+    const std::vector<ShardRange> pieces = shard_ranges_of(int64_t(shard), world_size_, begin, end);
+    if (pieces.empty()) return;
+    follow_backend_stream();
+    auto* data = static_cast<float*>(tensor.data);
+    finish_call(nccl_.GroupStart(), "overlapped gradient reduce-scatter (group start)");
+    ncclResult_t first_error = ncclSuccess;
+    for (const ShardRange& piece : pieces) {
+      const ncclResult_t result =
+          nccl_.Reduce(data + piece.begin, data + piece.begin, size_t(piece.count()), ncclFloat32,
+                       ncclSum, piece.owner, comm_, comm_stream_);
+      if (result != ncclSuccess && result != ncclInProgress && first_error == ncclSuccess) {
+        first_error = result;
+      }
+    }
+    // The group is closed even after a failed call, so this thread is not left inside it.
+    const ncclResult_t ended = nccl_.GroupEnd();
+    finish_call(first_error != ncclSuccess ? first_error : ended,
+                "overlapped gradient reduce-scatter");
+    overlapped_pending_ = true;
+  }
+
+  // The backend's stream waits for the communication stream; the host does not. Every blocking
+  // collective calls it first, so whatever a caller does, this communicator's collectives are
+  // ordered on the device as they were issued (NCCL requires one order on every rank).
+  void wait_all() override {
+    if (!overlapped_pending_) return;
+    cuda_check(cudaEventRecord(backward_done_, stream_), "marking the end of backward");
+    cuda_check(cudaEventRecord(communication_done_, comm_stream_),
+               "recording the end of the overlapped gradient reduction");
+    overlap_timed_ = true;
+    cuda_check(cudaStreamWaitEvent(stream_, communication_done_, 0),
+               "ordering the backend's stream after the overlapped gradient reduction");
+    record("overlapped gradient reduction");
+    overlapped_pending_ = false;
+  }
+
+  // The communication stream's end minus the backend stream's arrival at wait_all: what the
+  // backend's stream waited (0 when the reductions had finished first).
+  double last_overlap_wait_ms() override {
+    if (!overlap_timed_) return 0.0;
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, backward_done_, communication_done_),
+               "timing the overlapped gradient reduction");
+    return std::max(0.0, double(ms));
+  }
+
+  // ZeRO-1 (communicator.h): in place, shard r of the buffer is rank r's receive buffer
+  // (NCCL's in-place form, recvbuff = sendbuff + rank * recvcount). The order of the additions
+  // is NCCL's (see start_reduce_scatter_sum).
+  void reduce_scatter_sum(Tensor& tensor) override {
+    const size_t shard = shard_elements(tensor, world_size_, "reduce_scatter_sum");
+    if (shard == 0) return;
+    wait_all();
+    auto* data = static_cast<float*>(tensor.data);
+    finish_call(nccl_.ReduceScatter(data, data + size_t(rank_) * shard, shard, ncclFloat32, ncclSum,
+                                    comm_, stream_),
+                "gradient reduce-scatter");
+    record("gradient reduce-scatter");
+  }
+
+  // In place (sendbuff = recvbuff + rank * sendcount); a copy, exact.
+  void all_gather(Tensor& tensor) override {
+    const size_t shard = shard_elements(tensor, world_size_, "all_gather");
+    if (shard == 0) return;
+    wait_all();
+    auto* data = static_cast<float*>(tensor.data);
+    finish_call(
+        nccl_.AllGather(data + size_t(rank_) * shard, data, shard, ncclFloat32, comm_, stream_),
+        "weight all-gather");
+    record("weight all-gather");
   }
 
   void allreduce_sum(double* values, size_t count) override {
@@ -136,6 +237,20 @@ class NcclCommunicator final : public Communicator {
     if (rank_ == 0) spdlog::info("nccl: {}", describe_nccl(nccl_));
     cuda_check(cudaSetDevice(options.device), "selecting the backend's GPU");
     cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event");
+    cuda_check(cudaEventCreateWithFlags(&backend_ready_, cudaEventDisableTiming),
+               "creating an event");
+    // Timed, for last_overlap_wait_ms().
+    cuda_check(cudaEventCreate(&communication_done_), "creating an event");
+    cuda_check(cudaEventCreate(&backward_done_), "creating an event");
+    // The overlapped reductions' stream: non-blocking (no implicit wait on the legacy default
+    // stream) and of the highest priority, so NCCL's kernels get SMs while backward's fill the
+    // device.
+    int least_priority = 0, greatest_priority = 0;
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least_priority, &greatest_priority),
+               "reading the stream priorities");
+    cuda_check(
+        cudaStreamCreateWithPriority(&comm_stream_, cudaStreamNonBlocking, greatest_priority),
+        "creating the communication stream");
     cuda_check(cudaMalloc(&staging_, kStagingBytes), "allocating the host-collective staging");
     ncclUniqueId id;
     std::memcpy(&id, options.unique_id.data(), sizeof(id));
@@ -167,8 +282,12 @@ class NcclCommunicator final : public Communicator {
     }
     if (staging_ != nullptr) cudaFree(staging_);
     staging_ = nullptr;
-    if (done_ != nullptr) cudaEventDestroy(done_);
-    done_ = nullptr;
+    for (cudaEvent_t* event : {&done_, &backend_ready_, &communication_done_, &backward_done_}) {
+      if (*event != nullptr) cudaEventDestroy(*event);
+      *event = nullptr;
+    }
+    if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
+    comm_stream_ = nullptr;
   }
 
   // `action` and `what` are joined only on failure: these checks sit on the per-step path.
@@ -202,6 +321,13 @@ class NcclCommunicator final : public Communicator {
     if (result != ncclSuccess) fail(std::string(what) + " failed: " + nccl_message(result, comm_));
   }
 
+  // The communication stream waits for everything queued on the backend's stream so far.
+  void follow_backend_stream() {
+    cuda_check(cudaEventRecord(backend_ready_, stream_), "marking a gradient bucket ready");
+    cuda_check(cudaStreamWaitEvent(comm_stream_, backend_ready_, 0),
+               "ordering the communication stream after backward");
+  }
+
   void record(const char* what) {
     cuda_check(cudaEventRecord(done_, stream_), "recording the end of ", what);
     last_collective_ = what;
@@ -232,6 +358,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   void to_staging(const void* host, size_t bytes) {
+    wait_all();
     cuda_check(cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, stream_),
                "copying a host collective's input");
   }
@@ -255,7 +382,15 @@ class NcclCommunicator final : public Communicator {
   double timeout_s_;
   std::unique_ptr<Communicator> host_;
   ncclComm_t comm_ = nullptr;
-  cudaEvent_t done_ = nullptr;
+  cudaEvent_t done_ = nullptr;  // after the last collective, on the backend's stream
+  // The overlapped reductions (start_*): their stream, the backend's stream's point each one
+  // follows, and their end, which the backend's stream waits for in wait_all() (timed).
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t backend_ready_ = nullptr;
+  cudaEvent_t communication_done_ = nullptr;
+  cudaEvent_t backward_done_ = nullptr;  // the backend's stream at wait_all, for the timing
+  bool overlapped_pending_ = false;
+  bool overlap_timed_ = false;  // a wait_all() has recorded both timed events
   void* staging_ = nullptr;
   const char* last_collective_ = nullptr;  // null when nothing is outstanding
 };

@@ -1,9 +1,15 @@
 // Data parallelism over NCCL for GPU ranks (docs/DESIGN.md §7). Gradients and the step's
 // loss sum are reduced in device memory on the CUDA backend's stream, so a collective is
 // ordered after the backward that produced its input and before the update that reads it,
-// with no host wait in between. The host collectives of the seam (a config hash, a checkpoint
-// decision, evaluation sums) go through the same communicator via a small device staging
-// buffer, so a job launched without MPI needs nothing but NCCL once the unique id is shared.
+// with no host wait in between. The overlapped gradient reductions (start_allreduce_sum,
+// start_reduce_scatter_sum) run on a second, high-priority stream that follows the backend's
+// stream through an event at each start, and wait_all() makes the backend's stream wait for it:
+// the host never waits for communication during backward. ZeRO-1 (dist.zero=1) reduce-scatters
+// and all-gathers in place with ncclReduceScatter / ncclAllGather, or per bucket with grouped
+// ncclReduce calls to each shard's owner (parallel/shard_ranges.h). The host collectives of the
+// seam (a config hash, a checkpoint decision, evaluation sums) go through the same communicator via
+// a small device staging buffer, so a job launched without MPI needs nothing but NCCL once the
+// unique id is shared.
 //
 // Nothing hangs: the communicator is non-blocking, and every wait (creation, each host
 // collective, wait_for_collectives before the step's readback) polls the device and NCCL's

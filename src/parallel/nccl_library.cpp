@@ -90,6 +90,11 @@ NcclApi load_nccl_api(const std::vector<std::string>& candidates) {
   resolve(handle, api.path, "ncclGetLastError", api.GetLastError);
   resolve(handle, api.path, "ncclAllReduce", api.AllReduce);
   resolve(handle, api.path, "ncclBroadcast", api.Broadcast);
+  resolve(handle, api.path, "ncclReduce", api.Reduce);
+  resolve(handle, api.path, "ncclReduceScatter", api.ReduceScatter);
+  resolve(handle, api.path, "ncclAllGather", api.AllGather);
+  resolve(handle, api.path, "ncclGroupStart", api.GroupStart);
+  resolve(handle, api.path, "ncclGroupEnd", api.GroupEnd);
   if (api.GetVersion(&api.version) != ncclSuccess) {
     throw Error(ErrorKind::Runtime, "NCCL library " + api.path + ": ncclGetVersion failed");
   }

@@ -32,6 +32,11 @@ struct NcclApi {
   decltype(&::ncclGetLastError) GetLastError = nullptr;
   decltype(&::ncclAllReduce) AllReduce = nullptr;
   decltype(&::ncclBroadcast) Broadcast = nullptr;
+  decltype(&::ncclReduce) Reduce = nullptr;
+  decltype(&::ncclReduceScatter) ReduceScatter = nullptr;
+  decltype(&::ncclAllGather) AllGather = nullptr;
+  decltype(&::ncclGroupStart) GroupStart = nullptr;
+  decltype(&::ncclGroupEnd) GroupEnd = nullptr;
   std::string path;  // the file the dynamic loader opened
   int version = 0;   // ncclGetVersion's code, e.g. 22805 for 2.28.5
 };

@@ -320,6 +320,11 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   comm_->wait_for_collectives();  // the readback's wait has no deadline; this one does
   backend_->copy_to_host(step_scalars_, host_step_scalars_.data());
   r.readback_ms = elapsed_ms(t0);
+  if (overlapped_sum_) {
+    // nccl: the host did not wait for the overlapped reduction, the device did; its time.
+    const double device_wait_ms = comm_->last_overlap_wait_ms();
+    if (device_wait_ms >= 0) r.gradient_sum_wait_ms = device_wait_ms;
+  }
   double loss_sum = host_step_scalars_[0];
   if (comm_->world_size() > 1) loss_sum /= comm_->world_size();
   r.loss = loss_sum / accumulation_steps_;

@@ -34,7 +34,8 @@ struct StepResult {
   // Part of forward_backward_ms, with more than one rank: the host time from the end of the
   // last backward until the gradients are summed across ranks (dist.zero=1: reduce-scattered
   // into the shards; dist.bucket_mb = 0: the whole reduction; overlapped: what is left of it
-  // once backward is done).
+  // once backward is done). On nccl with buckets it is the device's wait, not the host's
+  // (Communicator::last_overlap_wait_ms), and not part of forward_backward_ms.
   double gradient_sum_wait_ms = 0;
   std::vector<float> unit_grad_norms;  // one per projection unit, before clipping
   int units_recovery = 0;              // units this step ran on the recovery path

@@ -32,7 +32,7 @@ class ZeroAdamW {
 
   void reduce_gradients();
   void average_gradients();
-  // out_per_param: f64 [params] in backend memory (host memory: the communicators are CPU).
+  // out_per_param: f64 [params] in backend memory (all-reduced by the communicator in place).
   void sum_squares(Tensor& out_per_param);
   // As AdamW::step (clip: f32 [2] from Backend::global_norm_clip), on this rank's shard.
   void step(double lr, const Tensor& clip, int64_t step);

@@ -80,6 +80,42 @@ TEST(GpuNccl, OneRankAllReduceIsTheIdentityAndHostCollectivesWork) {
   r.comm->barrier();
 }
 
+// ZeRO-1's collectives and the overlapped ones with one rank: each is the identity, and the
+// overlapped ones, queued on the communication stream between backend ops on the backend's
+// stream (a scale before, which they must follow, and one after, which must follow wait_all),
+// leave exactly what the two scales give. Every call's NCCL and CUDA returns are checked on the
+// device, which is what one GPU can show; the sums themselves need two (test_gpu_data_parallel).
+TEST(GpuNccl, OneRankReduceScatterAllGatherAndOverlappedReductionsKeepTheValues) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NCCL();
+  OneRank r = make_one_rank();
+  const size_t n = 3 * 64 * 1000 + 64;  // ZeRO-1 pads to whole 64-element shards
+  const std::vector<float> values = gnmr_test::random_normal(n, 11);
+  Tensor t = r.backend->allocate("flat", {int64_t(n)}, DType::F32, MemoryRole::Gradients);
+  r.backend->copy_from_host(t, values.data());
+  r.comm->reduce_scatter_sum(t);
+  r.comm->all_gather(t);
+  r.backend->scale(t, 2.0f);
+  // Buckets as the session starts them: last elements first, one crossing nothing, one empty.
+  r.comm->start_allreduce_sum(tensor_view(t, {int64_t(n) - 5000}, 5000));
+  r.comm->start_allreduce_sum(tensor_view(t, {5000}, 0));
+  r.comm->start_reduce_scatter_sum(t, 100, int64_t(n));
+  r.comm->start_reduce_scatter_sum(t, 0, 100);
+  r.comm->start_reduce_scatter_sum(t, 7, 7);
+  r.comm->wait_all();
+  r.backend->scale(t, 3.0f);
+  r.comm->wait_for_collectives();
+  std::vector<float> back(n);
+  r.backend->copy_to_host(t, back.data());
+  size_t differing = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float expected = (values[i] * 2.0f) * 3.0f;
+    if (std::memcmp(&back[i], &expected, sizeof(float)) != 0) ++differing;
+  }
+  EXPECT_EQ(differing, 0u);
+  EXPECT_THROW(r.comm->start_reduce_scatter_sum(t, 0, int64_t(n) + 1), Error);
+}
+
 TEST(GpuNcclDeathTest, AbortEndsTheProcessWithItsCode) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_NCCL();

@@ -68,10 +68,14 @@ TEST(NcclLibrary, TheBuildsLibraryLoadsWithEveryEntryPoint) {
   EXPECT_EQ(api.version / 10000, NCCL_MAJOR);
   EXPECT_GE(api.version, kOldestNcclVersion);
   EXPECT_FALSE(api.path.empty());
-  for (const void* f : {reinterpret_cast<const void*>(api.GetUniqueId),
-                        reinterpret_cast<const void*>(api.AllReduce),
-                        reinterpret_cast<const void*>(api.CommInitRankConfig),
-                        reinterpret_cast<const void*>(api.CommAbort)}) {
+  for (const void* f :
+       {reinterpret_cast<const void*>(api.GetUniqueId),
+        reinterpret_cast<const void*>(api.AllReduce),
+        reinterpret_cast<const void*>(api.CommInitRankConfig),
+        reinterpret_cast<const void*>(api.CommAbort), reinterpret_cast<const void*>(api.Reduce),
+        reinterpret_cast<const void*>(api.ReduceScatter),
+        reinterpret_cast<const void*>(api.AllGather), reinterpret_cast<const void*>(api.GroupStart),
+        reinterpret_cast<const void*>(api.GroupEnd)}) {
     EXPECT_NE(f, nullptr);
   }
   EXPECT_STREQ(api.GetErrorString(ncclSuccess), "no error");
