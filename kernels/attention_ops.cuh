@@ -27,6 +27,10 @@ void causal_softmax_backward(const float* probs, float* dscores, int64_t matrice
 // Head dims the flash kernels are built for (64 and 128); the others throw Error(Config).
 bool flash_attention_supports_head_dim(int64_t head_dim);
 
+// The most shared memory per block, in bytes, any of the SIMT flash kernels takes at this head
+// dim (64 or 128) and sequence length; a device whose opt-in limit is below it cannot run them.
+int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq);
+
 // Floats of device scratch flash_attention_backward needs ([B, H, T], the rows' dout . out).
 int64_t flash_attention_backward_scratch_floats(int64_t batch, int64_t seq, int64_t heads);
 

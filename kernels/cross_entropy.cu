@@ -21,16 +21,18 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int64_t kMaxBlocks = 1 << 20;
 
-// sum = sum of exp(x - max) over the elements seen; max = -inf with sum 0 for none.
+// sum = sum of exp(x - max) over the elements seen; max = -inf with sum 0 for none. A NaN
+// logit never becomes the max (v > max is false) but makes the sum NaN.
 struct MaxSum {
   float max;
   float sum;
 };
 
 // Symmetric in a and b (fmaxf and + commute), so both lanes of a shuffle pair get the same bits.
+// A side that saw no finite logit has sum 0, or NaN if it saw a NaN: added, not dropped.
 __device__ MaxSum combine(MaxSum a, MaxSum b) {
-  if (b.max == -INFINITY) return a;
-  if (a.max == -INFINITY) return b;
+  if (b.max == -INFINITY) return MaxSum{a.max, a.sum + b.sum};
+  if (a.max == -INFINITY) return MaxSum{b.max, b.sum + a.sum};
   const float m = fmaxf(a.max, b.max);
   return MaxSum{m, a.sum * exp_vectorizable(a.max - m) + b.sum * exp_vectorizable(b.max - m)};
 }
@@ -65,7 +67,9 @@ __device__ MaxSum row_max_sum(const float* row, int64_t vocab) {
     if (v > own.max) {
       own.sum = own.sum * exp_vectorizable(own.max - v) + 1.0f;  // 0 * e^-87 for the first
       own.max = v;
-    } else if (own.max != -INFINITY) {  // -inf logits before any finite one add nothing
+    } else if (own.max != -INFINITY || v != v) {
+      // -inf logits before any finite one add nothing; a NaN makes the sum, and so the loss,
+      // NaN, as on the CPU.
       own.sum += exp_vectorizable(v - own.max);
     }
   }

@@ -16,6 +16,7 @@
 // - pass 2: one block per (batch, head, query tile) owns those dQ rows, looping over key tiles.
 // No atomics and no cross-block sums: each output element is written by one thread, which adds
 // its terms in a fixed order, so the bits are the same on every run.
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <string>
@@ -346,6 +347,16 @@ void flash_launch::flash_attention_delta(const float* out, const float* dout, fl
 
 bool flash_attention_supports_head_dim(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;
+}
+
+int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq) {
+  const FlashTiling tiles = flash_gpu_tiling(seq);
+  int64_t most = 0;
+  for (FlashKernel kernel :
+       {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
+    most = std::max(most, flash_shared_bytes(kernel, head_dim, tiles));
+  }
+  return most;
 }
 
 int64_t flash_attention_backward_scratch_floats(int64_t batch, int64_t seq, int64_t heads) {

@@ -1,9 +1,9 @@
-// Flash attention forward on bf16 tensor cores (mma.sync m16n8k16, so it runs on sm_80 and
-// sm_90): causal GQA, fp32 softmax statistics and accumulation, the FlashAttention-2 forward
-// (arXiv 2307.08691, algorithm 1) over the same 64 x 64 tiles as the SIMT kernels
-// (kernels/flash_attention.cu, src/backend/flash_tiling.h). Not yet selected by the backend: its
-// backward is still to write, and a forward on bf16 operands must pair with a backward that
-// recomputes the same probabilities (docs/DESIGN.md §6).
+// Flash attention, forward and backward, on bf16 tensor cores (mma.sync m16n8k16, so it runs on
+// sm_80 and sm_90): causal GQA, fp32 softmax statistics and accumulation, FlashAttention-2's
+// loops (arXiv 2307.08691, algorithms 1 and 2) over the same 64 x 64 tiles as the SIMT kernels
+// (kernels/flash_attention.cu, src/backend/flash_tiling.h). Not yet selected by
+// model.attention: only the tests and bench_gpu_attention call it until it has been checked on
+// a GPU (docs/DESIGN.md §6).
 //
 // Reference: the exact attention of the bf16-rounded q, k, v in double precision
 // (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
@@ -47,7 +47,7 @@ __device__ inline float warp_shfl_xor(float value, int lane_mask) {
   return __shfl_xor_sync(0xFFFFFFFFu, value, lane_mask);
 }
 
-// ---- device code begin: tests/backend/test_flash_attention_mma_emulated.cpp runs what lies
+// ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
 // between these markers on the host (one std::thread per CUDA thread, an emulated mma and
 // shuffle per warp) against the double-precision reference.
 

@@ -26,9 +26,11 @@ constexpr int64_t kRmsnormChunkRows = 32;
 // exp written so gcc vectorizes it (no calls, no branches): Cephes expf — range reduction
 // x = n ln2 + r with ln2 split in two, a degree-5 minimax polynomial for e^r on |r| <= ln2 / 2,
 // 2^n assembled in the exponent bits. Max error about 2 ulp over [-87, 88]; below -87 it
-// returns e^-87 (the softmax and sigmoid uses only need the underflow to be monotone).
-GNMR_HD_INLINE float exp_vectorizable(float x) {
-  x = x < 88.0f ? x : 88.0f;
+// returns e^-87 (the softmax and sigmoid uses only need the underflow to be monotone). A NaN
+// comes out as NaN, so a NaN logit or score makes the loss NaN instead of vanishing into the
+// clamp as e^88.
+GNMR_HD_INLINE float exp_vectorizable(float arg) {
+  float x = arg < 88.0f ? arg : 88.0f;
   x = x > -87.0f ? x : -87.0f;  // keeps 2^n a normal number
   // n = round(x / ln2), by the 1.5 * 2^23 trick (vectorizes without SSE4.1 round)
   const float shifted = x * 1.44269504088896341f + 12582912.0f;
@@ -45,7 +47,7 @@ GNMR_HD_INLINE float exp_vectorizable(float x) {
   const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
   float two_n;
   memcpy(&two_n, &bits, sizeof(two_n));
-  return er * two_n;
+  return arg == arg ? er * two_n : arg;  // a select, so the loops still vectorize
 }
 
 // The double reference path (gradient-check tests) keeps libm.

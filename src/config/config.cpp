@@ -235,6 +235,7 @@ void validate(const RunConfig& c) {
           "use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
   require(c.dist.timeout_s > 0, "dist.timeout_s", "must be > 0 (seconds)");
+  require(c.dist.checkpoint_timeout_s > 0, "dist.checkpoint_timeout_s", "must be > 0 (seconds)");
   require_one_of("dist.rendezvous", c.dist.rendezvous, {"tcp", "file"});
   require(c.dist.rendezvous != "file" || !c.dist.rendezvous_dir.empty(), "dist.rendezvous_dir",
           "is empty, but dist.rendezvous is \"file\": set it to a directory every node can "
@@ -358,6 +359,7 @@ RunConfig run_config_from_json(const json& resolved) {
     read_value(full, "backend", c.backend);
     read_value(full["dist"], "dist.communicator", c.dist.communicator);
     read_value(full["dist"], "dist.timeout_s", c.dist.timeout_s);
+    read_value(full["dist"], "dist.checkpoint_timeout_s", c.dist.checkpoint_timeout_s);
     read_value(full["dist"], "dist.rendezvous", c.dist.rendezvous);
     read_value(full["dist"], "dist.rendezvous_dir", c.dist.rendezvous_dir);
     read_value(full["dist"], "dist.bucket_mb", c.dist.bucket_mb);

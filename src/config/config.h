@@ -82,6 +82,9 @@ struct DistConfig {
   std::string communicator = "auto";  // auto (nccl on cuda, mpi on cpu, when launched with > 1
                                       // process) | local | mpi | nccl
   double timeout_s = 600;  // deadline of every nccl wait and of the rendezvous (a dead rank)
+  // The deadline instead while rank 0 writes a checkpoint and the other ranks wait for it: a
+  // large model on a slow shared filesystem takes far longer than a collective.
+  double checkpoint_timeout_s = 3600;
   // How GPU ranks that MPI did not start share the NCCL id (parallel/rendezvous.h): "tcp" (rank
   // 0 listens at MASTER_ADDR:MASTER_PORT) | "file" (files in rendezvous_dir, a directory every
   // node shares, for sites that open no port between nodes).

@@ -65,6 +65,7 @@ nlohmann::json make_defaults() {
     "dist": {
       "communicator": "auto",
       "timeout_s": 600,
+      "checkpoint_timeout_s": 3600,
       "rendezvous": "tcp",
       "rendezvous_dir": "",
       "bucket_mb": 25.0,

@@ -84,11 +84,32 @@ class Communicator {
   // before a host wait on the backend (the step's readback), which has no deadline of its own.
   // A no-op where the collectives block until done (local, mpi).
   virtual void wait_for_collectives() {}
+  // The deadline of this communicator's waits in seconds (nccl; local and mpi have none: 0, and
+  // setting it does nothing).
+  virtual double timeout_s() const { return 0.0; }
+  virtual void set_timeout_s(double /*seconds*/) {}
 
   // Ends every process of the job with `exit_code`. Use it when this rank failed while
   // others may be blocked in a collective: a plain exit would leave them waiting (and, for
   // MPI, MPI_Finalize itself waits for them).
   [[noreturn]] virtual void abort(int exit_code) = 0;
+};
+
+// Gives the collectives of a scope another deadline, restoring the previous one on exit: those
+// that wait while one rank writes files (a checkpoint) get dist.checkpoint_timeout_s.
+class CommunicatorTimeoutScope {
+ public:
+  CommunicatorTimeoutScope(Communicator& comm, double seconds)
+      : comm_(comm), previous_(comm.timeout_s()) {
+    comm_.set_timeout_s(seconds);
+  }
+  ~CommunicatorTimeoutScope() { comm_.set_timeout_s(previous_); }
+  CommunicatorTimeoutScope(const CommunicatorTimeoutScope&) = delete;
+  CommunicatorTimeoutScope& operator=(const CommunicatorTimeoutScope&) = delete;
+
+ private:
+  Communicator& comm_;
+  double previous_;
 };
 
 struct CommunicatorOptions {

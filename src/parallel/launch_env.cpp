@@ -80,10 +80,25 @@ void read_rendezvous(const EnvLookup& lookup, LaunchEnv& env) {
   } else if (auto job_list = lookup("SLURM_JOB_NODELIST")) {
     env.rendezvous_host = first_slurm_host(*job_list);
   }
-  if (auto port = lookup("MASTER_PORT")) {
+  if (auto port = lookup("GNMR_RENDEZVOUS_PORT")) {
+    env.rendezvous_port = parse_count("GNMR_RENDEZVOUS_PORT", *port);
+    if (env.rendezvous_port < 1 || env.rendezvous_port > 65535) {
+      bad_launch("GNMR_RENDEZVOUS_PORT=" + *port + " is not a TCP port (1..65535)");
+    }
+  } else if (auto port = lookup("MASTER_PORT")) {
     env.rendezvous_port = parse_count("MASTER_PORT", *port);
     if (env.rendezvous_port < 1 || env.rendezvous_port > 65535) {
       bad_launch("MASTER_PORT=" + *port + " is not a TCP port (1..65535)");
+    }
+    // torchrun's agent (TORCHELASTIC_RUN_ID is its mark) keeps its own store listening on
+    // MASTER_PORT on the first node, so rank 0 takes the port above it.
+    if (lookup("TORCHELASTIC_RUN_ID")) {
+      if (env.rendezvous_port == 65535) {
+        bad_launch(
+            "MASTER_PORT=65535 under torchrun leaves no port above it for gnmr's "
+            "rendezvous; pick a lower MASTER_PORT or set GNMR_RENDEZVOUS_PORT");
+      }
+      env.rendezvous_port += 1;
     }
   } else if (auto job = lookup("SLURM_JOB_ID")) {
     uint64_t id = 0;  // job ids are 32-bit unsigned: wider than int
@@ -149,6 +164,15 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
                  world->first + "=" + std::to_string(env.world_size));
     }
     auto local = first_set(lookup, launcher.local_ranks);
+    // srun --mpi=pmi2 exports PMI_RANK and PMI_SIZE but may leave out the PMI local rank; srun's
+    // own SLURM_LOCALID describes this process when SLURM_PROCID is this rank (under mpirun in
+    // an allocation every process inherits the batch script's SLURM_PROCID=0 instead).
+    if (!local && std::string(launcher.source) != "slurm") {
+      auto procid = lookup("SLURM_PROCID");
+      if (procid && parse_count("SLURM_PROCID", *procid) == env.rank) {
+        local = first_set(lookup, {"SLURM_LOCALID"});
+      }
+    }
     env.local_rank = local ? local->second : -1;
     if (local && env.local_rank >= env.world_size) {
       bad_launch(local->first + "=" + std::to_string(env.local_rank) + " is not below " +
@@ -164,6 +188,25 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
     return env;
   }
   return LaunchEnv{};
+}
+
+GpuChoice gpu_for_process(const LaunchEnv& env, int visible_gpus) {
+  if (visible_gpus <= 1) return {0, ""};  // one GPU per task, or none (the probe says so)
+  if (env.local_rank < 0) {
+    if (env.world_size == 1) return {0, ""};
+    return {-1, std::to_string(visible_gpus) + " GPUs are visible and the launcher (" + env.source +
+                    ") does not say which of this node's processes rank " +
+                    std::to_string(env.rank) +
+                    " is; launch one process per GPU with a local rank (mpirun, srun, torchrun), "
+                    "or give each process one GPU (srun --gpus-per-task=1)"};
+  }
+  if (env.local_rank >= visible_gpus) {
+    return {-1, "local rank " + std::to_string(env.local_rank) + " but only " +
+                    std::to_string(visible_gpus) +
+                    " GPUs visible on this node (one process per GPU: start at most as many "
+                    "processes per node as it has GPUs, or give each process one GPU)"};
+  }
+  return {env.local_rank, ""};
 }
 
 EnvLookup process_environment() {

@@ -9,6 +9,8 @@
 //            PMI (MPICH Hydra, srun --mpi=pmi2): PMI_RANK, PMI_SIZE,
 //                             PMI_LOCAL_RANK or MPI_LOCALRANKID,
 //                             PMI_LOCAL_SIZE or MPI_LOCALNRANKS
+//            (mpi and torchrun without a local rank take SLURM_LOCALID when srun started the
+//            process itself: SLURM_PROCID equal to the rank)
 //   "torchrun" torchrun / torch.distributed.run, or any launcher that sets them:
 //                             RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (before SLURM:
 //                             torchrun started by srun is the innermost launcher)
@@ -19,10 +21,11 @@
 //
 // Where rank 0 can be reached, for a rendezvous without MPI (tcp_rendezvous.h): MASTER_ADDR,
 // else the first host of SLURM_STEP_NODELIST (else SLURM_JOB_NODELIST; SLURM puts rank 0 on
-// the step's first node); MASTER_PORT, else 29500 + SLURM_JOB_ID % 1000 so two jobs sharing a
-// node rarely pick the same port. The job id (SLURM_JOB_ID, else TORCHELASTIC_RUN_ID) keeps
-// ranks of another job from joining. The attempt tells starts of one job apart, so that the file
-// rendezvous (file_rendezvous.h) of one start never reads another's files:
+// the step's first node); GNMR_RENDEZVOUS_PORT, else MASTER_PORT (plus one under torchrun, whose
+// agent listens on MASTER_PORT itself: TORCHELASTIC_RUN_ID set), else 29500 + SLURM_JOB_ID % 1000
+// so two jobs sharing a node rarely pick the same port. The job id (SLURM_JOB_ID, else
+// TORCHELASTIC_RUN_ID) keeps ranks of another job from joining. The attempt tells starts of one job
+// apart, so that the file rendezvous (file_rendezvous.h) of one start never reads another's files:
 // "restart<N>" with N = SLURM_RESTART_COUNT (a requeue keeps the job id and counts this up),
 // else TORCHELASTIC_RESTART_COUNT, else 0; then ".step<S>" with S = SLURM_STEP_ID when set (two
 // srun steps of one job).
@@ -62,6 +65,17 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // local size is not between 1 and the world size, or when a source is half present (a rank
 // without a size).
 LaunchEnv parse_launch_env(const EnvLookup& lookup);
+
+// Which GPU a process of the cuda backend takes among the `visible_gpus` CUDA shows it (after
+// CUDA_VISIBLE_DEVICES): device 0 when it sees at most one (a launcher that gives each task its
+// own GPU, srun --gpus-per-task=1 or --gpu-bind; none is the device probe's error to report),
+// else its local rank. device -1 and `problem` in words when that cannot be: the local rank is
+// unknown in a job of several processes, or not below the visible count.
+struct GpuChoice {
+  int device = 0;
+  std::string problem;
+};
+GpuChoice gpu_for_process(const LaunchEnv& env, int visible_gpus);
 
 // This process's environment variables (std::getenv), as an EnvLookup.
 EnvLookup process_environment();

@@ -44,6 +44,7 @@ class NcclCommunicator final : public Communicator {
         local_rank_(options.local_rank),
         stream_(static_cast<cudaStream_t>(options.stream)),
         timeout_s_(options.timeout_s),
+        configured_timeout_s_(options.timeout_s),
         host_(std::move(options.host)) {
     GNMR_CHECK(options.unique_id.size() == sizeof(ncclUniqueId),
                "an NCCL unique id is " + std::to_string(sizeof(ncclUniqueId)) + " bytes, got " +
@@ -224,6 +225,8 @@ class NcclCommunicator final : public Communicator {
   }
 
   void wait_for_collectives() override { wait_device(last_collective_); }
+  double timeout_s() const override { return timeout_s_; }
+  void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
 
   [[noreturn]] void abort(int exit_code) override {
     if (comm_ != nullptr) nccl_.CommAbort(comm_);
@@ -311,7 +314,7 @@ class NcclCommunicator final : public Communicator {
     const auto deadline = Clock::now() + deadline_duration();
     while (result == ncclInProgress) {
       if (Clock::now() > deadline) {
-        fail(std::string(what) + " did not finish within dist.timeout_s = " + seconds_text() +
+        fail(std::string(what) + " did not finish within " + deadline_text() +
              " (a rank did not join or stopped answering)");
       }
       std::this_thread::yield();
@@ -349,7 +352,7 @@ class NcclCommunicator final : public Communicator {
         fail(std::string(what) + " failed: " + nccl_message(state, comm_));
       }
       if (Clock::now() > deadline) {
-        fail(std::string(what) + " did not finish within dist.timeout_s = " + seconds_text() +
+        fail(std::string(what) + " did not finish within " + deadline_text() +
              " (another rank stopped answering)");
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -374,12 +377,18 @@ class NcclCommunicator final : public Communicator {
   std::chrono::steady_clock::duration deadline_duration() const {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s_));
   }
-  std::string seconds_text() const { return std::to_string(int64_t(timeout_s_)) + " s"; }
+  // "600 s (dist.timeout_s)": the deadline and the key that set it.
+  std::string deadline_text() const {
+    return std::to_string(int64_t(timeout_s_)) + " s (" +
+           (timeout_s_ == configured_timeout_s_ ? "dist.timeout_s" : "dist.checkpoint_timeout_s") +
+           ")";
+  }
 
   const NcclApi& nccl_ = nccl_api();  // first: loaded (or refused) before anything is created
   int rank_, world_size_, local_rank_;
   cudaStream_t stream_;
   double timeout_s_;
+  const double configured_timeout_s_;  // dist.timeout_s; timeout_s_ differs inside a checkpoint
   std::unique_ptr<Communicator> host_;
   ncclComm_t comm_ = nullptr;
   cudaEvent_t done_ = nullptr;  // after the last collective, on the backend's stream

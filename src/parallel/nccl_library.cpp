@@ -55,30 +55,13 @@ std::vector<std::string> nccl_library_candidates(const EnvLookup& lookup,
   return candidates;
 }
 
-NcclApi load_nccl_api(const std::vector<std::string>& candidates) {
-  GNMR_CHECK(!candidates.empty(), "load_nccl_api: no candidates");
-  std::string tried;
-  void* handle = nullptr;
-  std::string loaded;
-  for (const std::string& candidate : candidates) {
-    // RTLD_LOCAL: NCCL's symbols stay out of the global scope, so nothing else binds to them.
-    handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) {
-      loaded = candidate;
-      break;
-    }
-    const char* why = dlerror();
-    tried += "\n  " + candidate + ": " + (why != nullptr ? why : "not loadable");
-  }
-  if (handle == nullptr) {
-    throw Error(ErrorKind::Runtime,
-                "NCCL could not be loaded; tried:" + tried +
-                    "\nset GNMR_NCCL_LIBRARY to its libnccl.so.2 (a cluster module's, the CUDA "
-                    "toolkit's, or PyTorch's site-packages/nvidia/nccl/lib/libnccl.so.2), or add "
-                    "its directory to LD_LIBRARY_PATH");
-  }
+namespace {
+
+// The API of the library `handle` (opened as `candidate`): every entry point, and a version
+// gnmr can use; Error(Runtime) naming the library otherwise.
+NcclApi api_of(void* handle, const std::string& candidate) {
   NcclApi api;
-  api.path = opened_path(handle, loaded);
+  api.path = opened_path(handle, candidate);
   resolve(handle, api.path, "ncclGetVersion", api.GetVersion);
   resolve(handle, api.path, "ncclGetUniqueId", api.GetUniqueId);
   resolve(handle, api.path, "ncclCommInitRankConfig", api.CommInitRankConfig);
@@ -107,6 +90,35 @@ NcclApi load_nccl_api(const std::vector<std::string>& candidates) {
                                         version_text(kOldestNcclVersion));
   }
   return api;
+}
+
+}  // namespace
+
+NcclApi load_nccl_api(const std::vector<std::string>& candidates) {
+  GNMR_CHECK(!candidates.empty(), "load_nccl_api: no candidates");
+  // A library that opens but cannot serve (too old, not NCCL: an old libnccl.so.2 first on the
+  // loader's path) is passed over like one that does not open, so the build's own comes next.
+  std::string tried;
+  for (const std::string& candidate : candidates) {
+    // RTLD_LOCAL: NCCL's symbols stay out of the global scope, so nothing else binds to them.
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle == nullptr) {
+      const char* why = dlerror();
+      tried += "\n  " + candidate + ": " + (why != nullptr ? why : "not loadable");
+      continue;
+    }
+    try {
+      return api_of(handle, candidate);
+    } catch (const Error& e) {
+      tried += "\n  " + candidate + ": " + e.what();
+      dlclose(handle);
+    }
+  }
+  throw Error(ErrorKind::Runtime,
+              "NCCL could not be loaded; tried:" + tried +
+                  "\nset GNMR_NCCL_LIBRARY to its libnccl.so.2 (a cluster module's, the CUDA "
+                  "toolkit's, or PyTorch's site-packages/nvidia/nccl/lib/libnccl.so.2), or add "
+                  "its directory to LD_LIBRARY_PATH");
 }
 
 std::string nccl_build_library() {

@@ -8,6 +8,7 @@
 #include "util/error.h"
 #ifdef GNMR_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/device_probe.h"
 #endif
 
 namespace gnmr {
@@ -30,10 +31,11 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
   }
   if (config.backend == "cuda") {
 #ifdef GNMR_WITH_CUDA
-    // One GPU per process: the local rank's (CUDA_VISIBLE_DEVICES narrows what it indexes).
+    // One GPU per process: the local rank's, or the only one the launcher left visible.
     CudaBackendOptions options;
-    const LaunchEnv launch = read_launch_env();
-    options.device = launch.local_rank > 0 ? launch.local_rank : 0;
+    const GpuChoice gpu = gpu_for_process(read_launch_env(), visible_cuda_devices());
+    if (gpu.device < 0) throw Error(ErrorKind::Usage, "backend \"cuda\": " + gpu.problem);
+    options.device = gpu.device;
     options.poison = poison_from_env();
     options.attention = parse_cuda_attention(config.model.attention);
     std::unique_ptr<Backend> backend = make_cuda_backend(options);

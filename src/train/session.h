@@ -103,8 +103,9 @@ class TrainingSession {
   RunConfig config_;
   bool synthetic_data_;
   DebugHooks debug_;
-  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Backend> backend_;
+  // After the backend, so destroyed before it: the nccl communicator queues on its stream.
+  std::unique_ptr<Communicator> comm_;
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<ZeroAdamW> zero_optimizer_;

@@ -13,6 +13,7 @@
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/thread_placement.h"
+#include "parallel/communicator.h"
 #include "parallel/launch_env.h"
 #include "train/bench.h"
 #include "train/checkpoint.h"
@@ -112,21 +113,28 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   // Rank 0 decides what the run directory means; nothing in it changes until the checkpoint
   // (or the --init weights) has loaded, so a refused run leaves the directory as it was.
   RunDirPlan plan;
-  if (writer) plan = plan_run_dir(options);
-  const std::string resume_from = broadcast_string(comm, plan.resume_from);
-
+  std::string resume_from;
   TrainerState& state = session.state();
-  if (!resume_from.empty()) {
-    if (ZeroAdamW* zero = session.zero_optimizer()) {
-      state = load_checkpoint(resume_from, config, session.backend(), session.model(), *zero);
-    } else {
-      state = load_checkpoint(resume_from, config, session.backend(), session.model(),
-                              session.optimizer());
+  {
+    // Rank 0 reads every byte of the checkpoint it verifies while the others wait, then every
+    // rank reads it: waits on a filesystem, not on a dead peer, so they get the checkpoint
+    // deadline (the barrier ends them all together).
+    CommunicatorTimeoutScope file_waits(comm, config.dist.checkpoint_timeout_s);
+    if (writer) plan = plan_run_dir(options);
+    resume_from = broadcast_string(comm, plan.resume_from);
+    if (!resume_from.empty()) {
+      if (ZeroAdamW* zero = session.zero_optimizer()) {
+        state = load_checkpoint(resume_from, config, session.backend(), session.model(), *zero);
+      } else {
+        state = load_checkpoint(resume_from, config, session.backend(), session.model(),
+                                session.optimizer());
+      }
+      session.restore_controller_state(resume_from);
+    } else if (!options.init.empty()) {
+      if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
+      load_model_weights(options.init, session.backend(), session.model());
     }
-    session.restore_controller_state(resume_from);
-  } else if (!options.init.empty()) {
-    if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
-    load_model_weights(options.init, session.backend(), session.model());
+    if (comm.world_size() > 1) comm.barrier();
   }
 
   if (writer) {
@@ -278,6 +286,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (comm.world_size() > 1) comm.allreduce_sum(&signalled, 1);
     const bool stop = signalled > 0 || r.step == options.stop_at;
     if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || last || stop) {
+      // The other ranks wait while rank 0 writes: the checkpoint deadline, not a collective's.
+      CommunicatorTimeoutScope file_waits(comm, config.dist.checkpoint_timeout_s);
       if (comm.world_size() > 1) {
         std::vector<std::vector<float>> weights =
             model_weights_to_host(session.backend(), session.model());

@@ -1,6 +1,6 @@
 // Runs CUDA device code on the host, for the tests that check a kernel's indexing, tiling,
-// masking and synchronisation without a GPU (test_flash_attention_emulated.cpp,
-// test_flash_attention_mma_emulated.cpp). The kernel's device code is extracted from its .cu
+// masking and synchronisation without a GPU (test_flash_attention_emulated.cpp, for both flash
+// kernels). The kernel's device code is extracted from its .cu
 // file by extract_device_code.sh, which routes `extern __shared__` memory and __syncthreads()
 // here; this header provides what it then reads:
 // - threadIdx / blockIdx / blockDim: one std::thread per CUDA thread, blocks one after another;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -198,6 +199,24 @@ TEST(OpGradients, CrossEntropyGradientMatchesFiniteDifferencesAndIgnoresNegative
   for (double l : fused_losses) fused_sum += dloss * l;
   EXPECT_NEAR(fused_sum, forward_sum, 1e-12);  // the two passes compute the same loss
   expect_matches_central_differences(logits, grad, loss, kTolerance, "dlogits");
+}
+
+// A NaN logit must surface: the loss and the whole gradient row are NaN (the vectorizable exp
+// once clamped NaN to e^88, which turned a NaN row into a finite loss of about 88).
+TEST(OpGradients, CrossEntropyOfANanLogitIsNanInTheLossAndTheGradient) {
+  const int64_t n = 2, vocab = 37;
+  std::vector<float> logits = random_vector<float>(n * vocab, 22, 3.0f);
+  logits[5] = std::numeric_limits<float>::quiet_NaN();  // row 0; row 1 stays finite
+  const std::vector<int32_t> targets = {3, 4};
+  std::vector<float> losses(n), fused_losses(n), grad = logits;
+  cpu::cross_entropy_forward(logits.data(), targets.data(), losses.data(), n, vocab, kThreads);
+  cpu::cross_entropy_forward_backward(grad.data(), targets.data(), fused_losses.data(), 1.0f, n,
+                                      vocab, kThreads);
+  EXPECT_TRUE(std::isnan(losses[0]));
+  EXPECT_TRUE(std::isnan(fused_losses[0]));
+  for (int64_t j = 0; j < vocab; ++j) EXPECT_TRUE(std::isnan(grad[size_t(j)])) << j;
+  EXPECT_TRUE(std::isfinite(losses[1]));
+  EXPECT_EQ(fused_losses[1], losses[1]);
 }
 
 }  // namespace

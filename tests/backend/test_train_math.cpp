@@ -35,6 +35,9 @@ TEST(TrainMath, ExpVectorizableIsWithinThreeUlpAndClampsMonotonically) {
   EXPECT_EQ(exp_vectorizable(-200.0f), exp_vectorizable(-87.0f));
   EXPECT_GT(exp_vectorizable(-87.0f), 0.0f);
   EXPECT_TRUE(std::isfinite(exp_vectorizable(1000.0f)));
+  // A NaN passes through, so a NaN logit cannot vanish into the clamp as e^88.
+  EXPECT_TRUE(std::isnan(exp_vectorizable(std::numeric_limits<float>::quiet_NaN())));
+  EXPECT_TRUE(std::isnan(exp_vectorizable(-std::numeric_limits<float>::quiet_NaN())));
 }
 
 TEST(TrainMath, AdamwElementMatchesTheUpdateInDouble) {

@@ -227,6 +227,21 @@ TEST(ConfigLoad, DistBucketsDefaultTo25MiBAndTheCheckTo100Steps) {
   expect_config_error(path, {"dist.check_every=2.5"}, "\"dist.check_every\" must be");
 }
 
+// The checkpoint's waits get their own deadline, an hour unless set (a 7B checkpoint with its
+// moments is about 84 GB).
+TEST(ConfigLoad, DistDeadlinesDefaultToTenMinutesAndAnHourAroundCheckpoints) {
+  std::string dir = gnmr_test::scratch_dir("config_dist_deadlines");
+  auto path = write_config(dir, "a.json", "{}");
+  auto c = load_run_config(path, {});
+  EXPECT_EQ(c.dist.timeout_s, 600.0);
+  EXPECT_EQ(c.dist.checkpoint_timeout_s, 3600.0);
+  EXPECT_EQ(load_run_config(path, {"dist.checkpoint_timeout_s=7200"}).dist.checkpoint_timeout_s,
+            7200.0);
+  expect_config_error(path, {"dist.checkpoint_timeout_s=0"},
+                      "\"dist.checkpoint_timeout_s\" must be > 0");
+  expect_config_error(path, {"dist.timeout_s=-1"}, "\"dist.timeout_s\" must be > 0");
+}
+
 TEST(ConfigLoad, DistRendezvousIsTcpOrFileAndFileNeedsItsDirectory) {
   std::string dir = gnmr_test::scratch_dir("config_rendezvous");
   const std::string path = write_config(dir, "a.json", "{}");

@@ -214,15 +214,20 @@ TEST(GpuCausalSoftmax, ForwardAndBackwardMatchAPlainHostLoop) {
     for (int64_t r = 0; r < matrices * t; ++r) {
       const int64_t i = r % t;
       const float* s = scores.data() + r * t;
-      double max_score = s[0], sum = 0.0;
-      for (int64_t j = 0; j <= i; ++j) max_score = std::max(max_score, double(s[j]));
-      for (int64_t j = 0; j <= i; ++j) sum += std::exp(double(s[j]) - max_score);
-      // The host's P is the exact softmax; the kernel's is within expf's 2 ulp plus the
-      // roundings of e, 1 / sum and the product (< 4 ulp): 8 u relative leaves headroom.
+      // The kernel subtracts the row max in fp32, as its CPU twin does; that rounding, up to
+      // |s - max| u absolute, becomes as much relative error after exp (16-32 u at this
+      // spread), so the host's P takes the same fp32 argument: exp of it in double, normalised.
+      // The kernel's P is then within expf's 2 ulp plus the roundings of e, 1 / sum and the
+      // product (< 4 ulp): 8 u relative leaves headroom.
+      float max_score = s[0];
+      for (int64_t j = 0; j <= i; ++j) max_score = std::max(max_score, s[j]);
+      std::vector<double> e(size_t(i + 1));
+      double sum = 0.0;
+      for (int64_t j = 0; j <= i; ++j) sum += e[size_t(j)] = std::exp(double(s[j] - max_score));
       double dot = 0.0, dot_abs = 0.0;
       for (int64_t j = 0; j <= i; ++j) {
         const float pj = got_p[size_t(r * t + j)];
-        const double want = std::exp(double(s[j]) - max_score) / sum;
+        const double want = e[size_t(j)] / sum;
         ASSERT_NEAR(pj, want, 8 * kUnitRoundoff * want) << "P row " << r << " key " << j;
         dot += double(pj) * dprobs[size_t(r * t + j)];
         dot_abs += std::abs(double(pj) * dprobs[size_t(r * t + j)]);

@@ -78,6 +78,15 @@ TEST(GpuNccl, OneRankAllReduceIsTheIdentityAndHostCollectivesWork) {
   EXPECT_EQ(bytes, sent);
   EXPECT_TRUE(r.comm->all_agree(0x1234abcdULL));
   r.comm->barrier();
+
+  // A checkpoint's scope has its own deadline, and the collectives in it still work.
+  EXPECT_EQ(r.comm->timeout_s(), 60.0);
+  {
+    CommunicatorTimeoutScope file_waits(*r.comm, 3600.0);
+    EXPECT_EQ(r.comm->timeout_s(), 3600.0);
+    r.comm->barrier();
+  }
+  EXPECT_EQ(r.comm->timeout_s(), 60.0);
 }
 
 // ZeRO-1's collectives and the overlapped ones with one rank: each is the identity, and the

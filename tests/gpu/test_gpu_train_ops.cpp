@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -216,6 +217,38 @@ TEST(GpuTrainOps, CrossEntropyMatchesCpuAndIsDeterministic) {
     expect_same_bits(d_losses.to_host(), gpu_losses, "losses, second run");
     expect_same_bits(d_grad2.to_host(), gpu_grad, "gradient, second run");
   }
+}
+
+// A NaN logit makes the row's loss and gradient NaN on both sides, wherever it falls: first in
+// a thread's stride (where the kernel has no max yet), later in it, or alone in a row of -inf.
+TEST(GpuTrainOps, CrossEntropyOfANanLogitIsNanAsOnTheCpu) {
+  SKIP_WITHOUT_GPU();
+  const int64_t n = 4, vocab = 1003;
+  std::vector<float> logits = random_vector(size_t(n * vocab), 14, 3.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  logits[0] = nan;                        // row 0: thread 0's first element
+  logits[size_t(1 * vocab + 700)] = nan;  // row 1: thread 188's second element
+  std::fill(logits.begin() + 2 * vocab, logits.begin() + 3 * vocab, -INFINITY);
+  logits[size_t(2 * vocab + 5)] = nan;                 // row 2: a NaN among -inf only
+  const std::vector<int32_t> targets = {7, 3, 9, 11};  // row 3 stays finite
+  std::vector<float> losses(static_cast<size_t>(n));
+  cpu::cross_entropy_forward<float>(logits.data(), targets.data(), losses.data(), n, vocab, 2);
+  DeviceBuffer<float> d_logits(logits), d_grad(logits), d_losses(nan_vector(size_t(n)));
+  DeviceBuffer<int32_t> d_targets(targets);
+  cuda::cross_entropy_forward(d_logits.get(), d_targets.get(), d_losses.get(), n, vocab, nullptr);
+  sync();
+  const std::vector<float> gpu_losses = d_losses.to_host();
+  cuda::cross_entropy_forward_backward(d_grad.get(), d_targets.get(), d_losses.get(), 0.5f, n,
+                                       vocab, nullptr);
+  sync();
+  const std::vector<float> gpu_grad = d_grad.to_host();
+  for (int64_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(std::isnan(losses[size_t(i)])) << "cpu, row " << i;
+    EXPECT_TRUE(std::isnan(gpu_losses[size_t(i)])) << "gpu, row " << i;
+    EXPECT_TRUE(std::isnan(gpu_grad[size_t(i * vocab + 1)])) << "gpu gradient, row " << i;
+  }
+  EXPECT_TRUE(std::isfinite(gpu_losses[3]));
+  EXPECT_NEAR(gpu_losses[3], losses[3], kCrossEntropyTolerance);
 }
 
 TEST(GpuTrainOps, AccumulateMeanLossIsBitExact) {

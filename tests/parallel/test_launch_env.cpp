@@ -56,6 +56,57 @@ TEST(LaunchEnv, MissingLocalRankIsMinusOne) {
   EXPECT_EQ(env.local_rank, -1);
 }
 
+// srun --mpi=pmi2 may export no PMI local rank: srun's SLURM_LOCALID is this process's when
+// SLURM_PROCID is its rank, never when it was inherited (mpirun inside a batch script).
+TEST(LaunchEnv, PmiWithoutALocalRankTakesSrunsLocalIdOnlyForTheSameProcess) {
+  LaunchEnv env = parse_launch_env(env_map({{"PMI_RANK", "5"},
+                                            {"PMI_SIZE", "8"},
+                                            {"SLURM_PROCID", "5"},
+                                            {"SLURM_NTASKS", "8"},
+                                            {"SLURM_LOCALID", "1"}}));
+  EXPECT_EQ(env.source, "mpi");
+  EXPECT_EQ(env.local_rank, 1);
+  env = parse_launch_env(env_map({{"PMI_RANK", "5"},
+                                  {"PMI_SIZE", "8"},
+                                  {"SLURM_PROCID", "0"},
+                                  {"SLURM_NTASKS", "1"},
+                                  {"SLURM_LOCALID", "0"}}));
+  EXPECT_EQ(env.local_rank, -1);
+  // A PMI local rank, when there is one, wins.
+  env = parse_launch_env(env_map({{"PMI_RANK", "5"},
+                                  {"PMI_SIZE", "8"},
+                                  {"PMI_LOCAL_RANK", "2"},
+                                  {"SLURM_PROCID", "5"},
+                                  {"SLURM_LOCALID", "1"}}));
+  EXPECT_EQ(env.local_rank, 2);
+}
+
+// The cuda backend's GPU: the local rank's among several visible, the only one when the launcher
+// gave each task its own (srun --gpus-per-task=1 leaves one visible to local rank 3), and a
+// problem in words when neither works.
+TEST(GpuForProcess, TakesTheLocalRanksGpuOrTheOnlyVisibleOne) {
+  LaunchEnv env;
+  env.world_size = 16;
+  env.rank = 11;
+  env.local_rank = 3;
+  EXPECT_EQ(gpu_for_process(env, 8).device, 3);
+  EXPECT_EQ(gpu_for_process(env, 1).device, 0);
+  EXPECT_EQ(gpu_for_process(env, 0).device, 0);  // the device probe reports "no device"
+  const GpuChoice too_few = gpu_for_process(env, 2);
+  EXPECT_EQ(too_few.device, -1);
+  EXPECT_NE(too_few.problem.find("local rank 3 but only 2 GPUs"), std::string::npos)
+      << too_few.problem;
+  env.local_rank = -1;
+  const GpuChoice unknown = gpu_for_process(env, 8);
+  EXPECT_EQ(unknown.device, -1);
+  EXPECT_NE(unknown.problem.find("rank 11"), std::string::npos) << unknown.problem;
+  EXPECT_EQ(gpu_for_process(env, 1).device, 0);
+  env.world_size = 1;
+  env.rank = 0;
+  EXPECT_EQ(gpu_for_process(env, 8).device, 0);  // one process, no launcher: the first GPU
+  EXPECT_TRUE(gpu_for_process(env, 8).problem.empty());
+}
+
 TEST(LaunchEnv, ReadsTheRanksOnThisNodeFromEachLauncher) {
   EXPECT_EQ(parse_launch_env(env_map({{"HOME", "/root"}})).local_size, 1);
   EXPECT_EQ(parse_launch_env(env_map({{"OMPI_COMM_WORLD_RANK", "1"},
@@ -170,8 +221,23 @@ TEST(LaunchEnv, ReadsTorchrunVariablesAndItsRendezvousAddress) {
   EXPECT_EQ(env.world_size, 4);
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.rendezvous_host, "10.0.0.7");
-  EXPECT_EQ(env.rendezvous_port, 29411);
+  // torchrun's agent holds MASTER_PORT (its store), so gnmr's rank 0 listens one above.
+  EXPECT_EQ(env.rendezvous_port, 29412);
   EXPECT_EQ(env.job_id, "run-42");
+  // The same variables set by hand (no agent): MASTER_PORT itself.
+  env = parse_launch_env(env_map(
+      {{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29411"}}));
+  EXPECT_EQ(env.rendezvous_port, 29411);
+  // GNMR_RENDEZVOUS_PORT wins over both.
+  env = parse_launch_env(env_map({{"RANK", "3"},
+                                  {"WORLD_SIZE", "4"},
+                                  {"MASTER_PORT", "29411"},
+                                  {"TORCHELASTIC_RUN_ID", "run-42"},
+                                  {"GNMR_RENDEZVOUS_PORT", "31000"}}));
+  EXPECT_EQ(env.rendezvous_port, 31000);
+  expect_usage_error(
+      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"}, {"TORCHELASTIC_RUN_ID", "r"}},
+      "GNMR_RENDEZVOUS_PORT");
 }
 
 // torchrun started by srun: the tasks see both, and torchrun's numbering is this process's.

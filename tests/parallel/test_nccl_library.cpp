@@ -59,6 +59,18 @@ TEST(NcclLibrary, ALibraryThatIsNotNcclIsRefusedByName) {
   EXPECT_NE(message.find("has no ncclGetVersion"), std::string::npos) << message;
 }
 
+// A library that opens but is not a usable NCCL (first on the loader's path, say) is passed
+// over: the next candidate loads, and a failure names both.
+TEST(NcclLibrary, ALibraryThatOpensButCannotServeIsPassedOverForTheNext) {
+  const std::string message = load_error({"libm.so.6", "/nonexistent/libnccl.so.2"});
+  EXPECT_NE(message.find("libm.so.6"), std::string::npos) << message;
+  EXPECT_NE(message.find("has no ncclGetVersion"), std::string::npos) << message;
+  EXPECT_NE(message.find("/nonexistent/libnccl.so.2"), std::string::npos) << message;
+  if (nccl_build_library().empty()) GTEST_SKIP() << "the build found nccl.h but no libnccl";
+  const NcclApi api = load_nccl_api({"libm.so.6", nccl_build_library()});
+  EXPECT_EQ(api.version / 10000, NCCL_MAJOR);
+}
+
 // The build found the CUDA toolkit's libnccl: it loads, every entry point resolves, and its
 // version has the header's major. (The loader's search may find another NCCL first, e.g. a
 // cluster module's; any one that loads must pass the same checks.)

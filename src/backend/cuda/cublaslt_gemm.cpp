@@ -61,14 +61,34 @@ LtGemmRunner::~LtGemmRunner() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
+void LtGemmRunner::set_scale_pointers(Prepared& p, const float* a_scales, const float* b_scales) {
+  const std::string& what = p.descriptors->what();
+  if (!aligned16(a_scales) || !aligned16(b_scales)) {
+    throw Error(ErrorKind::Runtime, "cuBLASLt: " + what + ": scales are not 16-byte aligned");
+  }
+  GNMR_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(p.descriptors->matmul(), CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
+                                     &a_scales, sizeof a_scales),
+      what);
+  GNMR_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(p.descriptors->matmul(), CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
+                                     &b_scales, sizeof b_scales),
+      what);
+}
+
 LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
-                                              const std::array<uint32_t, 3>& align) {
+                                              const std::array<uint32_t, 3>& align,
+                                              const float* a_scales, const float* b_scales) {
   std::string key = gemm_plan_key(plan);
   for (uint32_t a : align) key += "/" + std::to_string(a);
   auto it = cache_.find(key);
   if (it != cache_.end()) return it->second;
   Prepared p;
   p.descriptors = std::make_unique<LtGemmDescriptors>(plan);
+  // A block scale mode without its scale pointer is refused by the heuristic, or worse, answered
+  // with an algorithm that ignores the scales: the pointers go in first (run() sets them again
+  // on every call, since they change).
+  if (plan.impl == GemmImpl::kFp8Block) set_scale_pointers(p, a_scales, b_scales);
   const std::array<cublasLtMatmulPreferenceAttributes_t, 4> attributes = {
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
@@ -89,37 +109,32 @@ LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
   return cache_.emplace(key, std::move(p)).first->second;
 }
 
-// The sweep asks about operands as the backend allocates them (256-byte aligned).
+// The sweep asks about operands as the backend allocates them (256-byte aligned). An FP8 plan's
+// scale pointers must be set for the question to be the one run() asks; the workspace stands in
+// for them (device memory, 256-byte aligned; nothing is read before a matmul runs).
 std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
-  return prepare(plan, {256, 256, 256}).refusal;
+  const float* scales =
+      plan.impl == GemmImpl::kFp8Block ? static_cast<const float*>(workspace_) : nullptr;
+  return prepare(plan, {256, 256, 256}, scales, scales).refusal;
 }
 
 void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
                        const float* b_scales, void* d, cudaStream_t stream) {
-  Prepared& p = prepare(plan, {operand_alignment_bytes(a, plan.lda * operand_bytes(plan.a.type)),
-                               operand_alignment_bytes(b, plan.ldb * operand_bytes(plan.b.type)),
-                               operand_alignment_bytes(d, plan.ldc * operand_bytes(plan.d_type))});
+  const bool fp8 = plan.impl == GemmImpl::kFp8Block;
+  GNMR_CHECK(
+      fp8 == (a_scales != nullptr) && fp8 == (b_scales != nullptr),
+      "LtGemmRunner::run: scales are given exactly for FP8 plans (" + gemm_plan_key(plan) + ")");
+  Prepared& p = prepare(plan,
+                        {operand_alignment_bytes(a, plan.lda * operand_bytes(plan.a.type)),
+                         operand_alignment_bytes(b, plan.ldb * operand_bytes(plan.b.type)),
+                         operand_alignment_bytes(d, plan.ldc * operand_bytes(plan.d_type))},
+                        a_scales, b_scales);
   const std::string& what = p.descriptors->what();
   if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
   if (!aligned16(a) || !aligned16(b) || !aligned16(d)) {
     throw Error(ErrorKind::Runtime, "cuBLASLt: " + what + ": an operand is not 16-byte aligned");
   }
-  const bool fp8 = plan.impl == GemmImpl::kFp8Block;
-  GNMR_CHECK(fp8 == (a_scales != nullptr) && fp8 == (b_scales != nullptr),
-             "LtGemmRunner::run: scales are given exactly for FP8 plans (" + what + ")");
-  if (fp8) {
-    if (!aligned16(a_scales) || !aligned16(b_scales)) {
-      throw Error(ErrorKind::Runtime, "cuBLASLt: " + what + ": scales are not 16-byte aligned");
-    }
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.descriptors->matmul(),
-                                                       CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                       &a_scales, sizeof a_scales),
-                        what);
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(p.descriptors->matmul(),
-                                                       CUBLASLT_MATMUL_DESC_B_SCALE_POINTER,
-                                                       &b_scales, sizeof b_scales),
-                        what);
-  }
+  if (fp8) set_scale_pointers(p, a_scales, b_scales);
   // alpha and beta have the descriptor's scale type: int32 for the int8 GEMM (which never
   // accumulates), else fp32.
   const float alpha_f32 = 1.0f, beta_f32 = plan.beta;

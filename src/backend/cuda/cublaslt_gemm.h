@@ -52,8 +52,12 @@ class LtGemmRunner {
     std::string refusal;  // non-empty: no algorithm
   };
   // Alignments of A, B and D in bytes (operand_alignment.h): part of the cache key, since the
-  // heuristic's algorithm may rely on them.
-  Prepared& prepare(const GemmPlan& plan, const std::array<uint32_t, 3>& align);
+  // heuristic's algorithm may rely on them. a_scales / b_scales: the FP8 plan's scale pointers,
+  // set before the heuristic is asked (block scale modes need them; null for other plans).
+  Prepared& prepare(const GemmPlan& plan, const std::array<uint32_t, 3>& align,
+                    const float* a_scales, const float* b_scales);
+  // Sets the FP8 descriptor's A and B scale pointers (device memory, 16-byte aligned).
+  void set_scale_pointers(Prepared& p, const float* a_scales, const float* b_scales);
 
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulPreference_t preference_ = nullptr;

@@ -3,6 +3,7 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
@@ -30,8 +31,13 @@ namespace {
 // Host-to-device uploads go through pinned staging slots, so copy_from_host returns at once
 // (the caller's buffer is copied before it returns) without waiting for the GPU. A slot is
 // reused after kStagingSlots further uploads, once its event says its copy is done: with a
-// step's few uploads per micro-batch that copy finished long before.
+// step's few uploads per micro-batch that copy finished long before. (The host still waits
+// there when a window has more than 5 micro-steps of 3 uploads each; a wait on copies queued
+// micro-steps ago, not on the step.) Uploads over kMaxStagedBytes (weights and optimizer state
+// at start-up, never a step's tokens) are copied straight from the caller's memory and waited
+// for instead, so the slots never hold more than 16 x 16 MiB of pinned memory for the run.
 constexpr int kStagingSlots = 16;
+constexpr size_t kMaxStagedBytes = size_t{16} << 20;
 
 struct StagingSlot {
   void* host = nullptr;  // pinned
@@ -56,9 +62,13 @@ std::string attention_shape_text(const AttentionShape& s) {
          " hd=" + std::to_string(s.head_dim);
 }
 
-// Whether `shape` runs the flash kernels under `choice` (CudaAttention::Flash with a head dim
-// they lack is an error naming the shape).
-bool uses_flash(CudaAttention choice, const AttentionShape& shape) {
+// Whether `shape` runs the flash kernels under `choice` on a device allowing `shared_limit`
+// bytes of shared memory per block (opt-in). auto takes them where the head dim is theirs and
+// their tiles fit, else the materialized kernels, and says so; CudaAttention::Flash with a head
+// dim they lack is an error naming the shape (one whose tiles do not fit fails at launch, naming
+// the bytes). `warned`: the fallback is logged once per backend, not once per layer.
+bool uses_flash(CudaAttention choice, const AttentionShape& shape, int64_t shared_limit,
+                bool& warned) {
   const bool supported = cuda::flash_attention_supports_head_dim(shape.head_dim);
   if (choice == CudaAttention::Flash && !supported) {
     throw Error(ErrorKind::Config, "model.attention \"flash\": head dim " +
@@ -67,7 +77,21 @@ bool uses_flash(CudaAttention choice, const AttentionShape& shape) {
                                        ") is not supported by the flash kernels (64, 128); use "
                                        "model.attention=materialized or auto");
   }
-  return choice != CudaAttention::Materialized && supported;
+  if (choice == CudaAttention::Materialized || !supported) return false;
+  if (choice == CudaAttention::Auto) {
+    const int64_t needed = cuda::flash_attention_shared_bytes(shape.head_dim, shape.seq);
+    if (needed > shared_limit) {
+      if (!warned) {
+        spdlog::warn(
+            "model.attention auto: the flash kernels need {} bytes of shared memory per "
+            "block for {}, this GPU allows {}; running the materialized kernels",
+            needed, attention_shape_text(shape), shared_limit);
+      }
+      warned = true;
+      return false;
+    }
+  }
+  return true;
 }
 
 int64_t last_dim(const Tensor& t) {
@@ -91,6 +115,7 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     GNMR_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
     target_.compute_capability = prop.major * 10 + prop.minor;
+    shared_optin_bytes_ = int64_t(prop.sharedMemPerBlockOptin);
     device_name_ = probe.device;
     // A blocking stream: it orders after the synchronous cudaMemset of each allocation
     // (issued on the legacy default stream).
@@ -311,7 +336,8 @@ class CudaBackend final : public Backend {
                                                  const AttentionShape& shape) override {
     auto state = std::make_unique<CudaAttentionState>();
     state->shape = shape;
-    state->flash = uses_flash(attention_choice_, shape);
+    state->flash =
+        uses_flash(attention_choice_, shape, shared_optin_bytes_, warned_flash_fallback_);
     if (state->flash) {
       state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
                             DType::F32, MemoryRole::SavedActivations);
@@ -481,6 +507,11 @@ class CudaBackend final : public Backend {
  private:
   // One staged upload (see kStagingSlots): pinned copy, then an async copy on the stream.
   void upload(void* device, const void* host, size_t bytes) {
+    if (bytes > kMaxStagedBytes) {
+      GNMR_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+      GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse `host` at once
+      return;
+    }
     StagingSlot& slot = staging_[next_slot_];
     next_slot_ = (next_slot_ + 1) % kStagingSlots;
     GNMR_CUDA_CHECK(cudaEventSynchronize(slot.done));  // its previous copy has been made
@@ -547,6 +578,8 @@ class CudaBackend final : public Backend {
 
   DeviceMemory memory_;
   int device_index_ = 0;
+  int64_t shared_optin_bytes_ = 0;  // shared memory per block a kernel may opt in to
+  bool warned_flash_fallback_ = false;
   CudaAttention attention_choice_;
   GpuTarget target_;
   std::string device_name_;

@@ -13,6 +13,11 @@ bool cuda_build_runs_on(int compute_capability) {
   return compute_capability == 80 || compute_capability == 90;
 }
 
+int visible_cuda_devices() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 CudaDeviceProbe probe_cuda_device(int index) {
   CudaDeviceProbe p;
   int count = 0;

@@ -13,6 +13,10 @@ struct CudaDeviceProbe {
   std::string problem;  // empty when usable
 };
 
+// How many CUDA devices this process sees (after CUDA_VISIBLE_DEVICES); 0 when there is no
+// driver or device (probe_cuda_device says which). Never throws.
+int visible_cuda_devices();
+
 // Probes device `index` (the local rank's GPU). Never throws.
 CudaDeviceProbe probe_cuda_device(int index);
 

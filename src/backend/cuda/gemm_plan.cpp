@@ -28,7 +28,7 @@ void set_scales(GemmOperand& o, ScaleMode mode) {
 // Why a fine-grained fp path cannot run on cuBLASLt's block-scaled FP8 GEMM; "" if it can.
 std::string fp8_block_refusal(const PathSpec& path, const GpuTarget& target, int64_t m, int64_t n,
                               int64_t k) {
-  if (target.compute_capability < 90) {
+  if (target.compute_capability != 90) {
     return "sm_" + std::to_string(target.compute_capability) +
            " has no block-scaled FP8 GEMM (Hopper, sm_90, only)";
   }
