@@ -191,13 +191,24 @@ TEST(GpuQuantize, Bf16ConversionAndInt8PerRowMatchTheCpuBitForBit) {
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   ASSERT_EQ(d_bf16.to_host(), cpu_bf16);
 
-  std::vector<float> finite = random_activations(37, 129, 10);
-  std::vector<float> cpu_int8(finite.size());
-  fake_quantize_int_per_row(finite.data(), 37, 129, 8, cpu_int8.data());
-  DeviceBuffer<float> d_in(finite), d_out(finite.size());
-  cuda::fake_quantize_int8_per_row(d_in.get(), 37, 129, d_out.get(), nullptr);
-  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_same_bits(d_out.to_host(), cpu_int8, "int8 per row");
+  // Rows narrower than the block (129) and wider than it with a partial stride (2049), out of
+  // place and in place.
+  for (const int64_t cols : {int64_t{129}, int64_t{2049}}) {
+    const int64_t rows = 37;
+    std::vector<float> finite = random_activations(rows, cols, 10);
+    finite[size_t(cols - 1)] = 0.0f;
+    std::fill(finite.begin() + cols, finite.begin() + 2 * cols, 0.0f);  // an all-zero row
+    std::vector<float> cpu_int8(finite.size());
+    fake_quantize_int_per_row(finite.data(), rows, cols, 8, cpu_int8.data());
+    DeviceBuffer<float> d_in(finite), d_out(finite.size());
+    cuda::fake_quantize_int8_per_row(d_in.get(), rows, cols, d_out.get(), nullptr);
+    cuda::fake_quantize_int8_per_row(d_in.get(), rows, cols, d_in.get(), nullptr);
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    expect_same_bits(d_out.to_host(), cpu_int8,
+                     ("int8 per row, cols " + std::to_string(cols)).c_str());
+    expect_same_bits(d_in.to_host(), cpu_int8,
+                     ("int8 per row in place, cols " + std::to_string(cols)).c_str());
+  }
 }
 
 TEST(GpuQuantize, InvalidSpecIsAConfigErrorBeforeAnyLaunch) {
