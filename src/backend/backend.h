@@ -250,10 +250,14 @@ class Backend {
 
   // Causal softmax attention with scale 1/sqrt(hd); query head h reads kv head h / (H / Hkv).
   // Planned once per layer: the state holds what the backward reads beyond q, k, v (the cpu:
-  // the probabilities [B, H, T, T]; a flash-style kernel: the log-sum-exp [B, H, T] and its
-  // own copy of out), allocated here as saved activations, so the caller need not keep out.
+  // the probabilities [B, H, T, T]; a flash-style kernel: the log-sum-exp [B, H, T] and out),
+  // allocated here as saved activations. out_kept: the caller promises that the `out` it passes
+  // to attention_forward is left unchanged until that forward's attention_backward (the model's
+  // own o-projection input), so a kernel that reads out in its backward reads it there instead
+  // of keeping a copy; false: the caller may overwrite out at once.
   virtual std::unique_ptr<AttentionState> plan_attention(const std::string& name,
-                                                         const AttentionShape& shape) = 0;
+                                                         const AttentionShape& shape,
+                                                         bool out_kept) = 0;
   // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; `saved` from plan_attention of that shape.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                                  AttentionState& saved) = 0;

@@ -81,9 +81,12 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     a.q = saved(p + "q", {n, d});
     a.k = saved(p + "k", {n, kv});
     a.v = saved(p + "v", {n, kv});
-    a.attention = backend_.plan_attention(
-        p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd});
     a.att = input(l, UnitInput::kAttentionOut, p + "att", d);
+    // att is attention's out; when it is the layer's own (not per-step scratch), nothing writes
+    // it between the forward and the backward, so the backend may read it there.
+    a.attention = backend_.plan_attention(
+        p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd},
+        paths_->input_kept(l, UnitInput::kAttentionOut));
     a.h = saved(p + "h", {n, d});
     a.xn_mlp = input(l, UnitInput::kMlpNorm, p + "xn_mlp", d);
     a.rstd_mlp = saved(p + "rstd_mlp", {n});

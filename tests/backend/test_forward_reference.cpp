@@ -103,7 +103,8 @@ void check_attention_against_reference(int64_t b, int64_t t, int64_t h, int64_t 
   Tensor qt = upload(*be, q, {b, t, h, hd}), kt = upload(*be, k, {b, t, hkv, hd});
   Tensor vt = upload(*be, v, {b, t, hkv, hd});
   Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
-  std::unique_ptr<AttentionState> saved = be->plan_attention("attention", {b, t, h, hkv, hd});
+  std::unique_ptr<AttentionState> saved =
+      be->plan_attention("attention", {b, t, h, hkv, hd}, false);
   be->attention_forward(qt, kt, vt, out, *saved);
   const auto got = download(*be, out);
   const auto want = reference_attention(q, k, v, b, t, h, hkv, hd);

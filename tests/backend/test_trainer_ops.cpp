@@ -256,7 +256,8 @@ TEST(TrainerOps, AttentionBackwardIsBitIdenticalAcrossRuns) {
   Tensor v = upload(*be, random_vector<float>(b * t * hkv * hd, 62), {b, t, hkv, hd});
   Tensor dout = upload(*be, random_vector<float>(b * t * h * hd, 63), {b, t, h, hd});
   Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
-  std::unique_ptr<AttentionState> saved = be->plan_attention("attention", {b, t, h, hkv, hd});
+  std::unique_ptr<AttentionState> saved =
+      be->plan_attention("attention", {b, t, h, hkv, hd}, false);
   Tensor dq = be->allocate("dq", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
   Tensor dk = be->allocate("dk", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
   Tensor dv = be->allocate("dv", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);

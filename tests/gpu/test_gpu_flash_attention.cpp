@@ -23,6 +23,7 @@
 #include "../backend/attention_bf16_reference.h"
 #include "backend/cpu/flash_attention.h"
 #include "backend/cpu/ops.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/flash_layout.h"
 #include "gpu_test_util.h"
 #include "kernels/attention_ops.cuh"
@@ -270,6 +271,58 @@ TEST(GpuFlashAttention, TensorCoreKernelsAreWithinTheBf16BoundsAndGiveTheSameBit
 TEST(GpuFlashAttention, TensorCoreKernelsAtALongSequenceWithAPartialLastTile) {
   SKIP_WITHOUT_GPU();
   expect_tensor_core_kernels_within_the_bounds(shapes_for({1000}, 1));
+}
+
+// Through the backend: a state planned with out_kept reads the caller's out in the backward
+// instead of a copy, saves out's bytes less, and gives the same bits as one that keeps the
+// copy, whose backward must not read the caller's out (poisoned after the forward).
+TEST(GpuFlashAttention, TheBackendReadsTheCallersOutWhenItIsKeptAndItsCopyOtherwise) {
+  SKIP_WITHOUT_GPU();
+  CudaBackendOptions options;
+  options.attention = CudaAttention::Flash;
+  std::unique_ptr<Backend> be = make_cuda_backend(options);
+  const AttentionShape shape{2, 130, 8, 2, 64};
+  const int64_t b = shape.batch, t = shape.seq, h = shape.heads, hkv = shape.kv_heads,
+                hd = shape.head_dim;
+  auto upload = [&](const char* name, std::vector<int64_t> dims, uint32_t seed) {
+    Tensor x = be->allocate(name, dims, DType::F32, MemoryRole::Scratch);
+    const std::vector<float> values = gnmr_test::random_normal(size_t(x.numel()), seed);
+    be->copy_from_host(x, values.data());
+    return x;
+  };
+  const Tensor q = upload("q", {b, t, h, hd}, 1), k = upload("k", {b, t, hkv, hd}, 2),
+               v = upload("v", {b, t, hkv, hd}, 3), dout = upload("dout", {b, t, h, hd}, 4);
+  std::vector<float> grads[2][3];
+  size_t saved[2] = {0, 0};
+  for (int kept = 0; kept < 2; ++kept) {
+    std::unique_ptr<AttentionState> state = be->plan_attention("attention", shape, kept == 1);
+    saved[kept] = state->saved_bytes();
+    Tensor out = be->allocate("out", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
+    Tensor dq = be->allocate("dq", {b, t, h, hd}, DType::F32, MemoryRole::Scratch);
+    Tensor dk = be->allocate("dk", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
+    Tensor dv = be->allocate("dv", {b, t, hkv, hd}, DType::F32, MemoryRole::Scratch);
+    be->attention_forward(q, k, v, out, *state);
+    if (kept == 0) {
+      const std::vector<float> nan(size_t(out.numel()), std::nanf(""));
+      be->copy_from_host(out, nan.data());  // the copy must be what the backward reads
+    }
+    be->attention_backward(q, k, v, *state, dout, dq, dk, dv);
+    Tensor* outs[3] = {&dq, &dk, &dv};
+    for (int i = 0; i < 3; ++i) {
+      grads[kept][i].resize(size_t(outs[i]->numel()));
+      be->copy_to_host(*outs[i], grads[kept][i].data());
+    }
+  }
+  EXPECT_EQ(saved[0] - saved[1], size_t(b * t * h * hd) * sizeof(float));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(grads[0][i].size(), grads[1][i].size());
+    EXPECT_EQ(
+        std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * sizeof(float)), 0)
+        << "gradient " << i;
+    EXPECT_TRUE(std::all_of(grads[1][i].begin(), grads[1][i].end(),
+                            [](float g) { return std::isfinite(g); }))
+        << "gradient " << i;
+  }
 }
 
 // Decided on the host before any launch, so it runs without a GPU too.

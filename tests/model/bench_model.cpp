@@ -125,9 +125,9 @@ class TimingBackend final : public Backend {
   void rope_backward(Tensor& x, const Tensor& c, const Tensor& s) override {
     time("rope", [&] { in_.rope_backward(x, c, s); });
   }
-  std::unique_ptr<AttentionState> plan_attention(const std::string& n,
-                                                 const AttentionShape& s) override {
-    return in_.plan_attention(n, s);
+  std::unique_ptr<AttentionState> plan_attention(const std::string& n, const AttentionShape& s,
+                                                 bool out_kept) override {
+    return in_.plan_attention(n, s, out_kept);
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& o,
                          AttentionState& saved) override {

@@ -48,7 +48,8 @@ TEST(MakeBackend, ModelAttentionNamesTheCudaAttentionKernel) {
                           {"\"model.attention\" is \"fused\""});
 }
 
-// What each choice saves for a layer: flash its out [B, T, H, hd] and lse [B, H, T]; v1 the
+// What each choice saves for a layer: flash its out [B, T, H, hd] (unless the caller keeps it)
+// and lse [B, H, T]; v1 the
 // probabilities [B, H, T, T]; auto flash for head dims 64 and 128 and v1 for the others.
 TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
   if (!gnmr::probe_cuda_device(0).usable) GTEST_SKIP() << "no usable GPU";
@@ -56,13 +57,17 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
   const size_t flash_bytes = sizeof(float) * size_t(2 * 128 * 8 * 64 + 2 * 8 * 128);
   const size_t probs_bytes = sizeof(float) * size_t(2 * 8 * 128 * 128);
   auto auto_backend = gnmr::make_backend(tiny_config({"backend=cuda"}));
-  EXPECT_EQ(auto_backend->plan_attention("a", hd64)->saved_bytes(), flash_bytes);
-  EXPECT_EQ(auto_backend->plan_attention("b", hd16)->saved_bytes(), probs_bytes);
+  EXPECT_EQ(auto_backend->plan_attention("a", hd64, false)->saved_bytes(), flash_bytes);
+  EXPECT_EQ(auto_backend->plan_attention("b", hd16, false)->saved_bytes(), probs_bytes);
   auto v1 = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=materialized"}));
-  EXPECT_EQ(v1->plan_attention("a", hd64)->saved_bytes(), probs_bytes);
+  EXPECT_EQ(v1->plan_attention("a", hd64, false)->saved_bytes(), probs_bytes);
   auto flash = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=flash"}));
-  EXPECT_EQ(flash->plan_attention("a", hd64)->saved_bytes(), flash_bytes);
-  gnmr_test::expect_error([&] { flash->plan_attention("b", hd16); }, gnmr::ErrorKind::Config,
+  EXPECT_EQ(flash->plan_attention("a", hd64, false)->saved_bytes(), flash_bytes);
+  // With the caller keeping out, flash saves only the lse; v1 its probabilities either way.
+  EXPECT_EQ(flash->plan_attention("c", hd64, true)->saved_bytes(),
+            sizeof(float) * size_t(2 * 8 * 128));
+  EXPECT_EQ(v1->plan_attention("c", hd64, true)->saved_bytes(), probs_bytes);
+  gnmr_test::expect_error([&] { flash->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"head dim 16 (B=2 T=128 H=8 Hkv=2 hd=16)", "materialized"});
 }
 #else

@@ -245,8 +245,10 @@ class CpuBackend final : public Backend {
                        dx.dim(3), threads_);
   }
 
+  // The probabilities are all the backward reads, so out_kept changes nothing here.
   std::unique_ptr<AttentionState> plan_attention(const std::string& name,
-                                                 const AttentionShape& shape) override {
+                                                 const AttentionShape& shape,
+                                                 bool /*out_kept*/) override {
     auto state = std::make_unique<CpuAttentionState>();
     state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
                             DType::F32, MemoryRole::SavedActivations);

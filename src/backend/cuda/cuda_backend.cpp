@@ -45,14 +45,23 @@ struct StagingSlot {
   cudaEvent_t done = nullptr;
 };
 
-// Either kernel's saved tensors: v1 keeps probs; flash keeps its own copy of out and lse.
+// Either kernel's saved tensors: v1 keeps probs; flash keeps lse and either its own copy of out
+// or, when the caller keeps out (plan_attention's out_kept), where the forward wrote it.
 class CudaAttentionState final : public AttentionState {
  public:
   size_t saved_bytes() const override { return probs.bytes() + out.bytes() + lse.bytes(); }
+  // The out the flash backward reads: the copy, or the caller's own.
+  const float* flash_out() const {
+    if (!out_kept) return static_cast<const float*>(out.data);
+    GNMR_CHECK(caller_out != nullptr, "attention_backward before its attention_forward");
+    return caller_out;
+  }
   bool flash = false;
-  Tensor probs;  // v1: [B, H, T, T]
-  Tensor out;    // flash: [B, T, H, hd]
-  Tensor lse;    // flash: [B, H, T]
+  bool out_kept = false;
+  Tensor probs;                       // v1: [B, H, T, T]
+  Tensor out;                         // flash, out not kept: [B, T, H, hd]
+  const float* caller_out = nullptr;  // flash, out kept: the last forward's out
+  Tensor lse;                         // flash: [B, H, T]
   AttentionShape shape{};
 };
 
@@ -333,14 +342,18 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<AttentionState> plan_attention(const std::string& name,
-                                                 const AttentionShape& shape) override {
+                                                 const AttentionShape& shape,
+                                                 bool out_kept) override {
     auto state = std::make_unique<CudaAttentionState>();
     state->shape = shape;
     state->flash =
         uses_flash(attention_choice_, shape, shared_optin_bytes_, warned_flash_fallback_);
-    if (state->flash) {
+    state->out_kept = state->flash && out_kept;
+    if (state->flash && !out_kept) {
       state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
                             DType::F32, MemoryRole::SavedActivations);
+    }
+    if (state->flash) {
       state->lse = allocate(name + ".lse", {shape.batch, shape.heads, shape.seq}, DType::F32,
                             MemoryRole::SavedActivations);
     } else {
@@ -355,14 +368,18 @@ class CudaBackend final : public Backend {
     const AttentionShape s = attention_shape_of(q, k);
     check_same_numel(k, v, "attention_forward");
     check_same_numel(q, out, "attention_forward");
-    const CudaAttentionState& state = attention_state(saved, s);
+    CudaAttentionState& state = attention_state(saved, s);
     if (state.flash) {
       cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
                                     f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
                                     s.head_dim, stream_);
-      // The backward reads the state's out: the caller may overwrite its own.
-      GNMR_CUDA_CHECK(cudaMemcpyAsync(state.out.data, out.data, out.bytes(),
-                                      cudaMemcpyDeviceToDevice, stream_));
+      if (state.out_kept) {
+        state.caller_out = f32_data(out);  // the caller leaves it unchanged until the backward
+      } else {
+        // The backward reads the state's out: the caller may overwrite its own.
+        GNMR_CUDA_CHECK(cudaMemcpyAsync(state.out.data, out.data, out.bytes(),
+                                        cudaMemcpyDeviceToDevice, stream_));
+      }
       return;
     }
     attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.probs),
@@ -380,7 +397,7 @@ class CudaBackend final : public Backend {
     auto* scratch =
         static_cast<float*>(attention_scratch_.reserve(memory_, attention_scratch_bytes(state)));
     if (state.flash) {
-      cuda::flash_attention_backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.out),
+      cuda::flash_attention_backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(),
                                      f32_data(state.lse), f32_data(dout), f32_data(dq),
                                      f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads,
                                      s.kv_heads, s.head_dim, stream_);
@@ -564,6 +581,10 @@ class CudaBackend final : public Backend {
                "attention: state planned for " + attention_shape_text(p) + ", called with " +
                    attention_shape_text(s));
     return *state;
+  }
+  static CudaAttentionState& attention_state(AttentionState& saved, const AttentionShape& s) {
+    return const_cast<CudaAttentionState&>(
+        attention_state(static_cast<const AttentionState&>(saved), s));
   }
 
   static cuda::CudaProjectionState& cuda_state(ProjectionState& state) {
