@@ -56,7 +56,7 @@ cp -r data/brown "$out/share/data/"
 is_system_or_cuda() {
   case "$(basename "$1")" in
     libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | linux-vdso*) return 0 ;;
-    libcuda.so* | libcudart.so* | libcublas* | libcublasLt* | libnccl* | libnvrtc* | libnvJitLink*) return 0 ;;
+    libcuda.so* | libcudart.so* | libcublas* | libnccl* | libnvrtc* | libnvJitLink*) return 0 ;;
   esac
   return 1
 }

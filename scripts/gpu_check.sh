@@ -1,47 +1,62 @@
 #!/usr/bin/env bash
 # Verifies gnmr on a machine with an NVIDIA GPU, from a bundle made by scripts/gpu_bundle.sh:
 # needs the NVIDIA driver and a CUDA 13 toolkit (for cudart, cuBLASLt, compute-sanitizer), none
-# of our Debian packages, no network, no root. Prints a pass/fail table last; exits 1 if any
-# stage failed (a stage that cannot run here says why and is not a failure).
+# of our Debian packages, no network, no root. Prints each stage's row of a pass/fail table as
+# the stage ends, and the whole table last; exits 1 if any stage failed (a stage that cannot run
+# here says why and is not a failure).
 #
-#   scripts/gpu_check.sh [--bundle DIR] [--logs DIR] [STAGE...]
-#     --bundle DIR   the bundle (default build/gpu-bundle)
-#     --logs DIR     where each stage writes STAGE.log (default gpu-check-logs)
-#   stages, in order (default all), each under its own timeout, together at most 8 minutes:
+#   scripts/gpu_check.sh [--bundle DIR] [--logs DIR] [--require-gpu] [all | STAGE...]
+#     --bundle DIR    the bundle (default build/gpu-bundle)
+#     --logs DIR      gets STAGE.log per stage and table.txt, nothing else: at most 8 files
+#                     (default gpu-check-logs)
+#     --require-gpu   no GPU found is a failure, not a row of SKIPs
+#   stages, in order (default, or `all`: the first six), each under its own timeout, together
+#   at most 7 minutes:
 #     preflight   the GPU (name, compute capability, driver), the CUDA libraries the bundle
 #                 needs found on this machine, every bundle binary's libraries resolved, and
-#                 `gnmr version` running                                              (30 s)
+#                 `gnmr version` running                                              (20 s)
 #     gemm-sweep  cuBLASLt has an algorithm for every GEMM of tiny-gpu and llama2-1b-gpu
-#                 (each projection and the lm_head, each role, fp32 / bf16 / FP8)      (60 s)
-#     gpu-tests   the bundle's `gpu` tests: each CUDA kernel vs its CPU twin, the backend
-#                 vs the CPU backend; a test that skips on a machine with a GPU fails  (150 s)
+#                 (each projection and the lm_head, each role, fp32 / bf16 / FP8)      (40 s)
+#     gpu-tests   the bundle's `gpu` tests, one process per test suite (a sticky CUDA error
+#                 fails its suite, not every later one): each CUDA kernel vs its CPU twin,
+#                 the backend vs the CPU backend; a test that skips here fails        (150 s)
 #     e2e         tiny-model runs per recipe on the GPU vs the CPU losses recorded in the
-#                 bundle (reference/cpu_runs.json)                                     (90 s)
-#     memcheck    compute-sanitizer memcheck and initcheck over the gpu tests          (90 s)
-#     bench       gnmr bench on the GPU: bf16, fp8mix low/high, actq, GNMR             (60 s)
+#                 bundle (reference/cpu_runs.json)                                     (60 s)
+#     memcheck    compute-sanitizer: memcheck over the kernel tests and an fp8mix training
+#                 run, initcheck over the training run                                 (60 s)
+#     bench       gnmr bench on llama2-1b-gpu at seq 1024: bf16, fp8mix, actq          (90 s)
 #   and, only when named (not in the default run):
 #     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096, hd 128 (bin/bench_gpu_attention)               (60 s)
 # e2e and bench need a gnmr built with the CUDA backend.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 
 bundle=build/gpu-bundle
 logs=gpu-check-logs
+require_gpu=0
+default_stages=(preflight gemm-sweep gpu-tests e2e memcheck bench)
 stages=()
 while (($#)); do
   case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
-    -h | --help) sed -n '2,24p' "$0"; exit 0 ;;
+    --require-gpu) require_gpu=1; shift ;;
+    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    all) stages+=("${default_stages[@]}"); shift ;;
     preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench) stages+=("$1"); shift ;;
-    *) echo "gpu_check.sh: unknown argument \"$1\" (see --help)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: unknown argument \"$1\" (see --help; the logs directory is --logs DIR)" >&2; exit 2 ;;
   esac
 done
-((${#stages[@]})) || stages=(preflight gemm-sweep gpu-tests e2e memcheck bench)
+((${#stages[@]})) || stages=("${default_stages[@]}")
 bundle="$(cd "$bundle" 2>/dev/null && pwd)" || { echo "gpu_check.sh: no bundle at $bundle (scripts/gpu_bundle.sh makes one)" >&2; exit 2; }
 mkdir -p "$logs"
 logs="$(cd "$logs" && pwd)"
+# Everything but the stage logs and the table (status files, e2e runs, bench JSON) goes here.
+work="$(mktemp -d "${TMPDIR:-/tmp}/gnmr-gpu-check.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+# A copy that lost its exec bits on the way still runs.
+chmod +x "$bundle"/bin/* "$bundle"/tests/* 2>/dev/null || true
 
 declare -A result detail seconds
 note() { echo "[$stage] $*" | tee -a "$logs/$stage.log"; }
@@ -55,6 +70,13 @@ cuda_lib=""
 for dir in "$cuda_root/lib64" "$cuda_root/lib" "$cuda_root/targets/x86_64-linux/lib"; do
   [ -e "$dir/libcudart.so.13" ] && { cuda_lib="$dir"; break; }
 done
+# No toolkit libraries: PyTorch's CUDA wheels (nvidia/*/lib) hold cudart and cuBLASLt too.
+if [ -z "$cuda_lib" ] && command -v python3 >/dev/null 2>&1; then
+  cuda_lib="$(python3 -c 'import glob, os, sys
+hits = sorted(glob.glob(os.path.join(p, "nvidia", "**", "libcudart.so.13*"), recursive=True)
+              for p in sys.path if os.path.isdir(os.path.join(p, "nvidia")))
+print(os.path.dirname(hits[0][0]) if hits and hits[0] else "")' 2>/dev/null || true)"
+fi
 [ -n "$cuda_lib" ] && export LD_LIBRARY_PATH="$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ -n "$cuda_root" ] && [ -d "$cuda_root/bin" ] && export PATH="$cuda_root/bin:$PATH"
 # NCCL is loaded at run time (src/parallel/nccl_library.h): a GNMR_NCCL_LIBRARY already set
@@ -69,9 +91,18 @@ fi
 [ -n "$nccl_lib" ] && export GNMR_NCCL_LIBRARY="$nccl_lib"
 gpu_name=""
 gpu_count=0
-if command -v nvidia-smi >/dev/null 2>&1; then
-  gpu_name="$(nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null | head -1)"
-  gpu_count="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)"
+smi="$(command -v nvidia-smi || true)"
+for candidate in /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi; do
+  [ -z "$smi" ] && [ -x "$candidate" ] && smi="$candidate"
+done
+if [ -n "$smi" ]; then
+  gpu_name="$("$smi" --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+  gpu_count="$("$smi" -L 2>/dev/null | grep -c '^GPU ' || true)"
+fi
+# Without nvidia-smi, the device files still say a GPU is there (its capability unknown).
+if [ -z "$gpu_name" ] && ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+  gpu_count="$(ls /dev/nvidia[0-9]* | wc -l)"
+  gpu_name="unknown NVIDIA GPU (no nvidia-smi), unknown, unknown"
 fi
 have_gpu() { [ -n "$gpu_name" ]; }
 cuda_backend_built() { "$bundle/bin/gnmr" version 2>/dev/null | grep -q "^backends:.*cuda"; }
@@ -83,7 +114,9 @@ stage_preflight() {
   note "bundle: $(tr -d '\n' <"$bundle/BUNDLE.json" 2>/dev/null)"
   note "CUDA toolkit: ${cuda_root:-not found} (libcudart.so.13 in ${cuda_lib:-nowhere})"
   note "NCCL: ${GNMR_NCCL_LIBRARY:-not in the toolkit nor in PyTorch, so the dynamic loader decides (the GpuNccl tests skip, and gpu-tests fails, where it finds none)}"
+  note "cuBLASLt and cudart as test_gpu loads them: $(ldd "$bundle/tests/test_gpu" 2>/dev/null | grep -o 'lib\(cublasLt\|cudart\)[^ ]* => [^ ]*' | tr '\n' ' ')"
   for binary in "$bundle"/bin/* "$bundle"/tests/*; do
+    [ -e "$binary" ] || continue
     if ldd "$binary" | grep "not found" >>"$logs/preflight.log"; then
       note "$(basename "$binary"): libraries not found (above)"
       missing=1
@@ -93,12 +126,17 @@ stage_preflight() {
     status=FAIL why="bin/gnmr version does not run (see preflight.log)"; return
   fi
   ((missing)) && { status=FAIL why="libraries not found (see preflight.log)"; return; }
-  if ! have_gpu; then status=SKIP why="no GPU (nvidia-smi finds none); the bundle itself runs"; return; fi
+  if ! have_gpu; then
+    if ((require_gpu)); then status=FAIL why="no GPU found (no nvidia-smi answer, no /dev/nvidia0)"
+    else status=SKIP why="no GPU (nvidia-smi finds none); the bundle itself runs"; fi
+    return
+  fi
   note "GPU: $gpu_name"
   local cap
   cap="$(echo "$gpu_name" | awk -F', ' '{print $2}')"
   case "$cap" in
     8.0 | 9.0) status=PASS why="$gpu_name" ;;
+    unknown) status=PASS why="$gpu_name: compute capability unknown, the tests will tell" ;;
     *) status=FAIL why="compute capability $cap: the bundle has code for 8.0 and 9.0 only ($gpu_name)" ;;
   esac
 }
@@ -106,40 +144,64 @@ stage_preflight() {
 stage_gpu_tests() {
   have_gpu || { status=SKIP why="no GPU"; return; }
   [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
-  local failed=0 skipped filter='-GpuGemmSweep.*'
+  local negative='GpuGemmSweep.*' suite out rc passed=0 failed=0 skipped=0 crashed="" n_ok n_failed n_skipped
   # Tests named *TwoGpus* need two devices (NCCL takes one rank per GPU): on one they are left
   # out, and the log says so, rather than skipped (a skip here is a failure).
   if ((gpu_count < 2)); then
-    filter+=':*TwoGpus*'
+    negative+=':*TwoGpus*'
     note "$gpu_count GPU(s): the *TwoGpus* tests (2-rank NCCL training) are left out"
   fi
-  "$bundle/tests/test_gpu" --gtest_filter="$filter" >>"$logs/gpu-tests.log" 2>&1 || failed=1
-  skipped=$(grep -c "^\[  SKIPPED \]" "$logs/gpu-tests.log" || true)
-  if ((failed)); then status=FAIL why="$(grep -c "^\[  FAILED  \]" "$logs/gpu-tests.log") failed (gpu-tests.log)"
+  # One process per suite: an illegal access leaves the CUDA context unusable, and every later
+  # test of that process would fail with it.
+  while read -r suite; do
+    [ "$suite" = "GpuGemmSweep." ] && continue
+    out="$work/suite.log"
+    "$bundle/tests/test_gpu" --gtest_filter="${suite}*-$negative" >"$out" 2>&1
+    rc=$?
+    cat "$out" >>"$logs/gpu-tests.log"
+    n_ok=$(grep -c '^\[       OK \] .*([0-9]* ms)$' "$out" || true)
+    n_failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$out" || true)
+    n_skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$out" || true)
+    passed=$((passed + n_ok)) failed=$((failed + n_failed)) skipped=$((skipped + n_skipped))
+    if ((rc != 0 && n_failed == 0)); then crashed+="${suite%.} (exit $rc) "; fi
+    note "suite ${suite%.}: $n_ok passed, $n_failed failed, $n_skipped skipped, exit $rc"
+  done < <("$bundle/tests/test_gpu" --gtest_list_tests 2>/dev/null | grep -v '^ ' | grep '\.$')
+  if [ -n "$crashed" ]; then status=FAIL why="crashed: $crashed; $failed failed, $passed passed (gpu-tests.log)"
+  elif ((failed)); then status=FAIL why="$failed failed, $passed passed (gpu-tests.log)"
   elif ((skipped)); then status=FAIL why="$skipped tests skipped although a GPU is present"
-  else status=PASS why="$(grep -c "^\[       OK \]" "$logs/gpu-tests.log") tests"; fi
+  elif ((passed == 0)); then status=FAIL why="no test ran (gpu-tests.log)"
+  else status=PASS why="$passed tests"; fi
 }
 
 stage_memcheck() {
   have_gpu || { status=SKIP why="no GPU"; return; }
-  command -v compute-sanitizer >/dev/null || { status=FAIL why="compute-sanitizer not in the CUDA toolkit here"; return; }
-  # Under the sanitizer (10-100x slower): every kernel test, the flash kernels on the short
-  # sequences (plain SIMT at T = 1000 is too slow; the short ones cover every code path), and
-  # one end-to-end training run, fp8mix, the recipe with the most kernels. Not the sweep (no
-  # kernels of ours) nor the command-line tests (GpuCli, GpuDataParallel: they run gnmr in child
-  # processes).
-  local errors=0 filter
-  for tool in memcheck initcheck; do
-    for filter in \
-      '-GpuGemmSweep.*:*GpuTraining.*:GpuCli.*:GpuDataParallel.*:GpuFlashAttention.*LongSequence*:GpuFlashAttention.GivesTheSameBitsOnEveryRun' \
-      '*GpuTraining.MatchesTheCpuBackend*/fp8mix'; do
-      compute-sanitizer --tool "$tool" --error-exitcode 99 "$bundle/tests/test_gpu" \
-        --gtest_filter="$filter" >>"$logs/memcheck.log" 2>&1 \
-        || { errors=$((errors + 1)); note "$tool on $filter reported errors"; }
-    done
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || true)"
+  [ -z "$sanitizer" ] && [ -x "$cuda_root/compute-sanitizer/compute-sanitizer" ] && sanitizer="$cuda_root/compute-sanitizer/compute-sanitizer"
+  # The tool is a separate part of the toolkit; a machine without it cannot run this stage.
+  [ -n "$sanitizer" ] || { status=SKIP why="compute-sanitizer is not installed with the CUDA toolkit here"; return; }
+  # Under the sanitizer (10-100x slower): memcheck over every kernel test and the flash kernels
+  # on the short sequences (plain SIMT at T = 1000 is too slow; the short ones cover every code
+  # path), then memcheck and initcheck over one training run, fp8mix, the recipe with the most
+  # kernels. Not the sweep (no kernels of ours), the NCCL tests (a death test re-runs the
+  # binary) nor the command-line tests (they run gnmr in child processes). Each run's seconds
+  # and exit code go to memcheck.log, so a stage cut off by its timeout still says which ran.
+  local errors=0 unsupported=0 tool filter begin rc out
+  local kernels='-GpuGemmSweep.*:*GpuTraining.*:GpuCli.*:GpuDataParallel.*:GpuNccl*:GpuFlashAttention.*LongSequence*:GpuFlashAttention.GivesTheSameBitsOnEveryRun'
+  local training='*GpuTraining.MatchesTheCpuBackend*/fp8mix'
+  for run in "memcheck $kernels" "memcheck $training" "initcheck $training"; do
+    tool="${run%% *}" filter="${run#* }" begin=$(date +%s) out="$work/sanitizer.log"
+    "$sanitizer" --tool "$tool" --error-exitcode 99 "$bundle/tests/test_gpu" \
+      --gtest_filter="$filter" >"$out" 2>&1
+    rc=$?
+    cat "$out" >>"$logs/memcheck.log"
+    note "$tool on $filter: exit $rc in $(($(date +%s) - begin)) s"
+    if grep -q "Device not supported" "$out"; then unsupported=1; break; fi
+    ((rc == 0)) || errors=$((errors + 1))
   done
-  if ((errors)); then status=FAIL why="$errors sanitizer runs reported errors (memcheck.log)"
-  else status=PASS why="memcheck + initcheck clean over the gpu tests"; fi
+  if ((unsupported)); then status=SKIP why="compute-sanitizer: device not supported on this machine"
+  elif ((errors)); then status=FAIL why="$errors of 3 sanitizer runs reported errors (memcheck.log)"
+  else status=PASS why="memcheck (kernel tests, fp8mix training) and initcheck (training) clean"; fi
 }
 
 needs_backend() {
@@ -152,7 +214,10 @@ stage_gemm_sweep() {
   have_gpu || { status=SKIP why="no GPU"; return; }
   [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
   if "$bundle/tests/test_gpu" --gtest_filter='GpuGemmSweep.*' >>"$logs/gemm-sweep.log" 2>&1; then
-    status=PASS why="$(tail -n 20 "$logs/gemm-sweep.log" | grep "GEMMs checked")"
+    local checked
+    checked="$(grep "GEMMs checked" "$logs/gemm-sweep.log" | tail -1)"
+    if [ -n "$checked" ]; then status=PASS why="$checked"
+    else status=FAIL why="the sweep did not run (skipped? gemm-sweep.log)"; fi
   else
     status=FAIL why="$(grep -c "  NONE" "$logs/gemm-sweep.log") GEMMs without an algorithm (gemm-sweep.log)"
   fi
@@ -161,7 +226,7 @@ stage_gemm_sweep() {
 stage_e2e() {
   needs_backend || return
   command -v python3 >/dev/null || { status=FAIL why="python3 not found (the comparison needs it)"; return; }
-  local work="$logs/e2e-work"
+  local work="$work/e2e"
   rm -rf "$work" && mkdir -p "$work"
   # The same shards the reference was made from: the bundled corpus and tokenizer.
   "$bundle/bin/gnmr" prepare --no-progress --val-fraction 0.05 \
@@ -191,6 +256,8 @@ for name, run in reference["runs"].items():
                                f"{work}/{name}", "--force"], stdout=log, stderr=subprocess.STDOUT)
     if done.returncode != 0:
         failed.append(f"{name} exited {done.returncode}")
+        print(f"--- {name}: gnmr train exited {done.returncode}; its log:", file=sys.stderr)
+        print(open(f"{work}/{name}.log").read()[-4000:], file=sys.stderr)
         continue
     losses = [json.loads(l)["loss"] for l in open(f"{work}/{name}/metrics.jsonl")
               if json.loads(l).get("kind") == "train"]
@@ -218,7 +285,7 @@ stage_bench() {
   for recipe in bf16 fp8mix actq; do
     if "$bundle/bin/gnmr" bench --config "$config" --backend cuda --steps 5 --warmup 3 --set precision.recipe=$recipe \
       >>"$logs/bench.log" 2>&1; then
-      lines+="$recipe $(grep -o '[0-9.]* tok/s' "$logs/bench.log" | tail -1); "
+      lines+="$recipe $(grep -o 'tokens/s *[0-9.]*' "$logs/bench.log" | tail -1 | tr -s ' '); "
     else
       failed=$((failed + 1)); lines+="$recipe failed; "
     fi
@@ -232,34 +299,39 @@ stage_bench() {
 stage_attention_bench() {
   have_gpu || { status=SKIP why="no GPU"; return; }
   [ -x "$bundle/bin/bench_gpu_attention" ] || { status=FAIL why="the bundle has no bin/bench_gpu_attention"; return; }
-  if "$bundle/bin/bench_gpu_attention" >"$logs/attention-bench.json" 2>>"$logs/attention-bench.log"; then
-    cat "$logs/attention-bench.json" >>"$logs/attention-bench.log"
+  if "$bundle/bin/bench_gpu_attention" >"$work/attention-bench.json" 2>>"$logs/attention-bench.log"; then
+    cat "$work/attention-bench.json" >>"$logs/attention-bench.log"
     status=PASS why="$(python3 -c 'import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print("; ".join(f"{r[\"kernel\"]} T={r[\"T\"]} fwd {r[\"forward_tflops\"]} bwd {r[\"backward_tflops\"]} TFLOP/s {r[\"memory_mib\"]} MiB" for r in rows))' "$logs/attention-bench.json")"
+print("; ".join(f"{r[\"kernel\"]} T={r[\"T\"]} fwd {r[\"forward_tflops\"]} bwd {r[\"backward_tflops\"]} TFLOP/s {r[\"memory_mib\"]} MiB" for r in rows))' "$work/attention-bench.json")"
   else
     status=FAIL why="bench_gpu_attention failed (attention-bench.log)"
   fi
 }
 
-declare -A timeout_s=([preflight]=30 [gemm-sweep]=60 [gpu-tests]=150 [e2e]=90 [memcheck]=90 [bench]=60 [attention-bench]=60)
+declare -A timeout_s=([preflight]=20 [gemm-sweep]=40 [gpu-tests]=150 [e2e]=60 [memcheck]=60 [bench]=90 [attention-bench]=60)
+row() { printf '%-11s %-5s %5s  %s\n' "$@"; }
+row stage result secs detail | tee "$logs/table.txt"
 for stage in "${stages[@]}"; do
   : >"$logs/$stage.log"
   start=$(date +%s)
   status=FAIL why="did not finish within ${timeout_s[$stage]} s"
-  # Each stage runs in a subshell under its own timeout; it reports through a file.
+  # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
+  # stuck in the driver); it reports through a file.
   export -f note have_gpu cuda_backend_built needs_backend "stage_${stage//-/_}"
-  export bundle logs stage gpu_name gpu_count cuda_root cuda_lib
-  timeout "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$logs/$stage.status'; echo \"\$why\" >>'$logs/$stage.status'" \
-    && { status=$(sed -n 1p "$logs/$stage.status"); why=$(sed -n 2p "$logs/$stage.status"); }
+  export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu
+  timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
+    && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }
   result[$stage]=$status detail[$stage]=$why seconds[$stage]=$(($(date +%s) - start))
+  # The row now, so a run cut off later still shows what finished.
+  row "$stage" "$status" "${seconds[$stage]}" "$why" | tee -a "$logs/table.txt"
 done
 
 echo
-printf '%-11s %-5s %5s  %s\n' stage result secs detail
+row stage result secs detail
 failed=0
 for stage in "${stages[@]}"; do
-  printf '%-11s %-5s %5s  %s\n' "$stage" "${result[$stage]}" "${seconds[$stage]}" "${detail[$stage]}"
+  row "$stage" "${result[$stage]}" "${seconds[$stage]}" "${detail[$stage]}"
   [ "${result[$stage]}" = FAIL ] && failed=1
 done
 echo "logs: $logs"

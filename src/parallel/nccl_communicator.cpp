@@ -360,8 +360,12 @@ class NcclCommunicator final : public Communicator {
     last_collective_ = nullptr;
   }
 
+  // A copy from pageable memory may make the host wait for the stream (CUDA's synchronization
+  // rules), and a wait on a collective whose peer died would have no deadline: the collectives
+  // queued so far are waited for first, with it.
   void to_staging(const void* host, size_t bytes) {
     wait_all();
+    wait_device(last_collective_);
     cuda_check(cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, stream_),
                "copying a host collective's input");
   }

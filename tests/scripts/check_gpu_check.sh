@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh on a machine without a GPU, over a minimal bundle (this build's gnmr, no
 # test binaries): every stage must report cleanly (SKIP, not FAIL), the table must list the
-# stages asked for, a bad argument must exit 2, and a missing library must fail preflight.
+# stages asked for, the logs directory must hold only the stage logs and table.txt (a device
+# machine returns 8 files), a bad argument must exit 2, a missing library must fail preflight,
+# and --require-gpu must turn "no GPU" into a failure.
 #   check_gpu_check.sh GNMR_BINARY WORK_DIR
 set -uo pipefail
 gnmr="$1" work="$2"
@@ -19,13 +21,23 @@ for stage in preflight gemm-sweep gpu-tests e2e memcheck bench; do
   [ -f "$work/logs/$stage.log" ] || fail "no $stage.log"
 done
 echo "$out" | grep -q "no GPU" || fail "no 'no GPU' reason: $out"
+[ "$(ls "$work/logs" | sort | tr '\n' ' ')" = "bench.log e2e.log gemm-sweep.log gpu-tests.log memcheck.log preflight.log table.txt " ] \
+  || fail "the logs directory holds more than the stage logs and the table: $(ls "$work/logs")"
+[ "$(grep -Ec '^(preflight|gemm-sweep|gpu-tests|e2e|memcheck|bench) +SKIP' "$work/logs/table.txt")" = 6 ] \
+  || fail "table.txt does not hold the six rows: $(cat "$work/logs/table.txt")"
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" all 2>&1) || fail "'all' exit $?: $out"
+echo "$out" | grep -Eq "^bench +SKIP" || fail "'all' did not run the stages: $out"
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight bench 2>&1)
-[ "$(echo "$out" | grep -Ec '^(preflight|bench) ')" = 2 ] || fail "stage selection: $out"
+[ "$(grep -Ec '^(preflight|bench) ' "$work/logs/table.txt")" = 2 ] || fail "stage selection: $out"
 echo "$out" | grep -Eq '^gpu-tests ' && fail "an unselected stage ran: $out"
 echo "$out" | grep -Eq '^attention-bench ' && fail "attention-bench ran unasked: $out"
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" attention-bench 2>&1)
 echo "$out" | grep -Eq '^attention-bench +SKIP' || fail "attention-bench is not SKIP: $out"
+
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" --require-gpu preflight 2>&1)
+[ $? = 1 ] || fail "--require-gpu without a GPU does not exit 1: $out"
+echo "$out" | grep -Eq '^preflight +FAIL +[0-9]+ +no GPU found' || fail "--require-gpu: $out"
 
 bash "$script" --bundle "$work/bundle" no-such-stage >/dev/null 2>&1
 [ $? = 2 ] || fail "an unknown stage does not exit 2"
