@@ -11,6 +11,9 @@
 #include "train/make_backend.h"
 #include "train/session.h"
 #include "util/error.h"
+#ifdef GNMR_WITH_CUDA
+#include "backend/cuda/gemm_peak.h"
+#endif
 
 using nlohmann::json;
 
@@ -27,7 +30,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 double datasheet_bf16_tflops(const std::string& device) {
   auto has = [&](const char* part) { return device.find(part) != std::string::npos; };
   if (has("H100")) return has("PCIe") ? 756.0 : has("NVL") ? 835.0 : 989.4;
-  if (has("H200")) return 989.4;
+  if (has("H200")) return has("NVL") ? 835.0 : 989.4;
   if (has("A100")) return 312.0;
   return 0.0;
 }
@@ -55,6 +58,14 @@ nlohmann::json projection_gemm_impls(const LlamaModel& model, const Backend& bac
 }
 
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repeats) {
+#ifdef GNMR_WITH_CUDA
+  // A GPU trains on bf16 tensor cores: its peak is cuBLASLt's bf16 GEMM (fp32 accumulation),
+  // timed on the device without conversions or launch gaps (backend/cuda/gemm_peak.h).
+  if (config.backend == "cuda") {
+    return bf16_gemm_peak_gflops(cuda_device_of_this_process(), size, repeats);
+  }
+#endif
+  // The CPU's is the fp32 sgemm its GEMMs run.
   std::unique_ptr<Backend> backend = make_backend(config);
   const int64_t m = size, n = size, k = size;
   Tensor x = backend->allocate("peak.x", {m, k}, DType::F32, MemoryRole::Scratch);
@@ -64,15 +75,10 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repea
   for (size_t i = 0; i < host.size(); ++i) host[i] = float((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
   backend->copy_from_host(x, host.data());
   backend->copy_from_host(w, host.data());
-  // A GPU trains on bf16 tensor cores: its peak is the bf16 GEMM's (fp32 accumulation); the
-  // CPU's is the fp32 sgemm its GEMMs run. The first call is a warm-up (cuBLASLt's heuristic).
-  const GemmPrecision precision =
-      config.backend == "cuda" ? GemmPrecision::BF16 : GemmPrecision::FP32;
-  if (config.backend == "cuda") backend->matmul_forward(x, w, y, precision);
   double best = 0;
   for (int rep = 0; rep < repeats; ++rep) {
     auto t0 = std::chrono::steady_clock::now();
-    backend->matmul_forward(x, w, y, precision);
+    backend->matmul_forward(x, w, y, GemmPrecision::FP32);
     backend->synchronize();
     best = std::max(best, 2.0 * double(m) * double(n) * double(k) / seconds_since(t0) * 1e-9);
   }
@@ -158,7 +164,9 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   const double n = double(options.steps);
   const double step_ms = total_s / n * 1e3;
   const double tokens_per_s = double(session.tokens_per_step()) / (total_s / n);
-  const double achieved_gflops = flops_per_token * tokens_per_s * 1e-9;
+  const double achieved_gflops = flops_per_token * tokens_per_s * 1e-9;  // the whole job's
+  // MFU is per device: the job's work shared by its ranks, against one device's peak.
+  const double achieved_gflops_per_rank = achieved_gflops / double(session.comm().world_size());
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   const int64_t peak_rss = int64_t(usage.ru_maxrss) * 1024;
@@ -186,7 +194,8 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"gemm_peak_after_gflops", peak_after},
                  {"gemm_peak_precision", cuda ? "bf16" : "fp32"},
                  {"device", session.backend().device()},
-                 {"mfu", achieved_gflops / peak_gflops},
+                 {"achieved_gflops_per_rank", achieved_gflops_per_rank},
+                 {"mfu", achieved_gflops_per_rank / peak_gflops},
                  {"peak_mem_bytes", peak_rss},
                  {"backend_bytes", memory.total()},
                  {"backend_bytes_by_role", memory_by_role},
@@ -218,7 +227,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   const double datasheet = cuda ? datasheet_bf16_tflops(session.backend().device()) : 0.0;
   if (datasheet > 0) {
     result["datasheet_peak_gflops"] = datasheet * 1e3;
-    result["mfu_datasheet"] = achieved_gflops / (datasheet * 1e3);
+    result["mfu_datasheet"] = achieved_gflops_per_rank / (datasheet * 1e3);
   }
   return result;
 }

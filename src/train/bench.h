@@ -22,15 +22,15 @@ struct BenchOptions {
 nlohmann::json projection_gemm_impls(const LlamaModel& model, const Backend& backend);
 
 // NVIDIA's datasheet dense bf16 tensor-core peak (TFLOP/s) of a GPU, from its name as the
-// driver reports it: H100 SXM and H200 989.4, H100 NVL 835, H100 PCIe 756, A100 312; 0 when
-// the name is not one of these.
+// driver reports it: H100 SXM and H200 989.4, H100 NVL and H200 NVL 835, H100 PCIe 756,
+// A100 312; 0 when the name is not one of these.
 double datasheet_bf16_tflops(const std::string& device);
 
-// Measures the run's backend's GEMM throughput (GFLOP/s; fp32 on the cpu, bf16 on cuda), best
-// of `repeats` products of [size × size] · [size × size]: the physical limit MFU is quoted
-// against. The backend is a
-// fresh one made as the run's (make_backend(config)), so its buffers never count in the run's
-// memory figures.
+// Measures the run's backend's GEMM throughput (GFLOP/s), best of `repeats` products of
+// [size × size] · [size × size]: the physical limit MFU is quoted against. cpu: the fp32 sgemm
+// on a fresh backend made as the run's (make_backend(config)), so its buffers never count in
+// the run's memory figures; cuda: cuBLASLt's bf16 GEMM on this process's GPU, on operands of
+// its own converted once, timed by CUDA events over back-to-back runs (backend/cuda/gemm_peak.h).
 double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, int repeats = 5);
 
 // The BLAS the run's GEMMs go through (library, version, kernel and how it was chosen, threads,

@@ -23,6 +23,15 @@ bool poison_from_env() {
 
 }  // namespace
 
+#ifdef GNMR_WITH_CUDA
+// One GPU per process: the local rank's, or the only one the launcher left visible.
+int cuda_device_of_this_process() {
+  const GpuChoice gpu = gpu_for_process(read_launch_env(), visible_cuda_devices());
+  if (gpu.device < 0) throw Error(ErrorKind::Usage, "backend \"cuda\": " + gpu.problem);
+  return gpu.device;
+}
+#endif
+
 std::unique_ptr<Backend> make_backend(const RunConfig& config) {
   if (config.backend == "cpu") {
     std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads, poison_from_env());
@@ -31,11 +40,8 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
   }
   if (config.backend == "cuda") {
 #ifdef GNMR_WITH_CUDA
-    // One GPU per process: the local rank's, or the only one the launcher left visible.
     CudaBackendOptions options;
-    const GpuChoice gpu = gpu_for_process(read_launch_env(), visible_cuda_devices());
-    if (gpu.device < 0) throw Error(ErrorKind::Usage, "backend \"cuda\": " + gpu.problem);
-    options.device = gpu.device;
+    options.device = cuda_device_of_this_process();
     options.poison = poison_from_env();
     options.attention = parse_cuda_attention(config.model.attention);
     std::unique_ptr<Backend> backend = make_cuda_backend(options);

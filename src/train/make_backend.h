@@ -18,6 +18,12 @@ namespace gnmr {
 // Error(Config) naming the key.
 std::unique_ptr<Backend> make_backend(const RunConfig& config);
 
+#ifdef GNMR_WITH_CUDA
+// The GPU this process's cuda backend runs on: its local rank's, or the only one visible
+// (gpu_for_process, launch_env.h); Error(Usage) naming the problem when neither works.
+int cuda_device_of_this_process();
+#endif
+
 // The communicator config.dist asks for (communicator.h), able to sum `backend`'s tensors
 // (for nccl: on the cuda backend's stream).
 std::unique_ptr<Communicator> make_communicator(const RunConfig& config, Backend& backend);

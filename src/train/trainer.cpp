@@ -180,8 +180,10 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   const TrainConfig& train = config.train;
   const double flops_per_token = double(session.model().flops_per_token());
-  // MFU in the metrics is against this machine's measured GEMM peak (a short measurement).
-  const double gemm_peak_gflops = measure_gemm_peak_gflops(config, 1024, 3);
+  // MFU in the metrics is against this machine's measured GEMM peak (a short measurement; a
+  // GPU needs 4096^3, 128 MiB for a moment, to fill its SMs: 1024^3 is 64 output tiles).
+  const double gemm_peak_gflops =
+      measure_gemm_peak_gflops(config, config.backend == "cuda" ? 4096 : 1024, 3);
   spdlog::info(
       "model {}: {} layers, dim {}, {} projection units; {} steps × {} tokens ({} micro-steps of "
       "{}×{})",
@@ -220,7 +222,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                  {"tokens_per_s", tokens_per_s},
                  {"step_ms", step_s * 1e3},
                  {"gflops_per_s", flops_per_token * tokens_per_s * 1e-9},
-                 {"mfu", flops_per_token * tokens_per_s * 1e-9 / gemm_peak_gflops},
+                 // per device: the job's tokens are shared by its ranks
+                 {"mfu", flops_per_token * tokens_per_s * 1e-9 / double(comm.world_size()) /
+                             gemm_peak_gflops},
                  {"backend_bytes", session.backend().allocated_bytes()},
                  {"peak_rss_bytes", peak_rss_bytes()},
                  {"units_low", int(session.model().units().size()) - r.units_recovery},

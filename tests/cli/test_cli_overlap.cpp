@@ -1,10 +1,13 @@
 // Two MPI ranks training with the overlapped, bucketed gradient sum (dist.bucket_mb > 0)
 // against the one blocking sum (dist.bucket_mb = 0), and the dist.check_every replica check
-// firing on replicas made to diverge (debug.diverge_*_steps). docs/DESIGN.md §7.
+// firing on replicas made to diverge (debug.diverge_*_steps), and bench's per-device MFU under
+// two ranks. docs/DESIGN.md §7.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "cli_fixture.h"
 
@@ -59,6 +62,27 @@ TEST(CliOverlap, BucketedSumTrainsTheSameBitsAsOneBlockingSum) {
     EXPECT_EQ(lines_a[i]["grad_norm"].get<double>(), lines_b[i]["grad_norm"].get<double>()) << i;
   }
   EXPECT_EQ(train_lines, 4);
+}
+
+// Under 2 ranks bench's MFU is per device: the job's throughput shared by the ranks, against
+// one device's peak (a job-wide figure over one device's peak would read W times too high).
+TEST(CliOverlap, BenchUnderTwoRanksQuotesMfuPerDevice) {
+  if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
+  const std::string config = overlap_config(gnmr_test::scratch_dir("cli_overlap_bench"));
+  auto r = run_two_ranks("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string last;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  ASSERT_FALSE(last.empty()) << r.output;
+  const nlohmann::json figures = nlohmann::json::parse(last);
+  EXPECT_EQ(figures["world_size"].get<int>(), 2);
+  EXPECT_DOUBLE_EQ(figures["achieved_gflops_per_rank"].get<double>(),
+                   figures["achieved_gflops"].get<double>() / 2);
+  EXPECT_DOUBLE_EQ(figures["mfu"].get<double>(), figures["achieved_gflops"].get<double>() / 2 /
+                                                     figures["gemm_peak_gflops"].get<double>());
 }
 
 TEST(CliOverlap, ReplicaCheckStopsEveryRankWhenWeightsOrPlansDiverge) {

@@ -15,6 +15,7 @@ TEST(BenchFigures, DatasheetPeaksByTheNamesTheDriverReports) {
   EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA H200 (sm_90, 139 GiB)"), 989.4);
   EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA H100 PCIe (sm_90, 79 GiB)"), 756.0);
   EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA H100 NVL (sm_90, 93 GiB)"), 835.0);
+  EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA H200 NVL (sm_90, 140 GiB)"), 835.0);
   EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA A100-SXM4-80GB (sm_80, 79 GiB)"), 312.0);
   EXPECT_DOUBLE_EQ(gnmr::datasheet_bf16_tflops("NVIDIA GeForce RTX 4090"), 0.0);
 }
