@@ -44,13 +44,17 @@ CommandAction add_bench_command(CLI::App& app) {
         r["norms_ms"].get<double>(), r["optimizer_ms"].get<double>(),
         r["readback_ms"].get<double>(), r["controller_ms"].get<double>());
     std::printf(
-        "  achieved        %10.1f GFLOP/s of a measured %s GEMM peak of %.1f GFLOP/s: MFU %.1f%%\n",
-        r["achieved_gflops"].get<double>(), r["gemm_peak_precision"].get<std::string>().c_str(),
-        r["gemm_peak_gflops"].get<double>(), 100.0 * r["mfu"].get<double>());
+        "  achieved        %10.1f GFLOP/s per device of a measured %s GEMM peak of %.1f GFLOP/s: "
+        "MFU %.1f%%\n",
+        r["achieved_gflops_per_rank"].get<double>(),
+        r["gemm_peak_precision"].get<std::string>().c_str(), r["gemm_peak_gflops"].get<double>(),
+        100.0 * r["mfu"].get<double>());
     const double peak_before = r["gemm_peak_before_gflops"].get<double>();
     const double peak_after = r["gemm_peak_after_gflops"].get<double>();
+    // 0 after: that measurement could not run (bench logged why); nothing to compare.
     const double peak_spread =
-        std::abs(peak_before - peak_after) / std::max(peak_before, peak_after);
+        peak_after > 0 ? std::abs(peak_before - peak_after) / std::max(peak_before, peak_after)
+                       : 0.0;
     if (peak_spread > 0.10 || r["mfu"].get<double>() > 1.0) {
       std::printf(
           "  warning: the GEMM peak measured %.1f GFLOP/s before the steps and %.1f after (%.0f%% "
