@@ -65,12 +65,14 @@ TokenLoader::TokenLoader(const std::string& shard_glob, int seq_len, int vocab_s
   strided_windows_prefix_.push_back(0);
   for (const auto& path : shard_paths_) {
     ShardReader shard(path);
-    if (shard.vocab_size() != vocab_size) {
+    // A model's vocabulary may be padded above its tokenizer's (to a multiple of 64 or 128, as
+    // GPU runs do), never below: the model could not embed the extra ids.
+    if (shard.vocab_size() > vocab_size) {
       throw Error(ErrorKind::Data,
                   "shard " + path + ": vocab size " + std::to_string(shard.vocab_size()) +
-                      " in its header does not match the model's vocab size " +
+                      " in its header is more than the model's vocab size " +
                       std::to_string(vocab_size) +
-                      " (prepare the data with the model's tokenizer, or set model.vocab_size)");
+                      " (prepare the data with the model's tokenizer, or raise model.vocab_size)");
     }
     const int64_t n = shard.token_count();
     total_tokens_ += n;

@@ -22,7 +22,8 @@ Sampling parse_sampling(const std::string& name);
 class TokenLoader {
  public:
   // shard_glob: e.g. "data/out/train_*.bin" (no match is an Error(ErrorKind::Data) naming it).
-  // vocab_size: the model's; a shard whose header says otherwise is an Error naming both.
+  // vocab_size: the model's; a shard whose header says more (ids the model cannot embed) is an
+  // Error naming both; fewer is a padded model vocabulary, and fine.
   // sampling:   "random" — each row is an independent uniformly random window (ranks hash
   //                        their own rank in, so they draw disjoint data in expectation);
   //             "sequential" — windows at stride seq_len in order, global row r of the run
