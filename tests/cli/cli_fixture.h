@@ -60,6 +60,17 @@ inline nlohmann::json without_timing(nlohmann::json line) {
   return line;
 }
 
+// The last line of a command's output that is a JSON object (`gnmr bench` prints its figures
+// last); null when there is none.
+inline nlohmann::json last_json_line(const std::string& output) {
+  std::istringstream lines(output);
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.front() == '{') last = line;
+  }
+  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
+}
+
 inline std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;

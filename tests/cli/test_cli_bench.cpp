@@ -3,26 +3,16 @@
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli_fixture.h"
 #include "config/config.h"
 #include "model/param_table.h"
 #include "train/zero_shards.h"
 
+using gnmr_test::last_json_line;
 using gnmr_test::run_gnmr;
 
 namespace {
-
-// The last line of the output that is a JSON object (bench prints its figures last).
-nlohmann::json last_json_line(const std::string& output) {
-  std::istringstream lines(output);
-  std::string line, last;
-  while (std::getline(lines, line)) {
-    if (!line.empty() && line.front() == '{') last = line;
-  }
-  return last.empty() ? nlohmann::json() : nlohmann::json::parse(last);
-}
 
 // One measured step of the tiny model on one thread: the output and its JSON figures.
 struct BenchRun {

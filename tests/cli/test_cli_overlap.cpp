@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli_fixture.h"
 
@@ -71,13 +70,8 @@ TEST(CliOverlap, BenchUnderTwoRanksQuotesMfuPerDevice) {
   const std::string config = overlap_config(gnmr_test::scratch_dir("cli_overlap_bench"));
   auto r = run_two_ranks("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::string last;
-  std::istringstream lines(r.output);
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line.front() == '{') last = line;
-  }
-  ASSERT_FALSE(last.empty()) << r.output;
-  const nlohmann::json figures = nlohmann::json::parse(last);
+  const nlohmann::json figures = gnmr_test::last_json_line(r.output);
+  ASSERT_TRUE(figures.is_object()) << r.output;
   EXPECT_EQ(figures["world_size"].get<int>(), 2);
   EXPECT_DOUBLE_EQ(figures["achieved_gflops_per_rank"].get<double>(),
                    figures["achieved_gflops"].get<double>() / 2);
