@@ -52,4 +52,11 @@ ParamTable build_param_table(const ModelConfig& c) {
   return table;
 }
 
+std::vector<int64_t> param_offsets(const std::vector<ParamInfo>& params) {
+  std::vector<int64_t> offsets;
+  offsets.reserve(params.size());
+  for (const ParamInfo& p : params) offsets.push_back(p.offset);
+  return offsets;
+}
+
 }  // namespace gnmr

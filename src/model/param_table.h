@@ -52,4 +52,8 @@ struct ParamTable {
 // In Hugging Face state_dict order.
 ParamTable build_param_table(const ModelConfig& config);
 
+// Where each parameter starts in the flat buffers, in table order (what a gradient bucket plan
+// is cut from: parallel/gradient_buckets.h).
+std::vector<int64_t> param_offsets(const std::vector<ParamInfo>& params);
+
 }  // namespace gnmr

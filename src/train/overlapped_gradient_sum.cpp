@@ -3,6 +3,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/param_table.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -10,10 +11,9 @@ namespace gnmr {
 namespace {
 
 std::vector<GradientBucket> plan_for(const LlamaModel& model, double bucket_mb) {
-  std::vector<int64_t> offsets;
-  for (const ParamInfo& p : model.params()) offsets.push_back(p.offset);
   try {
-    return plan_gradient_buckets(offsets, model.flat_grads().numel(), bucket_mb);
+    return plan_gradient_buckets(param_offsets(model.params()), model.flat_grads().numel(),
+                                 bucket_mb);
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::Config, std::string("config: \"dist.bucket_mb\": ") + e.what());
   }

@@ -110,8 +110,7 @@ TEST(GradientBuckets, LlamaTableSplitsIntoLayersLastLayerFirst) {
   model.ffn_dim = 688;
   model.vocab_size = 1000;
   const ParamTable table = build_param_table(model);
-  std::vector<int64_t> offsets;
-  for (const ParamInfo& p : table.params) offsets.push_back(p.offset);
+  const std::vector<int64_t> offsets = param_offsets(table.params);
   for (double mb : {0.25, 1.0, 3.0}) {
     SCOPED_TRACE(mb);
     const auto buckets = plan_gradient_buckets(offsets, table.flat_size, mb);

@@ -87,8 +87,7 @@ TEST(ShardRanges, PerPieceReducesOfEveryBucketGiveEachRankItsShardOfTheSum) {
   model.ffn_dim = 176;
   model.vocab_size = 300;
   const ParamTable table = build_param_table(model);
-  std::vector<int64_t> offsets;
-  for (const ParamInfo& p : table.params) offsets.push_back(p.offset);
+  const std::vector<int64_t> offsets = param_offsets(table.params);
   for (int world : {2, 3, 5}) {
     for (double bucket_mb : {0.01, 0.05, 1.0}) {
       SCOPED_TRACE(testing::Message() << world << " ranks, buckets of " << bucket_mb << " MiB");
