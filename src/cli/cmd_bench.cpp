@@ -32,6 +32,9 @@ CommandAction add_bench_command(CLI::App& app) {
     if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
     RunConfig config = resolved.load();
     auto r = run_bench(config, *options);
+    // One report per job: every rank measured the same steps, and two ranks' lines written at
+    // once interleave in the launcher's forwarded output (mpirun cuts lines at its buffer).
+    if (r["rank"].get<int>() != 0) return;
     std::printf("%s (%s, controller %s), %lld tokens/step, %d thread(s)\n",
                 config.model.name.c_str(), r["recipe"].get<std::string>().c_str(),
                 config.gnmr.controller.c_str(),

@@ -142,6 +142,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   const int64_t peak_size = cuda ? 8192 : 2048;
   const double peak_before = measure_gemm_peak_gflops(config, peak_size);
   TrainingSession session(config, /*synthetic_data=*/true);
+  if (session.comm().rank() != 0) spdlog::set_level(spdlog::level::warn);  // one log per job
   const double flops_per_token = double(session.model().flops_per_token());
 
   double total_s = 0, fb_ms = 0, norms_ms = 0, controller_ms = 0, optimizer_ms = 0, readback_ms = 0,
@@ -214,6 +215,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"optimizer_state_bytes_per_rank", session.optimizer_state_bytes()},
                  {"dist_zero", config.dist.zero},
                  {"world_size", session.comm().world_size()},
+                 {"rank", session.comm().rank()},
                  {"forward_backward_ms", fb_ms / n},
                  {"norms_ms", norms_ms / n},
                  {"controller_ms", controller_ms / n},

@@ -70,6 +70,13 @@ TEST(CliOverlap, BenchUnderTwoRanksQuotesMfuPerDevice) {
   const std::string config = overlap_config(gnmr_test::scratch_dir("cli_overlap_bench"));
   auto r = run_two_ranks("bench --config " + config + " --steps 1 --warmup 0 --threads 1");
   ASSERT_EQ(r.exit_code, 0) << r.output;
+  // One report for the job: two ranks printing theirs at once interleave mid-line under mpirun.
+  size_t reports = 0;
+  for (size_t at = r.output.find("\n  tokens/s "); at != std::string::npos;
+       at = r.output.find("\n  tokens/s ", at + 1)) {
+    ++reports;
+  }
+  EXPECT_EQ(reports, 1u) << r.output;
   const nlohmann::json figures = gnmr_test::last_json_line(r.output);
   ASSERT_TRUE(figures.is_object()) << r.output;
   EXPECT_EQ(figures["world_size"].get<int>(), 2);
