@@ -236,6 +236,28 @@ void TrainingSession::restore_controller_state(const std::string& checkpoint_dir
   plan_ = with_fixed_recovery(controller_->current_plan());
 }
 
+void TrainingSession::issue_norm_pass() {
+  if (zero_optimizer_) {
+    zero_optimizer_->sum_squares(grad_sum_squares_);
+  } else {
+    backend_->sum_squares(grads_, grad_sum_squares_);
+  }
+  backend_->global_norm_clip(grad_sum_squares_, loss_sum_, config_.train.grad_clip, grad_clip_);
+}
+
+double TrainingSession::time_norm_pass(int64_t repeats) {
+  double total_ms = 0;
+  for (int64_t i = 0; i < repeats; ++i) {
+    backend_->synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    issue_norm_pass();
+    comm_->wait_for_collectives();  // dist.zero=1: the norms' sum across ranks
+    backend_->synchronize();
+    total_ms += elapsed_ms(t0);
+  }
+  return total_ms / double(repeats);
+}
+
 StepResult TrainingSession::run_step(int64_t step_index) {
   StepResult r;
   r.step = step_index + 1;
@@ -298,12 +320,7 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   // factor and the finite flag (loss and norm) stay in backend memory for the optimizer,
   // which skips a non-finite step by itself.
   t0 = std::chrono::steady_clock::now();
-  if (zero_optimizer_) {
-    zero_optimizer_->sum_squares(grad_sum_squares_);
-  } else {
-    backend_->sum_squares(grads_, grad_sum_squares_);
-  }
-  backend_->global_norm_clip(grad_sum_squares_, loss_sum_, config_.train.grad_clip, grad_clip_);
+  issue_norm_pass();
   r.norms_ms = elapsed_ms(t0);
   t0 = std::chrono::steady_clock::now();
   if (zero_optimizer_) {

@@ -86,9 +86,17 @@ class TrainingSession {
   const RunConfig& config() const { return config_; }
   int accumulation_steps() const { return accumulation_steps_; }
   int64_t tokens_per_step() const;
+  // Mean ms of the norm pass alone (every parameter's squared gradient norm, the clip factor),
+  // the backend synchronized before and after each of `repeats`: its device time, which a
+  // step's norms_ms is not on an asynchronous backend. Overwrites the last step's norms and
+  // clip factor: for bench, after its steps.
+  double time_norm_pass(int64_t repeats);
 
  private:
   void fill_batch(int64_t step_index, int micro_step);
+  // The step's fused norm pass: squared norms into grad_sum_squares_, clip factor and finite
+  // flag into grad_clip_ (enqueued; nothing waits).
+  void issue_norm_pass();
   // The controller's plan plus the layers precision.recovery_layers pins to recovery.
   RoutingPlan with_fixed_recovery(RoutingPlan plan) const;
   // debug.diverge_*_steps, then the dist.check_every check (replica_check.h).

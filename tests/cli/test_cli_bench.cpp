@@ -1,4 +1,5 @@
-// `gnmr bench` reports the backend's memory by role, and its MFU against the better of two peaks.
+// `gnmr bench` reports the backend's memory by role, its MFU against the better of two peaks,
+// and the controller's share of the step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -76,4 +77,19 @@ TEST(CliBench, MfuIsAgainstTheBetterOfThePeaksMeasuredBeforeAndAfterTheSteps) {
   EXPECT_EQ(figures["gemm_peak_gflops"].get<double>(), std::max(before, after));
   EXPECT_DOUBLE_EQ(figures["mfu"].get<double>(),
                    figures["achieved_gflops"].get<double>() / std::max(before, after));
+}
+
+// The controller's share of the step counts the norm pass as timed alone with the backend
+// synchronized (its device time on a GPU), not the step's time to issue it.
+TEST(CliBench, ControllerShareCountsTheNormPassTimedAlone) {
+  const BenchRun b = bench_tiny_model("cli_bench_norm_pass");
+  const nlohmann::json& figures = b.figures;
+  ASSERT_TRUE(figures.contains("norm_pass_ms")) << b.output;
+  const double norm_pass_ms = figures["norm_pass_ms"].get<double>();
+  EXPECT_GT(norm_pass_ms, 0.0);
+  EXPECT_LT(norm_pass_ms, figures["step_ms"].get<double>());
+  EXPECT_DOUBLE_EQ(
+      figures["controller_and_norms_fraction"].get<double>(),
+      (norm_pass_ms + figures["controller_ms"].get<double>()) / figures["step_ms"].get<double>());
+  EXPECT_NE(b.output.find("norm pass "), std::string::npos) << b.output;
 }
