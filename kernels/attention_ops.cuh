@@ -27,9 +27,10 @@ void causal_softmax_backward(const float* probs, float* dscores, int64_t matrice
 // Head dims the flash kernels are built for (64 and 128); the others throw Error(Config).
 bool flash_attention_supports_head_dim(int64_t head_dim);
 
-// The most shared memory per block, in bytes, any of the SIMT flash kernels takes at this head
-// dim (64 or 128) and sequence length; a device whose opt-in limit is below it cannot run them.
-int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq);
+// The most shared memory per block, in bytes, any of the flash kernels takes at this head dim
+// (64 or 128) and sequence length: the SIMT ones, or with tensor_cores the bf16 mma ones. A
+// device whose opt-in limit is below it cannot run them.
+int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq, bool tensor_cores);
 
 // Floats of device scratch flash_attention_backward needs ([B, H, T], the rows' dout . out).
 int64_t flash_attention_backward_scratch_floats(int64_t batch, int64_t seq, int64_t heads);
@@ -46,8 +47,8 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
 // The same forward and backward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k,
 // v, dout rounded to bf16, and P and dS rounded to bf16 where they enter a product; fp32
 // accumulation and softmax statistics. The backward takes this forward's out and lse and the
-// same scratch as flash_attention_backward. Not yet used by the backend; tests and the GPU
-// check run them.
+// same scratch as flash_attention_backward. The backend runs them for model.attention =
+// flash_bf16 (opt-in until they have passed their GPU tests; the SIMT kernels are auto's).
 void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
                                  float* lse, int64_t batch, int64_t seq, int64_t heads,
                                  int64_t kv_heads, int64_t head_dim, cudaStream_t stream);

@@ -349,12 +349,13 @@ bool flash_attention_supports_head_dim(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
-int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq) {
+int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq, bool tensor_cores) {
   const FlashTiling tiles = flash_gpu_tiling(seq);
   int64_t most = 0;
   for (FlashKernel kernel :
        {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
-    most = std::max(most, flash_shared_bytes(kernel, head_dim, tiles));
+    most = std::max(most, tensor_cores ? flash_mma_shared_bytes(kernel, head_dim, tiles)
+                                       : flash_shared_bytes(kernel, head_dim, tiles));
   }
   return most;
 }

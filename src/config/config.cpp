@@ -228,11 +228,11 @@ void validate(const RunConfig& c) {
   require_one_of("log.level", c.log.level,
                  {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
-  require_one_of("model.attention", m.attention, {"auto", "flash", "materialized"});
-  require(m.attention != "flash" || c.backend == "cuda", "model.attention",
-          "is \"flash\", which runs only on backend=cuda (the cpu backend's attention is "
-          "materialized); "
-          "use \"auto\" or \"materialized\"");
+  require_one_of("model.attention", m.attention, {"auto", "flash", "flash_bf16", "materialized"});
+  require(m.attention.rfind("flash", 0) != 0 || c.backend == "cuda", "model.attention",
+          "is \"" + m.attention +
+              "\", which runs only on backend=cuda (the cpu backend's attention is "
+              "materialized); use \"auto\" or \"materialized\"");
   require_one_of("dist.communicator", c.dist.communicator, {"auto", "local", "mpi", "nccl"});
   require(c.dist.timeout_s > 0, "dist.timeout_s", "must be > 0 (seconds)");
   require(c.dist.checkpoint_timeout_s > 0, "dist.checkpoint_timeout_s", "must be > 0 (seconds)");

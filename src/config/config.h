@@ -25,9 +25,11 @@ struct ModelConfig {
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float init_std = 0.02f;
-  // The attention kernel: "flash" (fused, no T x T tensor; cuda only), "materialized" (the
-  // probabilities kept for the backward; the cpu backend's, v1 on cuda) or "auto" (flash on
-  // cuda, materialized on cpu). resolved_attention() says which one `backend` runs.
+  // The attention kernel: "flash" (fused, no T x T tensor, fp32; cuda only), "flash_bf16"
+  // (the same on bf16 tensor cores; cuda only), "materialized" (the probabilities kept for the
+  // backward; the cpu backend's, v1 on cuda) or "auto" (flash on cuda where its kernels take
+  // the shape, materialized on cpu). The cuda backend says which per layer
+  // (backend/cuda/cuda_backend.h).
   std::string attention = "auto";
   int head_dim() const { return dim / n_heads; }
 };

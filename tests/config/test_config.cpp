@@ -208,7 +208,12 @@ TEST(ConfigLoad, ModelAttentionDefaultsToAutoAndFlashNeedsTheCudaBackend) {
             "materialized");
   EXPECT_EQ(load_run_config(path, {"backend=cuda", "model.attention=flash"}).model.attention,
             "flash");
-  expect_config_error(path, {"model.attention=flash"}, "runs only on backend=cuda");
+  EXPECT_EQ(load_run_config(path, {"backend=cuda", "model.attention=flash_bf16"}).model.attention,
+            "flash_bf16");
+  expect_config_error(path, {"model.attention=flash"},
+                      "is \"flash\", which runs only on backend=cuda");
+  expect_config_error(path, {"model.attention=flash_bf16"},
+                      "is \"flash_bf16\", which runs only on backend=cuda");
   expect_config_error(path, {"model.attention=fused"}, "\"model.attention\" is \"fused\"");
 }
 

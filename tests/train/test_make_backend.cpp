@@ -43,6 +43,7 @@ TEST(MakeBackend, CudaRunsWhereAGpuIsUsableAndElseSaysWhy) {
 TEST(MakeBackend, ModelAttentionNamesTheCudaAttentionKernel) {
   EXPECT_EQ(gnmr::parse_cuda_attention("auto"), gnmr::CudaAttention::Auto);
   EXPECT_EQ(gnmr::parse_cuda_attention("flash"), gnmr::CudaAttention::Flash);
+  EXPECT_EQ(gnmr::parse_cuda_attention("flash_bf16"), gnmr::CudaAttention::FlashBf16);
   EXPECT_EQ(gnmr::parse_cuda_attention("materialized"), gnmr::CudaAttention::Materialized);
   gnmr_test::expect_error([] { gnmr::parse_cuda_attention("fused"); }, gnmr::ErrorKind::Config,
                           {"\"model.attention\" is \"fused\""});
@@ -69,6 +70,11 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
   EXPECT_EQ(v1->plan_attention("c", hd64, true)->saved_bytes(), probs_bytes);
   gnmr_test::expect_error([&] { flash->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"head dim 16 (B=2 T=128 H=8 Hkv=2 hd=16)", "materialized"});
+  // The tensor-core kernels save the same tensors and take the same head dims.
+  auto bf16 = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=flash_bf16"}));
+  EXPECT_EQ(bf16->plan_attention("a", hd64, false)->saved_bytes(), flash_bytes);
+  gnmr_test::expect_error([&] { bf16->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
+                          {"\"flash_bf16\": head dim 16", "materialized"});
 }
 #else
 TEST(MakeBackend, CudaIsNotInThisBuildAndTheMessageSaysWhatToUse) {

@@ -45,6 +45,11 @@ struct StagingSlot {
   cudaEvent_t done = nullptr;
 };
 
+// The attention kernels a layer runs: v1 (attention_v1.h), the SIMT flash kernels
+// (kernels/flash_attention.cu, fp32 throughout) or the bf16 tensor-core ones
+// (kernels/flash_attention_mma.cu).
+enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
+
 // Either kernel's saved tensors: v1 keeps probs; flash keeps lse and either its own copy of out
 // or, when the caller keeps out (plan_attention's out_kept), where the forward wrote it.
 class CudaAttentionState final : public AttentionState {
@@ -56,7 +61,8 @@ class CudaAttentionState final : public AttentionState {
     GNMR_CHECK(caller_out != nullptr, "attention_backward before its attention_forward");
     return caller_out;
   }
-  bool flash = false;
+  bool flash() const { return kernel != AttentionKernel::Materialized; }
+  AttentionKernel kernel = AttentionKernel::Materialized;
   bool out_kept = false;
   Tensor probs;                       // v1: [B, H, T, T]
   Tensor out;                         // flash, out not kept: [B, T, H, hd]
@@ -71,36 +77,60 @@ std::string attention_shape_text(const AttentionShape& s) {
          " hd=" + std::to_string(s.head_dim);
 }
 
-// Whether `shape` runs the flash kernels under `choice` on a device allowing `shared_limit`
-// bytes of shared memory per block (opt-in). auto takes them where the head dim is theirs and
-// their tiles fit, else the materialized kernels, and says so; CudaAttention::Flash with a head
-// dim they lack is an error naming the shape (one whose tiles do not fit fails at launch, naming
-// the bytes). `warned`: the fallback is logged once per backend, not once per layer.
-bool uses_flash(CudaAttention choice, const AttentionShape& shape, int64_t shared_limit,
-                bool& warned) {
+const char* attention_choice_name(CudaAttention choice) {
+  switch (choice) {
+    case CudaAttention::Auto:
+      return "auto";
+    case CudaAttention::Flash:
+      return "flash";
+    case CudaAttention::FlashBf16:
+      return "flash_bf16";
+    case CudaAttention::Materialized:
+      return "materialized";
+  }
+  return "?";
+}
+
+// Which kernels `shape` runs under `choice` on a device allowing `shared_limit` bytes of shared
+// memory per block (opt-in). auto takes the SIMT flash kernels where the head dim is theirs and
+// their tiles fit, else the materialized kernels, and says so (`warned`: once per backend, not
+// once per layer). An explicit flash choice whose head dim the kernels lack, or whose tiles do
+// not fit, is an error naming the shape and the bytes, raised here, before the first step.
+AttentionKernel attention_kernel_for(CudaAttention choice, const AttentionShape& shape,
+                                     int64_t shared_limit, bool& warned) {
+  if (choice == CudaAttention::Materialized) return AttentionKernel::Materialized;
+  const bool tensor_cores = choice == CudaAttention::FlashBf16;
+  const AttentionKernel flash =
+      tensor_cores ? AttentionKernel::FlashTensorCores : AttentionKernel::FlashSimt;
   const bool supported = cuda::flash_attention_supports_head_dim(shape.head_dim);
-  if (choice == CudaAttention::Flash && !supported) {
-    throw Error(ErrorKind::Config, "model.attention \"flash\": head dim " +
+  if (choice != CudaAttention::Auto && !supported) {
+    throw Error(ErrorKind::Config, std::string("model.attention \"") +
+                                       attention_choice_name(choice) + "\": head dim " +
                                        std::to_string(shape.head_dim) + " (" +
                                        attention_shape_text(shape) +
                                        ") is not supported by the flash kernels (64, 128); use "
                                        "model.attention=materialized or auto");
   }
-  if (choice == CudaAttention::Materialized || !supported) return false;
-  if (choice == CudaAttention::Auto) {
-    const int64_t needed = cuda::flash_attention_shared_bytes(shape.head_dim, shape.seq);
-    if (needed > shared_limit) {
-      if (!warned) {
-        spdlog::warn(
-            "model.attention auto: the flash kernels need {} bytes of shared memory per "
-            "block for {}, this GPU allows {}; running the materialized kernels",
-            needed, attention_shape_text(shape), shared_limit);
-      }
-      warned = true;
-      return false;
-    }
+  if (!supported) return AttentionKernel::Materialized;
+  const int64_t needed =
+      cuda::flash_attention_shared_bytes(shape.head_dim, shape.seq, tensor_cores);
+  if (needed <= shared_limit) return flash;
+  if (choice != CudaAttention::Auto) {
+    throw Error(ErrorKind::Runtime,
+                std::string("model.attention \"") + attention_choice_name(choice) + "\": the " +
+                    "kernels need " + std::to_string(needed) +
+                    " bytes of shared memory per block for " + attention_shape_text(shape) +
+                    ", this GPU allows " + std::to_string(shared_limit) +
+                    "; use model.attention=materialized or auto");
   }
-  return true;
+  if (!warned) {
+    spdlog::warn(
+        "model.attention auto: the flash kernels need {} bytes of shared memory per "
+        "block for {}, this GPU allows {}; running the materialized kernels",
+        needed, attention_shape_text(shape), shared_limit);
+  }
+  warned = true;
+  return AttentionKernel::Materialized;
 }
 
 int64_t last_dim(const Tensor& t) {
@@ -346,14 +376,14 @@ class CudaBackend final : public Backend {
                                                  bool out_kept) override {
     auto state = std::make_unique<CudaAttentionState>();
     state->shape = shape;
-    state->flash =
-        uses_flash(attention_choice_, shape, shared_optin_bytes_, warned_flash_fallback_);
-    state->out_kept = state->flash && out_kept;
-    if (state->flash && !out_kept) {
+    state->kernel =
+        attention_kernel_for(attention_choice_, shape, shared_optin_bytes_, warned_flash_fallback_);
+    state->out_kept = state->flash() && out_kept;
+    if (state->flash() && !out_kept) {
       state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
                             DType::F32, MemoryRole::SavedActivations);
     }
-    if (state->flash) {
+    if (state->flash()) {
       state->lse = allocate(name + ".lse", {shape.batch, shape.heads, shape.seq}, DType::F32,
                             MemoryRole::SavedActivations);
     } else {
@@ -369,10 +399,12 @@ class CudaBackend final : public Backend {
     check_same_numel(k, v, "attention_forward");
     check_same_numel(q, out, "attention_forward");
     CudaAttentionState& state = attention_state(saved, s);
-    if (state.flash) {
-      cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
-                                    f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
-                                    s.head_dim, stream_);
+    if (state.flash()) {
+      const auto forward = state.kernel == AttentionKernel::FlashTensorCores
+                               ? cuda::flash_attention_forward_mma
+                               : cuda::flash_attention_forward;
+      forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.lse), s.batch,
+              s.seq, s.heads, s.kv_heads, s.head_dim, stream_);
       if (state.out_kept) {
         state.caller_out = f32_data(out);  // the caller leaves it unchanged until the backward
       } else {
@@ -396,11 +428,14 @@ class CudaBackend final : public Backend {
     const CudaAttentionState& state = attention_state(saved, s);
     auto* scratch =
         static_cast<float*>(attention_scratch_.reserve(memory_, attention_scratch_bytes(state)));
-    if (state.flash) {
-      cuda::flash_attention_backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(),
-                                     f32_data(state.lse), f32_data(dout), f32_data(dq),
-                                     f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads,
-                                     s.kv_heads, s.head_dim, stream_);
+    if (state.flash()) {
+      // Both backwards take their own forward's out and lse and the same scratch.
+      const auto backward = state.kernel == AttentionKernel::FlashTensorCores
+                                ? cuda::flash_attention_backward_mma
+                                : cuda::flash_attention_backward;
+      backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(), f32_data(state.lse),
+               f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq,
+               s.heads, s.kv_heads, s.head_dim, stream_);
       return;
     }
     attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.probs),
@@ -567,8 +602,8 @@ class CudaBackend final : public Backend {
   static size_t attention_scratch_bytes(const CudaAttentionState& state) {
     const AttentionShape& s = state.shape;
     const int64_t floats =
-        state.flash ? cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads)
-                    : cuda::MaterializedAttention::backward_scratch_floats(s);
+        state.flash() ? cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads)
+                      : cuda::MaterializedAttention::backward_scratch_floats(s);
     return sizeof(float) * size_t(floats);
   }
   static const CudaAttentionState& attention_state(const AttentionState& saved,
@@ -632,9 +667,10 @@ CudaStreamHandle cuda_stream_of(Backend& backend) {
 CudaAttention parse_cuda_attention(const std::string& name) {
   if (name == "auto") return CudaAttention::Auto;
   if (name == "flash") return CudaAttention::Flash;
+  if (name == "flash_bf16") return CudaAttention::FlashBf16;
   if (name == "materialized") return CudaAttention::Materialized;
   throw Error(ErrorKind::Config, "config: \"model.attention\" is \"" + name +
-                                     "\", must be one of: auto, flash, materialized");
+                                     "\", must be one of: auto, flash, flash_bf16, materialized");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {

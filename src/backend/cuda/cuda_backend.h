@@ -13,12 +13,15 @@
 
 namespace gnmr {
 
-// model.attention: Flash runs kernels/flash_attention.cu (out and the log-sum-exp saved),
-// Materialized the v1 attention (attention_v1.h, P [B, H, T, T] saved), Auto flash where its
-// kernels support the head dim (64, 128) and v1 elsewhere. Chosen per layer at plan_attention.
-enum class CudaAttention { Auto, Flash, Materialized };
+// model.attention: Flash runs kernels/flash_attention.cu (fp32 SIMT; out and the log-sum-exp
+// saved), FlashBf16 kernels/flash_attention_mma.cu (the same algorithm on bf16 tensor cores:
+// q, k, v, dout, P and dS rounded to bf16 where they enter a product, fp32 accumulation and
+// statistics), Materialized the v1 attention (attention_v1.h, P [B, H, T, T] saved), Auto the
+// SIMT flash kernels where they support the head dim (64, 128) and fit the device's shared
+// memory, v1 elsewhere. Chosen per layer at plan_attention.
+enum class CudaAttention { Auto, Flash, FlashBf16, Materialized };
 
-// "auto" | "flash" | "materialized", else Error(Config) naming model.attention.
+// "auto" | "flash" | "flash_bf16" | "materialized", else Error(Config) naming model.attention.
 CudaAttention parse_cuda_attention(const std::string& name);
 
 struct CudaBackendOptions {
