@@ -316,6 +316,9 @@ class Backend {
   // out_per_tensor[i] = sum of squares of tensors[i], accumulated in double, one fused pass.
   // out_per_tensor: [tensors.size()] f64. Deterministic: fixed chunking, fixed reduction order.
   virtual void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) = 0;
+  // Before the first step: makes room for sum_squares over tensors of these sizes, so that no
+  // step allocates (a backend without a workspace does nothing).
+  virtual void plan_sum_squares(const std::vector<Tensor>& tensors) = 0;
   // Global-norm clipping and the skip decision of a step. norm = sqrt(sum of sum_squares[i]
   // added in index order, in double); clip[0] = float(max_norm / norm) when max_norm > 0 and
   // norm > max_norm, else 1; clip[1] = 1 when loss_sum[0] and norm are finite, else 0.

@@ -148,6 +148,7 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   }
   plan_ = with_fixed_recovery(controller_->initial_plan());
   for (const auto& p : model_->params()) grads_.push_back(p.grad);
+  if (!zero_optimizer_) backend_->plan_sum_squares(grads_);  // ZeroAdamW plans its own
   const int64_t num_params = int64_t(grads_.size());
   step_scalars_ =
       backend_->allocate("step_scalars", {1 + num_params}, DType::F64, MemoryRole::Scratch);

@@ -39,6 +39,7 @@ ZeroAdamW::ZeroAdamW(Backend& backend, Communicator& comm, const LlamaModel& mod
     grad_in_shard_[size_t(piece.param_index)] = v.grad;
     pieces_.push_back(v);
   }
+  backend_.plan_sum_squares(grad_in_shard_);
 }
 
 void ZeroAdamW::reduce_gradients() {

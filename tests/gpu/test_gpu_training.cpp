@@ -1,8 +1,9 @@
 // The CUDA backend end to end: short training runs of the tiny-gpu model (every dimension a
 // multiple of 128, so fp8mix runs real block-scaled FP8 GEMMs on sm_90) on the GPU against
-// the same runs on the CPU backend, per recipe; one wait for the GPU per optimizer step; the
-// same bits on a second run and with every activation and scratch buffer poisoned with NaN
-// (GNMR_POISON=1: a read of memory no op wrote would change the losses). Skip without a GPU.
+// the same runs on the CPU backend, per recipe; one wait for the GPU per optimizer step and no
+// device allocation in a step (everything is planned before step 1); the same bits on a
+// second run and with every activation and scratch buffer poisoned with NaN (GNMR_POISON=1: a
+// read of memory no op wrote would change the losses). Skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -39,6 +40,7 @@ RunConfig config_for(const std::string& backend, const std::vector<std::string>&
 struct TrainedRun {
   std::vector<double> losses, grad_norms;
   std::vector<int64_t> syncs_per_step;
+  std::vector<size_t> bytes_allocated_per_step;  // device memory a step added (none: planned)
 };
 
 TrainedRun train(const RunConfig& config) {
@@ -46,8 +48,11 @@ TrainedRun train(const RunConfig& config) {
   TrainedRun run;
   for (int64_t s = 0; s < kSteps; ++s) {
     const int64_t before = session.backend().sync_count();
+    const size_t allocated_before = session.backend().memory_use().total();
     const StepResult r = session.run_step(s);
     run.syncs_per_step.push_back(session.backend().sync_count() - before);
+    run.bytes_allocated_per_step.push_back(session.backend().memory_use().total() -
+                                           allocated_before);
     run.losses.push_back(r.loss);
     run.grad_norms.push_back(r.grad_norm);
   }
@@ -104,6 +109,7 @@ TEST_P(GpuTraining, MatchesTheCpuBackendWithOneWaitPerStep) {
                 10 * tolerance * cpu.grad_norms[size_t(s)])
         << recipe.name << " grad norm, step " << s + 1;
     EXPECT_EQ(gpu.syncs_per_step[size_t(s)], 1) << recipe.name << " step " << s + 1;
+    EXPECT_EQ(gpu.bytes_allocated_per_step[size_t(s)], 0u) << recipe.name << " step " << s + 1;
   }
 }
 

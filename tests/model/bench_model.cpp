@@ -160,6 +160,7 @@ class TimingBackend final : public Backend {
   void sum_squares(const std::vector<Tensor>& t, Tensor& o) override {
     time("sum_squares", [&] { in_.sum_squares(t, o); });
   }
+  void plan_sum_squares(const std::vector<Tensor>& t) override { in_.plan_sum_squares(t); }
   void global_norm_clip(const Tensor& s, const Tensor& l, double c, Tensor& o) override {
     time("sum_squares", [&] { in_.global_norm_clip(s, l, c, o); });
   }

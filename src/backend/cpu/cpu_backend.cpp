@@ -332,6 +332,7 @@ class CpuBackend final : public Backend {
     cpu::sum_squares(pointers.data(), counts.data(), static_cast<int64_t>(tensors.size()),
                      f64_data(out_per_tensor), threads_);
   }
+  void plan_sum_squares(const std::vector<Tensor>&) override {}  // no workspace on the CPU
   void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
                         Tensor& clip) override {
     GNMR_CHECK(loss_sum.numel() == 1 && clip.numel() == 2,

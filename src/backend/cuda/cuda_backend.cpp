@@ -523,16 +523,14 @@ class CudaBackend final : public Backend {
                "sum_squares: " + std::to_string(tensors.size()) + " tensors, out " +
                    out_per_tensor.shape_string());
     std::vector<const float*> pointers;
-    std::vector<int64_t> counts;
-    for (const Tensor& t : tensors) {
-      pointers.push_back(f32_data(t));
-      counts.push_back(t.numel());
-    }
-    const int64_t num = static_cast<int64_t>(tensors.size());
-    auto* ws = static_cast<double*>(sum_squares_workspace_.reserve(
-        memory_, sizeof(double) * size_t(std::max<int64_t>(1, cuda::sum_squares_workspace_doubles(
-                                                                  counts.data(), num)))));
-    cuda::sum_squares(pointers.data(), counts.data(), num, f64_data(out_per_tensor), ws, stream_);
+    for (const Tensor& t : tensors) pointers.push_back(f32_data(t));
+    const std::vector<int64_t> counts = numels(tensors);
+    auto* ws = static_cast<double*>(reserve_sum_squares_workspace(counts));
+    cuda::sum_squares(pointers.data(), counts.data(), int64_t(counts.size()),
+                      f64_data(out_per_tensor), ws, stream_);
+  }
+  void plan_sum_squares(const std::vector<Tensor>& tensors) override {
+    reserve_sum_squares_workspace(numels(tensors));
   }
   void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
                         Tensor& clip) override {
@@ -599,6 +597,18 @@ class CudaBackend final : public Backend {
                    " scales, got " + packed.shape_string() + " and " + scales.shape_string());
   }
 
+  static std::vector<int64_t> numels(const std::vector<Tensor>& tensors) {
+    std::vector<int64_t> counts;
+    for (const Tensor& t : tensors) counts.push_back(t.numel());
+    return counts;
+  }
+  // The chunk partials of sum_squares over tensors of these sizes (kernels/sum_squares.cu).
+  void* reserve_sum_squares_workspace(const std::vector<int64_t>& counts) {
+    const int64_t doubles =
+        cuda::sum_squares_workspace_doubles(counts.data(), int64_t(counts.size()));
+    return sum_squares_workspace_.reserve(memory_,
+                                          sizeof(double) * size_t(std::max<int64_t>(1, doubles)));
+  }
   static size_t attention_scratch_bytes(const CudaAttentionState& state) {
     const AttentionShape& s = state.shape;
     const int64_t floats =

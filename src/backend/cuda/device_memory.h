@@ -1,8 +1,9 @@
 // DeviceMemory: every byte of GPU memory the CUDA backend holds, by MemoryRole, with the peak.
 // Allocations are made while the model and the backend plan (construction, plan_projection,
-// plan_attention), never by an op during a step, except op workspaces that grow on their
-// first use (docs/DESIGN.md §6). A failed allocation is an Error naming the tensor and the
-// numbers (device_memory_report.h), raised before training starts.
+// plan_attention, plan_sum_squares), never by an op during a step (docs/DESIGN.md §6; only
+// the plain matmul ops, which the model does not call, grow a workspace on first use). A
+// failed allocation is an Error naming the tensor and the numbers (device_memory_report.h),
+// raised before training starts.
 // Fill: zeros, as Backend::allocate promises. With `poison` (GNMR_POISON=1) activations,
 // saved activations and scratch are filled with 0xFF bytes instead (NaN as f32 and f64), so a
 // read of memory no op wrote shows up as NaN; weights, gradients and optimizer state stay zero,
