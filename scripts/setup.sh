@@ -3,8 +3,9 @@
 # preset (CPU backend; the CUDA backend too when nvcc is on PATH or in /usr/local/cuda).
 #   scripts/setup.sh              install packages + build
 #   scripts/setup.sh --deps-only  install packages only
-#   scripts/setup.sh --python     also install the Python packages the benchmark and
-#                                 table scripts use (python3-torch, numpy, matplotlib)
+#   scripts/setup.sh --tables     also install what the table scripts use (python3-numpy,
+#                                 python3-matplotlib: scripts/reproduce.py and its test)
+#   scripts/setup.sh --python     --tables, and python3-torch for scripts/bench_pytorch.py
 #   scripts/setup.sh --fuzz       also install clang with libFuzzer and libomp (the fuzz
 #                                 preset, scripts/fuzz.sh)
 #   scripts/setup.sh --format     also install clang-format (scripts/format.sh)
@@ -17,6 +18,7 @@ deps_only=0
 for arg in "$@"; do
   case "$arg" in
     --deps-only) deps_only=1 ;;
+    --tables) packages+=(python3-numpy python3-matplotlib) ;;
     --python) packages+=(python3-torch python3-numpy python3-matplotlib) ;;
     --fuzz) packages+=(clang libclang-rt-dev libomp-dev) ;;
     --format) packages+=(clang-format) ;;
