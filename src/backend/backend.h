@@ -126,6 +126,8 @@ class AttentionState {
  public:
   virtual ~AttentionState() = default;
   virtual size_t saved_bytes() const = 0;  // as allocated, under MemoryRole::SavedActivations
+  // Which kernels run this attention, in words (the bench JSON's `attention`, the train log).
+  virtual std::string kernel() const = 0;
 };
 
 // One AdamW step as torch.optim.AdamW computes it (decoupled weight decay), with the gradient

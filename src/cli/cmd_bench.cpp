@@ -40,6 +40,7 @@ CommandAction add_bench_command(CLI::App& app) {
                 config.gnmr.controller.c_str(),
                 static_cast<long long>(r["tokens_per_step"].get<int64_t>()), config.train.threads);
     std::printf("  tokens/s        %10.1f\n", r["tokens_per_s"].get<double>());
+    std::printf("  attention       %s\n", r["attention"].get<std::string>().c_str());
     std::printf(
         "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, optimizer %.1f, "
         "readback %.2f, controller %.3f)\n",

@@ -149,6 +149,10 @@ void LlamaModel::zero_grads() {
   micro_step_ = 0;
 }
 
+std::string LlamaModel::attention_kernel() const {
+  return act_.layers.empty() ? "none (no layers)" : act_.layers.front().attention->kernel();
+}
+
 int64_t LlamaModel::flops_per_token() const {
   int64_t matmul_params = 0;
   for (size_t i = 0; i < table_.params.size(); ++i) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -90,6 +91,9 @@ class LlamaModel {
   // + 12 * n_layers * dim * seq_len for q k^T and P v (forward + backward, the full T x T
   // products, no causal discount — the PaLM appendix-B convention used for MFU).
   int64_t flops_per_token() const;
+  // The attention kernels the backend planned for the layers (AttentionState::kernel; every
+  // layer has the same shape, so the same kernels).
+  std::string attention_kernel() const;
 
  private:
   // The one path every projection unit takes: y = x W_u^T, on the unit's path of the current

@@ -226,7 +226,8 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
                  {"readback_ms", readback_ms / n},
                  {"norm_pass_ms", norm_pass_ms},
                  {"controller_and_norms_fraction", (norm_pass_ms + controller_ms / n) / step_ms},
-                 {"gemm_impl", projection_gemm_impls(session.model(), session.backend())}};
+                 {"gemm_impl", projection_gemm_impls(session.model(), session.backend())},
+                 {"attention", session.model().attention_kernel()}};
   if (session.comm().world_size() > 1) {
     const double blocking_ms = time_blocking_gradient_sum(session, options.steps);
     result["ranks"] = session.comm().world_size();

@@ -194,6 +194,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   log_optimizer_state(session);
 
   if (!cpu) {
+    spdlog::info("attention: {}", session.model().attention_kernel());
     // Which GEMMs run for real and which are emulated, and why (the cpu emulates them all).
     const json impls = projection_gemm_impls(session.model(), session.backend());
     for (auto it = impls.begin(); it != impls.end(); ++it) {

@@ -93,3 +93,11 @@ TEST(CliBench, ControllerShareCountsTheNormPassTimedAlone) {
       (norm_pass_ms + figures["controller_ms"].get<double>()) / figures["step_ms"].get<double>());
   EXPECT_NE(b.output.find("norm pass "), std::string::npos) << b.output;
 }
+
+// The report names the attention kernels the layers run (on the cpu its materialized one).
+TEST(CliBench, NamesTheAttentionKernel) {
+  const BenchRun b = bench_tiny_model("cli_bench_attention");
+  ASSERT_TRUE(b.figures.contains("attention")) << b.output;
+  EXPECT_EQ(b.figures["attention"].get<std::string>(), "materialized (cpu)");
+  EXPECT_NE(b.output.find("  attention       materialized (cpu)\n"), std::string::npos) << b.output;
+}

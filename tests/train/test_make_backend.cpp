@@ -73,6 +73,13 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
   // The tensor-core kernels save the same tensors and take the same head dims.
   auto bf16 = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=flash_bf16"}));
   EXPECT_EQ(bf16->plan_attention("a", hd64, false)->saved_bytes(), flash_bytes);
+  // Each names its kernels.
+  EXPECT_EQ(v1->plan_attention("d", hd64, false)->kernel(),
+            "materialized (cuBLASLt fp32 GEMMs + causal softmax)");
+  EXPECT_EQ(flash->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
+  EXPECT_EQ(bf16->plan_attention("d", hd64, false)->kernel(),
+            "flash_bf16 (bf16 tensor cores, mma.sync)");
+  EXPECT_EQ(auto_backend->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   gnmr_test::expect_error([&] { bf16->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"\"flash_bf16\": head dim 16", "materialized"});
 }

@@ -22,6 +22,7 @@ namespace {
 class CpuAttentionState final : public AttentionState {
  public:
   size_t saved_bytes() const override { return probs.bytes(); }
+  std::string kernel() const override { return "materialized (cpu)"; }
   Tensor probs;  // [B, H, T, T]
 };
 

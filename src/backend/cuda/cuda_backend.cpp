@@ -55,14 +55,25 @@ enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
 class CudaAttentionState final : public AttentionState {
  public:
   size_t saved_bytes() const override { return probs.bytes() + out.bytes() + lse.bytes(); }
+  std::string kernel() const override {
+    switch (kernel_kind) {
+      case AttentionKernel::Materialized:
+        return "materialized (cuBLASLt fp32 GEMMs + causal softmax)";
+      case AttentionKernel::FlashSimt:
+        return "flash (fp32 SIMT)";
+      case AttentionKernel::FlashTensorCores:
+        return "flash_bf16 (bf16 tensor cores, mma.sync)";
+    }
+    return "?";
+  }
   // The out the flash backward reads: the copy, or the caller's own.
   const float* flash_out() const {
     if (!out_kept) return static_cast<const float*>(out.data);
     GNMR_CHECK(caller_out != nullptr, "attention_backward before its attention_forward");
     return caller_out;
   }
-  bool flash() const { return kernel != AttentionKernel::Materialized; }
-  AttentionKernel kernel = AttentionKernel::Materialized;
+  bool flash() const { return kernel_kind != AttentionKernel::Materialized; }
+  AttentionKernel kernel_kind = AttentionKernel::Materialized;
   bool out_kept = false;
   Tensor probs;                       // v1: [B, H, T, T]
   Tensor out;                         // flash, out not kept: [B, T, H, hd]
@@ -376,7 +387,7 @@ class CudaBackend final : public Backend {
                                                  bool out_kept) override {
     auto state = std::make_unique<CudaAttentionState>();
     state->shape = shape;
-    state->kernel =
+    state->kernel_kind =
         attention_kernel_for(attention_choice_, shape, shared_optin_bytes_, warned_flash_fallback_);
     state->out_kept = state->flash() && out_kept;
     if (state->flash() && !out_kept) {
@@ -400,7 +411,7 @@ class CudaBackend final : public Backend {
     check_same_numel(q, out, "attention_forward");
     CudaAttentionState& state = attention_state(saved, s);
     if (state.flash()) {
-      const auto forward = state.kernel == AttentionKernel::FlashTensorCores
+      const auto forward = state.kernel_kind == AttentionKernel::FlashTensorCores
                                ? cuda::flash_attention_forward_mma
                                : cuda::flash_attention_forward;
       forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.lse), s.batch,
@@ -430,7 +441,7 @@ class CudaBackend final : public Backend {
         static_cast<float*>(attention_scratch_.reserve(memory_, attention_scratch_bytes(state)));
     if (state.flash()) {
       // Both backwards take their own forward's out and lse and the same scratch.
-      const auto backward = state.kernel == AttentionKernel::FlashTensorCores
+      const auto backward = state.kernel_kind == AttentionKernel::FlashTensorCores
                                 ? cuda::flash_attention_backward_mma
                                 : cuda::flash_attention_backward;
       backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(), f32_data(state.lse),
