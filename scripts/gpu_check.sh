@@ -6,7 +6,8 @@
 # here says why and is not a failure).
 #
 #   scripts/gpu_check.sh [--bundle DIR] [--logs DIR] [--require-gpu] [all | STAGE...]
-#     --bundle DIR    the bundle (default build/gpu-bundle)
+#     --bundle DIR    the bundle (default build/gpu-bundle); DIR.tar.gz, as gpu_bundle.sh packs
+#                     it, is unpacked to DIR first when DIR is missing or older than it
 #     --logs DIR      gets STAGE.log per stage and table.txt, nothing else: at most 8 files
 #                     (default gpu-check-logs)
 #     --require-gpu   no GPU found is a failure, not a row of SKIPs
@@ -49,6 +50,16 @@ while (($#)); do
   esac
 done
 ((${#stages[@]})) || stages=("${default_stages[@]}")
+bundle="${bundle%/}"
+# The packed bundle travels (a third of the size); unpack it unless the directory is newer
+# (tar -m stamps the unpacked files now, so an unpacked bundle is newer than its archive).
+if [ -f "$bundle.tar.gz" ] && { [ ! -f "$bundle/BUNDLE.json" ] || [ "$bundle.tar.gz" -nt "$bundle/BUNDLE.json" ]; }; then
+  rm -rf "$bundle"
+  mkdir -p "$bundle"
+  tar -xzmf "$bundle.tar.gz" -C "$bundle" --strip-components=1 \
+    || { echo "gpu_check.sh: could not unpack $bundle.tar.gz" >&2; exit 2; }
+  echo "gpu_check.sh: unpacked $bundle.tar.gz"
+fi
 bundle="$(cd "$bundle" 2>/dev/null && pwd)" || { echo "gpu_check.sh: no bundle at $bundle (scripts/gpu_bundle.sh makes one)" >&2; exit 2; }
 mkdir -p "$logs"
 logs="$(cd "$logs" && pwd)"

@@ -3,7 +3,7 @@
 # test binaries): every stage must report cleanly (SKIP, not FAIL), the table must list the
 # stages asked for, the logs directory must hold only the stage logs and table.txt (a device
 # machine returns 8 files), a bad argument must exit 2, a missing library must fail preflight,
-# and --require-gpu must turn "no GPU" into a failure.
+# --require-gpu must turn "no GPU" into a failure, and a packed bundle must be unpacked.
 #   check_gpu_check.sh GNMR_BINARY WORK_DIR
 set -uo pipefail
 gnmr="$1" work="$2"
@@ -43,6 +43,18 @@ bash "$script" --bundle "$work/bundle" no-such-stage >/dev/null 2>&1
 [ $? = 2 ] || fail "an unknown stage does not exit 2"
 bash "$script" --bundle "$work/no-bundle" >/dev/null 2>&1
 [ $? = 2 ] || fail "a missing bundle does not exit 2"
+
+# The packed bundle (gpu_bundle.sh's DIR.tar.gz, what travels) is unpacked to DIR when DIR is
+# missing or older than the archive, and only then.
+tar -czf "$work/packed.tar.gz" -C "$work" bundle
+out=$(bash "$script" --bundle "$work/packed" --logs "$work/logs" preflight 2>&1) || fail "a packed bundle: exit $?: $out"
+echo "$out" | grep -q "unpacked $work/packed.tar.gz" || fail "the packed bundle was not unpacked: $out"
+[ -x "$work/packed/bin/gnmr" ] || fail "no packed/bin/gnmr after unpacking"
+out=$(bash "$script" --bundle "$work/packed" --logs "$work/logs" preflight 2>&1) || fail "an unpacked bundle: exit $?: $out"
+echo "$out" | grep -q "unpacked" && fail "a bundle newer than its archive was unpacked again: $out"
+touch -d '+1 minute' "$work/packed.tar.gz"
+out=$(bash "$script" --bundle "$work/packed/" --logs "$work/logs" preflight 2>&1) || fail "a newer archive: exit $?: $out"
+echo "$out" | grep -q "unpacked $work/packed.tar.gz" || fail "a newer archive was not unpacked: $out"
 
 # A binary whose library is missing fails preflight (exit 1), naming it in the log.
 printf '#!/bin/sh\nexit 1\n' >"$work/bundle/bin/gnmr"
