@@ -34,7 +34,7 @@ using flash_launch::launch_blocks;
 using flash_launch::shape_text;
 
 // ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
-// between these markers on the host (one std::thread per CUDA thread) against the CPU twin.
+// between these markers on the host (tests/emulated_cuda) against the CPU twin.
 
 // Sequential over d, as the CPU twin's dot.
 template <int HD>

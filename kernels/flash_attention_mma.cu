@@ -48,8 +48,8 @@ __device__ inline float warp_shfl_xor(float value, int lane_mask) {
 }
 
 // ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
-// between these markers on the host (one std::thread per CUDA thread, an emulated mma and
-// shuffle per warp) against the double-precision reference.
+// between these markers on the host (tests/emulated_cuda: the threads as fibers, an emulated
+// mma and shuffle per warp) against the double-precision reference.
 
 // Rows [0, tile_rows) of HD floats into bf16 shared memory: row r from global src + r *
 // src_stride to dst + r * dst_stride; rows from `rows` on are zeros, so a partial tile's

@@ -1,7 +1,7 @@
-// The flash-attention kernels' device code run on the host (emulated_cuda.h: every block in
-// turn, one std::thread per CUDA thread, barriers for __syncthreads and for a warp's exchanges,
-// shared memory filled with NaN before each block). The code is what lies between the "device
-// code" markers of the .cu files, rewritten by extract_device_code.sh.
+// The flash-attention kernels' device code run on the host (tests/emulated_cuda/emulated_cuda.h:
+// every block in turn, its threads as fibers, barriers for __syncthreads and for a warp's
+// exchanges, shared memory filled with NaN before each block). The code is what lies between the
+// "device code" markers of the .cu files, rewritten by extract_device_code.sh.
 // - The SIMT kernels (kernels/flash_attention.cu), with the host's expf / logf, follow the CPU
 //   twin (cpu/flash_attention.cpp) in the order of every operation, so out, lse, dq, dk and dv
 //   must equal the twin's bit for bit.
@@ -24,7 +24,9 @@
 #include "attention_bf16_reference.h"
 #include "backend/cpu/flash_attention.h"
 #include "backend/flash_layout.h"
-#include "emulated_cuda.h"
+#include "backend/mma_fragment.h"
+#include "emulated_cuda/emulated_cuda.h"
+#include "precision/bf16.h"
 
 namespace gnmr::cuda {
 namespace {

@@ -1,0 +1,413 @@
+// The block scheduler behind emulated_cuda.h: a block's threads run on fibers (fiber_switch.h)
+// in one OS thread. A fiber takes the next thread not yet started and runs it until it returns
+// (then takes the next one, on the same stack, with no switch) or waits at a barrier
+// (__syncthreads, or the warp barrier of a shuffle or an mma): then the scheduler starts another
+// fiber for the threads not yet started, and resumes the waiting threads, in thread order, once the
+// last thread to arrive has released them. A kernel without barriers thus runs a whole block on one
+// fiber. A pass that finds nothing to run while threads still wait is a barrier some threads
+// never reach: an error naming the block.
+#include "emulated_cuda/emulated_cuda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/mma_fragment.h"
+#include "emulated_cuda/fiber_switch.h"
+#include "precision/bf16.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define GNMR_EMULATED_CUDA_ASAN 1
+#endif
+
+namespace gnmr::cuda {
+
+EmulatedDim threadIdx, blockIdx, blockDim, gridDim;
+
+namespace {
+
+// cudaError_t values the emulated launch reports (driver_types.h), without the CUDA headers.
+constexpr int kCudaErrorInvalidValue = 1;
+constexpr int kCudaErrorInvalidConfiguration = 9;
+
+// A kernel's locals plus the sanitizers' frames; the emulated mma holds 16 x 24 floats.
+constexpr size_t kFiberStackBytes = 256 * 1024;
+constexpr size_t kMaxShuffleBytes = 16;
+
+enum class ThreadState { kNotStarted, kRunning, kReady, kAtBlockBarrier, kAtWarpBarrier, kDone };
+
+struct Fiber {
+  FiberContext context;
+  std::unique_ptr<char[]> stack;
+  void* asan_fake_stack = nullptr;  // ASan's record of the fiber's stack while switched out
+  bool finished = false;            // no thread left to take: never resumed again
+};
+
+// What the lanes of one warp hand each other in a shuffle or an mma. Two of them per warp, used
+// in turn by each lane: a lane can only reach its next exchange after every lane has arrived
+// at this one, so it never overwrites what a slower lane has still to read.
+struct WarpExchange {
+  unsigned char bytes[kWarpSize][kMaxShuffleBytes];
+  uint32_t a[kWarpSize][4];
+  uint32_t b[kWarpSize][2];
+  float c[kWarpSize][4];
+};
+
+struct BlockRun {
+  const std::function<void()>* kernel = nullptr;
+  int threads = 0;
+  std::vector<ThreadState> state;
+  std::vector<Fiber*> fiber_of;  // the fiber running each started thread
+  std::vector<std::unique_ptr<Fiber>> fibers;
+  int next_unstarted = 0, done = 0;
+  int current = -1;  // the running thread
+  Fiber* current_fiber = nullptr;
+  FiberContext scheduler;
+  const void* scheduler_stack_bottom = nullptr;
+  size_t scheduler_stack_size = 0;
+  int block_arrived = 0;
+  std::vector<int> warp_arrived;
+  std::vector<WarpExchange> warp_exchanges;  // two per warp
+  std::vector<unsigned char> exchange_turn;  // per thread: which of its warp's two is next
+  std::string failure;  // set by a thread that found an error; the scheduler throws it
+};
+
+BlockRun* running = nullptr;
+std::vector<std::unique_ptr<char[]>> free_stacks;
+std::vector<float> shared_memory;
+int launch_error = 0;
+std::string launch_error_text;
+std::map<const void*, int> max_dynamic_shared_bytes;
+
+std::string dim_text(const EmulatedDim& d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
+int warp_lanes(const BlockRun& run, int warp) {
+  return std::min(kWarpSize, run.threads - warp * kWarpSize);
+}
+
+void set_current_thread(BlockRun& run, int t) {
+  run.current = t;
+  const unsigned linear = static_cast<unsigned>(t);
+  threadIdx = EmulatedDim(linear % blockDim.x, linear / blockDim.x % blockDim.y,
+                          linear / (blockDim.x * blockDim.y));
+}
+
+// Fiber side: back to the scheduler; returns when the scheduler resumes this fiber. `exiting`:
+// the fiber is never resumed.
+void switch_to_scheduler(bool exiting) {
+  BlockRun& run = *running;
+  Fiber& fiber = *run.current_fiber;
+#ifdef GNMR_EMULATED_CUDA_ASAN
+  __sanitizer_start_switch_fiber(exiting ? nullptr : &fiber.asan_fake_stack,
+                                 run.scheduler_stack_bottom, run.scheduler_stack_size);
+#else
+  (void)exiting;
+#endif
+  fiber_switch(fiber.context, run.scheduler);
+#ifdef GNMR_EMULATED_CUDA_ASAN
+  __sanitizer_finish_switch_fiber(fiber.asan_fake_stack, &running->scheduler_stack_bottom,
+                                  &running->scheduler_stack_size);
+#endif
+}
+
+// Fiber side: stop the running thread with an error the scheduler throws. Thrown inside the
+// fiber and caught where it starts, so the thread's frames unwind (nothing they own leaks).
+struct ThreadFailure {
+  std::string what;
+};
+
+[[noreturn]] void fail_in_thread(const std::string& what) {
+  throw ThreadFailure{"block " + dim_text(blockIdx) + ", thread " + dim_text(threadIdx) + ": " +
+                      what};
+}
+
+void fiber_entry() {
+#ifdef GNMR_EMULATED_CUDA_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &running->scheduler_stack_bottom,
+                                  &running->scheduler_stack_size);
+#endif
+  BlockRun& run = *running;
+  try {
+    while (run.next_unstarted < run.threads) {
+      const int t = run.next_unstarted++;
+      set_current_thread(run, t);
+      run.fiber_of[size_t(t)] = run.current_fiber;
+      run.state[size_t(t)] = ThreadState::kRunning;
+      (*run.kernel)();
+      run.state[size_t(t)] = ThreadState::kDone;
+      ++run.done;
+    }
+  } catch (const ThreadFailure& failure) {
+    run.failure = failure.what;
+  } catch (const std::exception& e) {
+    run.failure = "block " + dim_text(blockIdx) + ", thread " + dim_text(threadIdx) +
+                  ": the kernel threw: " + e.what();
+  }
+  run.current_fiber->finished = true;
+  switch_to_scheduler(true);
+  std::abort();  // never resumed
+}
+
+std::unique_ptr<char[]> take_stack() {
+  if (free_stacks.empty()) return std::make_unique<char[]>(kFiberStackBytes);
+  std::unique_ptr<char[]> stack = std::move(free_stacks.back());
+  free_stacks.pop_back();
+  return stack;
+}
+
+void give_back_stack(std::unique_ptr<char[]> stack) {
+#ifdef GNMR_EMULATED_CUDA_ASAN
+  // A finished fiber's frames never returned: clear what ASan marked in them.
+  ASAN_UNPOISON_MEMORY_REGION(stack.get(), kFiberStackBytes);
+#endif
+  free_stacks.push_back(std::move(stack));
+}
+
+// Scheduler side: run `fiber` until it waits or finishes.
+void resume(BlockRun& run, Fiber& fiber) {
+  run.current_fiber = &fiber;
+#ifdef GNMR_EMULATED_CUDA_ASAN
+  void* scheduler_fake_stack = nullptr;
+  __sanitizer_start_switch_fiber(&scheduler_fake_stack, fiber.stack.get(), kFiberStackBytes);
+#endif
+  fiber_switch(run.scheduler, fiber.context);
+#ifdef GNMR_EMULATED_CUDA_ASAN
+  __sanitizer_finish_switch_fiber(scheduler_fake_stack, nullptr, nullptr);
+#endif
+  if (fiber.finished) give_back_stack(std::move(fiber.stack));
+}
+
+// Scheduler side: a new fiber for the threads not yet started.
+Fiber& new_fiber(BlockRun& run) {
+  run.fibers.push_back(std::make_unique<Fiber>());
+  Fiber& fiber = *run.fibers.back();
+  fiber.stack = take_stack();
+  fiber_prepare(fiber.context, fiber.stack.get(), kFiberStackBytes, fiber_entry);
+  return fiber;
+}
+
+std::string stuck_text(const BlockRun& run) {
+  int at_block = 0, at_warp = 0;
+  for (const ThreadState s : run.state) {
+    at_block += s == ThreadState::kAtBlockBarrier;
+    at_warp += s == ThreadState::kAtWarpBarrier;
+  }
+  return "block " + dim_text(blockIdx) + " of " + std::to_string(run.threads) +
+         " threads cannot go on: " + std::to_string(at_block) + " wait at __syncthreads, " +
+         std::to_string(at_warp) + " at a warp-wide shuffle or mma, " + std::to_string(run.done) +
+         " returned (a barrier in code some threads of the block or warp never reach: a hang "
+         "or undefined behaviour on a GPU)";
+}
+
+void throw_failure(const std::string& what) {
+  running = nullptr;
+  throw std::logic_error("emulated CUDA: " + what);
+}
+
+void run_block(const std::function<void()>& kernel, int threads) {
+  BlockRun run;
+  run.kernel = &kernel;
+  run.threads = threads;
+  run.state.assign(size_t(threads), ThreadState::kNotStarted);
+  run.fiber_of.assign(size_t(threads), nullptr);
+  const int warps = (threads + kWarpSize - 1) / kWarpSize;
+  run.warp_arrived.assign(size_t(warps), 0);
+  run.warp_exchanges.resize(size_t(2 * warps));
+  run.exchange_turn.assign(size_t(threads), 0);
+  running = &run;
+  while (run.done < threads) {
+    bool ran = false;
+    for (int t = 0; t < threads; ++t) {
+      if (run.state[size_t(t)] != ThreadState::kReady) continue;
+      set_current_thread(run, t);
+      run.state[size_t(t)] = ThreadState::kRunning;
+      resume(run, *run.fiber_of[size_t(t)]);
+      ran = true;
+      if (!run.failure.empty()) throw_failure(run.failure);
+    }
+    if (run.next_unstarted < threads) {
+      resume(run, new_fiber(run));
+      ran = true;
+      if (!run.failure.empty()) throw_failure(run.failure);
+    }
+    if (!ran) throw_failure(stuck_text(run));
+  }
+  running = nullptr;
+}
+
+void run_grid(const std::function<void()>& kernel, EmulatedDim grid, EmulatedDim block,
+              size_t shared_floats) {
+  gridDim = grid;
+  blockDim = block;
+  const int threads = static_cast<int>(block.volume());
+  for (unsigned z = 0; z < grid.z; ++z) {
+    for (unsigned y = 0; y < grid.y; ++y) {
+      for (unsigned x = 0; x < grid.x; ++x) {
+        blockIdx = EmulatedDim(x, y, z);
+        shared_memory.assign(std::max<size_t>(shared_floats, 1), std::nanf(""));
+        run_block(kernel, threads);
+      }
+    }
+  }
+}
+
+// Fiber side: wait until all `expected` threads counted by `arrived` are here.
+void arrive_and_wait(int& arrived, int expected, ThreadState waiting) {
+  BlockRun& run = *running;
+  if (++arrived == expected) {
+    arrived = 0;
+    const bool whole_block = waiting == ThreadState::kAtBlockBarrier;
+    const int first = whole_block ? 0 : run.current / kWarpSize * kWarpSize;
+    const int last = whole_block ? run.threads : first + kWarpSize;
+    for (int t = first; t < last; ++t) {
+      if (run.state[size_t(t)] == waiting) run.state[size_t(t)] = ThreadState::kReady;
+    }
+    return;
+  }
+  run.state[size_t(run.current)] = waiting;
+  switch_to_scheduler(false);
+}
+
+// Fiber side: the running thread's next exchange of its warp.
+WarpExchange& next_exchange(int warp) {
+  BlockRun& run = *running;
+  unsigned char& turn = run.exchange_turn[size_t(run.current)];
+  WarpExchange& x = run.warp_exchanges[size_t(2 * warp + turn)];
+  turn ^= 1;
+  return x;
+}
+
+// Fiber side: a warp-wide operation needs all 32 lanes.
+int full_warp(unsigned mask, const char* what) {
+  BlockRun& run = *running;
+  const int warp = run.current / kWarpSize;
+  if (mask != 0xFFFFFFFFu) {
+    fail_in_thread(std::string(what) + " with a partial lane mask: the emulation has full-warp " +
+                   "operations only");
+  }
+  if (warp_lanes(run, warp) != kWarpSize) {
+    fail_in_thread(std::string(what) + " in a warp of " + std::to_string(warp_lanes(run, warp)) +
+                   " threads (the block's size is not a multiple of 32)");
+  }
+  return warp;
+}
+
+}  // namespace
+
+void emulated_kernel_launch(const std::function<void()>& kernel, const void* kernel_id,
+                            EmulatedDim grid, EmulatedDim block, size_t shared_bytes,
+                            const void* /*stream*/) {
+  const auto fail = [](int error, const std::string& text) {
+    launch_error = error;
+    launch_error_text = "emulated launch: " + text;
+  };
+  if (grid.volume() == 0 || block.volume() == 0) {
+    return fail(kCudaErrorInvalidConfiguration,
+                "empty grid " + dim_text(grid) + " or block " + dim_text(block));
+  }
+  if (block.x > 1024 || block.y > 1024 || block.z > 64 || block.volume() > 1024) {
+    return fail(kCudaErrorInvalidConfiguration,
+                "block " + dim_text(block) + " exceeds 1024 threads or a dimension's limit");
+  }
+  if (grid.x > 0x7FFFFFFFu || grid.y > 65535 || grid.z > 65535) {
+    return fail(kCudaErrorInvalidConfiguration, "grid " + dim_text(grid) + " exceeds a limit");
+  }
+  const auto raised = max_dynamic_shared_bytes.find(kernel_id);
+  const size_t limit = raised == max_dynamic_shared_bytes.end()
+                           ? size_t{kEmulatedSharedBytesDefault}
+                           : size_t(std::max(raised->second, kEmulatedSharedBytesDefault));
+  if (shared_bytes > limit) {
+    return fail(kCudaErrorInvalidValue,
+                std::to_string(shared_bytes) + " bytes of dynamic shared memory, above the " +
+                    std::to_string(limit) +
+                    " the kernel may use (cudaFuncSetAttribute raises it up to " +
+                    std::to_string(kEmulatedSharedBytesOptin) + ")");
+  }
+  run_grid(kernel, grid, block, (shared_bytes + sizeof(float) - 1) / sizeof(float));
+}
+
+void emulated_launch(int64_t blocks, int threads, int64_t shared_floats,
+                     const std::function<void()>& kernel) {
+  if (threads <= 0 || threads % kWarpSize != 0) {
+    throw std::invalid_argument("emulated_launch: " + std::to_string(threads) +
+                                " threads per block, not a positive multiple of 32");
+  }
+  run_grid(kernel, EmulatedDim(blocks), EmulatedDim(threads),
+           size_t(std::max<int64_t>(shared_floats, 0)));
+}
+
+float* emulated_shared_memory() {
+  return shared_memory.data();
+}
+
+void emulated_syncthreads() {
+  arrive_and_wait(running->block_arrived, running->threads, ThreadState::kAtBlockBarrier);
+}
+
+void emulated_syncwarp() {
+  const int warp = full_warp(0xFFFFFFFFu, "__syncwarp");
+  arrive_and_wait(running->warp_arrived[size_t(warp)], kWarpSize, ThreadState::kAtWarpBarrier);
+}
+
+int emulated_take_launch_error(bool clear) {
+  const int error = launch_error;
+  if (clear) launch_error = 0;
+  return error;
+}
+
+const char* emulated_launch_error_text() {
+  return launch_error_text.c_str();
+}
+
+void emulated_set_max_dynamic_shared_bytes(const void* kernel_id, int bytes) {
+  max_dynamic_shared_bytes[kernel_id] = bytes;
+}
+
+void emulated_shfl_xor(unsigned mask, const void* in, void* out, size_t bytes, int lane_mask) {
+  const int warp = full_warp(mask, "__shfl_xor_sync");
+  if (bytes > kMaxShuffleBytes) fail_in_thread("a shuffle of more than 16 bytes");
+  const int lane = running->current % kWarpSize, source = lane ^ lane_mask;
+  WarpExchange& x = next_exchange(warp);
+  std::memcpy(x.bytes[lane], in, bytes);
+  emulated_syncwarp();
+  // A source lane outside the warp returns the caller's own value, as CUDA defines it.
+  std::memcpy(out, x.bytes[source >= 0 && source < kWarpSize ? source : lane], bytes);
+}
+
+void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  const int warp = full_warp(0xFFFFFFFFu, "mma.sync");
+  const int lane = running->current % kWarpSize;
+  WarpExchange& x = next_exchange(warp);
+  std::copy(a, a + 4, x.a[lane]);
+  std::copy(b, b + 2, x.b[lane]);
+  std::copy(d, d + 4, x.c[lane]);
+  emulated_syncwarp();
+  const auto element = [](uint32_t pair, int i) {
+    return decode_bf16(i % 2 == 0 ? bf16_pair_low(pair) : bf16_pair_high(pair));
+  };
+  float A[kMmaM][kMmaK], B[kMmaK][kMmaN];
+  for (int l = 0; l < kWarpSize; ++l) {
+    for (int i = 0; i < kMmaAElements; ++i) {
+      A[mma_a_row(l, i)][mma_a_col(l, i)] = element(x.a[l][i / 2], i);
+    }
+    for (int i = 0; i < kMmaBElements; ++i) {
+      B[mma_b_row(l, i)][mma_b_col(l, i)] = element(x.b[l][i / 2], i);
+    }
+  }
+  for (int i = 0; i < kMmaCElements; ++i) {
+    const int row = mma_c_row(lane, i), col = mma_c_col(lane, i);
+    double sum = x.c[lane][i];
+    for (int kk = 0; kk < kMmaK; ++kk) sum += double(A[row][kk]) * double(B[kk][col]);
+    d[i] = float(sum);
+  }
+}
+
+}  // namespace gnmr::cuda

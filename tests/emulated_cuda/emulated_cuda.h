@@ -1,0 +1,109 @@
+// CUDA's execution model on the host, so kernel code runs (and is tested) without a GPU.
+// Two users:
+// - test_flash_attention_emulated.cpp runs the flash kernels' device code, extracted by
+//   extract_device_code.sh, through emulated_launch();
+// - emulate_kernel_file.sh turns a whole kernels/*.cu file into host C++ (its launch wrappers
+//   included: `k<<<grid, block, shared, stream>>>(args)` becomes emulated_kernel_launch()), and
+//   emulated_cudart.cpp answers the CUDA runtime calls on host memory; the gpu tests of those
+//   kernels then run unchanged on the host (tests/gpu, test_gpu_emulated).
+//
+// The model (emulated_cuda.cpp): blocks run one after another; a block's threads are fibers
+// (fiber_switch.h) in one OS thread, run in thread order until each returns or waits at a barrier,
+// so a run is deterministic. What it checks that a GPU would not say clearly:
+// - a __syncthreads some threads of the block never reach (they returned or wait elsewhere), and
+//   a full-warp shuffle some lanes never reach: an error naming the block, not a hang;
+// - dynamic shared memory above 48 KiB without cudaFuncSetAttribute raising the limit, or above
+//   the device's opt-in maximum (an H100's), and launch shapes outside CUDA's limits: the launch
+//   fails as on a GPU (cudaGetLastError);
+// - shared memory starts as NaN bytes, so a read of an element no thread wrote shows.
+// Global memory is host memory (emulated_cudart.cpp allocates each buffer exactly), so the
+// ASan build catches a kernel reading or writing past a buffer.
+// What it cannot check: races between threads of a block (fibers switch only at barriers),
+// the hardware's mma summation order and CUDA's expf/logf (the host's libm runs instead).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <type_traits>
+
+namespace gnmr::cuda {
+
+// threadIdx, blockIdx, blockDim, gridDim: CUDA's uint3 / dim3 without the CUDA headers.
+struct EmulatedDim {
+  unsigned x = 1, y = 1, z = 1;
+  EmulatedDim() = default;
+  EmulatedDim(unsigned ex, unsigned ey = 1, unsigned ez = 1) : x(ex), y(ey), z(ez) {}
+  // From CUDA's dim3, and from the int / int64_t grid sizes our launch wrappers compute.
+  template <typename D, typename = decltype(std::declval<D>().z)>
+  EmulatedDim(const D& d) : x(d.x), y(d.y), z(d.z) {}
+  template <typename I, typename = std::enable_if_t<std::is_integral_v<I>>>
+  EmulatedDim(I ex) : x(static_cast<unsigned>(ex)) {
+    // A negative or over-wide size must fail the launch, not wrap to a valid-looking one.
+    if (ex < 0 || static_cast<uint64_t>(ex) > 0xFFFFFFFFull) x = 0;
+  }
+  uint64_t volume() const { return uint64_t{x} * y * z; }
+};
+
+// The running thread's indices (set by the scheduler at every switch: one OS thread runs all).
+extern EmulatedDim threadIdx, blockIdx, blockDim, gridDim;
+
+// Runs `kernel` (one CUDA thread's body) over `grid` x `block` threads with `shared_bytes` of
+// dynamic shared memory, after CUDA's launch checks; a failed check sets the error
+// cudaGetLastError() returns (emulated_cudart.cpp) and runs nothing. `kernel_id` is the kernel
+// function's address (what cudaFuncSetAttribute names). Throws std::logic_error for what would
+// hang or be undefined on a GPU (a barrier some threads never reach).
+void emulated_kernel_launch(const std::function<void()>& kernel, const void* kernel_id,
+                            EmulatedDim grid, EmulatedDim block, size_t shared_bytes = 0,
+                            const void* stream = nullptr);
+
+// The flash tests' form: `blocks` x `threads` threads (a multiple of 32), `shared_floats`
+// floats of dynamic shared memory, no launch limits checked. Throws std::invalid_argument for a
+// thread count that is not a positive multiple of 32.
+void emulated_launch(int64_t blocks, int threads, int64_t shared_floats,
+                     const std::function<void()>& kernel);
+
+// The block's dynamic shared memory (`extern __shared__`), NaN bytes at the block's start.
+float* emulated_shared_memory();
+// __syncthreads(): waits until every thread of the block arrives.
+void emulated_syncthreads();
+// __syncwarp() over the whole warp.
+void emulated_syncwarp();
+
+// The last launch error, as a cudaError_t value (0: none) and a sentence, read and cleared by
+// the emulated cudaGetLastError.
+int emulated_take_launch_error(bool clear);
+const char* emulated_launch_error_text();
+// cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
+void emulated_set_max_dynamic_shared_bytes(const void* kernel_id, int bytes);
+// The emulated device: an H100 / H200 (sm_90) as the kernels' shared-memory checks read it.
+constexpr int kEmulatedSharedBytesDefault = 48 * 1024;
+constexpr int kEmulatedSharedBytesOptin = 227 * 1024;
+constexpr int kEmulatedComputeMajor = 9, kEmulatedComputeMinor = 0;
+
+// A full-warp exchange: every lane of the warp hands `bytes` of `in` and receives the bytes
+// lane ^ lane_mask handed. Throws (through the scheduler) when a mask other than the whole warp
+// is asked for or not every lane of the warp arrives.
+void emulated_shfl_xor(unsigned mask, const void* in, void* out, size_t bytes, int lane_mask);
+
+template <typename T>
+T warp_shuffle_xor(unsigned mask, T value, int lane_mask) {
+  static_assert(std::is_arithmetic_v<T>, "__shfl_xor_sync exchanges arithmetic values");
+  T out;
+  emulated_shfl_xor(mask, &value, &out, sizeof(T), lane_mask);
+  return out;
+}
+
+// The flash tests' shuffle (kernels/flash_attention_mma.cu wraps __shfl_xor_sync the same way).
+inline float warp_shfl_xor(float value, int lane_mask) {
+  return warp_shuffle_xor(0xFFFFFFFFu, value, lane_mask);
+}
+
+// mma.sync.m16n8k16 bf16 -> fp32 (fragments as src/backend/mma_fragment.h lays them out): each
+// output's 16 exact bf16 products and its accumulator summed in double and rounded once to
+// float; the hardware's order and internal precision differ, so GPU results match within the
+// fp32 rounding of a 16-term sum, not bit for bit.
+void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]);
+
+}  // namespace gnmr::cuda

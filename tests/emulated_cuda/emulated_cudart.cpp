@@ -1,0 +1,220 @@
+// The CUDA runtime calls our kernels' launch wrappers and the gpu tests make, answered on the
+// host for the emulation (emulated_cuda.h). A test binary links this instead of libcudart.
+// - "Device" memory is host memory: cudaMalloc allocates exactly the bytes asked (256-byte
+//   aligned, as cudaMalloc), so the ASan build catches an access past a buffer;
+// - every copy and memset must lie inside one allocation on its device side, and a host-side
+//   pointer of a copy must not be device memory: the mix-ups that fault on a GPU fail here too,
+//   with a sentence cudaGetErrorString returns;
+// - the device is an H100 / H200 (sm_90, 227 KiB of opt-in shared memory per block);
+// - work is synchronous, so streams and synchronization calls only return success.
+#include <cuda_runtime_api.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <string>
+
+#include "emulated_cuda/emulated_cuda.h"
+
+namespace {
+
+std::map<const char*, size_t> allocations;  // start -> bytes
+cudaError_t last_api_error = cudaSuccess;
+std::string last_api_error_text;
+
+cudaError_t api_error(cudaError_t error, const std::string& text) {
+  last_api_error = error;
+  last_api_error_text = "emulated CUDA runtime: " + text;
+  return error;
+}
+
+// The allocation holding [p, p + bytes), or allocations.end().
+std::map<const char*, size_t>::const_iterator allocation_holding(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  auto after = allocations.upper_bound(c);
+  if (after == allocations.begin()) return allocations.end();
+  const auto it = std::prev(after);
+  if (c + bytes > it->first + it->second) return allocations.end();
+  return it;
+}
+
+bool is_device(const void* p) {
+  return allocation_holding(p, 1) != allocations.end();
+}
+
+cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                       const char* call) {
+  const bool dst_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool src_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (kind == cudaMemcpyDefault || kind == cudaMemcpyHostToHost) {
+    return api_error(cudaErrorInvalidValue,
+                     std::string(call) + ": the emulation checks explicit directions only");
+  }
+  if (bytes == 0) return cudaSuccess;
+  const auto side_ok = [&](const void* p, bool device) {
+    return device ? allocation_holding(p, bytes) != allocations.end() : !is_device(p);
+  };
+  if (!side_ok(dst, dst_device) || !side_ok(src, src_device)) {
+    return api_error(cudaErrorInvalidValue,
+                     std::string(call) + " of " + std::to_string(bytes) +
+                         " bytes: the destination or source is not the side its direction "
+                         "says, or runs past its allocation");
+  }
+  std::memcpy(dst, src, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t check_memset(void* p, int value, size_t bytes, const char* call) {
+  if (bytes == 0) return cudaSuccess;
+  if (allocation_holding(p, bytes) == allocations.end()) {
+    return api_error(cudaErrorInvalidValue, std::string(call) + " of " + std::to_string(bytes) +
+                                                " bytes outside any device allocation");
+  }
+  std::memset(p, value, bytes);
+  return cudaSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t cudaGetLastError(void) {
+  const int launch = gnmr::cuda::emulated_take_launch_error(true);
+  if (launch != 0) return static_cast<cudaError_t>(launch);
+  const cudaError_t api = last_api_error;
+  last_api_error = cudaSuccess;
+  return api;
+}
+
+cudaError_t cudaPeekAtLastError(void) {
+  const int launch = gnmr::cuda::emulated_take_launch_error(false);
+  return launch != 0 ? static_cast<cudaError_t>(launch) : last_api_error;
+}
+
+const char* cudaGetErrorName(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorInvalidValue:
+      return "cudaErrorInvalidValue";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidConfiguration:
+      return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevicePointer:
+      return "cudaErrorInvalidDevicePointer";
+    default:
+      return "cudaError (emulated: unnamed)";
+  }
+}
+
+// The sentence of the call that failed last (launch or runtime call), so a test's failure
+// says what the emulation found.
+const char* cudaGetErrorString(cudaError_t error) {
+  if (error == cudaSuccess) return "no error";
+  if (error == last_api_error && !last_api_error_text.empty()) return last_api_error_text.c_str();
+  return gnmr::cuda::emulated_launch_error_text();
+}
+
+cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  void* p = nullptr;
+  if (posix_memalign(&p, 256, size == 0 ? 1 : size) != 0) {
+    return api_error(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes");
+  }
+  allocations[static_cast<const char*>(p)] = size == 0 ? 1 : size;
+  *devPtr = p;
+  return cudaSuccess;
+}
+
+cudaError_t cudaFree(void* devPtr) {
+  if (devPtr == nullptr) return cudaSuccess;
+  const auto it = allocations.find(static_cast<const char*>(devPtr));
+  if (it == allocations.end()) {
+    return api_error(cudaErrorInvalidDevicePointer,
+                     "cudaFree of a pointer cudaMalloc did not return");
+  }
+  allocations.erase(it);
+  std::free(devPtr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  return check_copy(dst, src, count, kind, "cudaMemcpy");
+}
+
+cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                            cudaStream_t) {
+  return check_copy(dst, src, count, kind, "cudaMemcpyAsync");
+}
+
+cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
+  return check_memset(devPtr, value, count, "cudaMemset");
+}
+
+cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t) {
+  return check_memset(devPtr, value, count, "cudaMemsetAsync");
+}
+
+cudaError_t cudaDeviceSynchronize(void) {
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) {
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
+  if (device != 0) return api_error(cudaErrorInvalidDevice, "device " + std::to_string(device));
+  switch (attr) {
+    case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+      *value = gnmr::cuda::kEmulatedSharedBytesOptin;
+      return cudaSuccess;
+    case cudaDevAttrMaxSharedMemoryPerBlock:
+      *value = gnmr::cuda::kEmulatedSharedBytesDefault;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = gnmr::cuda::kEmulatedComputeMajor;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = gnmr::cuda::kEmulatedComputeMinor;
+      return cudaSuccess;
+    case cudaDevAttrWarpSize:
+      *value = 32;
+      return cudaSuccess;
+    case cudaDevAttrMaxThreadsPerBlock:
+      *value = 1024;
+      return cudaSuccess;
+    default:
+      return api_error(cudaErrorInvalidValue, "cudaDeviceGetAttribute(" +
+                                                  std::to_string(int(attr)) +
+                                                  "): an attribute the emulation does not model");
+  }
+}
+
+cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, int value) {
+  if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize) {
+    return api_error(cudaErrorInvalidValue, "cudaFuncSetAttribute(" + std::to_string(int(attr)) +
+                                                "): an attribute the emulation does not model");
+  }
+  if (value < 0 || value > gnmr::cuda::kEmulatedSharedBytesOptin) {
+    return api_error(cudaErrorInvalidValue,
+                     "cudaFuncSetAttribute: " + std::to_string(value) +
+                         " bytes of dynamic shared memory, above the device's " +
+                         std::to_string(gnmr::cuda::kEmulatedSharedBytesOptin));
+  }
+  gnmr::cuda::emulated_set_max_dynamic_shared_bytes(func, value);
+  return cudaSuccess;
+}
+
+}  // extern "C"
