@@ -33,6 +33,7 @@ namespace {
 using flash_launch::check_shape;
 using flash_launch::launch_blocks;
 
+// ---- hardware only begin: the CUDA emulation (tests/emulated_cuda) has its own of these two.
 // D += A B on the tensor cores: a, b, d fragments as src/backend/mma_fragment.h lays them out.
 __device__ inline void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   asm volatile(
@@ -46,6 +47,7 @@ __device__ inline void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const 
 __device__ inline float warp_shfl_xor(float value, int lane_mask) {
   return __shfl_xor_sync(0xFFFFFFFFu, value, lane_mask);
 }
+// ---- hardware only end
 
 // ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
 // between these markers on the host (tests/emulated_cuda: the threads as fibers, an emulated

@@ -13,7 +13,12 @@ CommandAction add_version_command(CLI::App&) {
 #ifdef GNMR_WITH_CUDA
     // nvcc was found: the CUDA backend is in this binary (docs/DESIGN.md §6); whether this
     // machine can run it is what `--backend cuda` (make_backend) reports.
+#ifdef GNMR_CUDA_EMULATED
+    // The emulated preset: CUDA on the host emulation (tests/emulated_cuda), for tests only.
+    std::cout << "backends: cpu, cuda (emulated on the host: a test build, not for training)\n";
+#else
     std::cout << "backends: cpu, cuda (sm_80, sm_90a)\n";
+#endif
 #else
     std::cout << "backends: cpu\n";
 #endif

@@ -75,6 +75,9 @@ void emulated_syncwarp();
 // the emulated cudaGetLastError.
 int emulated_take_launch_error(bool clear);
 const char* emulated_launch_error_text();
+// Whether [p, p + bytes) lies inside one emulated cudaMalloc allocation (emulated_cudart.cpp):
+// the emulated cuBLASLt checks its operands with it.
+bool emulated_is_device_range(const void* p, size_t bytes);
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
 void emulated_set_max_dynamic_shared_bytes(const void* kernel_id, int bytes);
 // The emulated device: an H100 / H200 (sm_90) as the kernels' shared-memory checks read it.

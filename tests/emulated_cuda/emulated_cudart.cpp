@@ -5,10 +5,12 @@
 // - every copy and memset must lie inside one allocation on its device side, and a host-side
 //   pointer of a copy must not be device memory: the mix-ups that fault on a GPU fail here too,
 //   with a sentence cudaGetErrorString returns;
-// - the device is an H100 / H200 (sm_90, 227 KiB of opt-in shared memory per block);
-// - work is synchronous, so streams and synchronization calls only return success.
+// - the device is an H100 (sm_90, 80 GiB, 227 KiB of opt-in shared memory per block);
+// - work is synchronous: a stream is a name, an event records the host clock, and waits and
+//   synchronization calls return success (so ordering bugs between streams do not show here).
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
@@ -19,7 +21,18 @@
 
 namespace {
 
+constexpr size_t kEmulatedDeviceBytes = size_t{80} << 30;
+
 std::map<const char*, size_t> allocations;  // start -> bytes
+size_t allocated_bytes = 0;
+
+struct EmulatedStream {
+  int priority = 0;
+};
+struct EmulatedEvent {
+  std::chrono::steady_clock::time_point recorded{};
+  bool timing = true, was_recorded = false;
+};
 cudaError_t last_api_error = cudaSuccess;
 std::string last_api_error_text;
 
@@ -42,6 +55,18 @@ std::map<const char*, size_t>::const_iterator allocation_holding(const void* p, 
 bool is_device(const void* p) {
   return allocation_holding(p, 1) != allocations.end();
 }
+
+}  // namespace
+
+namespace gnmr::cuda {
+
+bool emulated_is_device_range(const void* p, size_t bytes) {
+  return allocation_holding(p, bytes == 0 ? 1 : bytes) != allocations.end();
+}
+
+}  // namespace gnmr::cuda
+
+namespace {
 
 cudaError_t check_copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                        const char* call) {
@@ -123,6 +148,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
     return api_error(cudaErrorMemoryAllocation, "cudaMalloc of " + std::to_string(size) + " bytes");
   }
   allocations[static_cast<const char*>(p)] = size == 0 ? 1 : size;
+  allocated_bytes += size == 0 ? 1 : size;
   *devPtr = p;
   return cudaSuccess;
 }
@@ -134,6 +160,7 @@ cudaError_t cudaFree(void* devPtr) {
     return api_error(cudaErrorInvalidDevicePointer,
                      "cudaFree of a pointer cudaMalloc did not return");
   }
+  allocated_bytes -= it->second;
   allocations.erase(it);
   std::free(devPtr);
   return cudaSuccess;
@@ -214,6 +241,119 @@ cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, 
                          std::to_string(gnmr::cuda::kEmulatedSharedBytesOptin));
   }
   gnmr::cuda::emulated_set_max_dynamic_shared_bytes(func, value);
+  return cudaSuccess;
+}
+
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  *total = kEmulatedDeviceBytes;
+  *free = kEmulatedDeviceBytes > allocated_bytes ? kEmulatedDeviceBytes - allocated_bytes : 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  *ptr = std::malloc(size == 0 ? 1 : size);
+  return *ptr ? cudaSuccess : api_error(cudaErrorMemoryAllocation, "cudaMallocHost");
+}
+
+cudaError_t cudaFreeHost(void* ptr) {
+  std::free(ptr);
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess
+                     : api_error(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) +
+                                                             "): the emulation has one device");
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
+  if (device != 0) return api_error(cudaErrorInvalidDevice, "device " + std::to_string(device));
+  *prop = cudaDeviceProp{};
+  std::strncpy(prop->name, "emulated sm_90 (host)", sizeof prop->name - 1);
+  prop->major = gnmr::cuda::kEmulatedComputeMajor;
+  prop->minor = gnmr::cuda::kEmulatedComputeMinor;
+  prop->totalGlobalMem = kEmulatedDeviceBytes;
+  prop->sharedMemPerBlock = size_t(gnmr::cuda::kEmulatedSharedBytesDefault);
+  prop->sharedMemPerBlockOptin = size_t(gnmr::cuda::kEmulatedSharedBytesOptin);
+  prop->warpSize = 32;
+  prop->maxThreadsPerBlock = 1024;
+  prop->multiProcessorCount = 132;
+  return cudaSuccess;
+}
+
+cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPriority) {
+  *leastPriority = 0;
+  *greatestPriority = -5;
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int, int priority) {
+  *pStream = reinterpret_cast<cudaStream_t>(new EmulatedStream{priority});
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  return cudaStreamCreateWithPriority(pStream, flags, 0);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* pStream) {
+  return cudaStreamCreateWithPriority(pStream, 0, 0);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<EmulatedStream*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned int) {
+  return event ? cudaSuccess
+               : api_error(cudaErrorInvalidResourceHandle, "cudaStreamWaitEvent: no event");
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  EmulatedEvent* e = new EmulatedEvent;
+  e->timing = (flags & cudaEventDisableTiming) == 0;
+  *event = reinterpret_cast<cudaEvent_t>(e);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, 0);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<EmulatedEvent*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (!event) return api_error(cudaErrorInvalidResourceHandle, "cudaEventRecord: no event");
+  EmulatedEvent* e = reinterpret_cast<EmulatedEvent*>(event);
+  e->recorded = std::chrono::steady_clock::now();
+  e->was_recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t) {
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  return cudaSuccess;
+}
+
+// As CUDA: both events recorded and created with timing, else an error.
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const EmulatedEvent* a = reinterpret_cast<const EmulatedEvent*>(start);
+  const EmulatedEvent* b = reinterpret_cast<const EmulatedEvent*>(end);
+  if (!a || !b || !a->timing || !b->timing) {
+    return api_error(cudaErrorInvalidResourceHandle,
+                     "cudaEventElapsedTime of an event created with cudaEventDisableTiming");
+  }
+  if (!a->was_recorded || !b->was_recorded) {
+    return api_error(cudaErrorNotReady, "cudaEventElapsedTime of an event never recorded");
+  }
+  *ms = std::chrono::duration<float, std::milli>(b->recorded - a->recorded).count();
   return cudaSuccess;
 }
 

@@ -4,6 +4,7 @@
 // - __shared__: `static`. Blocks run one after another and a block's threads share one OS
 //   thread, so a function-local static is one array shared by the block's threads, as shared
 //   memory is;
+// - cudaFuncSetAttribute's overload for a kernel pointer, as nvcc's cuda_runtime.h has it;
 // - __syncthreads, __shfl_xor_sync, atomicMax, __float_as_uint, __uint_as_float: the
 //   emulation's (an atomic is a plain read-modify-write: one OS thread runs every thread); the C
 //   math functions the host's libm (CUDA's expf / logf may differ in the last bit).
@@ -28,6 +29,12 @@
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 #define __syncthreads() ::gnmr::cuda::emulated_syncthreads()
+
+// cuda_runtime.h's C++ overload taking the kernel itself (nvcc only).
+template <typename T>
+cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
+  return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}
 
 namespace gnmr::cuda {
 

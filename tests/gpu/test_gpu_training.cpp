@@ -72,8 +72,13 @@ const std::vector<Recipe>& recipes() {
   static const std::vector<Recipe> r = {
       // fp32 GEMMs (no TF32) against OpenBLAS: ~k * 2^-24 per output, k <= 768.
       {"fp32", {"precision.recipe=fp32"}, 1e-5, 1e-4},
-      // bf16 operands are the same bits on both; only the fp32 accumulation order differs.
-      {"bf16", {"precision.recipe=bf16", "train.gemm_precision=bf16"}, 1e-5, 1e-4},
+      // bf16 operands are the same bits on both and only the fp32 accumulation order differs,
+      // but every GEMM input rounded to bf16 (dy included) turns those differences into whole
+      // bf16 steps on some elements, and backward compounds them. Measured over these 5 steps:
+      // two CPU runs that differ only in train.threads (1, 2) differ by up to 4.5e-5 in loss
+      // and 5.7e-4 in gradient norm; the CUDA backend on the host emulation (fp32 sums in
+      // another order) by up to 2.2e-3 in gradient norm. Hence actq's tolerances.
+      {"bf16", {"precision.recipe=bf16", "train.gemm_precision=bf16"}, 1e-4, 1e-3},
       // Saved int4 codes: a value at a rounding boundary may land on the neighbouring code.
       {"actq", {"precision.recipe=actq"}, 1e-4, 1e-3},
       // Block-scaled FP8 on sm_90 (Hopper accumulates FP8 products in ~14 bits, promoted to fp32
@@ -96,7 +101,13 @@ class GpuTraining : public ::testing::TestWithParam<int> {};
 TEST_P(GpuTraining, MatchesTheCpuBackendWithOneWaitPerStep) {
   SKIP_WITHOUT_GPU();
   const Recipe& recipe = recipes()[size_t(GetParam())];
-  const TrainedRun cpu = train(config_for("cpu", recipe.overrides));
+  // The CPU keeps its own attention (materialized fp32), the reference every GPU attention is
+  // held to: it refuses the flash choices, so the recipe's model.attention is the GPU's only.
+  std::vector<std::string> cpu_overrides;
+  for (const std::string& o : recipe.overrides) {
+    if (o.rfind("model.attention=", 0) != 0) cpu_overrides.push_back(o);
+  }
+  const TrainedRun cpu = train(config_for("cpu", cpu_overrides));
   const TrainedRun gpu = train(config_for("cuda", recipe.overrides));
   for (int s = 0; s < kSteps; ++s) {
     const double tolerance = s == 0 ? recipe.first_step : recipe.later_steps;

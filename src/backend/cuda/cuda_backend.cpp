@@ -54,7 +54,13 @@ enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
 // or, when the caller keeps out (plan_attention's out_kept), where the forward wrote it.
 class CudaAttentionState final : public AttentionState {
  public:
-  size_t saved_bytes() const override { return probs.bytes() + out.bytes() + lse.bytes(); }
+  // Only the tensors this state allocated: an unallocated Tensor has no shape, which numel()
+  // counts as one element.
+  size_t saved_bytes() const override {
+    size_t bytes = 0;
+    for (const Tensor* t : {&probs, &out, &lse}) bytes += t->data ? t->bytes() : 0;
+    return bytes;
+  }
   std::string kernel() const override {
     switch (kernel_kind) {
       case AttentionKernel::Materialized:
