@@ -160,7 +160,7 @@ stage_gpu_tests() {
   # out, and the log says so, rather than skipped (a skip here is a failure).
   if ((gpu_count < 2)); then
     negative+=':*TwoGpus*'
-    note "$gpu_count GPU(s): the *TwoGpus* tests (2-rank NCCL training) are left out"
+    note "$gpu_count GPU(s): the *TwoGpus* tests (2-rank NCCL training, the multi-process NCCL checks) are left out"
   fi
   # One process per suite: an illegal access leaves the CUDA context unusable, and every later
   # test of that process would fail with it.

@@ -8,7 +8,9 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
 
 #include "test_paths.h"
 
@@ -46,6 +48,54 @@ inline CommandResult run_gnmr_mpi(const std::string& mpiexec, int ranks, const s
   return run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + wrapper + " '" +
                      mpiexec + "' -np " + std::to_string(ranks) + " --oversubscribe '" +
                      gnmr_binary() + "' " + args + " 2>&1");
+}
+
+struct RanksResult {
+  std::vector<int> exit_codes;  // rank r's; -1 when it left none (killed by a signal)
+  std::string output;           // every rank's output, rank 0's first
+  bool all_succeeded() const {
+    for (int code : exit_codes) {
+      if (code != 0) return false;
+    }
+    return !exit_codes.empty();
+  }
+};
+
+// `program ARGS` as `ranks` processes on this node, launched as torchrun launches them (RANK,
+// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR/PORT on localhost: the TCP rendezvous),
+// each bounded by `timeout_s` so that a hang fails the test instead of stalling the suite. Rank
+// r's output goes to LOG.rankR and its exit code to LOG.rankR.code; `env` holds extra
+// environment assignments ("NAME=VALUE NAME2=VALUE2") for every rank.
+inline RanksResult run_ranks(const std::string& program, int ranks, const std::string& args,
+                             const std::string& log, int timeout_s = 300,
+                             const std::string& env = "") {
+  const int port = 29000 + int(getpid() % 2000);
+  std::string script = "pids=''\n";
+  for (int r = 0; r < ranks; ++r) {
+    const std::string out = log + ".rank" + std::to_string(r);
+    std::remove((out + ".code").c_str());  // a code left by an earlier run is not this one's
+    script += "(env RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(ranks) +
+              " LOCAL_RANK=" + std::to_string(r) + " LOCAL_WORLD_SIZE=" + std::to_string(ranks) +
+              " MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) + " " + env +
+              " timeout " + std::to_string(timeout_s) + " '" + program + "' " + args + " > '" +
+              out + "' 2>&1; echo $? > '" + out + ".code') & pids=\"$pids $!\"\n";
+  }
+  script += "for p in $pids; do wait $p; done\n";
+  // From a file: on a `bash -c "..."` line the calling shell would expand $pids and $? itself.
+  std::ofstream(log + ".sh") << script;
+  run_command("bash '" + log + ".sh'");
+  RanksResult result;
+  for (int r = 0; r < ranks; ++r) {
+    const std::string out = log + ".rank" + std::to_string(r);
+    std::ifstream code_file(out + ".code");
+    int code = -1;
+    if (!(code_file >> code)) code = -1;
+    result.exit_codes.push_back(code);
+    std::ifstream text(out);
+    result.output += "--- rank " + std::to_string(r) + " (exit " + std::to_string(code) + ")\n" +
+                     std::string(std::istreambuf_iterator<char>(text), {});
+  }
+  return result;
 }
 
 // Token shards of the bundled corpus (train_*.bin, val_*.bin), prepared on first use.

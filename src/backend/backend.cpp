@@ -80,7 +80,9 @@ Tensor tensor_view(const Tensor& base, std::vector<int64_t> shape, int64_t offse
   Tensor view;
   view.dtype = base.dtype;
   view.shape = std::move(shape);
-  GNMR_CHECK(offset >= 0 && offset + view.numel() <= base.numel(),
+  bool sizes_ok = true;  // a negative size would make numel() negative and pass the bound
+  for (int64_t size : view.shape) sizes_ok = sizes_ok && size >= 0;
+  GNMR_CHECK(sizes_ok && offset >= 0 && offset + view.numel() <= base.numel(),
              "tensor_view " + view.shape_string() + " at offset " + std::to_string(offset) +
                  " does not fit in " + base.shape_string());
   view.data = static_cast<char*>(base.data) + offset * static_cast<int64_t>(dtype_size(base.dtype));

@@ -12,6 +12,15 @@
 #define GNMR_NCCL_BUILD_LIBRARY ""
 #endif
 
+// An emulated CUDA build (GNMR_CUDA_EMULATED; docs/DESIGN.md §6) keeps "device" memory in host
+// memory, which only the emulated NCCL (tests/emulated_cuda/emulated_nccl.cpp) can move; a GPU
+// build's memory only a real NCCL can. Each refuses the other's, by the emulation's mark.
+#ifdef GNMR_NCCL_EMULATED
+constexpr bool kEmulatedBuild = true;
+#else
+constexpr bool kEmulatedBuild = false;
+#endif
+
 namespace gnmr {
 
 namespace {
@@ -78,6 +87,17 @@ NcclApi api_of(void* handle, const std::string& candidate) {
   resolve(handle, api.path, "ncclAllGather", api.AllGather);
   resolve(handle, api.path, "ncclGroupStart", api.GroupStart);
   resolve(handle, api.path, "ncclGroupEnd", api.GroupEnd);
+  dlerror();
+  const bool emulated = dlsym(handle, "gnmr_emulated_nccl") != nullptr;
+  if (emulated != kEmulatedBuild) {
+    throw Error(
+        ErrorKind::Runtime,
+        "NCCL library " + api.path +
+            (kEmulatedBuild ? " is a real NCCL, and this is an emulated CUDA build (its "
+                              "device memory is host memory): it takes the emulated NCCL"
+                            : " is the emulated NCCL of a test build (tests/emulated_cuda), "
+                              "which cannot move GPU memory"));
+  }
   if (api.GetVersion(&api.version) != ncclSuccess) {
     throw Error(ErrorKind::Runtime, "NCCL library " + api.path + ": ncclGetVersion failed");
   }

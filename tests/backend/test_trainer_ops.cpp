@@ -232,6 +232,7 @@ TEST(TrainerOps, AllocationIsCountedAndZeroed) {
   Tensor view = tensor_view(t, {5, 2}, 90);
   EXPECT_EQ(static_cast<char*>(view.data) - static_cast<char*>(t.data), 360);
   EXPECT_THROW(tensor_view(t, {5, 3}, 90), Error);
+  EXPECT_THROW(tensor_view(t, {-5}, 10), Error);  // numel -5 would pass the bound
 }
 
 TEST(TrainerOps, AllocationIsCountedByRole) {

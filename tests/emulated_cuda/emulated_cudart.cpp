@@ -5,7 +5,10 @@
 // - every copy and memset must lie inside one allocation on its device side, and a host-side
 //   pointer of a copy must not be device memory: the mix-ups that fault on a GPU fail here too,
 //   with a sentence cudaGetErrorString returns;
-// - the device is an H100 (sm_90, 80 GiB, 227 KiB of opt-in shared memory per block);
+// - the devices are H100s (sm_90, 80 GiB, 227 KiB of opt-in shared memory per block), 8 of
+//   them as on an HGX node, or GNMR_EMULATED_DEVICES (1 to 64); each process emulates its own
+//   (the emulated NCCL, emulated_nccl.cpp, joins processes), and one process's allocations are
+//   not told apart by device;
 // - work is synchronous: a stream is a name, an event records the host clock, and waits and
 //   synchronization calls return success (so ordering bugs between streams do not show here).
 #include <cuda_runtime_api.h>
@@ -22,6 +25,8 @@
 namespace {
 
 constexpr size_t kEmulatedDeviceBytes = size_t{80} << 30;
+constexpr int kDefaultDevices = 8, kMostDevices = 64;
+thread_local int current_device = 0;  // cudaSetDevice's, per host thread as CUDA's
 
 std::map<const char*, size_t> allocations;  // start -> bytes
 size_t allocated_bytes = 0;
@@ -56,6 +61,32 @@ bool is_device(const void* p) {
   return allocation_holding(p, 1) != allocations.end();
 }
 
+// GNMR_EMULATED_DEVICES, read at each call (a test may change it); 0 when it is not a count
+// from 1 to kMostDevices.
+int device_count() {
+  const char* text = std::getenv("GNMR_EMULATED_DEVICES");
+  if (text == nullptr || text[0] == '\0') return kDefaultDevices;
+  char* end = nullptr;
+  const long count = std::strtol(text, &end, 10);
+  return *end == '\0' && count >= 1 && count <= kMostDevices ? int(count) : 0;
+}
+
+cudaError_t check_device(int device, const char* call) {
+  const int count = device_count();
+  if (count == 0) {
+    return api_error(cudaErrorInvalidValue,
+                     std::string(call) +
+                         ": GNMR_EMULATED_DEVICES=" + std::getenv("GNMR_EMULATED_DEVICES") +
+                         " is not a device count from 1 to " + std::to_string(kMostDevices));
+  }
+  if (device < 0 || device >= count) {
+    return api_error(cudaErrorInvalidDevice, std::string(call) + "(" + std::to_string(device) +
+                                                 "): the emulation has " + std::to_string(count) +
+                                                 " devices (GNMR_EMULATED_DEVICES)");
+  }
+  return cudaSuccess;
+}
+
 }  // namespace
 
 namespace gnmr::cuda {
@@ -65,6 +96,16 @@ bool emulated_is_device_range(const void* p, size_t bytes) {
 }
 
 }  // namespace gnmr::cuda
+
+// For the emulated NCCL (emulated_nccl.cpp), a library loaded at run time that finds these in
+// the program (the runtime's link options export them): whether its buffers are device memory,
+// and the device its rank selected.
+extern "C" int gnmr_emulated_is_device_range(const void* p, size_t bytes) {
+  return gnmr::cuda::emulated_is_device_range(p, bytes) ? 1 : 0;
+}
+extern "C" int gnmr_emulated_current_device(void) {
+  return current_device;
+}
 
 namespace {
 
@@ -192,17 +233,17 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) {
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
-  return cudaSuccess;
+  *count = device_count();
+  return *count > 0 ? cudaSuccess : check_device(0, "cudaGetDeviceCount");
 }
 
 cudaError_t cudaGetDevice(int* device) {
-  *device = 0;
+  *device = current_device;
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
-  if (device != 0) return api_error(cudaErrorInvalidDevice, "device " + std::to_string(device));
+  if (const cudaError_t bad = check_device(device, "cudaDeviceGetAttribute")) return bad;
   switch (attr) {
     case cudaDevAttrMaxSharedMemoryPerBlockOptin:
       *value = gnmr::cuda::kEmulatedSharedBytesOptin;
@@ -261,13 +302,13 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaSetDevice(int device) {
-  return device == 0 ? cudaSuccess
-                     : api_error(cudaErrorInvalidDevice, "cudaSetDevice(" + std::to_string(device) +
-                                                             "): the emulation has one device");
+  if (const cudaError_t bad = check_device(device, "cudaSetDevice")) return bad;
+  current_device = device;
+  return cudaSuccess;
 }
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
-  if (device != 0) return api_error(cudaErrorInvalidDevice, "device " + std::to_string(device));
+  if (const cudaError_t bad = check_device(device, "cudaGetDeviceProperties")) return bad;
   *prop = cudaDeviceProp{};
   std::strncpy(prop->name, "emulated sm_90 (host)", sizeof prop->name - 1);
   prop->major = gnmr::cuda::kEmulatedComputeMajor;

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -34,9 +35,7 @@ TEST(EmulatedCudart, CopiesMustStayInsideOneAllocationOnTheirDeviceSide) {
 }
 
 TEST(EmulatedCudart, ReportsAnSm90DeviceAndRefusesSharedMemoryAboveItsOptInLimit) {
-  int major = 0, optin = 0, count = 0;
-  EXPECT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
-  EXPECT_EQ(count, 1);
+  int major = 0, optin = 0;
   EXPECT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0), cudaSuccess);
   EXPECT_EQ(major, 9);
   EXPECT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
@@ -47,6 +46,40 @@ TEST(EmulatedCudart, ReportsAnSm90DeviceAndRefusesSharedMemoryAboveItsOptInLimit
   EXPECT_EQ(
       cudaFuncSetAttribute(&kernel_id, cudaFuncAttributeMaxDynamicSharedMemorySize, optin + 1),
       cudaErrorInvalidValue);
+  (void)cudaGetLastError();
+}
+
+// Eight devices unless GNMR_EMULATED_DEVICES says otherwise; the current device is the last
+// one set, and a device past the count is refused as CUDA refuses it.
+TEST(EmulatedCudart, HasEightDevicesOrGnmrEmulatedDevicesAndTracksTheCurrentOne) {
+  const char* saved = std::getenv("GNMR_EMULATED_DEVICES");
+  const std::string saved_value = saved ? saved : "";
+  int count = 0, device = -1;
+  unsetenv("GNMR_EMULATED_DEVICES");
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(count, 8);
+  EXPECT_EQ(cudaSetDevice(7), cudaSuccess);
+  EXPECT_EQ(cudaGetDevice(&device), cudaSuccess);
+  EXPECT_EQ(device, 7);
+  setenv("GNMR_EMULATED_DEVICES", "2", 1);
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(cudaSetDevice(2), cudaErrorInvalidDevice);
+  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorInvalidDevice)).find("has 2 devices"),
+            std::string::npos);
+  cudaDeviceProp prop{};
+  EXPECT_EQ(cudaGetDeviceProperties(&prop, 1), cudaSuccess);
+  EXPECT_EQ(prop.major, 9);
+  setenv("GNMR_EMULATED_DEVICES", "zero", 1);
+  EXPECT_EQ(cudaGetDeviceCount(&count), cudaErrorInvalidValue);
+  EXPECT_NE(std::string(cudaGetErrorString(cudaErrorInvalidValue)).find("GNMR_EMULATED_DEVICES"),
+            std::string::npos);
+  if (saved) {
+    setenv("GNMR_EMULATED_DEVICES", saved_value.c_str(), 1);
+  } else {
+    unsetenv("GNMR_EMULATED_DEVICES");
+  }
+  EXPECT_EQ(cudaSetDevice(0), cudaSuccess);
   (void)cudaGetLastError();
 }
 

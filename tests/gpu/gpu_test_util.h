@@ -15,9 +15,13 @@
 
 namespace gnmr_test {
 
-inline bool have_gpu() {
+inline int gpu_count() {
   int count = 0;
-  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
+inline bool have_gpu() {
+  return gpu_count() > 0;
 }
 
 #define SKIP_WITHOUT_GPU() \

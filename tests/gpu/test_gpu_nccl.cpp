@@ -1,18 +1,25 @@
-// The nccl communicator with one rank, the most one GPU can run (two ranks on one device are
-// not supported by NCCL): creation through make_communicator, an in-place all-reduce that is
-// the identity, the host collectives through the staging buffer (chunked broadcast included),
-// and abort ending the process with the code it was given. Two-rank equivalence needs a
-// machine with two GPUs (docs/DESIGN.md §7).
+// The nccl communicator (docs/DESIGN.md §7). With one rank, the most one GPU can run (two
+// ranks on one device are not supported by NCCL): creation through make_communicator, an
+// in-place all-reduce that is the identity, the host collectives through the staging buffer
+// (chunked broadcast included), and abort ending the process with the code it was given. With
+// two and three ranks (as many GPUs, or the emulation's), processes running nccl_rank_check.h:
+// every collective's sums, and the ends of a run whose rank dies, aborts or never joins.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "parallel/communicator.h"
 #include "parallel/launch_env.h"
 #include "parallel/nccl_library.h"
+#include "tests/cli_runner.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "tests/gpu/nccl_rank_check.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -135,6 +142,83 @@ TEST(GpuNcclDeathTest, AbortEndsTheProcessWithItsCode) {
         r.comm->abort(3);
       },
       ::testing::ExitedWithCode(3), "");
+}
+
+// The multi-process checks need a GPU per rank: their names say TwoGpus, which
+// scripts/gpu_check.sh leaves out on a machine with one (where a skip would count as a failure).
+#define SKIP_WITHOUT_GPUS(ranks)        \
+  if (gnmr_test::gpu_count() < (ranks)) \
+  GTEST_SKIP() << "needs " << (ranks) << " GPUs (" << gnmr_test::gpu_count() << " visible)"
+
+// A rank of the checks: this test binary started again with GNMR_NCCL_RANK_CHECK=MODE, running
+// only the disabled test below (so that ctest and gpu_check.sh never run it on its own). Its
+// exit code is the rank's result (nccl_rank_check.h).
+gnmr_test::RanksResult run_rank_check(int ranks, const std::string& mode) {
+  const std::string dir = gnmr_test::scratch_dir("nccl_ranks_" + mode);
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  return gnmr_test::run_ranks(self, ranks,
+                              "--gtest_filter=GpuNcclRanks.DISABLED_OneRankOfAMultiProcessCheck "
+                              "--gtest_also_run_disabled_tests",
+                              dir + "/" + std::to_string(ranks) + "_ranks", 120,
+                              "GNMR_NCCL_RANK_CHECK=" + mode);
+}
+
+TEST(GpuNcclRanks, DISABLED_OneRankOfAMultiProcessCheck) {
+  const char* mode = std::getenv("GNMR_NCCL_RANK_CHECK");
+  ASSERT_NE(mode, nullptr) << "started by the GpuNcclRanks tests, with GNMR_NCCL_RANK_CHECK";
+  const int code = nccl_rank_check(mode);
+  std::fflush(stdout);
+  std::_Exit(code);
+}
+
+// Three ranks too: the sum of three addends is where an order of additions could show (here the
+// inputs make every order exact, so any difference is a wrong sum).
+TEST(GpuNcclRanks, TwoGpusEveryCollectiveSumsExactlyOnTwoAndThreeRanks) {
+  SKIP_WITHOUT_GPUS(2);
+  SKIP_WITHOUT_NCCL();
+  for (int ranks : {2, 3}) {
+    if (ranks > gnmr_test::gpu_count()) break;  // two GPUs run the two-rank half
+    SCOPED_TRACE(std::to_string(ranks) + " ranks");
+    const gnmr_test::RanksResult r = run_rank_check(ranks, "collectives");
+    EXPECT_TRUE(r.all_succeeded()) << r.output;
+    for (int rank = 0; rank < ranks; ++rank) {
+      const std::string done = "rank " + std::to_string(rank) + " of " + std::to_string(ranks) +
+                               ": every collective checked";
+      EXPECT_NE(r.output.find(done), std::string::npos) << r.output;
+    }
+  }
+}
+
+// A rank that dies (a crash, a killed node) or aborts mid-run: the other ends with an error that
+// names its rank and the collective, within its 10 s deadline (the run's 120 s bound is the
+// hang). NCCL may report the peer as gone or leave the call to the deadline; both are an end.
+TEST(GpuNcclRanks, TwoGpusARankThatDiesOrAbortsEndsTheOtherWithAnErrorNotAHang) {
+  SKIP_WITHOUT_GPUS(2);
+  SKIP_WITHOUT_NCCL();
+  for (const char* mode : {"exit", "abort"}) {
+    SCOPED_TRACE(mode);
+    const gnmr_test::RanksResult r = run_rank_check(2, mode);
+    ASSERT_EQ(r.exit_codes.size(), 2u);
+    EXPECT_EQ(r.exit_codes[1], std::string(mode) == "exit" ? 9 : 4) << r.output;
+    EXPECT_EQ(r.exit_codes[0], 3) << r.output;
+    EXPECT_NE(r.output.find("error: rank 0 of 2: NCCL "), std::string::npos) << r.output;
+    const bool reported = r.output.find("failed: remote process exited") != std::string::npos ||
+                          r.output.find("did not finish within 10 s") != std::string::npos;
+    EXPECT_TRUE(reported) << r.output;
+  }
+}
+
+TEST(GpuNcclRanks, TwoGpusARankThatNeverJoinsEndsCommunicatorCreationAtTheDeadline) {
+  SKIP_WITHOUT_GPUS(2);
+  SKIP_WITHOUT_NCCL();
+  const gnmr_test::RanksResult r = run_rank_check(2, "absent");
+  ASSERT_EQ(r.exit_codes.size(), 2u);
+  EXPECT_EQ(r.exit_codes[1], 0) << r.output;
+  EXPECT_EQ(r.exit_codes[0], 3) << r.output;
+  EXPECT_NE(r.output.find("communicator creation (waiting for every rank to join) did not "
+                          "finish within 10 s"),
+            std::string::npos)
+      << r.output;
 }
 
 }  // namespace
