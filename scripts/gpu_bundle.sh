@@ -24,28 +24,52 @@
 #   scripts/gpu_bundle.sh [OUT_DIR]     default build/gpu-bundle
 #   GNMR_BUNDLE_ARCHS="90a"             the CUDA architectures (default "80;90a"); one
 #                                       architecture makes a smaller bundle for one machine
+#   GNMR_BUNDLE_EMULATED=1              the dry run's bundle (default OUT_DIR
+#                                       build/gpu-bundle-emulated): the CUDA backend and NCCL on
+#                                       the host emulation of CUDA (tests/emulated_cuda), so
+#                                       scripts/gpu_check.sh runs every stage here, without a
+#                                       GPU, before the one GPU run counts; BUNDLE.json says
+#                                       "emulated": true, and it is not packed for travel
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out="${1:-build/gpu-bundle}"
-build=build/gpu-bundle-build
-archs="${GNMR_BUNDLE_ARCHS:-80;90a}"
+emulated="${GNMR_BUNDLE_EMULATED:-0}"
+if [ "$emulated" = 1 ]; then
+  out="${1:-build/gpu-bundle-emulated}"
+  build=build/gpu-bundle-emulated-build
+  archs=emulated
+  cuda_flags=(-DGNMR_CUDA=OFF -DGNMR_CUDA_EMULATED=ON)
+else
+  out="${1:-build/gpu-bundle}"
+  build=build/gpu-bundle-build
+  archs="${GNMR_BUNDLE_ARCHS:-80;90a}"
+  cuda_flags=(-DGNMR_CUDA=ON -DGNMR_CUDA_ARCHITECTURES="$archs")
+fi
 limit_mib=63
 
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
-command -v nvcc >/dev/null || { echo "gpu_bundle.sh: nvcc not found (install the CUDA toolkit)" >&2; exit 2; }
+[ "$emulated" = 1 ] || command -v nvcc >/dev/null || { echo "gpu_bundle.sh: nvcc not found (install the CUDA toolkit)" >&2; exit 2; }
 
 # RPATH $ORIGIN/../lib in the build tree itself, so the binaries run from wherever the bundle is
 # copied; the CUDA runtime is not given an RPATH (it must come from the target's toolkit). An
 # old-style DT_RPATH (--disable-new-dtags), not DT_RUNPATH: it also serves the libraries'
 # own dependencies (libopenblas needs libgfortran, which needs libquadmath).
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DGNMR_CUDA=ON -DGNMR_MPI=OFF -DGNMR_TESTS=ON \
-  -DGNMR_CUDA_ARCHITECTURES="$archs" -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${cuda_flags[@]}" -DGNMR_MPI=OFF -DGNMR_TESTS=ON \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON -DCMAKE_INSTALL_RPATH='$ORIGIN/../lib' \
   -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >"$build.configure.log" \
   || { cat "$build.configure.log" >&2; exit 1; }
-grep -q "^CMAKE_CUDA_COMPILER:.*nvcc" "$build/CMakeCache.txt" \
-  || { echo "gpu_bundle.sh: cmake did not enable CUDA (no nvcc in CMAKE_CUDA_COMPILER)" >&2; exit 1; }
-mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2)
-cmake --build "$build" -j "$(nproc)" --target gnmr bench_gpu_attention "${gpu_tests[@]}"
+if [ "$emulated" = 1 ]; then
+  grep -q "^GNMR_CUDA_EMULATED:BOOL=ON" "$build/CMakeCache.txt" \
+    || { echo "gpu_bundle.sh: cmake did not enable the CUDA emulation (no CUDA headers? $build.configure.log)" >&2; exit 1; }
+else
+  grep -q "^CMAKE_CUDA_COMPILER:.*nvcc" "$build/CMakeCache.txt" \
+    || { echo "gpu_bundle.sh: cmake did not enable CUDA (no nvcc in CMAKE_CUDA_COMPILER)" >&2; exit 1; }
+fi
+# The `gpu` test binaries; not test_gpu_emulated (label cpu: the kernel tests on the host, which
+# CI runs and a GPU need not).
+mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2 | grep -vx test_gpu_emulated)
+extra_targets=()
+[ "$emulated" = 1 ] && extra_targets=(gnmr_emulated_nccl)
+cmake --build "$build" -j "$(nproc)" --target gnmr bench_gpu_attention "${gpu_tests[@]}" "${extra_targets[@]}"
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib" "$out/share/data" "$out/reference"
@@ -53,6 +77,9 @@ cp "$build/src/cli/gnmr" "$build/tests/gpu/bench_gpu_attention" "$out/bin/"
 for t in "${gpu_tests[@]}"; do cp "$build/tests/gpu/$t" "$out/tests/"; done
 cp -r configs "$out/share/"
 cp -r data/brown "$out/share/data/"
+# The emulated NCCL, loaded as NCCL is (gpu_check.sh points GNMR_NCCL_LIBRARY at it: the
+# emulated gnmr refuses a real NCCL).
+[ "$emulated" = 1 ] && cp "$build/tests/emulated_cuda/libgnmr_emulated_nccl.so" "$out/lib/"
 
 # Libraries: what ldd resolves for every binary, less glibc (the target has its own, and it
 # must match its kernel) and less the CUDA libraries (they must match the target's driver).
@@ -133,11 +160,19 @@ EOF
 size_bytes=$(du -sb "$out" | cut -f1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+nvcc_version=none
+[ "$emulated" = 1 ] || nvcc_version="$(nvcc --version | tail -1)"
+emulated_json=false
+[ "$emulated" = 1 ] && emulated_json=true
 cat >"$out/BUNDLE.json" <<EOF
-{"commit": "$commit", "dirty": $dirty, "built": "$(date -u +%FT%TZ)",
- "cuda_architectures": "$archs", "mpi": false, "nvcc": "$(nvcc --version | tail -1)",
+{"commit": "$commit", "dirty": $dirty, "built": "$(date -u +%FT%TZ)", "emulated": $emulated_json,
+ "cuda_architectures": "$archs", "mpi": false, "nvcc": "$nvcc_version",
  "gpu_tests": [$(printf '"%s",' "${gpu_tests[@]}" | sed 's/,$//')], "bytes": $size_bytes}
 EOF
+if [ "$emulated" = 1 ]; then
+  echo "gpu_bundle.sh: $out, $((size_bytes / 1048576)) MiB, on the CUDA emulation (the dry run's: scripts/gpu_check.sh --bundle $out; not for a GPU)"
+  exit 0
+fi
 # The packed bundle, named after the directory it unpacks to (gpu_check.sh --bundle OUT_DIR).
 archive="$out.tar.gz"
 tar -czf "$archive.tmp" -C "$(dirname "$out")" "$(basename "$out")" && mv "$archive.tmp" "$archive"

@@ -30,6 +30,14 @@
 #     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096, hd 128 (bin/bench_gpu_attention)               (60 s)
 # e2e and bench need a gnmr built with the CUDA backend.
+#
+# A dry run without a GPU: `GNMR_BUNDLE_EMULATED=1 scripts/gpu_bundle.sh` builds the bundle on
+# the host emulation of CUDA (build/gpu-bundle-emulated), and `scripts/gpu_check.sh --bundle
+# build/gpu-bundle-emulated` then runs every stage on it, so a fault of this script, the bundle
+# or a code path shows here and not in the one GPU run. Such a run says DRY RUN on every row:
+# the emulation is the "GPU" (8 devices, GNMR_EMULATED_DEVICES), NCCL is the emulated one, the
+# timeouts are the emulation's (about 30 minutes in all), memcheck skips (compute-sanitizer
+# needs a GPU) and bench runs tiny-gpu (the 1B shape would take hours); --require-gpu fails it.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -43,7 +51,7 @@ while (($#)); do
     --bundle) bundle="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     all) stages+=("${default_stages[@]}"); shift ;;
     preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench) stages+=("$1"); shift ;;
     *) echo "gpu_check.sh: unknown argument \"$1\" (see --help; the logs directory is --logs DIR)" >&2; exit 2 ;;
@@ -71,6 +79,10 @@ chmod +x "$bundle"/bin/* "$bundle"/tests/* 2>/dev/null || true
 
 declare -A result detail seconds
 note() { echo "[$stage] $*" | tee -a "$logs/$stage.log"; }
+
+# An emulated bundle (gpu_bundle.sh with GNMR_BUNDLE_EMULATED=1): the dry run above.
+emulated=0
+grep -q '"emulated": true' "$bundle/BUNDLE.json" 2>/dev/null && emulated=1
 
 # ---- what this machine has ----
 cuda_root=""
@@ -115,6 +127,13 @@ if [ -z "$gpu_name" ] && ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   gpu_count="$(ls /dev/nvidia[0-9]* | wc -l)"
   gpu_name="unknown NVIDIA GPU (no nvidia-smi), unknown, unknown"
 fi
+if ((emulated)); then
+  # The emulation is the GPU (an H100's properties, as emulated_cudart.cpp answers them) and its
+  # NCCL the NCCL: the emulated gnmr refuses a real one.
+  gpu_name="CUDA emulated on the host (dry run: no GPU), 9.0, none"
+  gpu_count="${GNMR_EMULATED_DEVICES:-8}"
+  export GNMR_NCCL_LIBRARY="$bundle/lib/libgnmr_emulated_nccl.so"
+fi
 have_gpu() { [ -n "$gpu_name" ]; }
 cuda_backend_built() { "$bundle/bin/gnmr" version 2>/dev/null | grep -q "^backends:.*cuda"; }
 export GNMR_TEST_SOURCE_DIR="$bundle/share" GNMR_TEST_BINARY="$bundle/bin/gnmr"
@@ -137,6 +156,11 @@ stage_preflight() {
     status=FAIL why="bin/gnmr version does not run (see preflight.log)"; return
   fi
   ((missing)) && { status=FAIL why="libraries not found (see preflight.log)"; return; }
+  if ((emulated)); then
+    if ((require_gpu)); then status=FAIL why="--require-gpu, but the bundle is the emulated dry run's (no GPU code in it)"
+    else status=PASS why="emulated bundle: the dry run, no GPU"; fi
+    return
+  fi
   if ! have_gpu; then
     if ((require_gpu)); then status=FAIL why="no GPU found (no nvidia-smi answer, no /dev/nvidia0)"
     else status=SKIP why="no GPU (nvidia-smi finds none); the bundle itself runs"; fi
@@ -186,6 +210,7 @@ stage_gpu_tests() {
 
 stage_memcheck() {
   have_gpu || { status=SKIP why="no GPU"; return; }
+  ((emulated)) && { status=SKIP why="compute-sanitizer needs a GPU"; return; }
   local sanitizer
   sanitizer="$(command -v compute-sanitizer || true)"
   [ -z "$sanitizer" ] && [ -x "$cuda_root/compute-sanitizer/compute-sanitizer" ] && sanitizer="$cuda_root/compute-sanitizer/compute-sanitizer"
@@ -291,10 +316,18 @@ EOF_PY
 
 stage_bench() {
   needs_backend || return
-  local config="$bundle/share/configs/bench/llama2-1b-gpu-seq1024.json" failed=0 lines=""
+  local config="$bundle/share/configs/bench/llama2-1b-gpu-seq1024.json" failed=0 lines="" shape=()
+  # The dry run benches tiny-gpu: the 1B shape takes hours on the emulation.
+  if ((emulated)); then
+    config="$bundle/share/configs/models/tiny-gpu.json"
+    shape=(--steps 2 --warmup 1 --set data.seq_len=128 --set train.micro_batch=2 --set train.global_batch_tokens=256)
+    lines="tiny-gpu: "
+  else
+    shape=(--steps 5 --warmup 3)
+  fi
   [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
   for recipe in bf16 fp8mix actq; do
-    if "$bundle/bin/gnmr" bench --config "$config" --backend cuda --steps 5 --warmup 3 --set precision.recipe=$recipe \
+    if "$bundle/bin/gnmr" bench --config "$config" --backend cuda "${shape[@]}" --set precision.recipe=$recipe \
       >>"$logs/bench.log" 2>&1; then
       lines+="$recipe $(grep -o 'tokens/s *[0-9.]*' "$logs/bench.log" | tail -1 | tr -s ' '); "
     else
@@ -321,8 +354,14 @@ print("; ".join(f"{r[\"kernel\"]} T={r[\"T\"]} fwd {r[\"forward_tflops\"]} bwd {
 }
 
 declare -A timeout_s=([preflight]=20 [gemm-sweep]=40 [gpu-tests]=150 [e2e]=60 [memcheck]=60 [bench]=90 [attention-bench]=60)
+# The emulation runs kernels on one host thread (the gpu tests alone take 10-15 minutes).
+((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [attention-bench]=1200)
+((emulated)) && echo "DRY RUN on the CUDA emulation ($bundle): no GPU ran; a PASS says the script, the bundle and the code paths work, not that a GPU does"
 row() { printf '%-11s %-5s %5s  %s\n' "$@"; }
-row stage result secs detail | tee "$logs/table.txt"
+# Every row of a dry run says so, so a table pasted elsewhere cannot pass for a GPU's.
+((emulated)) && row() { printf '%-11s %-5s %5s  %s\n' "$1" "$2" "$3" "${4:+DRY RUN: $4}"; }
+header() { printf '%-11s %-5s %5s  %s\n' stage result secs detail; }
+header | tee "$logs/table.txt"
 for stage in "${stages[@]}"; do
   : >"$logs/$stage.log"
   start=$(date +%s)
@@ -330,7 +369,7 @@ for stage in "${stages[@]}"; do
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
   export -f note have_gpu cuda_backend_built needs_backend "stage_${stage//-/_}"
-  export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu
+  export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }
   result[$stage]=$status detail[$stage]=$why seconds[$stage]=$(($(date +%s) - start))
@@ -339,7 +378,7 @@ for stage in "${stages[@]}"; do
 done
 
 echo
-row stage result secs detail
+header
 failed=0
 for stage in "${stages[@]}"; do
   row "$stage" "${result[$stage]}" "${seconds[$stage]}" "${detail[$stage]}"

@@ -20,11 +20,12 @@ if [ "$preset" = asan ]; then
   # The asan preset builds the CUDA backend on the host emulation of CUDA (tests/emulated_cuda),
   # so the gpu tests run here too, under the sanitizers: every kernel, GEMM, projection and
   # attention test, of the end-to-end runs fp8mix against the CPU (its FP8 GEMMs, scales and
-  # quantizers through the whole backend), and the nccl communicator on the emulated NCCL, one
-  # rank and 2-3 rank processes. Left out for time (minutes each under ASan; `ctest --preset
-  # emulated` runs them all): the other end-to-end runs, the command-line and data-parallel
-  # training runs and the long-sequence attention tests.
-  ctest --preset asan -L gpu -j "$(nproc)" -E 'GpuCli|GpuDataParallel|AtALongSequence|IsDeterministicAndReadsNoUnwrittenMemory|MatchesTheCpuBackendWithOneWaitPerStep/(fp32|bf16|actq|int8|bf16_flash_bf16)( |$)'
+  # quantizers through the whole backend), the nccl communicator on the emulated NCCL, one
+  # rank and 2-3 rank processes, the command-line runs (resume, blocking launches) and the
+  # data-parallel training runs on 1 and 2 GPU ranks (overlap, ZeRO-1, resume, an mpirun
+  # launch): 2-3.5 minutes each under ASan. Left out for time (`ctest --preset emulated` runs
+  # them all): the other end-to-end runs and the long-sequence attention tests.
+  ctest --preset asan -L gpu -j "$(nproc)" -E 'AtALongSequence|IsDeterministicAndReadsNoUnwrittenMemory|MatchesTheCpuBackendWithOneWaitPerStep/(fp32|bf16|actq|int8|bf16_flash_bf16)( |$)'
 else
   ctest --preset "$preset" -j "$(nproc)"
 fi

@@ -6,7 +6,8 @@
 // element of a two-rank sum is one addition, x_0 + x_1, whatever NCCL's algorithm, so the
 // bucketed reduction overlapped with backward must train the unbucketed bits, ZeRO-1 the plain
 // data-parallel bits, and a ZeRO-1 run resumed from its sharded checkpoint the uninterrupted
-// bits.
+// bits. Launched by mpirun instead (the NCCL id handed out over MPI; builds with MPI), the ranks
+// train the torchrun launch's bits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -138,5 +139,28 @@ TEST(GpuDataParallel, TwoGpusBucketedAndZeroOneTrainThePlainBitsAndResumeExactly
         << file << " differs after resume";
   }
 }
+
+// An MPI launcher (mpirun, or srun with an MPI plugin) sets none of torchrun's variables: the
+// ranks find each other through MPI, which hands out rank 0's NCCL id, and each picks its GPU
+// from MPI's local rank. The job is the torchrun launch's, so it must train the same bits. Not
+// in a build without MPI (the GPU bundle, where a skipped test would fail gpu_check.sh).
+#ifdef GNMR_MPIEXEC
+TEST(GpuDataParallel, TwoGpusLaunchedByMpirunTrainTheTorchrunBits) {
+  SKIP_WITHOUT_GPU();
+  if (gpu_count() < 2) GTEST_SKIP() << "needs two GPUs (" << gpu_count() << " visible)";
+  const std::string dir = gnmr_test::scratch_dir("gpu_two_ranks_mpirun");
+  const std::string config = data_parallel_config(dir);
+  auto torchrun =
+      run_ranks(2, train_args(config, dir + "/torchrun", 0, 0.05), dir + "/torchrun.log");
+  ASSERT_TRUE(torchrun.all_succeeded()) << torchrun.output;
+  auto mpirun = gnmr_test::run_gnmr_mpi(
+      GNMR_MPIEXEC, 2, train_args(config, dir + "/mpirun", 0, 0.05), "timeout 300");
+  ASSERT_EQ(mpirun.exit_code, 0) << mpirun.output;
+  EXPECT_NE(mpirun.output.find("gradient sum over 2 ranks"), std::string::npos) << mpirun.output;
+  EXPECT_EQ(train_lines(dir + "/mpirun"), train_lines(dir + "/torchrun"));
+  EXPECT_EQ(gnmr_test::read_bytes(dir + "/mpirun" + kStep6 + "model.safetensors"),
+            gnmr_test::read_bytes(dir + "/torchrun" + kStep6 + "model.safetensors"));
+}
+#endif
 
 }  // namespace

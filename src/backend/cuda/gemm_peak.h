@@ -10,7 +10,8 @@
 namespace gnmr {
 
 // GFLOP/s (2 size^3 per GEMM) on device `device`: the best of `repeats` timings of 10 GEMMs
-// each, after one warm-up run. Allocates 8 size^2 bytes of its own and frees them.
+// each, after one warm-up run. Allocates 8 size^2 bytes of its own and frees them. The
+// emulated build (tests only) measures at most 256^3.
 // Error(Runtime) naming the call when CUDA or cuBLASLt fails.
 double bf16_gemm_peak_gflops(int device, int64_t size, int repeats);
 
