@@ -23,7 +23,7 @@ if [ "$preset" = asan ]; then
   # quantizers through the whole backend), the nccl communicator on the emulated NCCL, one
   # rank and 2-3 rank processes, the command-line runs (resume, blocking launches) and the
   # data-parallel training runs on 1 and 2 GPU ranks (overlap, ZeRO-1, resume, an mpirun
-  # launch): 2-3.5 minutes each under ASan. Left out for time (`ctest --preset emulated` runs
+  # launch): 1-3.5 minutes each under ASan. Left out for time (`ctest --preset emulated` runs
   # them all): the other end-to-end runs and the long-sequence attention tests.
   ctest --preset asan -L gpu -j "$(nproc)" -E 'AtALongSequence|IsDeterministicAndReadsNoUnwrittenMemory|MatchesTheCpuBackendWithOneWaitPerStep/(fp32|bf16|actq|int8|bf16_flash_bf16)( |$)'
 else
