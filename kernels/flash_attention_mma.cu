@@ -10,15 +10,21 @@
 // bf16 before P V, so each output is within 2^-8 * max |v| of it (the tests' bound).
 //
 // One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. q, k and
-// v tiles are converted to bf16 into shared memory (src/backend/flash_layout.h); fragments are
-// loaded by the lane rules of src/backend/mma_fragment.h. Per key tile a warp computes its
-// 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks and scales them, updates its rows' running
-// max m and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes
+// v tiles are converted to bf16 into shared memory (src/backend/flash_layout.h), 16 bytes of
+// fp32 per load, so q, k, v, out and dout must be 16-byte aligned (checked at launch);
+// fragments come from there by ldmatrix, one instruction per A fragment or pair of B fragments,
+// with the row addresses and delivery rules of src/backend/mma_fragment.h. Per key tile a warp
+// computes its 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks and scales them, updates its rows'
+// running max m and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes
 // combine by butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused
 // as the A fragments. No atomics; every output element is written by one lane.
+#include <cuda_bf16.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
+#include <utility>
 
 #include "backend/flash_layout.h"
 #include "backend/mma_fragment.h"
@@ -30,10 +36,11 @@
 namespace gnmr::cuda {
 namespace {
 
+using flash_launch::check_aligned_for_vector_loads;
 using flash_launch::check_shape;
 using flash_launch::launch_blocks;
 
-// ---- hardware only begin: the CUDA emulation (tests/emulated_cuda) has its own of these two.
+// ---- hardware only begin: the CUDA emulation (tests/emulated_cuda) has its own of these.
 // D += A B on the tensor cores: a, b, d fragments as src/backend/mma_fragment.h lays them out.
 __device__ inline void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   asm volatile(
@@ -41,6 +48,30 @@ __device__ inline void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const 
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// ldmatrix.sync.aligned.m8n8.x4 (.trans): `row` is this lane's row address in shared memory
+// (16-byte aligned), r[j] what it receives of matrix j (src/backend/mma_fragment.h).
+__device__ inline void ldmatrix_x4(uint32_t r[4], const uint16_t* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// Two floats rounded to the nearest bf16 (ties to even, as encode_bf16) in one register, `low`
+// in the low half: one cvt.rn.bf16x2.f32.
+__device__ inline uint32_t pack_bf16x2_rn(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);  // .x = low: the low half
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
 }
 
 // The value lane ^ lane_mask of this warp holds.
@@ -53,39 +84,50 @@ __device__ inline float warp_shfl_xor(float value, int lane_mask) {
 // between these markers on the host (tests/emulated_cuda: the threads as fibers, an emulated
 // mma and shuffle per warp) against the double-precision reference.
 
+// log2(e): the kernels take exponentials as exp2 of scores scaled by scale log2(e), so each is one
+// fma and one exp2 (FlashAttention-2's form), and the log-sum-exp they store stays in natural
+// log units for the backward and the other kernels.
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Four floats, read from global memory as one 16-byte load.
+struct alignas(16) FourFloats {
+  float x[4];
+};
+
 // Rows [0, tile_rows) of HD floats into bf16 shared memory: row r from global src + r *
-// src_stride to dst + r * dst_stride; rows from `rows` on are zeros, so a partial tile's
-// missing keys and queries multiply as 0 (the mask removes their scores).
+// src_stride to dst + r * dst_stride, four elements per thread and step (src and src_stride
+// keep every row 16-byte aligned: checked at launch); rows from `rows` on are zeros, so a
+// partial tile's missing keys and queries multiply as 0 (the mask removes their scores).
 template <int HD>
 __device__ void load_tile_bf16(uint16_t* dst, int64_t dst_stride, const float* src,
                                int64_t src_stride, int64_t rows, int64_t tile_rows) {
-  for (int64_t e = threadIdx.x; e < tile_rows * HD; e += blockDim.x) {
-    const int64_t r = e / HD, d = e % HD;
-    dst[r * dst_stride + d] = r < rows ? encode_bf16(src[r * src_stride + d]) : uint16_t(0);
+  constexpr int kQuads = HD / 4;
+  for (int64_t e = threadIdx.x; e < tile_rows * kQuads; e += blockDim.x) {
+    const int64_t r = e / kQuads, d = 4 * (e % kQuads);
+    FourFloats f = {{0.0f, 0.0f, 0.0f, 0.0f}};
+    if (r < rows) f = *reinterpret_cast<const FourFloats*>(src + r * src_stride + d);
+    uint32_t* pairs = reinterpret_cast<uint32_t*>(dst + r * dst_stride + d);
+    pairs[0] = pack_bf16x2_rn(f.x[0], f.x[1]);
+    pairs[1] = pack_bf16x2_rn(f.x[2], f.x[3]);
   }
 }
 
-// The A fragment of the 16 x 16 block at `base` of a row-major bf16 matrix (row stride `stride`).
+// The A fragment of the 16 x 16 block at `base` of a row-major bf16 tile (row stride `stride`).
 __device__ void load_a_fragment(uint32_t a[4], const uint16_t* base, int64_t stride, int lane) {
-#pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int lo = 2 * r, hi = 2 * r + 1;
-    a[r] = pack_bf16_pair(base[mma_a_row(lane, lo) * stride + mma_a_col(lane, lo)],
-                          base[mma_a_row(lane, hi) * stride + mma_a_col(lane, hi)]);
-  }
+  ldmatrix_x4(a, base + ldmatrix_a_row(lane) * stride + ldmatrix_a_col(lane));
 }
 
-// The B fragment (16 x 8, k x n) with B(k, n) = base[k * k_stride + n * n_stride]. From the
-// rows of K (n = key, k = head dim: k_stride 1) it is K^T; from the rows of V (k = key,
-// n = head dim: n_stride 1) it is V.
-__device__ void load_b_fragment(uint32_t b[2], const uint16_t* base, int64_t k_stride,
-                                int64_t n_stride, int lane) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int lo = 2 * r, hi = 2 * r + 1;
-    b[r] = pack_bf16_pair(base[mma_b_row(lane, lo) * k_stride + mma_b_col(lane, lo) * n_stride],
-                          base[mma_b_row(lane, hi) * k_stride + mma_b_col(lane, hi) * n_stride]);
-  }
+// The B fragments (16 x 8, k x n) of two n-blocks, b[0..1] for n 0-7 and b[2..3] for n 8-15,
+// from the rows of a row-major bf16 tile at `base` (row stride `stride`). From rows that are n
+// (K: B = K^T, B(k, n) = base[n * stride + k]):
+__device__ void load_b_fragments_from_n_rows(uint32_t b[4], const uint16_t* base, int64_t stride,
+                                             int lane) {
+  ldmatrix_x4(b, base + ldmatrix_b_n_rows_row(lane) * stride + ldmatrix_b_n_rows_col(lane));
+}
+// From rows that are k (V: B(k, n) = base[k * stride + n]), the transposing load:
+__device__ void load_b_fragments_from_k_rows(uint32_t b[4], const uint16_t* base, int64_t stride,
+                                             int lane) {
+  ldmatrix_x4_trans(b, base + ldmatrix_a_row(lane) * stride + ldmatrix_a_col(lane));
 }
 
 // The maximum and the sum of a C-fragment row over its 4 lanes (lane ^ 1, lane ^ 2). Both
@@ -106,6 +148,7 @@ __device__ float quad_sum(float value) {
 template <int HD, int kBlocks>
 __device__ void multiply_by_rows_transposed(float acc[kBlocks][kMmaCElements], const uint16_t* a,
                                             const uint16_t* b, int64_t stride, int lane) {
+  static_assert(kBlocks % 2 == 0, "B fragments load two n-blocks at a time");
 #pragma unroll
   for (int nb = 0; nb < kBlocks; ++nb) {
 #pragma unroll
@@ -116,10 +159,11 @@ __device__ void multiply_by_rows_transposed(float acc[kBlocks][kMmaCElements], c
     uint32_t af[4];
     load_a_fragment(af, a + kk * kMmaK, stride, lane);
 #pragma unroll
-    for (int nb = 0; nb < kBlocks; ++nb) {
-      uint32_t bf[2];
-      load_b_fragment(bf, b + nb * kMmaN * stride + kk * kMmaK, 1, stride, lane);
+    for (int nb = 0; nb < kBlocks; nb += 2) {
+      uint32_t bf[4];
+      load_b_fragments_from_n_rows(bf, b + nb * kMmaN * stride + kk * kMmaK, stride, lane);
       mma_bf16_m16n8k16(acc[nb], af, bf);
+      mma_bf16_m16n8k16(acc[nb + 1], af, bf + 2);
     }
   }
 }
@@ -138,15 +182,15 @@ __device__ void accumulate_times_rows(float acc[HD / kMmaN][kMmaCElements],
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       const int lo = 2 * r, hi = 2 * r + 1;
-      af[r] =
-          pack_bf16_pair(encode_bf16(c[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)]),
-                         encode_bf16(c[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]));
+      af[r] = pack_bf16x2_rn(c[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)],
+                             c[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]);
     }
 #pragma unroll
-    for (int ob = 0; ob < HD / kMmaN; ++ob) {
-      uint32_t bf[2];
-      load_b_fragment(bf, b + kk * kMmaK * stride + ob * kMmaN, stride, 1, lane);
+    for (int ob = 0; ob < HD / kMmaN; ob += 2) {
+      uint32_t bf[4];
+      load_b_fragments_from_k_rows(bf, b + kk * kMmaK * stride + ob * kMmaN, stride, lane);
       mma_bf16_m16n8k16(acc[ob], af, bf);
+      mma_bf16_m16n8k16(acc[ob + 1], af, bf + 2);
     }
   }
 }
@@ -193,11 +237,14 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;  // the warp's first row in the query tile
 
+  const float scale_log2 = scale * kLog2e;  // exp(scale x) = exp2(scale_log2 x)
+
   load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
   float o[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(o);
-  // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max, and
-  // this lane's share of the running sum (its 16 of each key tile's 64 columns).
+  // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max of
+  // the unscaled scores, and this lane's share of the running sum (its 16 of each key tile's 64
+  // columns).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
@@ -211,33 +258,42 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
     float sc[kKeyBlocks][kMmaCElements];
     multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
-    // Scale, mask (keys after the query, and keys past the end of a partial tile), row max.
+    // The mask (keys after the query, and the zero rows past the end of a partial key tile) on
+    // the tile pairs that hold such scores; the row max.
+    if (flash_tile_needs_mask(tiles, qi, kj)) {
+#pragma unroll
+      for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+        for (int i = 0; i < kMmaCElements; ++i) {
+          const int64_t query = r0 + w0 + mma_c_row(lane, i);
+          const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
+          if (!(key < c0 + cols && key <= query)) sc[nb][i] = -INFINITY;
+        }
+      }
+    }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) {
-        const int64_t query = r0 + w0 + mma_c_row(lane, i);
-        const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
-        sc[nb][i] = key < c0 + cols && key <= query ? sc[nb][i] * scale : -INFINITY;
-        tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
-      }
+      for (int i = 0; i < kMmaCElements; ++i) tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
     }
     // Every row sees a key in every tile it visits (key c0 <= its query, tile 0 holds key 0 and
     // the diagonal tile starts at the query tile's first row), so m stays finite from tile 0 on.
-    float rescale[2];
+    float rescale[2], neg_m_scaled[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
-      rescale[half] = expf(m[half] - m_new);
+      rescale[half] = exp2f((m[half] - m_new) * scale_log2);
       m[half] = m_new;
+      neg_m_scaled[half] = -m_new * scale_log2;
       l[half] *= rescale[half];
     }
+    // P = exp(scale (S - m)) = exp2(scale_log2 S - scale_log2 m): one fma and one exp2 each.
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
-        const float p = expf(sc[nb][i] - m[i >> 1]);
+        const float p = exp2f(fmaf(sc[nb][i], scale_log2, neg_m_scaled[i >> 1]));
         sc[nb][i] = p;
         l[i >> 1] += p;
       }
@@ -250,26 +306,31 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     accumulate_times_rows<HD, kKeyBlocks>(o, sc, vs, st, lane);  // O += P V
   }
 
+  // O / l as O times 1 / l: two roundings instead of one, 2^-24 next to P's 2^-9, and no
+  // division (with its slow path) per element.
   const float row_sum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+  const float inverse_sum[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
 #pragma unroll
   for (int ob = 0; ob < HD / kMmaN; ++ob) {
 #pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] /= row_sum[i >> 1];
+    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= inverse_sum[i >> 1];
   }
   store_rows<HD>(out + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, o, 1.0f, lane);
   if (mma_quad(lane) == 0) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = w0 + mma_group(lane) + 8 * half;
-      if (row < rows) lse[flash_stat_offset(s, b, h, r0 + row)] = m[half] + logf(row_sum[half]);
+      if (row < rows) {
+        lse[flash_stat_offset(s, b, h, r0 + row)] = m[half] * scale + logf(row_sum[half]);
+      }
     }
   }
 }
 
 // The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows,
 // over the key tiles the causal mask leaves. Per key tile, as the forward, S = Q K^T and
-// P = exp(scale S - lse); then dP = dO V^T, dS = P (dP - delta) and dQ += dS K, the scale
-// applied once at the end.
+// P = exp(scale S - lse) (as exp2, and masked only on the pairs that need it); then dP = dO V^T, dS
+// = P (dP - delta) and dQ += dS K, the scale applied once at the end.
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
     flash_backward_query_mma_kernel(const float* q, const float* k, const float* v,
@@ -291,13 +352,15 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
   load_tile_bf16<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
                      tiles.q_tile);
-  // This lane's two rows (group and group + 8 of the warp's 16); rows past the end are masked.
-  float row_lse[2], row_delta[2];
+  const float scale_log2 = scale * kLog2e;
+  // This lane's two rows (group and group + 8 of the warp's 16): lse in log2 units, delta;
+  // rows past the end are masked.
+  float row_lse_log2[2], row_delta[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int64_t row = w0 + mma_group(lane) + 8 * half;
     const bool real = row < rows;
-    row_lse[half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
+    row_lse_log2[half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] * kLog2e : 0.0f;
     row_delta[half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
   }
   float dq_acc[HD / kMmaN][kMmaCElements];
@@ -315,17 +378,30 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
     multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
     multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
+    // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
-        // dS = P (dP - delta) into sc; masked pairs are exactly 0.
-        const int64_t query = r0 + w0 + mma_c_row(lane, i);
-        const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
-        const bool keep = key < c0 + cols && key <= query && query < s.seq;
-        const float p = keep ? expf(sc[nb][i] * scale - row_lse[i >> 1]) : 0.0f;
-        sc[nb][i] = p * (dp[nb][i] - row_delta[i >> 1]);
+        sc[nb][i] = exp2f(fmaf(sc[nb][i], scale_log2, -row_lse_log2[i >> 1]));
       }
+    }
+    if (flash_tile_needs_mask(tiles, qi, kj)) {  // masked pairs exactly 0
+#pragma unroll
+      for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+        for (int i = 0; i < kMmaCElements; ++i) {
+          const int64_t query = r0 + w0 + mma_c_row(lane, i);
+          const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
+          if (!(key <= query && query < s.seq)) sc[nb][i] = 0.0f;
+        }
+      }
+    }
+    // dS = P (dP - delta) into sc.
+#pragma unroll
+    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+      for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] *= dp[nb][i] - row_delta[i >> 1];
     }
     accumulate_times_rows<HD, kKeyBlocks>(dq_acc, sc, ks, st, lane);  // dQ += dS K
   }
@@ -334,7 +410,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
 // The dK/dV pass: one block per (batch, kv head, key tile), kFlashMmaWarps warps of 16 key rows,
 // over the GQA group's heads and, for each, the query tiles that see the key tile. Per query
-// tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse), dP^T = V dO^T,
+// tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse) (as exp2, masked only where
+// needed), dP^T = V dO^T,
 // dS^T = P^T (dP^T - delta); then dV += P^T dO and dK += dS^T Q, the scale applied once at the
 // end. Each warp owns its 16 rows of dK and dV for the whole loop: no atomics.
 template <int HD>
@@ -357,6 +434,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
+  const float scale_log2 = scale * kLog2e;
 
   load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
                      tiles.kv_tile);
@@ -376,29 +454,48 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                          tiles.q_tile);
       for (int64_t i = threadIdx.x; i < tiles.q_tile; i += blockDim.x) {
         const bool real = i < rows;
-        lse_rows[i] = real ? lse[flash_stat_offset(s, b, h, r0 + i)] : 0.0f;
+        lse_rows[i] = real ? lse[flash_stat_offset(s, b, h, r0 + i)] * kLog2e : 0.0f;  // log2 units
         delta_rows[i] = real ? delta[flash_stat_offset(s, b, h, r0 + i)] : 0.0f;
       }
       __syncthreads();
 
-      float pt[kQueryBlocks][kMmaCElements], dst[kQueryBlocks][kMmaCElements];
+      // P^T into pt: element (key row, query column). dV += P^T dO before dP^T exists, so
+      // the two 16 x 64 products are not live at once with everything else (registers).
+      float pt[kQueryBlocks][kMmaCElements];
       multiply_by_rows_transposed<HD, kQueryBlocks>(pt, ks + w0 * st, qs, st, lane);
+#pragma unroll
+      for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
+        for (int i = 0; i < kMmaCElements; ++i) {
+          const int column = nb * kMmaN + mma_c_col(lane, i);
+          pt[nb][i] = exp2f(fmaf(pt[nb][i], scale_log2, -lse_rows[column]));
+        }
+      }
+      if (flash_tile_needs_mask(tiles, qi, kj)) {
+        // Masked pairs exactly 0 (keys past the end fail key <= query, as every query is before
+        // the end; queries past the end are zero rows of q and dout, whose terms would be 0
+        // anyway, but the mask does not rely on it).
+#pragma unroll
+        for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
+          for (int i = 0; i < kMmaCElements; ++i) {
+            const int64_t query = r0 + nb * kMmaN + mma_c_col(lane, i);
+            const int64_t key = c0 + w0 + mma_c_row(lane, i);
+            if (!(query < s.seq && key <= query)) pt[nb][i] = 0.0f;
+          }
+        }
+      }
+      accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
+      // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) into it.
+      float dst[kQueryBlocks][kMmaCElements];
       multiply_by_rows_transposed<HD, kQueryBlocks>(dst, vs + w0 * st, dos, st, lane);
 #pragma unroll
       for (int nb = 0; nb < kQueryBlocks; ++nb) {
 #pragma unroll
         for (int i = 0; i < kMmaCElements; ++i) {
-          // P^T into pt, dS^T into dst: element (key row, query column); masked pairs exactly 0
-          // (keys past the end fail key <= query, as every query is before the end).
-          const int column = nb * kMmaN + mma_c_col(lane, i);
-          const int64_t query = r0 + column, key = c0 + w0 + mma_c_row(lane, i);
-          const bool keep = query < s.seq && key <= query;
-          const float p = keep ? expf(pt[nb][i] * scale - lse_rows[column]) : 0.0f;
-          pt[nb][i] = p;
-          dst[nb][i] = p * (dst[nb][i] - delta_rows[column]);
+          dst[nb][i] = pt[nb][i] * (dst[nb][i] - delta_rows[nb * kMmaN + mma_c_col(lane, i)]);
         }
       }
-      accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
       accumulate_times_rows<HD, kQueryBlocks>(dk_acc, dst, qs, st, lane);  // dK += dS^T Q
     }
   }
@@ -460,6 +557,9 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
+  for (const auto& [tensor, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}}) {
+    check_aligned_for_vector_loads(tensor, name, s, head_dim);
+  }
   if (head_dim == 64) {
     forward_mma_for<64>(q, k, v, out, lse, s, stream);
   } else {
@@ -475,6 +575,10 @@ void flash_attention_backward_mma(const float* q, const float* k, const float* v
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
+  for (const auto& [tensor, name] :
+       {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {dout, "dout"}}) {
+    check_aligned_for_vector_loads(tensor, name, s, head_dim);
+  }
   if (head_dim == 64) {
     backward_mma_for<64>(q, k, v, out, lse, dout, dq, dk, dv, scratch, s, stream);
   } else {

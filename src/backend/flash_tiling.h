@@ -47,4 +47,14 @@ GNMR_HD_INLINE bool flash_tile_is_masked(const FlashTiling& t, int64_t qi, int64
   return last_key > qi * t.q_tile;
 }
 
+// True when tile pair (qi, kj), at its full q_tile x kv_tile extent, holds any score the
+// tensor-core kernels must mask: a key after a query (flash_tile_is_masked), or a row of a
+// partial tile (the missing keys and queries are zero rows in shared memory, whose scores would
+// otherwise count in the softmax sums and the dK/dV pass's sums over queries). The other pairs,
+// most of a long sequence's, skip the per-element mask.
+GNMR_HD_INLINE bool flash_tile_needs_mask(const FlashTiling& t, int64_t qi, int64_t kj) {
+  return flash_tile_is_masked(t, qi, kj) || flash_tile_rows(qi, t.q_tile, t.seq) < t.q_tile ||
+         flash_tile_rows(kj, t.kv_tile, t.seq) < t.kv_tile;
+}
+
 }  // namespace gnmr

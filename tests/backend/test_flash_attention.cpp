@@ -53,6 +53,33 @@ TEST(FlashTiling, TheTilesCoverTheCausalTriangleExactlyOnce) {
   }
 }
 
+// The tensor-core kernels skip the mask on a pair flash_tile_needs_mask clears: then every one
+// of the pair's q_tile x kv_tile scores, the zero rows of a partial tile included, must be a
+// real query and a real key at or before it. And a pair it marks must hold one that is not
+// (otherwise the check costs the kernels time for nothing).
+TEST(FlashTiling, TheUnmaskedTilePairsHoldOnlyRealVisibleScores) {
+  for (auto [qt, kt] : {std::pair<int64_t, int64_t>{64, 64}, {128, 64}, {64, 128}, {16, 48}}) {
+    int64_t unmasked_pairs = 0;
+    for (int64_t seq = 1; seq <= 300; ++seq) {
+      SCOPED_TRACE(::testing::Message() << "tiles " << qt << "x" << kt << " seq " << seq);
+      const FlashTiling t{seq, qt, kt};
+      for (int64_t qi = 0; qi < flash_q_tiles(t); ++qi) {
+        for (int64_t kj = 0; kj <= flash_last_kv_tile(t, qi); ++kj) {
+          bool all_real_and_visible = true;
+          for (int64_t i = qi * qt; i < (qi + 1) * qt; ++i) {
+            for (int64_t j = kj * kt; j < (kj + 1) * kt; ++j) {
+              all_real_and_visible = all_real_and_visible && i < seq && j < seq && j <= i;
+            }
+          }
+          EXPECT_EQ(flash_tile_needs_mask(t, qi, kj), !all_real_and_visible) << qi << "," << kj;
+          unmasked_pairs += !flash_tile_needs_mask(t, qi, kj);
+        }
+      }
+    }
+    EXPECT_GT(unmasked_pairs, 0);
+  }
+}
+
 std::vector<float> random_vector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);

@@ -153,6 +153,8 @@ TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference
   expect_mma_forward_within_the_bf16_bound<64>(1, 130, 2, 1);  // two full tiles and 2 rows
   expect_mma_forward_within_the_bf16_bound<128>(1, 70, 2, 2);  // hd 128, last tile of 6 rows
   expect_mma_forward_within_the_bf16_bound<128>(1, 64, 2, 1);  // exactly one tile
+  // Three full tiles: pairs (1, 0), (2, 0), (2, 1) skip the mask (flash_tile_needs_mask).
+  expect_mma_forward_within_the_bf16_bound<128>(1, 192, 2, 1);
 }
 
 // The tensor-core backward (its dK/dV and dQ passes, after the emulated tensor-core forward and
@@ -212,6 +214,8 @@ TEST(FlashAttentionEmulated, TensorCoreBackwardIsWithinTheBoundsOfTheReferenceGr
   expect_mma_backward_within_the_bounds<64>(1, 17, 8, 2);   // one partial tile, GQA 4
   expect_mma_backward_within_the_bounds<64>(1, 130, 2, 1);  // two full tiles and 2 rows
   expect_mma_backward_within_the_bounds<128>(1, 70, 2, 2);  // hd 128, last tile of 6 rows
+  expect_mma_backward_within_the_bounds<128>(1, 192, 2,
+                                             1);  // unmasked pairs (1, 0), (2, 0), (2, 1)
 }
 
 // The bound is tight enough to catch a wrong key: the same kernel with one key row of v

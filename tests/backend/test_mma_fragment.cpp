@@ -1,13 +1,18 @@
 // The mma.sync m16n8k16 fragment rules (src/backend/mma_fragment.h) against the PTX ISA's
 // formulas, written out here by hand for a few lanes, and the properties the tensor-core kernel
 // relies on: every element of A, B and C held by exactly one (lane, element), and a product's C
-// fragments reusable as the next product's A fragment.
+// fragments reusable as the next product's A fragment. Then ldmatrix: its delivery rule against
+// the ISA, and the kernel's row addresses, run through that rule on a tile laid out as the
+// kernel's shared memory (src/backend/flash_layout.h), giving exactly the mma fragments the
+// scalar loads by mma_a_* / mma_b_* would, with no bank conflict.
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "backend/flash_layout.h"
 #include "backend/mma_fragment.h"
 
 namespace gnmr {
@@ -99,6 +104,165 @@ TEST(MmaFragment, Bf16PairsPutTheLowerIndexInTheLowHalf) {
   EXPECT_EQ(pair, 0xC0003F80u);
   EXPECT_EQ(bf16_pair_low(pair), 0x3F80u);
   EXPECT_EQ(bf16_pair_high(pair), 0xC000u);
+}
+
+// PTX ISA, ldmatrix .m8n8 .b16: "each thread in a warp holds two consecutive elements of a row"
+// (row lane / 4, columns 2 (lane % 4) + 0, 1); with .trans the matrix is read column-major, so a
+// thread holds rows 2 (lane % 4) + 0, 1 of column lane / 4.
+TEST(Ldmatrix, ElementsOfLanes0And5And31AreThoseOfThePtxIsa) {
+  const auto held = [](int lane, bool trans) {
+    return std::array<RowCol, 2>{
+        {{ldmatrix_element_row(lane, 0, trans), ldmatrix_element_col(lane, 0, trans)},
+         {ldmatrix_element_row(lane, 1, trans), ldmatrix_element_col(lane, 1, trans)}}};
+  };
+  EXPECT_EQ(held(0, false), (std::array<RowCol, 2>{{{0, 0}, {0, 1}}}));
+  EXPECT_EQ(held(5, false), (std::array<RowCol, 2>{{{1, 2}, {1, 3}}}));
+  EXPECT_EQ(held(31, false), (std::array<RowCol, 2>{{{7, 6}, {7, 7}}}));
+  EXPECT_EQ(held(0, true), (std::array<RowCol, 2>{{{0, 0}, {1, 0}}}));
+  EXPECT_EQ(held(5, true), (std::array<RowCol, 2>{{{2, 1}, {3, 1}}}));
+  EXPECT_EQ(held(31, true), (std::array<RowCol, 2>{{{6, 7}, {7, 7}}}));
+  // Lanes 8j..8j + 7 hand in rows 0..7 of matrix j.
+  EXPECT_EQ(ldmatrix_address_matrix(13), 1);
+  EXPECT_EQ(ldmatrix_address_row(13), 5);
+  EXPECT_EQ(ldmatrix_address_matrix(31), 3);
+  EXPECT_EQ(ldmatrix_address_row(31), 7);
+}
+
+// One register over the 32 lanes is the whole 8 x 8 matrix, each element once.
+TEST(Ldmatrix, EachRegisterHoldsEveryElementOfItsMatrixOnce) {
+  for (bool trans : {false, true}) {
+    std::vector<int> seen(kLdmatrixRows * kLdmatrixRows, 0);
+    for (int lane = 0; lane < kWarpSize; ++lane) {
+      for (int half = 0; half < 2; ++half) {
+        ++seen[size_t(ldmatrix_element_row(lane, half, trans) * kLdmatrixRows +
+                      ldmatrix_element_col(lane, half, trans))];
+      }
+    }
+    for (int n : seen) EXPECT_EQ(n, 1) << "trans " << trans;
+  }
+}
+
+// What ldmatrix.x4 delivers when lane l hands in the address of element (row(l), col(l)) of a
+// row-major bf16 tile, by the ISA's rule above.
+template <typename Row, typename Col>
+std::array<std::array<uint32_t, 4>, kWarpSize> ldmatrix_x4(const std::vector<uint16_t>& tile,
+                                                           int64_t stride, Row row, Col col,
+                                                           bool trans) {
+  std::array<std::array<uint32_t, 4>, kWarpSize> r{};
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    for (int j = 0; j < kLdmatrixMatrices; ++j) {
+      uint16_t half_value[2];
+      for (int half = 0; half < 2; ++half) {
+        // The address lane 8j + (element row) handed in is that row of matrix j.
+        const int provider = kLdmatrixRows * j + ldmatrix_element_row(lane, half, trans);
+        half_value[half] = tile[size_t(row(provider) * stride + col(provider) +
+                                       ldmatrix_element_col(lane, half, trans))];
+      }
+      r[size_t(lane)][size_t(j)] = pack_bf16_pair(half_value[0], half_value[1]);
+    }
+  }
+  return r;
+}
+
+// A tile as the kernel keeps one (64 rows of head dim 128 plus the padding), every element a
+// distinct code.
+struct KernelTile {
+  int64_t stride = int64_t(128) + 8;
+  std::vector<uint16_t> codes;
+  KernelTile() : codes(size_t(64 * stride)) {
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint16_t(i * 7919u);
+  }
+  uint16_t at(int64_t r, int64_t c) const { return codes[size_t(r * stride + c)]; }
+};
+
+TEST(Ldmatrix, TheKernelsAddressesLoadTheAFragment) {
+  const KernelTile t;
+  const int64_t r0 = 16, c0 = 48;  // the block: rows r0.., columns c0..
+  const auto got = ldmatrix_x4(
+      t.codes, t.stride, [&](int l) { return r0 + ldmatrix_a_row(l); },
+      [&](int l) { return c0 + ldmatrix_a_col(l); }, false);
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    for (int r = 0; r < 4; ++r) {
+      const uint32_t want =
+          pack_bf16_pair(t.at(r0 + mma_a_row(lane, 2 * r), c0 + mma_a_col(lane, 2 * r)),
+                         t.at(r0 + mma_a_row(lane, 2 * r + 1), c0 + mma_a_col(lane, 2 * r + 1)));
+      EXPECT_EQ(got[size_t(lane)][size_t(r)], want) << "lane " << lane << " register " << r;
+    }
+  }
+}
+
+// B (k x n) fragments of n-blocks 0 and 1 from rows that are n: B(k, n) = tile(n0 + n, k0 + k).
+TEST(Ldmatrix, TheKernelsAddressesLoadTwoBFragmentsFromNRows) {
+  const KernelTile t;
+  const int64_t n0 = 24, k0 = 112;
+  const auto got = ldmatrix_x4(
+      t.codes, t.stride, [&](int l) { return n0 + ldmatrix_b_n_rows_row(l); },
+      [&](int l) { return k0 + ldmatrix_b_n_rows_col(l); }, false);
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    for (int nb = 0; nb < 2; ++nb) {
+      for (int r = 0; r < 2; ++r) {
+        const auto b = [&](int i) {
+          return t.at(n0 + nb * kMmaN + mma_b_col(lane, i), k0 + mma_b_row(lane, i));
+        };
+        EXPECT_EQ(got[size_t(lane)][size_t(2 * nb + r)], pack_bf16_pair(b(2 * r), b(2 * r + 1)))
+            << "lane " << lane << " n-block " << nb << " register " << r;
+      }
+    }
+  }
+}
+
+// With .trans, from rows that are k: B(k, n) = tile(k0 + k, n0 + n).
+TEST(Ldmatrix, TheKernelsAddressesLoadTwoBFragmentsFromKRowsTransposed) {
+  const KernelTile t;
+  const int64_t k0 = 32, n0 = 56;
+  const auto got = ldmatrix_x4(
+      t.codes, t.stride, [&](int l) { return k0 + ldmatrix_a_row(l); },
+      [&](int l) { return n0 + ldmatrix_a_col(l); }, true);
+  for (int lane = 0; lane < kWarpSize; ++lane) {
+    for (int nb = 0; nb < 2; ++nb) {
+      for (int r = 0; r < 2; ++r) {
+        const auto b = [&](int i) {
+          return t.at(k0 + mma_b_row(lane, i), n0 + nb * kMmaN + mma_b_col(lane, i));
+        };
+        EXPECT_EQ(got[size_t(lane)][size_t(2 * nb + r)], pack_bf16_pair(b(2 * r), b(2 * r + 1)))
+            << "lane " << lane << " n-block " << nb << " register " << r;
+      }
+    }
+  }
+}
+
+// ldmatrix reads each matrix's 8 rows of 16 bytes in one pass of shared memory: with the
+// kernel's row stride (head_dim + 8 bf16) and the kernel's addresses, those 8 rows start 16-byte
+// aligned and fall on 32 different 4-byte banks, for every block the kernels load.
+TEST(Ldmatrix, TheKernelsAddressesAreAlignedAndFreeOfBankConflicts) {
+  for (int64_t hd : {64, 128}) {
+    const int64_t stride =
+        flash_mma_shared_layout(FlashKernel::Forward, hd, flash_gpu_tiling(64)).row_stride;
+    for (int pattern = 0; pattern < 2; ++pattern) {
+      for (int64_t r0 = 0; r0 < kFlashQTile; r0 += kMmaM) {
+        for (int64_t c0 = 0; c0 < hd; c0 += kMmaK) {
+          for (int j = 0; j < kLdmatrixMatrices; ++j) {
+            std::vector<int> bank_uses(32, 0);
+            for (int row = 0; row < kLdmatrixRows; ++row) {
+              const int lane = kLdmatrixRows * j + row;
+              const int64_t r =
+                  r0 + (pattern == 0 ? ldmatrix_a_row(lane) : ldmatrix_b_n_rows_row(lane));
+              const int64_t c =
+                  c0 + (pattern == 0 ? ldmatrix_a_col(lane) : ldmatrix_b_n_rows_col(lane));
+              const int64_t byte = 2 * (r * stride + c);
+              ASSERT_EQ(byte % 16, 0) << "hd " << hd << " lane " << lane;
+              for (int64_t word = byte / 4; word < byte / 4 + 4; ++word)
+                ++bank_uses[size_t(word % 32)];
+            }
+            for (int uses : bank_uses) {
+              ASSERT_EQ(uses, 1) << "hd " << hd << " pattern " << pattern << " block (" << r0
+                                 << ", " << c0 << ") matrix " << j;
+            }
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

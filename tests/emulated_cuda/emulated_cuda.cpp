@@ -57,6 +57,7 @@ struct WarpExchange {
   uint32_t a[kWarpSize][4];
   uint32_t b[kWarpSize][2];
   float c[kWarpSize][4];
+  uint16_t rows[kWarpSize][kLdmatrixRows];  // ldmatrix: the row at each lane's address
 };
 
 struct BlockRun {
@@ -408,6 +409,53 @@ void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
     for (int kk = 0; kk < kMmaK; ++kk) sum += double(A[row][kk]) * double(B[kk][col]);
     d[i] = float(sum);
   }
+}
+
+namespace {
+
+void ldmatrix_m8n8_x4(uint32_t r[4], const uint16_t* row, bool trans) {
+  const char* what = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
+  const int warp = full_warp(0xFFFFFFFFu, what);
+  const int lane = running->current % kWarpSize;
+  const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
+  const auto* at = reinterpret_cast<const unsigned char*>(row);
+  constexpr size_t kRowBytes = kLdmatrixRows * sizeof(uint16_t);
+  if (at < start || at + kRowBytes > start + shared_memory.size() * sizeof(float)) {
+    fail_in_thread(std::string(what) + ": lane " + std::to_string(lane) +
+                   "'s row address is outside the block's dynamic shared memory");
+  }
+  if ((at - start) % 16 != 0) {
+    fail_in_thread(std::string(what) + ": lane " + std::to_string(lane) +
+                   "'s row address is not 16-byte aligned (byte " + std::to_string(at - start) +
+                   " of shared memory)");
+  }
+  // Each lane reads its own row now, so what the warp receives is shared memory as it was at
+  // the instruction, whatever a lane that runs on first writes afterwards.
+  WarpExchange& x = next_exchange(warp);
+  std::memcpy(x.rows[lane], row, kRowBytes);
+  emulated_syncwarp();
+  for (int j = 0; j < kLdmatrixMatrices; ++j) {
+    uint16_t half_value[2];
+    for (int half = 0; half < 2; ++half) {
+      const int provider = kLdmatrixRows * j + ldmatrix_element_row(lane, half, trans);
+      half_value[half] = x.rows[provider][ldmatrix_element_col(lane, half, trans)];
+    }
+    r[j] = pack_bf16_pair(half_value[0], half_value[1]);
+  }
+}
+
+}  // namespace
+
+uint32_t pack_bf16x2_rn(float low, float high) {
+  return pack_bf16_pair(encode_bf16(low), encode_bf16(high));
+}
+
+void ldmatrix_x4(uint32_t r[4], const uint16_t* row) {
+  ldmatrix_m8n8_x4(r, row, false);
+}
+
+void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* row) {
+  ldmatrix_m8n8_x4(r, row, true);
 }
 
 }  // namespace gnmr::cuda

@@ -109,4 +109,16 @@ inline float warp_shfl_xor(float value, int lane_mask) {
 // fp32 rounding of a 16-term sum, not bit for bit.
 void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]);
 
+// cvt.rn.bf16x2.f32 (the kernels' __floats2bfloat162_rn): two floats rounded to the nearest
+// bf16, ties to even, `low` in the low half; encode_bf16's bits for every non-NaN value.
+uint32_t pack_bf16x2_rn(float low, float high);
+
+// ldmatrix.sync.aligned.m8n8.x4.shared.b16 and its .trans form, by the delivery rule of
+// src/backend/mma_fragment.h: `row` is this lane's row address (lanes 8j..8j + 7: rows 0..7 of
+// matrix j), r[j] what it receives of matrix j. Fails the launch, naming the lane, for a row
+// that is not 16-byte aligned or not inside the block's dynamic shared memory (a GPU faults or
+// reads another block's memory).
+void ldmatrix_x4(uint32_t r[4], const uint16_t* row);
+void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* row);
+
 }  // namespace gnmr::cuda

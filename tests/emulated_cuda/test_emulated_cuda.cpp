@@ -1,6 +1,7 @@
 // The CUDA emulation's own promises (emulated_cuda.h): every thread of a grid runs once with its
-// indices, barriers order shared-memory traffic, shuffles exchange across lanes, a barrier some
-// threads skip and a launch a GPU would refuse are errors, shared memory starts as NaN.
+// indices, barriers order shared-memory traffic, shuffles exchange across lanes, ldmatrix
+// delivers each lane its elements, a barrier some threads skip, an ldmatrix row a GPU could not
+// read and a launch a GPU would refuse are errors, shared memory starts as NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/mma_fragment.h"
 #include "emulated_cuda/emulated_cuda.h"
 
 namespace gnmr::cuda {
@@ -84,6 +86,69 @@ TEST(EmulatedCuda, AButterflyOfShufflesGivesEveryLaneTheWarpsSum) {
       },
       nullptr, 1, 64);
   for (int t = 0; t < 64; ++t) EXPECT_EQ(sums[size_t(t)], t < 32 ? 528.0 : 1552.0) << t;
+}
+
+// Four 8 x 8 matrices, matrix j's (row, col) holding the code 256 j + 16 row + col, stored with
+// their rows in reverse order and 24 elements apart (the addresses, not the layout, say which
+// row is which). Each lane must receive, in register j, the two elements the ISA's rule
+// (mma_fragment.h) gives it; a write after the ldmatrix must not reach what the warp received.
+TEST(EmulatedCuda, LdmatrixGivesEachLaneItsElementsAsTheInstructionFoundThem) {
+  constexpr int kStride = 24;
+  for (bool trans : {false, true}) {
+    std::vector<uint32_t> got(32 * 4, 0);
+    emulated_kernel_launch(
+        [&] {
+          auto* tile = reinterpret_cast<uint16_t*>(emulated_shared_memory());
+          const int lane = int(threadIdx.x);
+          if (lane == 0) {
+            for (int j = 0; j < 4; ++j) {
+              for (int row = 0; row < 8; ++row) {
+                for (int col = 0; col < 8; ++col) {
+                  tile[(8 * j + 7 - row) * kStride + col] = uint16_t(256 * j + 16 * row + col);
+                }
+              }
+            }
+          }
+          emulated_syncthreads();
+          const uint16_t* row = tile + (8 * (lane / 8) + 7 - lane % 8) * kStride;
+          uint32_t r[4];
+          if (trans) {
+            ldmatrix_x4_trans(r, row);
+          } else {
+            ldmatrix_x4(r, row);
+          }
+          tile[lane] = 0xFFFF;  // lands after the load: the other lanes' registers keep the codes
+          for (int j = 0; j < 4; ++j) got[size_t(4 * lane + j)] = r[j];
+        },
+        nullptr, 1, 32, 32 * kStride * sizeof(uint16_t));
+    ASSERT_EQ(emulated_take_launch_error(true), 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int j = 0; j < 4; ++j) {
+        const auto code = [&](int half) {
+          return uint16_t(256 * j + 16 * ldmatrix_element_row(lane, half, trans) +
+                          ldmatrix_element_col(lane, half, trans));
+        };
+        EXPECT_EQ(got[size_t(4 * lane + j)], pack_bf16_pair(code(0), code(1)))
+            << "trans " << trans << " lane " << lane << " matrix " << j;
+      }
+    }
+  }
+}
+
+TEST(EmulatedCuda, AnLdmatrixRowOffA16ByteBoundaryOrOutsideSharedMemoryIsAnError) {
+  const auto load_at = [](int64_t offset) {
+    return [offset] {
+      uint32_t r[4];
+      ldmatrix_x4(r, reinterpret_cast<const uint16_t*>(emulated_shared_memory()) + offset +
+                         8 * (threadIdx.x % 32));
+    };
+  };
+  emulated_kernel_launch(load_at(0), nullptr, 1, 32, 512);  // 32 rows of 16 bytes: all inside
+  EXPECT_EQ(emulated_take_launch_error(true), 0);
+  expect_logic_error([&] { emulated_kernel_launch(load_at(4), nullptr, 1, 32, 1024); },
+                     {"ldmatrix.x4", "lane 0", "not 16-byte aligned", "byte 8"});
+  expect_logic_error([&] { emulated_kernel_launch(load_at(8), nullptr, 1, 32, 512); },
+                     {"ldmatrix.x4", "lane 31", "outside the block's dynamic shared memory"});
 }
 
 TEST(EmulatedCuda, ABarrierSomeThreadsNeverReachIsAnErrorNamingTheBlock) {

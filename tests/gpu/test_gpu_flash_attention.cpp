@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <random>
 #include <string>
@@ -339,6 +340,39 @@ TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
               std::string::npos)
         << e.what();
   }
+}
+
+// The tensor-core kernels read q, k, v, out and dout 16 bytes at a time: a tensor off a 16-byte
+// boundary is refused before anything runs, naming it (no GPU needed: the check comes first).
+TEST(GpuFlashAttention, TensorCoreKernelsRefuseATensorOffA16ByteBoundary) {
+  alignas(16) static float storage[8];
+  const float* aligned = storage;
+  const float* off_by_one_float = storage + 1;
+  const auto expect_refused = [](const std::function<void()>& call, const std::string& tensor) {
+    try {
+      call();
+      FAIL() << tensor << " off a 16-byte boundary was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+      EXPECT_NE(std::string(e.what()).find(tensor + " for B=1 T=5 H=2 Hkv=1 hd=64 does not start "
+                                                    "on a 16-byte boundary"),
+                std::string::npos)
+          << e.what();
+    }
+  };
+  float* out = const_cast<float*>(aligned);
+  expect_refused(
+      [&] {
+        flash_attention_forward_mma(aligned, off_by_one_float, aligned, out, out, 1, 5, 2, 1, 64,
+                                    nullptr);
+      },
+      "k");
+  expect_refused(
+      [&] {
+        flash_attention_backward_mma(aligned, aligned, aligned, aligned, aligned, off_by_one_float,
+                                     out, out, out, out, 1, 5, 2, 1, 64, nullptr);
+      },
+      "dout");
 }
 
 }  // namespace
