@@ -44,17 +44,25 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, cudaStream_t stream);
 
+// Bytes of device scratch flash_attention_forward_mma and flash_attention_backward_mma need
+// (src/backend/flash_layout.h, flash_mma_scratch_layout: bf16 copies of q, k, v, dout and the
+// backward's delta).
+int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
+                                          int64_t kv_heads, int64_t head_dim);
+
 // The same forward and backward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k,
 // v, dout rounded to bf16, and P and dS rounded to bf16 where they enter a product; fp32
-// accumulation and softmax statistics. The backward takes this forward's out and lse and the
-// same scratch as flash_attention_backward. The backend runs them for model.attention =
-// flash_bf16 (opt-in until they have passed their GPU tests; the SIMT kernels are auto's).
+// accumulation and softmax statistics. The backward takes this forward's out and lse. scratch:
+// flash_attention_mma_scratch_bytes, 16-byte aligned (checked), overwritten by both. The
+// backend runs them for model.attention = flash_bf16 (opt-in until they have passed their GPU
+// tests; the SIMT kernels are auto's).
 void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
-                                 float* lse, int64_t batch, int64_t seq, int64_t heads,
-                                 int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
+                                 float* lse, void* scratch, int64_t batch, int64_t seq,
+                                 int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                 cudaStream_t stream);
 void flash_attention_backward_mma(const float* q, const float* k, const float* v, const float* out,
                                   const float* lse, const float* dout, float* dq, float* dk,
-                                  float* dv, float* scratch, int64_t batch, int64_t seq,
+                                  float* dv, void* scratch, int64_t batch, int64_t seq,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
                                   cudaStream_t stream);
 

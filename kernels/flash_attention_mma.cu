@@ -9,34 +9,32 @@
 // (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
 // bf16 before P V, so each output is within 2^-8 * max |v| of it (the tests' bound).
 //
-// One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. q, k and
-// v tiles are converted to bf16 into shared memory (src/backend/flash_layout.h), 16 bytes of
-// fp32 per load, so q, k, v, out and dout must be 16-byte aligned (checked at launch);
-// fragments come from there by ldmatrix, one instruction per A fragment or pair of B fragments,
-// with the row addresses and delivery rules of src/backend/mma_fragment.h. Per key tile a warp
-// computes its 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks and scales them, updates its rows'
-// running max m and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes
-// combine by butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused
-// as the A fragments. No atomics; every output element is written by one lane.
+// One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. The host
+// side first converts q, k, v (and dout) to bf16 copies in the scratch (flash_mma_scratch_layout
+// in src/backend/flash_layout.h); the kernels copy tiles of those to shared memory 16 bytes at a
+// time, and take fragments from there by ldmatrix, one instruction per A fragment or pair of B
+// fragments, with the row addresses and delivery rules of src/backend/mma_fragment.h. Per key tile
+// a warp computes its 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks and scales them, updates
+// its rows' running max m and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a
+// row's 4 lanes combine by butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's
+// accumulators reused as the A fragments. No atomics; every output element is written by one lane.
 #include <cuda_bf16.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <utility>
 
 #include "backend/flash_layout.h"
 #include "backend/mma_fragment.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/flash_launch.cuh"
-#include "precision/bf16.h"
+#include "kernels/quantize.cuh"
 
 namespace gnmr::cuda {
 namespace {
 
-using flash_launch::check_aligned_for_vector_loads;
 using flash_launch::check_shape;
 using flash_launch::launch_blocks;
 
@@ -89,26 +87,24 @@ __device__ inline float warp_shfl_xor(float value, int lane_mask) {
 // log units for the backward and the other kernels.
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Four floats, read from global memory as one 16-byte load.
-struct alignas(16) FourFloats {
-  float x[4];
+// Eight bf16 codes, copied as one 16-byte load and one 16-byte store.
+struct alignas(16) EightBf16 {
+  uint32_t pairs[4];
 };
 
-// Rows [0, tile_rows) of HD floats into bf16 shared memory: row r from global src + r *
-// src_stride to dst + r * dst_stride, four elements per thread and step (src and src_stride
-// keep every row 16-byte aligned: checked at launch); rows from `rows` on are zeros, so a
+// Rows [0, tile_rows) of HD bf16 codes into shared memory: row r from global src + r *
+// src_stride to dst + r * dst_stride, 16 bytes per thread and step (the scratch's regions and
+// rows are 16-byte aligned: flash_mma_scratch_layout); rows from `rows` on are zeros, so a
 // partial tile's missing keys and queries multiply as 0 (the mask removes their scores).
 template <int HD>
-__device__ void load_tile_bf16(uint16_t* dst, int64_t dst_stride, const float* src,
-                               int64_t src_stride, int64_t rows, int64_t tile_rows) {
-  constexpr int kQuads = HD / 4;
-  for (int64_t e = threadIdx.x; e < tile_rows * kQuads; e += blockDim.x) {
-    const int64_t r = e / kQuads, d = 4 * (e % kQuads);
-    FourFloats f = {{0.0f, 0.0f, 0.0f, 0.0f}};
-    if (r < rows) f = *reinterpret_cast<const FourFloats*>(src + r * src_stride + d);
-    uint32_t* pairs = reinterpret_cast<uint32_t*>(dst + r * dst_stride + d);
-    pairs[0] = pack_bf16x2_rn(f.x[0], f.x[1]);
-    pairs[1] = pack_bf16x2_rn(f.x[2], f.x[3]);
+__device__ void load_tile(uint16_t* dst, int64_t dst_stride, const uint16_t* src,
+                          int64_t src_stride, int64_t rows, int64_t tile_rows) {
+  constexpr int kChunks = HD / 8;
+  for (int64_t e = threadIdx.x; e < tile_rows * kChunks; e += blockDim.x) {
+    const int64_t r = e / kChunks, d = 8 * (e % kChunks);
+    EightBf16 chunk = {{0, 0, 0, 0}};
+    if (r < rows) chunk = *reinterpret_cast<const EightBf16*>(src + r * src_stride + d);
+    *reinterpret_cast<EightBf16*>(dst + r * dst_stride + d) = chunk;
   }
 }
 
@@ -222,8 +218,8 @@ __device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
 
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
-    flash_forward_mma_kernel(const float* q, const float* k, const float* v, float* out, float* lse,
-                             FlashDims s, FlashTiling tiles, float scale) {
+    flash_forward_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
+                             float* lse, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
   extern __shared__ float smem[];
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::Forward, HD, tiles);
@@ -239,7 +235,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
   const float scale_log2 = scale * kLog2e;  // exp(scale x) = exp2(scale_log2 x)
 
-  load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+  load_tile<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
   float o[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(o);
   // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max of
@@ -250,10 +246,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
     __syncthreads();  // every warp is done with the previous key tile
-    load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                       tiles.kv_tile);
-    load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                       tiles.kv_tile);
+    load_tile<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                  tiles.kv_tile);
+    load_tile<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                  tiles.kv_tile);
     __syncthreads();
 
     float sc[kKeyBlocks][kMmaCElements];
@@ -333,8 +329,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 // = P (dP - delta) and dQ += dS K, the scale applied once at the end.
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
-    flash_backward_query_mma_kernel(const float* q, const float* k, const float* v,
-                                    const float* lse, const float* delta, const float* dout,
+    flash_backward_query_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                    const float* lse, const float* delta, const uint16_t* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;
   extern __shared__ float smem[];
@@ -349,9 +345,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;
 
-  load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
-  load_tile_bf16<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                     tiles.q_tile);
+  load_tile<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+  load_tile<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
   const float scale_log2 = scale * kLog2e;
   // This lane's two rows (group and group + 8 of the warp's 16): lse in log2 units, delta;
   // rows past the end are masked.
@@ -369,10 +364,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
     __syncthreads();  // every warp is done with the previous key tile (and q, dout are loaded)
-    load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                       tiles.kv_tile);
-    load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                       tiles.kv_tile);
+    load_tile<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                  tiles.kv_tile);
+    load_tile<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                  tiles.kv_tile);
     __syncthreads();
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
@@ -416,8 +411,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 // end. Each warp owns its 16 rows of dK and dV for the whole loop: no atomics.
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
-    flash_backward_key_value_mma_kernel(const float* q, const float* k, const float* v,
-                                        const float* lse, const float* delta, const float* dout,
+    flash_backward_key_value_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                        const float* lse, const float* delta, const uint16_t* dout,
                                         float* dk, float* dv, FlashDims s, FlashTiling tiles,
                                         float scale) {
   constexpr int kQueryBlocks = int(kFlashQTile) / kMmaN;
@@ -436,10 +431,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
   const float scale_log2 = scale * kLog2e;
 
-  load_tile_bf16<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                     tiles.kv_tile);
-  load_tile_bf16<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                     tiles.kv_tile);
+  load_tile<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols, tiles.kv_tile);
+  load_tile<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols, tiles.kv_tile);
   float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(dk_acc);
   zero_rows<HD>(dv_acc);
@@ -448,10 +441,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     for (int64_t qi = flash_first_q_tile(tiles, kj); qi < q_tiles; ++qi) {
       const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
       __syncthreads();  // every warp is done with the previous query tile
-      load_tile_bf16<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                         tiles.q_tile);
-      load_tile_bf16<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                         tiles.q_tile);
+      load_tile<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+      load_tile<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                    tiles.q_tile);
       for (int64_t i = threadIdx.x; i < tiles.q_tile; i += blockDim.x) {
         const bool real = i < rows;
         lse_rows[i] = real ? lse[flash_stat_offset(s, b, h, r0 + i)] * kLog2e : 0.0f;  // log2 units
@@ -506,9 +498,31 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
 // ---- device code end
 
+// The bf16 copies of the scratch (flash_mma_scratch_layout).
+struct Bf16Copies {
+  uint16_t *q, *k, *v, *dout;
+  float* delta;
+};
+Bf16Copies scratch_regions(void* scratch, const FlashDims& s, int64_t head_dim) {
+  const FlashMmaScratch l = flash_mma_scratch_layout(s, head_dim);
+  auto* base = static_cast<unsigned char*>(scratch);
+  return {reinterpret_cast<uint16_t*>(base + l.q), reinterpret_cast<uint16_t*>(base + l.k),
+          reinterpret_cast<uint16_t*>(base + l.v), reinterpret_cast<uint16_t*>(base + l.dout),
+          reinterpret_cast<float*>(base + l.delta)};
+}
+
+// The kernels read the scratch's rows 16 bytes at a time.
+void check_scratch(const void* scratch, const FlashDims& s, int64_t head_dim) {
+  if (reinterpret_cast<uintptr_t>(scratch) % 16 != 0) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): the scratch for " +
+                                        flash_launch::shape_text(s, head_dim) +
+                                        " does not start on a 16-byte boundary");
+  }
+}
+
 template <int HD>
-void forward_mma_for(const float* q, const float* k, const float* v, float* out, float* lse,
-                     const FlashDims& s, cudaStream_t stream) {
+void forward_mma_for(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
+                     cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const int64_t bytes = flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles);
   const unsigned blocks =
@@ -516,18 +530,17 @@ void forward_mma_for(const float* q, const float* k, const float* v, float* out,
                     flash_grid_blocks(FlashKernel::Forward, s.batch, s.heads, s.kv_heads, tiles),
                     bytes, s, HD, "forward (tensor cores)");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  flash_forward_mma_kernel<HD>
-      <<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(q, k, v, out, lse, s, tiles, scale);
+  flash_forward_mma_kernel<HD><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
+      c.q, c.k, c.v, out, lse, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
 template <int HD>
-void backward_mma_for(const float* q, const float* k, const float* v, const float* out,
-                      const float* lse, const float* dout, float* dq, float* dk, float* dv,
-                      float* delta, const FlashDims& s, cudaStream_t stream) {
+void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, const float* lse,
+                      float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  flash_launch::flash_attention_delta(out, dout, delta, s, HD, stream);
+  flash_launch::flash_attention_delta(out, dout, c.delta, s, HD, stream);
 
   const int64_t kv_bytes = flash_mma_shared_bytes(FlashKernel::BackwardKeyValue, HD, tiles);
   const unsigned kv_blocks = launch_blocks(
@@ -535,8 +548,8 @@ void backward_mma_for(const float* q, const float* k, const float* v, const floa
       flash_grid_blocks(FlashKernel::BackwardKeyValue, s.batch, s.heads, s.kv_heads, tiles),
       kv_bytes, s, HD, "backward dk/dv (tensor cores)");
   flash_backward_key_value_mma_kernel<HD>
-      <<<kv_blocks, kFlashMmaThreads, size_t(kv_bytes), stream>>>(q, k, v, lse, delta, dout, dk, dv,
-                                                                  s, tiles, scale);
+      <<<kv_blocks, kFlashMmaThreads, size_t(kv_bytes), stream>>>(c.q, c.k, c.v, lse, c.delta,
+                                                                  c.dout, dk, dv, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 
   const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, tiles);
@@ -545,44 +558,54 @@ void backward_mma_for(const float* q, const float* k, const float* v, const floa
       flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, tiles), q_bytes,
       s, HD, "backward dq (tensor cores)");
   flash_backward_query_mma_kernel<HD><<<q_blocks, kFlashMmaThreads, size_t(q_bytes), stream>>>(
-      q, k, v, lse, delta, dout, dq, s, tiles, scale);
+      c.q, c.k, c.v, lse, c.delta, c.dout, dq, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
+int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
+                                          int64_t kv_heads, int64_t head_dim) {
+  return flash_mma_scratch_layout(FlashDims{batch, seq, heads, kv_heads}, head_dim).total_bytes;
+}
+
 void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
-                                 float* lse, int64_t batch, int64_t seq, int64_t heads,
-                                 int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
+                                 float* lse, void* scratch, int64_t batch, int64_t seq,
+                                 int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                 cudaStream_t stream) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
-  for (const auto& [tensor, name] : {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}}) {
-    check_aligned_for_vector_loads(tensor, name, s, head_dim);
-  }
+  check_scratch(scratch, s, head_dim);
+  const Bf16Copies c = scratch_regions(scratch, s, head_dim);
+  convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
+  convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
+  convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
   if (head_dim == 64) {
-    forward_mma_for<64>(q, k, v, out, lse, s, stream);
+    forward_mma_for<64>(c, out, lse, s, stream);
   } else {
-    forward_mma_for<128>(q, k, v, out, lse, s, stream);
+    forward_mma_for<128>(c, out, lse, s, stream);
   }
 }
 
 void flash_attention_backward_mma(const float* q, const float* k, const float* v, const float* out,
                                   const float* lse, const float* dout, float* dq, float* dk,
-                                  float* dv, float* scratch, int64_t batch, int64_t seq,
+                                  float* dv, void* scratch, int64_t batch, int64_t seq,
                                   int64_t heads, int64_t kv_heads, int64_t head_dim,
                                   cudaStream_t stream) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
-  for (const auto& [tensor, name] :
-       {std::pair{q, "q"}, {k, "k"}, {v, "v"}, {out, "out"}, {dout, "dout"}}) {
-    check_aligned_for_vector_loads(tensor, name, s, head_dim);
-  }
+  check_scratch(scratch, s, head_dim);
+  const Bf16Copies c = scratch_regions(scratch, s, head_dim);
+  convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
+  convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
+  convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
+  convert_to_bf16(dout, batch * seq * heads * head_dim, c.dout, stream);
   if (head_dim == 64) {
-    backward_mma_for<64>(q, k, v, out, lse, dout, dq, dk, dv, scratch, s, stream);
+    backward_mma_for<64>(c, out, dout, lse, dq, dk, dv, s, stream);
   } else {
-    backward_mma_for<128>(q, k, v, out, lse, dout, dq, dk, dv, scratch, s, stream);
+    backward_mma_for<128>(c, out, dout, lse, dq, dk, dv, s, stream);
   }
 }
 

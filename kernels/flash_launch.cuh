@@ -4,7 +4,6 @@
 #pragma once
 
 #include <climits>
-#include <cstdint>
 #include <string>
 
 #include "backend/flash_layout.h"
@@ -30,17 +29,6 @@ inline void check_shape(const FlashDims& s, int64_t head_dim) {
   GNMR_CHECK(
       s.batch >= 0 && s.seq >= 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
       "flash attention: heads must be a multiple of kv_heads (" + shape_text(s, head_dim) + ")");
-}
-
-// The tensor-core kernels read rows of q, k, v, out and dout 16 bytes at a time: each tensor must
-// start 16-byte aligned (head dims 64 and 128 keep every row so).
-inline void check_aligned_for_vector_loads(const float* tensor, const char* name,
-                                           const FlashDims& s, int64_t head_dim) {
-  if (reinterpret_cast<uintptr_t>(tensor) % 16 != 0) {
-    throw Error(ErrorKind::Runtime, std::string("flash attention (tensor cores): ") + name +
-                                        " for " + shape_text(s, head_dim) +
-                                        " does not start on a 16-byte boundary");
-  }
 }
 
 // A 1-D grid of `blocks` (checked against the hardware's 2^31 - 1) with `bytes` of dynamic

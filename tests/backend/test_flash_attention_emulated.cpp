@@ -42,6 +42,14 @@ std::vector<float> random_normal(size_t n, uint32_t seed, float scale) {
   return x;
 }
 
+// The bf16 copies the host side of the tensor-core kernels makes (convert_to_bf16) before they
+// run: each element's encode_bf16.
+std::vector<uint16_t> bf16_codes(const std::vector<float>& x) {
+  std::vector<uint16_t> codes(x.size());
+  for (size_t i = 0; i < x.size(); ++i) codes[i] = encode_bf16(x[i]);
+  return codes;
+}
+
 size_t count_bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
   size_t differ = 0;
   for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
@@ -122,6 +130,7 @@ void expect_mma_forward_within_the_bf16_bound(int64_t batch, int64_t seq, int64_
   const size_t rows = size_t(batch * heads * seq);
   const std::vector<float> q = random_normal(nq, 11, 2.0f), k = random_normal(nkv, 12, 1.0f),
                            v = random_normal(nkv, 13, 1.0f);
+  const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k), vb = bf16_codes(v);
   const FlashTiling tiles = flash_gpu_tiling(seq);
   const FlashDims d{batch, seq, heads, kv_heads};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
@@ -132,8 +141,8 @@ void expect_mma_forward_within_the_bf16_bound(int64_t batch, int64_t seq, int64_
     out.assign(nq, std::nanf(""));
     lse.assign(rows, std::nanf(""));
     emulated_launch(blocks, kFlashMmaThreads, shared_floats, [&] {
-      flash_forward_mma_kernel<HD>(q.data(), k.data(), v.data(), out.data(), lse.data(), d, tiles,
-                                   scale);
+      flash_forward_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), out.data(), lse.data(), d,
+                                   tiles, scale);
     });
   };
   std::vector<float> out, lse, out_again, lse_again;
@@ -171,6 +180,8 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
   const size_t rows = size_t(batch * heads * seq);
   const std::vector<float> q = random_normal(nq, 31, 2.0f), k = random_normal(nkv, 32, 1.0f),
                            v = random_normal(nkv, 33, 1.0f), dout = random_normal(nq, 34, 1.0f);
+  const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k), vb = bf16_codes(v),
+                              doutb = bf16_codes(dout);
   const FlashTiling tiles = flash_gpu_tiling(seq);
   const FlashDims d{batch, seq, heads, kv_heads};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
@@ -185,21 +196,21 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
   };
   emulated_launch(blocks(FlashKernel::Forward), kFlashMmaThreads,
                   shared_floats(FlashKernel::Forward), [&] {
-                    flash_forward_mma_kernel<HD>(q.data(), k.data(), v.data(), out.data(),
+                    flash_forward_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), out.data(),
                                                  lse.data(), d, tiles, scale);
                   });
   emulated_launch((int64_t(rows) + kFlashThreads - 1) / kFlashThreads, kFlashThreads, 0,
                   [&] { flash_delta_kernel<HD>(out.data(), dout.data(), delta.data(), d); });
   emulated_launch(blocks(FlashKernel::BackwardKeyValue), kFlashMmaThreads,
                   shared_floats(FlashKernel::BackwardKeyValue), [&] {
-                    flash_backward_key_value_mma_kernel<HD>(q.data(), k.data(), v.data(),
-                                                            lse.data(), delta.data(), dout.data(),
+                    flash_backward_key_value_mma_kernel<HD>(qb.data(), kb.data(), vb.data(),
+                                                            lse.data(), delta.data(), doutb.data(),
                                                             dk.data(), dv.data(), d, tiles, scale);
                   });
   emulated_launch(blocks(FlashKernel::BackwardQuery), kFlashMmaThreads,
                   shared_floats(FlashKernel::BackwardQuery), [&] {
-                    flash_backward_query_mma_kernel<HD>(q.data(), k.data(), v.data(), lse.data(),
-                                                        delta.data(), dout.data(), dq.data(), d,
+                    flash_backward_query_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), lse.data(),
+                                                        delta.data(), doutb.data(), dq.data(), d,
                                                         tiles, scale);
                   });
   namespace ref = attention_bf16_reference;
@@ -227,13 +238,15 @@ TEST(FlashAttentionEmulated, TheBf16BoundRejectsAnOutputOfTheWrongKeys) {
                            v = random_normal(nkv, 23, 1.0f);
   std::vector<float> v_shifted = v;
   for (int d = 0; d < 64; ++d) v_shifted[size_t(65 * 64 + d)] += 10.0f;  // key 65, second tile
+  const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k),
+                              vb_shifted = bf16_codes(v_shifted);
   const FlashTiling tiles = flash_gpu_tiling(70);
   const FlashDims dims{1, 70, 2, 1};
   std::vector<float> out(nq, std::nanf("")), lse(size_t(2 * 70), std::nanf(""));
   emulated_launch(flash_grid_blocks(FlashKernel::Forward, 1, 2, 1, tiles), kFlashMmaThreads,
                   (flash_mma_shared_bytes(FlashKernel::Forward, 64, tiles) + 3) / 4, [&] {
-                    flash_forward_mma_kernel<64>(q.data(), k.data(), v_shifted.data(), out.data(),
-                                                 lse.data(), dims, tiles, 0.125f);
+                    flash_forward_mma_kernel<64>(qb.data(), kb.data(), vb_shifted.data(),
+                                                 out.data(), lse.data(), dims, tiles, 0.125f);
                   });
   const attention_bf16_reference::Reference ref = attention_bf16_reference::reference(q, k, v, s);
   EXPECT_NE(attention_bf16_reference::out_violations(out, ref), "");

@@ -102,12 +102,14 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
            double(sizeof(float)) * double(nq + rows + scratch_floats), device);
   }
   {
-    const size_t scratch_floats =
-        size_t(gnmr::cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+    const size_t scratch_floats = size_t(gnmr::cuda::flash_attention_mma_scratch_bytes(
+                                             s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) /
+                                         4);
     Buffer lse(rows), scratch(scratch_floats);
     const double forward_ms = time_ms([&] {
-      gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, out.data, lse.data, s.batch,
-                                              s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+      gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, out.data, lse.data,
+                                              scratch.data, s.batch, s.seq, s.heads, s.kv_heads,
+                                              s.head_dim, nullptr);
     });
     const double backward_ms = time_ms([&] {
       gnmr::cuda::flash_attention_backward_mma(

@@ -219,14 +219,14 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
 
 Result run_gpu_mma(const Inputs& in, const AttentionShape& s) {
   const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
-  const size_t scratch_floats =
-      size_t(flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads));
+  const size_t scratch_floats = size_t(
+      flash_attention_mma_scratch_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
   DeviceBuffer<float> out(nq), lse(nrows), dq(nq), dk(nkv), dv(nkv), scratch(scratch_floats);
   poison(out, nq), poison(lse, nrows), poison(dq, nq), poison(dk, nkv), poison(dv, nkv);
-  poison(scratch, scratch_floats);
-  flash_attention_forward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), s.batch, s.seq,
-                              s.heads, s.kv_heads, s.head_dim, nullptr);
+  poison(scratch, scratch_floats);  // the bf16 copies and delta: every byte read is written first
+  flash_attention_forward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), scratch.get(),
+                              s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
   flash_attention_backward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), dout.get(),
                                dq.get(), dk.get(), dv.get(), scratch.get(), s.batch, s.seq, s.heads,
                                s.kv_heads, s.head_dim, nullptr);
@@ -342,37 +342,32 @@ TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
   }
 }
 
-// The tensor-core kernels read q, k, v, out and dout 16 bytes at a time: a tensor off a 16-byte
-// boundary is refused before anything runs, naming it (no GPU needed: the check comes first).
-TEST(GpuFlashAttention, TensorCoreKernelsRefuseATensorOffA16ByteBoundary) {
+// The tensor-core kernels read their scratch's bf16 rows 16 bytes at a time: a scratch off a
+// 16-byte boundary is refused before anything runs (no GPU needed: the check comes first).
+TEST(GpuFlashAttention, TensorCoreKernelsRefuseAScratchOffA16ByteBoundary) {
   alignas(16) static float storage[8];
-  const float* aligned = storage;
-  const float* off_by_one_float = storage + 1;
-  const auto expect_refused = [](const std::function<void()>& call, const std::string& tensor) {
+  float* aligned = storage;
+  void* off_by_one_float = storage + 1;
+  const auto expect_refused = [](const std::function<void()>& call) {
     try {
       call();
-      FAIL() << tensor << " off a 16-byte boundary was accepted";
+      FAIL() << "a scratch off a 16-byte boundary was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::Runtime);
-      EXPECT_NE(std::string(e.what()).find(tensor + " for B=1 T=5 H=2 Hkv=1 hd=64 does not start "
-                                                    "on a 16-byte boundary"),
+      EXPECT_NE(std::string(e.what()).find("the scratch for B=1 T=5 H=2 Hkv=1 hd=64 does not "
+                                           "start on a 16-byte boundary"),
                 std::string::npos)
           << e.what();
     }
   };
-  float* out = const_cast<float*>(aligned);
-  expect_refused(
-      [&] {
-        flash_attention_forward_mma(aligned, off_by_one_float, aligned, out, out, 1, 5, 2, 1, 64,
-                                    nullptr);
-      },
-      "k");
-  expect_refused(
-      [&] {
-        flash_attention_backward_mma(aligned, aligned, aligned, aligned, aligned, off_by_one_float,
-                                     out, out, out, out, 1, 5, 2, 1, 64, nullptr);
-      },
-      "dout");
+  expect_refused([&] {
+    flash_attention_forward_mma(aligned, aligned, aligned, aligned, aligned, off_by_one_float, 1, 5,
+                                2, 1, 64, nullptr);
+  });
+  expect_refused([&] {
+    flash_attention_backward_mma(aligned, aligned, aligned, aligned, aligned, aligned, aligned,
+                                 aligned, aligned, off_by_one_float, 1, 5, 2, 1, 64, nullptr);
+  });
 }
 
 }  // namespace

@@ -417,11 +417,17 @@ class CudaBackend final : public Backend {
     check_same_numel(q, out, "attention_forward");
     CudaAttentionState& state = attention_state(saved, s);
     if (state.flash()) {
-      const auto forward = state.kernel_kind == AttentionKernel::FlashTensorCores
-                               ? cuda::flash_attention_forward_mma
-                               : cuda::flash_attention_forward;
-      forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.lse), s.batch,
-              s.seq, s.heads, s.kv_heads, s.head_dim, stream_);
+      if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
+        // Its bf16 copies of q, k, v go to the attention scratch (dead after the forward).
+        cuda::flash_attention_forward_mma(
+            f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.lse),
+            attention_scratch_.reserve(memory_, attention_scratch_bytes(state)), s.batch, s.seq,
+            s.heads, s.kv_heads, s.head_dim, stream_);
+      } else {
+        cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
+                                      f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
+                                      s.head_dim, stream_);
+      }
       if (state.out_kept) {
         state.caller_out = f32_data(out);  // the caller leaves it unchanged until the backward
       } else {
@@ -443,21 +449,24 @@ class CudaBackend final : public Backend {
     check_same_numel(k, dk, "attention_backward");
     check_same_numel(v, dv, "attention_backward");
     const CudaAttentionState& state = attention_state(saved, s);
-    auto* scratch =
-        static_cast<float*>(attention_scratch_.reserve(memory_, attention_scratch_bytes(state)));
-    if (state.flash()) {
-      // Both backwards take their own forward's out and lse and the same scratch.
-      const auto backward = state.kernel_kind == AttentionKernel::FlashTensorCores
-                                ? cuda::flash_attention_backward_mma
-                                : cuda::flash_attention_backward;
-      backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(), f32_data(state.lse),
-               f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq,
-               s.heads, s.kv_heads, s.head_dim, stream_);
+    void* scratch = attention_scratch_.reserve(memory_, attention_scratch_bytes(state));
+    if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
+      cuda::flash_attention_backward_mma(f32_data(q), f32_data(k), f32_data(v), state.flash_out(),
+                                         f32_data(state.lse), f32_data(dout), f32_data(dq),
+                                         f32_data(dk), f32_data(dv), scratch, s.batch, s.seq,
+                                         s.heads, s.kv_heads, s.head_dim, stream_);
+      return;
+    }
+    if (state.flash()) {  // each backward takes its own forward's out and lse
+      cuda::flash_attention_backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(),
+                                     f32_data(state.lse), f32_data(dout), f32_data(dq),
+                                     f32_data(dk), f32_data(dv), static_cast<float*>(scratch),
+                                     s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_);
       return;
     }
     attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.probs),
-                         f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv), scratch, s,
-                         stream_);
+                         f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv),
+                         static_cast<float*>(scratch), s, stream_);
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -628,6 +637,10 @@ class CudaBackend final : public Backend {
   }
   static size_t attention_scratch_bytes(const CudaAttentionState& state) {
     const AttentionShape& s = state.shape;
+    if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
+      return size_t(
+          cuda::flash_attention_mma_scratch_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim));
+    }
     const int64_t floats =
         state.flash() ? cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads)
                       : cuda::MaterializedAttention::backward_scratch_floats(s);
