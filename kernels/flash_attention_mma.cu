@@ -1,9 +1,8 @@
 // Flash attention, forward and backward, on bf16 tensor cores (mma.sync m16n8k16, so it runs on
 // sm_80 and sm_90): causal GQA, fp32 softmax statistics and accumulation, FlashAttention-2's
 // loops (arXiv 2307.08691, algorithms 1 and 2) over the same 64 x 64 tiles as the SIMT kernels
-// (kernels/flash_attention.cu, src/backend/flash_tiling.h). Not yet selected by
-// model.attention: only the tests and bench_gpu_attention call it until it has been checked on
-// a GPU (docs/DESIGN.md §6).
+// (kernels/flash_attention.cu, src/backend/flash_tiling.h). model.attention = flash_bf16 selects
+// it; `auto` keeps the SIMT kernels until it has passed its tests on a GPU (docs/DESIGN.md §6).
 //
 // Reference: the exact attention of the bf16-rounded q, k, v in double precision
 // (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
@@ -11,13 +10,17 @@
 //
 // One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. The host
 // side first converts q, k, v (and dout) to bf16 copies in the scratch (flash_mma_scratch_layout
-// in src/backend/flash_layout.h); the kernels copy tiles of those to shared memory 16 bytes at a
-// time, and take fragments from there by ldmatrix, one instruction per A fragment or pair of B
-// fragments, with the row addresses and delivery rules of src/backend/mma_fragment.h. Per key tile
-// a warp computes its 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks and scales them, updates
-// its rows' running max m and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a
-// row's 4 lanes combine by butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's
-// accumulators reused as the A fragments. No atomics; every output element is written by one lane.
+// in src/backend/flash_layout.h); the kernels copy tiles of those to shared memory by cp.async,
+// 16 bytes per thread and step, and take fragments from there by ldmatrix, one instruction per A
+// fragment or pair of B fragments, with the row addresses and delivery rules of
+// src/backend/mma_fragment.h. The forward overlaps its copies with its math as
+// FlashAttention-2 does, with one K and one V buffer: V(j) lands during S = Q K(j)^T and the
+// softmax, K(j + 1) during O += P V(j); the dQ pass overlaps V(j + 1) with S, dS and dQ; the
+// dK/dV pass copies and waits. Per key tile a warp computes its 16 x 64 scores S = Q K^T
+// (HD / 16 x 8 mma), masks them where the tile pair needs it, updates its rows' running max m and
+// partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by
+// butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused as the A
+// fragments. No atomics; every output element is written by one lane.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -63,6 +66,24 @@ __device__ inline void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* row) {
                : "r"(address));
 }
 
+// cp.async.cg (sm_80+): this thread's asynchronous copy of `src_bytes` (16, or 0 to zero-fill)
+// from global `src` to shared `dst`, both 16-byte aligned; it lands when the thread waits for
+// its group (every committed group but the newest N), and is visible to the block after a
+// barrier that follows the wait.
+__device__ inline void cp_async_16(void* dst, const void* src, int src_bytes) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ inline void cp_async_commit_group() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int N>
+__device__ inline void cp_async_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // Two floats rounded to the nearest bf16 (ties to even, as encode_bf16) in one register, `low`
 // in the low half: one cvt.rn.bf16x2.f32.
 __device__ inline uint32_t pack_bf16x2_rn(float low, float high) {
@@ -87,24 +108,19 @@ __device__ inline float warp_shfl_xor(float value, int lane_mask) {
 // log units for the backward and the other kernels.
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Eight bf16 codes, copied as one 16-byte load and one 16-byte store.
-struct alignas(16) EightBf16 {
-  uint32_t pairs[4];
-};
-
-// Rows [0, tile_rows) of HD bf16 codes into shared memory: row r from global src + r *
-// src_stride to dst + r * dst_stride, 16 bytes per thread and step (the scratch's regions and
-// rows are 16-byte aligned: flash_mma_scratch_layout); rows from `rows` on are zeros, so a
-// partial tile's missing keys and queries multiply as 0 (the mask removes their scores).
+// Issues (cp.async, not yet committed) the copy of rows [0, tile_rows) of HD bf16 codes into
+// shared memory: row r from global src + r * src_stride to dst + r * dst_stride, 16 bytes per
+// thread and step (the scratch's regions and rows are 16-byte aligned: flash_mma_scratch_layout);
+// rows from `rows` on are zero-filled, so a partial tile's missing keys and queries multiply as
+// 0 (the mask removes their scores).
 template <int HD>
-__device__ void load_tile(uint16_t* dst, int64_t dst_stride, const uint16_t* src,
-                          int64_t src_stride, int64_t rows, int64_t tile_rows) {
+__device__ void load_tile_async(uint16_t* dst, int64_t dst_stride, const uint16_t* src,
+                                int64_t src_stride, int64_t rows, int64_t tile_rows) {
   constexpr int kChunks = HD / 8;
   for (int64_t e = threadIdx.x; e < tile_rows * kChunks; e += blockDim.x) {
     const int64_t r = e / kChunks, d = 8 * (e % kChunks);
-    EightBf16 chunk = {{0, 0, 0, 0}};
-    if (r < rows) chunk = *reinterpret_cast<const EightBf16*>(src + r * src_stride + d);
-    *reinterpret_cast<EightBf16*>(dst + r * dst_stride + d) = chunk;
+    const bool real = r < rows;
+    cp_async_16(dst + r * dst_stride + d, real ? src + r * src_stride + d : src, real ? 16 : 0);
   }
 }
 
@@ -235,7 +251,14 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
   const float scale_log2 = scale * kLog2e;  // exp(scale x) = exp2(scale_log2 x)
 
-  load_tile<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+  // FlashAttention-2's pipeline over one K and one V buffer: V(j) lands while S = Q K(j)^T and
+  // the softmax run, K(j + 1) while O += P V(j) runs.
+  const int64_t last_kj = flash_last_kv_tile(tiles, qi);
+  load_tile_async<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                      tiles.q_tile);
+  load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, 0, g, HD), s.kv_heads * HD,
+                      flash_tile_rows(0, tiles.kv_tile, s.seq), tiles.kv_tile);
+  cp_async_commit_group();
   float o[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(o);
   // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max of
@@ -243,14 +266,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   // columns).
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
-  for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
+  for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
-    __syncthreads();  // every warp is done with the previous key tile
-    load_tile<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                  tiles.kv_tile);
-    load_tile<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                  tiles.kv_tile);
-    __syncthreads();
+    cp_async_wait_group<0>();
+    __syncthreads();  // q and K(kj) are in shared memory; every warp is done with V(kj - 1)
+    load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                        tiles.kv_tile);
+    cp_async_commit_group();
 
     float sc[kKeyBlocks][kMmaCElements];
     multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
@@ -299,6 +321,14 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= rescale[i >> 1];
     }
+    cp_async_wait_group<0>();
+    __syncthreads();  // V(kj) is in shared memory; every warp is done with K(kj)
+    if (kj < last_kj) {
+      const int64_t next = (kj + 1) * tiles.kv_tile;
+      load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, next, g, HD), s.kv_heads * HD,
+                          flash_tile_rows(kj + 1, tiles.kv_tile, s.seq), tiles.kv_tile);
+      cp_async_commit_group();
+    }
     accumulate_times_rows<HD, kKeyBlocks>(o, sc, vs, st, lane);  // O += P V
   }
 
@@ -345,8 +375,15 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;
 
-  load_tile<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
-  load_tile<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
+  // One K and one V buffer: V(j + 1) lands while S, P, dS and dQ += dS K(j) run.
+  const int64_t last_kj = flash_last_kv_tile(tiles, qi);
+  load_tile_async<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                      tiles.q_tile);
+  load_tile_async<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                      tiles.q_tile);
+  load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, 0, g, HD), s.kv_heads * HD,
+                      flash_tile_rows(0, tiles.kv_tile, s.seq), tiles.kv_tile);
+  cp_async_commit_group();
   const float scale_log2 = scale * kLog2e;
   // This lane's two rows (group and group + 8 of the warp's 16): lse in log2 units, delta;
   // rows past the end are masked.
@@ -361,18 +398,25 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   float dq_acc[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(dq_acc);
 
-  for (int64_t kj = 0; kj <= flash_last_kv_tile(tiles, qi); ++kj) {
+  for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
-    __syncthreads();  // every warp is done with the previous key tile (and q, dout are loaded)
-    load_tile<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                  tiles.kv_tile);
-    load_tile<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                  tiles.kv_tile);
-    __syncthreads();
+    __syncthreads();  // every warp is done with K(kj - 1)
+    load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                        tiles.kv_tile);
+    cp_async_commit_group();
+    cp_async_wait_group<0>();
+    __syncthreads();  // q, dout, V(kj) and K(kj) are in shared memory
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
     multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
+    __syncthreads();  // every warp is done with V(kj)
+    if (kj < last_kj) {
+      const int64_t next = (kj + 1) * tiles.kv_tile;
+      load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, next, g, HD), s.kv_heads * HD,
+                          flash_tile_rows(kj + 1, tiles.kv_tile, s.seq), tiles.kv_tile);
+      cp_async_commit_group();
+    }
+    multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
     // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
@@ -431,8 +475,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
   const float scale_log2 = scale * kLog2e;
 
-  load_tile<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols, tiles.kv_tile);
-  load_tile<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols, tiles.kv_tile);
+  load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                      tiles.kv_tile);
+  load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
+                      tiles.kv_tile);
   float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(dk_acc);
   zero_rows<HD>(dv_acc);
@@ -441,15 +487,18 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     for (int64_t qi = flash_first_q_tile(tiles, kj); qi < q_tiles; ++qi) {
       const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
       __syncthreads();  // every warp is done with the previous query tile
-      load_tile<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows, tiles.q_tile);
-      load_tile<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                    tiles.q_tile);
+      load_tile_async<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                          tiles.q_tile);
+      load_tile_async<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                          tiles.q_tile);
       for (int64_t i = threadIdx.x; i < tiles.q_tile; i += blockDim.x) {
         const bool real = i < rows;
         lse_rows[i] = real ? lse[flash_stat_offset(s, b, h, r0 + i)] * kLog2e : 0.0f;  // log2 units
         delta_rows[i] = real ? delta[flash_stat_offset(s, b, h, r0 + i)] : 0.0f;
       }
-      __syncthreads();
+      cp_async_commit_group();  // with the first query tile's, the key tile's k and v
+      cp_async_wait_group<0>();
+      __syncthreads();  // the tiles and rows are in shared memory
 
       // P^T into pt: element (key row, query column). dV += P^T dO before dP^T exists, so
       // the two 16 x 64 products are not live at once with everything else (registers).

@@ -2,7 +2,8 @@
 # What the compiler made of a kernel file, without a GPU: per kernel, ptxas's registers and spill
 # bytes, and the static SASS instruction counts of the kinds that decide a tensor-core kernel's
 # speed (HMMA tensor-core products, LDSM ldmatrix loads, LDS plain shared loads, LDG.128 16-byte
-# global loads, F2FP paired conversions, MUFU exp2/log/reciprocal, CALL slow paths), and all.
+# global loads, LDGSTS cp.async copies, F2FP paired conversions, MUFU exp2/log/reciprocal, CALL
+# slow paths), and all (never-executed padding left out).
 # Static counts, not a measurement of speed: the loops run many times, an instruction once here.
 #   scripts/sass_counts.sh kernels/flash_attention_mma.cu [ARCH]   (ARCH default sm_90a)
 # Needs nvcc and a SASS disassembler on PATH: cuobjdump (the full CUDA toolkit) or nvdisasm
@@ -61,15 +62,17 @@ for line in open(sys.argv[2]):
         current = short(m.group(1))
         counts.setdefault(current, collections.Counter())
         continue
-    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
     if m and current:
-        op = m.group(1)
+        if m.group(1) and m.group(1).strip() == "@!PT":
+            continue  # never executed: ptxas's padding
+        op = m.group(2)
         counts[current]["all"] += 1
         counts[current][op.split(".")[0]] += 1
-        if op.startswith("LDG") and ".128" in op:
+        if op.startswith("LDG.") and ".128" in op:
             counts[current]["LDG.128"] += 1
 
-kinds = ["HMMA", "LDSM", "LDS", "LDG.128", "F2FP", "MUFU", "CALL", "all"]
+kinds = ["HMMA", "LDSM", "LDS", "LDG.128", "LDGSTS", "F2FP", "MUFU", "CALL", "all"]
 print(f"{'kernel':44s} {'regs':>4s} {'spill':>5s} " + " ".join(f"{k:>7s}" for k in kinds))
 for name, c in counts.items():
     if name.startswith("$") or c["all"] == 0:

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -60,6 +62,13 @@ struct WarpExchange {
   uint16_t rows[kWarpSize][kLdmatrixRows];  // ldmatrix: the row at each lane's address
 };
 
+// A cp.async copy a thread issued and has not yet waited for.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  int src_bytes;
+};
+
 struct BlockRun {
   const std::function<void()>* kernel = nullptr;
   int threads = 0;
@@ -76,6 +85,9 @@ struct BlockRun {
   std::vector<int> warp_arrived;
   std::vector<WarpExchange> warp_exchanges;  // two per warp
   std::vector<unsigned char> exchange_turn;  // per thread: which of its warp's two is next
+  // Per thread: its committed cp.async groups, oldest first, and the group still open.
+  std::vector<std::vector<std::vector<AsyncCopy>>> async_committed;
+  std::vector<std::vector<AsyncCopy>> async_open;
   std::string failure;  // set by a thread that found an error; the scheduler throws it
 };
 
@@ -143,6 +155,9 @@ void fiber_entry() {
       run.fiber_of[size_t(t)] = run.current_fiber;
       run.state[size_t(t)] = ThreadState::kRunning;
       (*run.kernel)();
+      if (!run.async_open[size_t(t)].empty() || !run.async_committed[size_t(t)].empty()) {
+        fail_in_thread("returned with cp.async copies it never waited for");
+      }
       run.state[size_t(t)] = ThreadState::kDone;
       ++run.done;
     }
@@ -223,6 +238,8 @@ void run_block(const std::function<void()>& kernel, int threads) {
   run.warp_arrived.assign(size_t(warps), 0);
   run.warp_exchanges.resize(size_t(2 * warps));
   run.exchange_turn.assign(size_t(threads), 0);
+  run.async_committed.resize(size_t(threads));
+  run.async_open.resize(size_t(threads));
   running = &run;
   while (run.done < threads) {
     bool ran = false;
@@ -445,6 +462,42 @@ void ldmatrix_m8n8_x4(uint32_t r[4], const uint16_t* row, bool trans) {
 }
 
 }  // namespace
+
+void cp_async_16(void* dst, const void* src, int src_bytes) {
+  BlockRun& run = *running;
+  const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
+  const auto* at = static_cast<const unsigned char*>(dst);
+  if (at < start || at + 16 > start + shared_memory.size() * sizeof(float)) {
+    fail_in_thread("cp.async to an address outside the block's dynamic shared memory");
+  }
+  if ((at - start) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
+    fail_in_thread("cp.async of 16 bytes with an address off a 16-byte boundary");
+  }
+  if (src_bytes != 0 && src_bytes != 16) {
+    fail_in_thread("cp.async with a source size of " + std::to_string(src_bytes) +
+                   " bytes (the kernels copy 16 or zero-fill)");
+  }
+  run.async_open[size_t(run.current)].push_back(AsyncCopy{dst, src, src_bytes});
+}
+
+void cp_async_commit_group() {
+  BlockRun& run = *running;
+  auto& open = run.async_open[size_t(run.current)];
+  run.async_committed[size_t(run.current)].push_back(std::move(open));
+  open.clear();
+}
+
+void emulated_cp_async_wait_group(int pending) {
+  BlockRun& run = *running;
+  auto& groups = run.async_committed[size_t(run.current)];
+  while (int(groups.size()) > pending) {
+    for (const AsyncCopy& c : groups.front()) {
+      std::memcpy(c.dst, c.src, size_t(c.src_bytes));
+      std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, size_t(16 - c.src_bytes));
+    }
+    groups.erase(groups.begin());
+  }
+}
 
 uint32_t pack_bf16x2_rn(float low, float high) {
   return pack_bf16_pair(encode_bf16(low), encode_bf16(high));

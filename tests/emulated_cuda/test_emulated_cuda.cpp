@@ -1,7 +1,8 @@
 // The CUDA emulation's own promises (emulated_cuda.h): every thread of a grid runs once with its
 // indices, barriers order shared-memory traffic, shuffles exchange across lanes, ldmatrix
-// delivers each lane its elements, a barrier some threads skip, an ldmatrix row a GPU could not
-// read and a launch a GPU would refuse are errors, shared memory starts as NaN.
+// delivers each lane its elements, cp.async copies land at the wait for their group, a barrier
+// some threads skip, an ldmatrix row or a cp.async a GPU could not do, a thread that leaves
+// copies unwaited and a launch a GPU would refuse are errors, shared memory starts as NaN.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,6 +150,63 @@ TEST(EmulatedCuda, AnLdmatrixRowOffA16ByteBoundaryOrOutsideSharedMemoryIsAnError
                      {"ldmatrix.x4", "lane 0", "not 16-byte aligned", "byte 8"});
   expect_logic_error([&] { emulated_kernel_launch(load_at(8), nullptr, 1, 32, 512); },
                      {"ldmatrix.x4", "lane 31", "outside the block's dynamic shared memory"});
+}
+
+// Two groups of 16-byte copies: the first (four floats, then a zero-filled chunk) lands at
+// wait_group<1>, the newest only at wait_group<0>; before its wait a chunk still holds the NaN
+// shared memory starts with.
+TEST(EmulatedCuda, CpAsyncCopiesLandWhenTheirGroupIsWaitedFor) {
+  alignas(16) static const float source[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  std::vector<float> seen;
+  emulated_kernel_launch(
+      [&] {
+        float* shared = emulated_shared_memory();
+        cp_async_16(shared, source, 16);
+        cp_async_16(shared + 4, source, 0);  // zero-fill
+        cp_async_commit_group();
+        cp_async_16(shared + 8, source + 4, 16);
+        cp_async_commit_group();
+        seen.assign(shared, shared + 12);  // nothing landed yet
+        cp_async_wait_group<1>();
+        seen.insert(seen.end(), shared, shared + 12);
+        cp_async_wait_group<0>();
+        seen.insert(seen.end(), shared, shared + 12);
+      },
+      nullptr, 1, 1, 12 * sizeof(float));
+  ASSERT_EQ(emulated_take_launch_error(true), 0);
+  ASSERT_EQ(seen.size(), 36u);
+  for (int i = 0; i < 12; ++i) EXPECT_TRUE(std::isnan(seen[size_t(i)])) << i;
+  const std::vector<float> after_first(seen.begin() + 12, seen.begin() + 20);
+  EXPECT_EQ(after_first, (std::vector<float>{1, 2, 3, 4, 0, 0, 0, 0}));
+  for (int i = 20; i < 24; ++i) EXPECT_TRUE(std::isnan(seen[size_t(i)])) << i;
+  const std::vector<float> after_all(seen.begin() + 24, seen.end());
+  EXPECT_EQ(after_all, (std::vector<float>{1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8}));
+}
+
+TEST(EmulatedCuda, ACpAsyncAGpuCouldNotDoOrNeverWaitedForIsAnError) {
+  alignas(16) static const float source[8] = {};
+  expect_logic_error(
+      [&] {
+        emulated_kernel_launch([] { cp_async_16(emulated_shared_memory() + 1, source, 16); },
+                               nullptr, 1, 1, 64);
+      },
+      {"cp.async", "off a 16-byte boundary"});
+  expect_logic_error(
+      [&] {
+        emulated_kernel_launch([] { cp_async_16(emulated_shared_memory() + 16, source, 16); },
+                               nullptr, 1, 1, 64);
+      },
+      {"cp.async", "outside the block's dynamic shared memory"});
+  expect_logic_error(
+      [&] {
+        emulated_kernel_launch(
+            [] {
+              cp_async_16(emulated_shared_memory(), source, 16);
+              cp_async_commit_group();
+            },
+            nullptr, 1, 1, 64);
+      },
+      {"thread (0, 0, 0)", "returned with cp.async copies it never waited for"});
 }
 
 TEST(EmulatedCuda, ABarrierSomeThreadsNeverReachIsAnErrorNamingTheBlock) {
