@@ -16,7 +16,8 @@
 // src/backend/mma_fragment.h. The forward overlaps its copies with its math as
 // FlashAttention-2 does, with one K and one V buffer: V(j) lands during S = Q K(j)^T and the
 // softmax, K(j + 1) during O += P V(j); the dQ pass overlaps V(j + 1) with S, dS and dQ; the
-// dK/dV pass copies and waits. Per key tile a warp computes its 16 x 64 scores S = Q K^T
+// dK/dV pass keeps two stages of its per-query-tile data (q, dout, lse, delta), the next tile's
+// landing while this one's math runs. Per key tile a warp computes its 16 x 64 scores S = Q K^T
 // (HD / 16 x 8 mma), masks them where the tile pair needs it, updates its rows' running max m and
 // partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by
 // butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused as the A
@@ -73,6 +74,13 @@ __device__ inline void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* row) {
 __device__ inline void cp_async_16(void* dst, const void* src, int src_bytes) {
   const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+// cp.async.ca of 4 bytes (`src_bytes` 4, or 0 to zero-fill), both addresses 4-byte aligned.
+__device__ inline void cp_async_4(void* dst, const void* src, int src_bytes) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(address), "l"(src),
                "r"(src_bytes)
                : "memory");
 }
@@ -452,7 +460,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 // tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse) (as exp2, masked only where
 // needed), dP^T = V dO^T,
 // dS^T = P^T (dP^T - delta); then dV += P^T dO and dK += dS^T Q, the scale applied once at the
-// end. Each warp owns its 16 rows of dK and dV for the whole loop: no atomics.
+// end. Each warp owns its 16 rows of dK and dV for the whole loop: no atomics. At hd 128 the two
+// 16 x 128 accumulators fill the registers: ptxas spills 32 bytes (4 stores before the loop, 4
+// loads per query tile; scripts/sass_counts.sh).
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
     flash_backward_key_value_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
@@ -464,8 +474,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const FlashMmaSharedLayout lay =
       flash_mma_shared_layout(FlashKernel::BackwardKeyValue, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
-  uint16_t *qs = tile + lay.q, *dos = tile + lay.dout, *ks = tile + lay.k, *vs = tile + lay.v;
-  float *lse_rows = smem + lay.lse, *delta_rows = smem + lay.delta;
+  uint16_t *ks = tile + lay.k, *vs = tile + lay.v;
   const int64_t st = lay.row_stride;
   const int64_t kv_tiles = flash_kv_tiles(tiles), q_tiles = flash_q_tiles(tiles);
   const int64_t kj = blockIdx.x % kv_tiles, bg = blockIdx.x / kv_tiles;
@@ -474,71 +483,96 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
   const float scale_log2 = scale * kLog2e;
+  // The block's tasks: the GQA group's heads, and for each the query tiles that see the key tile.
+  const int64_t first_qi = flash_first_q_tile(tiles, kj), per_head = q_tiles - first_qi;
+  const int64_t tasks = group * per_head;
+  // Task n's per-query-tile data sits in stage n % 2 (flash_mma_shared_layout): the copies for
+  // task n + 1 land while task n's math runs.
+  const auto stage_q = [&](int64_t n) { return tile + lay.q + (n & 1) * lay.stage_elements; };
+  const auto stage_dout = [&](int64_t n) { return tile + lay.dout + (n & 1) * lay.stage_elements; };
+  const auto stage_lse = [&](int64_t n) { return smem + lay.lse + (n & 1) * lay.stage_floats; };
+  const auto stage_delta = [&](int64_t n) { return smem + lay.delta + (n & 1) * lay.stage_floats; };
+  // Issues task n's copies into its stage (not committed): its q and dout tiles, and its lse and
+  // delta rows, 4 bytes per query row (zero past the end).
+  static_assert(kFlashQTile <= kFlashMmaThreads, "a thread per query row of the tile");
+  const auto load_task = [&](int64_t n) {
+    const int64_t h = g * group + n / per_head, qi = first_qi + n % per_head;
+    const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
+    load_tile_async<HD>(stage_q(n), st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
+                        tiles.q_tile);
+    load_tile_async<HD>(stage_dout(n), st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
+                        rows, tiles.q_tile);
+    const int64_t i = threadIdx.x;
+    if (i < tiles.q_tile) {
+      const int64_t at = flash_stat_offset(s, b, h, i < rows ? r0 + i : r0);
+      cp_async_4(stage_lse(n) + i, lse + at, i < rows ? 4 : 0);
+      cp_async_4(stage_delta(n) + i, delta + at, i < rows ? 4 : 0);
+    }
+  };
 
   load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
                       tiles.kv_tile);
   load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
                       tiles.kv_tile);
+  load_task(0);
+  cp_async_commit_group();
   float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(dk_acc);
   zero_rows<HD>(dv_acc);
 
-  for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t qi = flash_first_q_tile(tiles, kj); qi < q_tiles; ++qi) {
-      const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
-      __syncthreads();  // every warp is done with the previous query tile
-      load_tile_async<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                          tiles.q_tile);
-      load_tile_async<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                          tiles.q_tile);
-      for (int64_t i = threadIdx.x; i < tiles.q_tile; i += blockDim.x) {
-        const bool real = i < rows;
-        lse_rows[i] = real ? lse[flash_stat_offset(s, b, h, r0 + i)] * kLog2e : 0.0f;  // log2 units
-        delta_rows[i] = real ? delta[flash_stat_offset(s, b, h, r0 + i)] : 0.0f;
-      }
-      cp_async_commit_group();  // with the first query tile's, the key tile's k and v
+  for (int64_t n = 0; n < tasks; ++n) {
+    const int64_t qi = first_qi + n % per_head, r0 = qi * tiles.q_tile;
+    const uint16_t *qs = stage_q(n), *dos = stage_dout(n);
+    const float *lse_rows = stage_lse(n), *delta_rows = stage_delta(n);
+    // Task n + 1's copies go to the other stage, which every warp left at the end of task n - 1.
+    if (n + 1 < tasks) {
+      load_task(n + 1);
+      cp_async_commit_group();
+      cp_async_wait_group<1>();  // task n's group (and k, v with task 0's) landed
+    } else {
       cp_async_wait_group<0>();
-      __syncthreads();  // the tiles and rows are in shared memory
-
-      // P^T into pt: element (key row, query column). dV += P^T dO before dP^T exists, so
-      // the two 16 x 64 products are not live at once with everything else (registers).
-      float pt[kQueryBlocks][kMmaCElements];
-      multiply_by_rows_transposed<HD, kQueryBlocks>(pt, ks + w0 * st, qs, st, lane);
-#pragma unroll
-      for (int nb = 0; nb < kQueryBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const int column = nb * kMmaN + mma_c_col(lane, i);
-          pt[nb][i] = exp2f(fmaf(pt[nb][i], scale_log2, -lse_rows[column]));
-        }
-      }
-      if (flash_tile_needs_mask(tiles, qi, kj)) {
-        // Masked pairs exactly 0 (keys past the end fail key <= query, as every query is before
-        // the end; queries past the end are zero rows of q and dout, whose terms would be 0
-        // anyway, but the mask does not rely on it).
-#pragma unroll
-        for (int nb = 0; nb < kQueryBlocks; ++nb) {
-#pragma unroll
-          for (int i = 0; i < kMmaCElements; ++i) {
-            const int64_t query = r0 + nb * kMmaN + mma_c_col(lane, i);
-            const int64_t key = c0 + w0 + mma_c_row(lane, i);
-            if (!(query < s.seq && key <= query)) pt[nb][i] = 0.0f;
-          }
-        }
-      }
-      accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
-      // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) into it.
-      float dst[kQueryBlocks][kMmaCElements];
-      multiply_by_rows_transposed<HD, kQueryBlocks>(dst, vs + w0 * st, dos, st, lane);
-#pragma unroll
-      for (int nb = 0; nb < kQueryBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < kMmaCElements; ++i) {
-          dst[nb][i] = pt[nb][i] * (dst[nb][i] - delta_rows[nb * kMmaN + mma_c_col(lane, i)]);
-        }
-      }
-      accumulate_times_rows<HD, kQueryBlocks>(dk_acc, dst, qs, st, lane);  // dK += dS^T Q
     }
+    __syncthreads();  // task n's tiles and rows are in shared memory
+
+    // P^T into pt: element (key row, query column). dV += P^T dO before dP^T exists, so
+    // the two 16 x 64 products are not live at once with everything else (registers).
+    float pt[kQueryBlocks][kMmaCElements];
+    multiply_by_rows_transposed<HD, kQueryBlocks>(pt, ks + w0 * st, qs, st, lane);
+#pragma unroll
+    for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
+      for (int i = 0; i < kMmaCElements; ++i) {
+        const int column = nb * kMmaN + mma_c_col(lane, i);
+        pt[nb][i] = exp2f(fmaf(pt[nb][i], scale_log2, -lse_rows[column] * kLog2e));
+      }
+    }
+    if (flash_tile_needs_mask(tiles, qi, kj)) {
+      // Masked pairs exactly 0 (keys past the end fail key <= query, as every query is before
+      // the end; queries past the end are zero rows of q and dout, whose terms would be 0
+      // anyway, but the mask does not rely on it).
+#pragma unroll
+      for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
+        for (int i = 0; i < kMmaCElements; ++i) {
+          const int64_t query = r0 + nb * kMmaN + mma_c_col(lane, i);
+          const int64_t key = c0 + w0 + mma_c_row(lane, i);
+          if (!(query < s.seq && key <= query)) pt[nb][i] = 0.0f;
+        }
+      }
+    }
+    accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
+    // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) into it.
+    float dst[kQueryBlocks][kMmaCElements];
+    multiply_by_rows_transposed<HD, kQueryBlocks>(dst, vs + w0 * st, dos, st, lane);
+#pragma unroll
+    for (int nb = 0; nb < kQueryBlocks; ++nb) {
+#pragma unroll
+      for (int i = 0; i < kMmaCElements; ++i) {
+        dst[nb][i] = pt[nb][i] * (dst[nb][i] - delta_rows[nb * kMmaN + mma_c_col(lane, i)]);
+      }
+    }
+    accumulate_times_rows<HD, kQueryBlocks>(dk_acc, dst, qs, st, lane);  // dK += dS^T Q
+    __syncthreads();  // every warp is done with stage n % 2, where task n + 2's copies go
   }
   const int64_t at = flash_kv_offset(s, b, c0, g, HD);
   store_rows<HD>(dk + at, s.kv_heads * HD, w0, cols, dk_acc, scale, lane);

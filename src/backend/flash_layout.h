@@ -120,18 +120,23 @@ static_assert(kFlashKvTile % 16 == 0, "the key tile is whole mma K steps");
 // each row-major with head_dim + 8 elements per row. The 8 extra elements (16 bytes) shift each
 // row by 4 banks, so the 8 rows x 4 words of one fragment load fall on 32 different banks, and
 // keep every row 16-byte aligned. Then, for the dK/dV pass only, the query tile's lse and delta
-// as floats. Tile offsets are in bf16 elements, lse and delta in floats from the same base.
+// as floats. The dK/dV pass keeps two stages of its per-query-tile data (q, dout, lse, delta),
+// so the next tile's copies land while this one's math runs: stage 1's q and dout lie
+// `stage_elements` after stage 0's, its lse and delta `stage_floats` after. Tile offsets are in
+// bf16 elements, lse and delta in floats from the same base.
 struct FlashMmaSharedLayout {
   int64_t q = 0, dout = 0, k = 0, v = 0;
   int64_t row_stride = 0;
   int64_t tile_elements = 0;  // bf16 elements of all tiles
   int64_t lse = 0, delta = 0;
+  int64_t stage_elements = 0, stage_floats = 0;  // 0: one stage
   int64_t total_bytes = 0;
 };
 GNMR_HD_INLINE FlashMmaSharedLayout flash_mma_shared_layout(FlashKernel kernel, int64_t head_dim,
                                                             const FlashTiling& t) {
   FlashMmaSharedLayout l;
   l.row_stride = head_dim + 8;
+  const bool two_stages = kernel == FlashKernel::BackwardKeyValue;
   int64_t at = 0;
   l.q = at;
   at += t.q_tile * l.row_stride;
@@ -139,16 +144,21 @@ GNMR_HD_INLINE FlashMmaSharedLayout flash_mma_shared_layout(FlashKernel kernel, 
     l.dout = at;
     at += t.q_tile * l.row_stride;
   }
+  if (two_stages) {
+    l.stage_elements = at;
+    at += l.stage_elements;
+  }
   l.k = at;
   at += t.kv_tile * l.row_stride;
   l.v = at;
   at += t.kv_tile * l.row_stride;
   l.tile_elements = at;
   l.total_bytes = at * 2;
-  if (kernel == FlashKernel::BackwardKeyValue) {
+  if (two_stages) {
     l.lse = (l.total_bytes + 3) / 4;
     l.delta = l.lse + t.q_tile;
-    l.total_bytes = (l.delta + t.q_tile) * 4;
+    l.stage_floats = 2 * t.q_tile;
+    l.total_bytes = (l.delta + t.q_tile + l.stage_floats) * 4;
   }
   return l;
 }

@@ -49,8 +49,9 @@ TEST(FlashLayout, TilesDoNotOverlapAndFitAnSm80Block) {
 }
 
 // The tensor-core kernels' layout: bf16 tiles (in 2-byte elements) then, for the dK/dV pass,
-// the lse and delta rows (in 4-byte floats) after them; no overlap, within an sm_80 block, rows
-// 16-byte aligned and 4 banks apart (so 8 rows x 4 words of a fragment load hit 32 banks).
+// the lse and delta rows (in 4-byte floats) after them, its per-query-tile data in two stages;
+// no overlap, within an sm_80 block, rows 16-byte aligned and 4 banks apart (so 8 rows x 4
+// words of a fragment load hit 32 banks).
 TEST(FlashLayout, TensorCoreTilesDoNotOverlapAndFitAnSm80Block) {
   for (int64_t hd : {64, 128}) {
     for (FlashKernel kernel :
@@ -66,8 +67,17 @@ TEST(FlashLayout, TensorCoreTilesDoNotOverlapAndFitAnSm80Block) {
         regions.push_back({2 * l.dout, 2 * t.q_tile * l.row_stride});
       }
       if (kernel == FlashKernel::BackwardKeyValue) {
-        regions.push_back({4 * l.lse, 4 * t.q_tile});
-        regions.push_back({4 * l.delta, 4 * t.q_tile});
+        // Two stages of q, dout, lse and delta.
+        ASSERT_GT(l.stage_elements, 0);
+        ASSERT_GT(l.stage_floats, 0);
+        regions.push_back({2 * (l.q + l.stage_elements), 2 * t.q_tile * l.row_stride});
+        regions.push_back({2 * (l.dout + l.stage_elements), 2 * t.q_tile * l.row_stride});
+        for (int64_t stage = 0; stage < 2; ++stage) {
+          regions.push_back({4 * (l.lse + stage * l.stage_floats), 4 * t.q_tile});
+          regions.push_back({4 * (l.delta + stage * l.stage_floats), 4 * t.q_tile});
+        }
+      } else {
+        EXPECT_EQ(l.stage_elements, 0);
       }
       std::sort(regions.begin(), regions.end());
       for (size_t i = 0; i + 1 < regions.size(); ++i) {

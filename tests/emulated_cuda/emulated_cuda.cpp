@@ -66,7 +66,7 @@ struct WarpExchange {
 struct AsyncCopy {
   void* dst;
   const void* src;
-  int src_bytes;
+  int size, src_bytes;
 };
 
 struct BlockRun {
@@ -463,21 +463,35 @@ void ldmatrix_m8n8_x4(uint32_t r[4], const uint16_t* row, bool trans) {
 
 }  // namespace
 
-void cp_async_16(void* dst, const void* src, int src_bytes) {
+namespace {
+
+// cp.async of `size` bytes (4 or 16, aligned to it), `src_bytes` of them read, the rest zero.
+void record_cp_async(void* dst, const void* src, int size, int src_bytes) {
   BlockRun& run = *running;
   const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
   const auto* at = static_cast<const unsigned char*>(dst);
-  if (at < start || at + 16 > start + shared_memory.size() * sizeof(float)) {
-    fail_in_thread("cp.async to an address outside the block's dynamic shared memory");
+  const std::string what = "cp.async of " + std::to_string(size) + " bytes";
+  if (at < start || at + size > start + shared_memory.size() * sizeof(float)) {
+    fail_in_thread(what + " to an address outside the block's dynamic shared memory");
   }
-  if ((at - start) % 16 != 0 || reinterpret_cast<uintptr_t>(src) % 16 != 0) {
-    fail_in_thread("cp.async of 16 bytes with an address off a 16-byte boundary");
+  if ((at - start) % size != 0 || reinterpret_cast<uintptr_t>(src) % uintptr_t(size) != 0) {
+    fail_in_thread(what + " with an address off a " + std::to_string(size) + "-byte boundary");
   }
-  if (src_bytes != 0 && src_bytes != 16) {
-    fail_in_thread("cp.async with a source size of " + std::to_string(src_bytes) +
-                   " bytes (the kernels copy 16 or zero-fill)");
+  if (src_bytes != 0 && src_bytes != size) {
+    fail_in_thread(what + " with a source size of " + std::to_string(src_bytes) +
+                   " bytes (the kernels copy all or zero-fill)");
   }
-  run.async_open[size_t(run.current)].push_back(AsyncCopy{dst, src, src_bytes});
+  run.async_open[size_t(run.current)].push_back(AsyncCopy{dst, src, size, src_bytes});
+}
+
+}  // namespace
+
+void cp_async_16(void* dst, const void* src, int src_bytes) {
+  record_cp_async(dst, src, 16, src_bytes);
+}
+
+void cp_async_4(void* dst, const void* src, int src_bytes) {
+  record_cp_async(dst, src, 4, src_bytes);
 }
 
 void cp_async_commit_group() {
@@ -493,7 +507,8 @@ void emulated_cp_async_wait_group(int pending) {
   while (int(groups.size()) > pending) {
     for (const AsyncCopy& c : groups.front()) {
       std::memcpy(c.dst, c.src, size_t(c.src_bytes));
-      std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, size_t(16 - c.src_bytes));
+      std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0,
+                  size_t(c.size - c.src_bytes));
     }
     groups.erase(groups.begin());
   }

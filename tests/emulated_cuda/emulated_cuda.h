@@ -113,15 +113,17 @@ void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]);
 // bf16, ties to even, `low` in the low half; encode_bf16's bits for every non-NaN value.
 uint32_t pack_bf16x2_rn(float low, float high);
 
-// cp.async.cg.shared.global (16 bytes) with its commit and wait: this thread's copy of
-// `src_bytes` (0 or 16) bytes from global `src` to shared `dst`, the rest of the 16 zero-filled.
+// cp.async.cg.shared.global (16 bytes; cp_async_4: cp.async.ca, 4 bytes) with its commit and
+// wait: this thread's copy of `src_bytes` (0 or all) bytes from global `src` to shared `dst`, the
+// rest zero-filled.
 // The copy is only recorded; it lands when this thread waits for its group
 // (cp_async_wait_group<N>: every committed group but the newest N), so a kernel that reads
 // shared memory before its wait and barrier sees the old bytes (NaN, as shared memory starts),
 // as a GPU may show it. Fails the launch for a dst outside the block's dynamic shared memory or
-// either address off a 16-byte boundary, and for a thread that returns with copies it never
-// waited for.
+// either address off a boundary of the copy's size, and for a thread that returns with copies it
+// never waited for.
 void cp_async_16(void* dst, const void* src, int src_bytes);
+void cp_async_4(void* dst, const void* src, int src_bytes);
 void cp_async_commit_group();
 void emulated_cp_async_wait_group(int pending);
 template <int N>

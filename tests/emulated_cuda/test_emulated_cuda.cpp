@@ -164,7 +164,9 @@ TEST(EmulatedCuda, CpAsyncCopiesLandWhenTheirGroupIsWaitedFor) {
         cp_async_16(shared, source, 16);
         cp_async_16(shared + 4, source, 0);  // zero-fill
         cp_async_commit_group();
-        cp_async_16(shared + 8, source + 4, 16);
+        cp_async_4(shared + 8, source + 4, 4);
+        cp_async_4(shared + 9, source + 5, 4);
+        cp_async_16(shared + 8, source + 4, 16);  // the same bytes again, all four
         cp_async_commit_group();
         seen.assign(shared, shared + 12);  // nothing landed yet
         cp_async_wait_group<1>();
@@ -190,7 +192,13 @@ TEST(EmulatedCuda, ACpAsyncAGpuCouldNotDoOrNeverWaitedForIsAnError) {
         emulated_kernel_launch([] { cp_async_16(emulated_shared_memory() + 1, source, 16); },
                                nullptr, 1, 1, 64);
       },
-      {"cp.async", "off a 16-byte boundary"});
+      {"cp.async of 16 bytes", "off a 16-byte boundary"});
+  expect_logic_error(
+      [&] {
+        emulated_kernel_launch([] { cp_async_4(emulated_shared_memory(), source + 1, 2); }, nullptr,
+                               1, 1, 64);
+      },
+      {"cp.async of 4 bytes", "source size"});
   expect_logic_error(
       [&] {
         emulated_kernel_launch([] { cp_async_16(emulated_shared_memory() + 16, source, 16); },
