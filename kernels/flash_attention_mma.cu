@@ -215,6 +215,26 @@ __device__ void accumulate_times_rows(float acc[HD / kMmaN][kMmaCElements],
   }
 }
 
+// Sets to `masked` each element of a warp's 16 x 8 kBlocks tile of scores (C fragments) that is
+// not a visible one: a key after its query, a key past the end, and with kMaskQueriesPastEnd a
+// query past the end. Element (row, column) is query row0 + row and key col0 + column, or with
+// kTransposed key row0 + row and query col0 + column.
+template <int kBlocks, bool kTransposed, bool kMaskQueriesPastEnd>
+__device__ void mask_scores(float acc[kBlocks][kMmaCElements], int64_t row0, int64_t col0,
+                            int64_t seq, float masked, int lane) {
+#pragma unroll
+  for (int nb = 0; nb < kBlocks; ++nb) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const int64_t row = row0 + mma_c_row(lane, i),
+                    column = col0 + nb * kMmaN + mma_c_col(lane, i);
+      const int64_t query = kTransposed ? column : row, key = kTransposed ? row : column;
+      const bool visible = key <= query && key < seq && (!kMaskQueriesPastEnd || query < seq);
+      if (!visible) acc[nb][i] = masked;
+    }
+  }
+}
+
 // A 16 x HD accumulator of C fragments, zeroed.
 template <int HD>
 __device__ void zero_rows(float acc[HD / kMmaN][kMmaCElements]) {
@@ -287,15 +307,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     // The mask (keys after the query, and the zero rows past the end of a partial key tile) on
     // the tile pairs that hold such scores; the row max.
     if (flash_tile_needs_mask(tiles, qi, kj)) {
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const int64_t query = r0 + w0 + mma_c_row(lane, i);
-          const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
-          if (!(key < c0 + cols && key <= query)) sc[nb][i] = -INFINITY;
-        }
-      }
+      mask_scores<kKeyBlocks, false, false>(sc, r0 + w0, c0, s.seq, -INFINITY, lane);
     }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -434,15 +446,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       }
     }
     if (flash_tile_needs_mask(tiles, qi, kj)) {  // masked pairs exactly 0
-#pragma unroll
-      for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const int64_t query = r0 + w0 + mma_c_row(lane, i);
-          const int64_t key = c0 + nb * kMmaN + mma_c_col(lane, i);
-          if (!(key <= query && query < s.seq)) sc[nb][i] = 0.0f;
-        }
-      }
+      mask_scores<kKeyBlocks, false, true>(sc, r0 + w0, c0, s.seq, 0.0f, lane);
     }
     // dS = P (dP - delta) into sc.
 #pragma unroll
@@ -547,18 +551,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       }
     }
     if (flash_tile_needs_mask(tiles, qi, kj)) {
-      // Masked pairs exactly 0 (keys past the end fail key <= query, as every query is before
-      // the end; queries past the end are zero rows of q and dout, whose terms would be 0
-      // anyway, but the mask does not rely on it).
-#pragma unroll
-      for (int nb = 0; nb < kQueryBlocks; ++nb) {
-#pragma unroll
-        for (int i = 0; i < kMmaCElements; ++i) {
-          const int64_t query = r0 + nb * kMmaN + mma_c_col(lane, i);
-          const int64_t key = c0 + w0 + mma_c_row(lane, i);
-          if (!(query < s.seq && key <= query)) pt[nb][i] = 0.0f;
-        }
-      }
+      // Masked pairs exactly 0 (queries past the end are zero rows of q and dout, whose terms
+      // would be 0 anyway, but the mask does not rely on it).
+      mask_scores<kQueryBlocks, true, true>(pt, c0 + w0, r0, s.seq, 0.0f, lane);
     }
     accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
     // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) into it.
