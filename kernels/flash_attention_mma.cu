@@ -374,9 +374,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 }
 
 // The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows,
-// over the key tiles the causal mask leaves. Per key tile, as the forward, S = Q K^T and
-// P = exp(scale S - lse) (as exp2, and masked only on the pairs that need it); then dP = dO V^T, dS
-// = P (dP - delta) and dQ += dS K, the scale applied once at the end.
+// over the key tiles the causal mask leaves. Per key tile: dP = dO V^T; as the forward, S = Q K^T
+// and P = exp(scale S - lse) (as exp2, masked only on the pairs that need it); then
+// dS = P (dP - delta) and dQ += dS K, the scale applied once at the end.
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
     flash_backward_query_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
@@ -462,11 +462,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 // The dK/dV pass: one block per (batch, kv head, key tile), kFlashMmaWarps warps of 16 key rows,
 // over the GQA group's heads and, for each, the query tiles that see the key tile. Per query
 // tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse) (as exp2, masked only where
-// needed), dP^T = V dO^T,
-// dS^T = P^T (dP^T - delta); then dV += P^T dO and dK += dS^T Q, the scale applied once at the
-// end. Each warp owns its 16 rows of dK and dV for the whole loop: no atomics. At hd 128 the two
-// 16 x 128 accumulators fill the registers: ptxas spills 32 bytes (4 stores before the loop, 4
-// loads per query tile; scripts/sass_counts.sh).
+// needed), dV += P^T dO; then dP^T = V dO^T, dS^T = P^T (dP^T - delta) and dK += dS^T Q, the
+// scale applied once at the end. Each warp owns its 16 rows of dK and dV for the whole loop: no
+// atomics. At hd 128 the two 16 x 128 accumulators fill the registers: ptxas spills 32 bytes (4
+// stores before the loop, 4 loads per query tile; scripts/sass_counts.sh).
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads)
     flash_backward_key_value_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
