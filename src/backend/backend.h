@@ -94,6 +94,14 @@ struct ProjectionShape {
   // ones, that first one's state. The leader's saving forward must be the first of each new x.
   std::vector<GroupwiseSpec> shared_saved_specs = {};
   const ProjectionState* saved_input_leader = nullptr;
+  // Input groups, decided by the model: the projections of one layer that read the same x
+  // (q, k, v; gate, up). input_leader: nullptr for the first of them planned and for a
+  // projection reading an x of its own; for the later ones, that first one's state. The
+  // leader's forward runs first for each new x and the others' forwards read that x; a
+  // backward that reads x reads it unchanged since (the contract of reads_forward_input). A
+  // backend may then prepare x once for the whole group: the CUDA backend rounds it to bf16
+  // or quantizes it to fp8 codes once per group, not once per projection.
+  const ProjectionState* input_leader = nullptr;
 };
 
 // What a backend planned for one projection (plan_projection): the memory both of its paths

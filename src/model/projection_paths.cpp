@@ -18,6 +18,8 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
   for (const ProjectionUnit& u : table_.units) {
     const ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
     ProjectionShape shape{tokens, p.shape[1], p.shape[0]};
+    const int leader = input_leader(u.id);
+    if (leader >= 0) shape.input_leader = states_[static_cast<size_t>(leader)].get();
     const int group = shared_group_[static_cast<size_t>(u.id)];
     if (group >= 0) {
       const int leader = shared_leader_[static_cast<size_t>(group)];
@@ -71,6 +73,16 @@ bool ProjectionPaths::input_kept(int layer, UnitInput input) const {
     }
   }
   return false;
+}
+
+int ProjectionPaths::input_leader(int id) const {
+  const ProjectionUnit& unit = table_.units.at(static_cast<size_t>(id));
+  for (const ProjectionUnit& u : table_.units) {
+    if (u.layer == unit.layer && unit_input(u.kind) == unit_input(unit.kind)) {
+      return u.id == id ? -1 : u.id;
+    }
+  }
+  return -1;
 }
 
 int64_t ProjectionPaths::input_width(int layer, UnitInput input) const {

@@ -69,6 +69,9 @@ class ProjectionPaths {
   const RoutingStats& stats() const { return stats_; }
   // The spec unit `id` runs under the current plan (recovery when the recipe has no low path).
   const PathSpec& path_of(int id) const;
+  // The unit leading unit `id`'s input group (ProjectionShape::input_leader): the first unit,
+  // in unit order (the forward's), of its layer reading its input; -1 when that is `id` itself.
+  int input_leader(int id) const;
   // Whether layer `layer`'s activation `input` must outlive its forward: the path (low or
   // recovery) of some unit reading it has a backward that reads the fp32 input itself.
   // Otherwise it may live in per-step scratch shared by all layers.

@@ -1,6 +1,6 @@
 // The CUDA projection executor's rules, checked on the CPU: how each GEMM operand of each path
-// is prepared (projection_plan.h), the buffers a projection's two paths need, and the
-// out-of-memory report (device_memory_report.h).
+// is prepared (projection_plan.h), which preparations a call may find made, the buffers a
+// projection's two paths need, and the out-of-memory report (device_memory_report.h).
 #include <gtest/gtest.h>
 
 #include "backend/cuda/device_memory_report.h"
@@ -158,6 +158,72 @@ TEST(CudaProjectionPlan, Fp32BackendGemmsNeedNothing) {
   EXPECT_EQ(b.weight_bf16 + b.weight_fp8_codes + b.weight_fake_quant + b.x_f32 + b.x_low +
                 b.dy_f32 + b.dy_low + b.saved_codes,
             none.weight_bf16);
+}
+
+// Only their addresses matter: which group leads, which x is read.
+const int leader = 0, other_leader = 0;
+const float x = 0.0f, other_x = 0.0f;
+
+TEST(CudaProjectionPlan, AnInputGroupSharesEachFormOfXPerGeneration) {
+  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp);
+  const PathSpec fp6 = path_of(PathKind::kFineGrainedFp, FpFormat::kE3M2);
+  auto key = [&](OperandPrep prep, GemmRole role, const PathSpec& path, uint64_t generation = 5,
+                 const void* group = &leader, const void* input = &x) {
+    return prepared_input_key(group, generation, input, prep, role, path);
+  };
+  const GemmRole fwd = GemmRole::kForward, wgrad = GemmRole::kWeightGradient;
+  // bf16 is the same bits for the forward and the weight gradient.
+  EXPECT_TRUE(same_prepared_input(key(OperandPrep::kBf16, fwd, bf16),
+                                  key(OperandPrep::kBf16, wgrad, bf16)));
+  EXPECT_TRUE(same_prepared_input(key(OperandPrep::kFp8Codes, fwd, fp8),
+                                  key(OperandPrep::kFp8Codes, fwd, fp8)));
+  EXPECT_TRUE(same_prepared_input(key(OperandPrep::kInt8Codes, fwd, bf16),
+                                  key(OperandPrep::kInt8Codes, fwd, bf16)));
+  // FP8 codes: 1x128 tiles of x for the forward, 128x1 tiles of x^T for the weight gradient;
+  // and the format's grid.
+  EXPECT_FALSE(same_prepared_input(key(OperandPrep::kFp8Codes, fwd, fp8),
+                                   key(OperandPrep::kFp8Codes, wgrad, fp8)));
+  EXPECT_FALSE(same_prepared_input(key(OperandPrep::kFp8Codes, fwd, fp8),
+                                   key(OperandPrep::kFp8Codes, fwd, fp6)));
+  EXPECT_FALSE(same_prepared_input(key(OperandPrep::kBf16, fwd, bf16),
+                                   key(OperandPrep::kFp8Codes, fwd, fp8)));
+  // Another generation, group or x is another input.
+  const PreparedInputKey held = key(OperandPrep::kBf16, fwd, bf16);
+  EXPECT_FALSE(same_prepared_input(held, key(OperandPrep::kBf16, fwd, bf16, 6)));
+  EXPECT_FALSE(same_prepared_input(held, key(OperandPrep::kBf16, fwd, bf16, 5, &other_leader)));
+  EXPECT_FALSE(same_prepared_input(held, key(OperandPrep::kBf16, fwd, bf16, 5, &leader, &other_x)));
+  // No group, or a preparation that is not shared: never the same, not even as itself.
+  const PreparedInputKey alone = key(OperandPrep::kBf16, fwd, bf16, 5, nullptr);
+  EXPECT_FALSE(same_prepared_input(alone, alone));
+  for (OperandPrep prep :
+       {OperandPrep::kAsIs, OperandPrep::kFakeQuantFp, OperandPrep::kFakeQuantInt8,
+        OperandPrep::kDequantized, OperandPrep::kDequantizedBf16}) {
+    const PreparedInputKey k = key(prep, wgrad, fp8);
+    EXPECT_EQ(k.group, nullptr) << operand_prep_name(prep);
+    EXPECT_FALSE(same_prepared_input(k, k)) << operand_prep_name(prep);
+  }
+  EXPECT_EQ(key(OperandPrep::kInt8Codes, wgrad, bf16).group, nullptr);
+}
+
+TEST(CudaProjectionPlan, TheInputGradientReadsTheWeightGradientsBf16DyOnly) {
+  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  EXPECT_TRUE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, bf16),
+                                       gemm(GemmRole::kInputGradient, bf16)));
+  const PathSpec plain = path_of(PathKind::kBackendGemm);
+  EXPECT_TRUE(
+      input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, plain, 90, GemmPrecision::BF16),
+                               gemm(GemmRole::kInputGradient, plain, 90, GemmPrecision::BF16)));
+  EXPECT_FALSE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, plain),
+                                        gemm(GemmRole::kInputGradient, plain)));
+  // FP8: 128x1 tiles of dy^T for the weight gradient, 1x128 tiles of dy for the input gradient.
+  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp);
+  EXPECT_FALSE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, fp8),
+                                        gemm(GemmRole::kInputGradient, fp8)));
+  // int8: the weight gradient in bf16, the input gradient fake-quantized.
+  const PathSpec int8 = path_of(PathKind::kInt8Gemm);
+  EXPECT_FALSE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, int8),
+                                        gemm(GemmRole::kInputGradient, int8)));
 }
 
 TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {

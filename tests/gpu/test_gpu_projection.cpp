@@ -1,7 +1,8 @@
 // One projection (plan_projection, projection_forward / projection_backward) on the CUDA backend
 // against the CPU backend, per path and GEMM precision: y, dx (accumulated) and dw (accumulated)
 // from the same inputs. Narrower than the training comparison (test_gpu_training.cpp), so a
-// disagreement there can be placed in one role of one path. Skip without a GPU.
+// disagreement there can be placed in one role of one path. And an input group (q, k, v) against
+// the same projections each on its own: the same bits, x prepared once. Skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_projection.h"
 #include "gpu_test_util.h"
 
 namespace gnmr {
@@ -95,6 +97,115 @@ TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
       EXPECT_LE(relative_difference(got.dx, want.dx), c.tolerance) << "dx";
       EXPECT_LE(relative_difference(got.dw, want.dw), c.tolerance) << "dw";
     }
+  }
+}
+
+// Three projections of one x, as q, k, v: planned as an input group (the later two naming the
+// first as their input_leader) or each on its own, two micro-steps each, with another
+// projection running between the forwards and the backwards as o, gate, up and down do.
+struct GroupRun {
+  std::vector<Outputs> outputs;           // by micro-step, then projection
+  std::vector<int64_t> prepared, reused;  // by projection: x-side preparations (cuda)
+};
+
+GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool grouped) {
+  be.set_gemm_precision(gemms);
+  const int64_t outs[3] = {kOut, kOut / 2, kOut / 2};
+  std::vector<std::unique_ptr<ProjectionState>> states;
+  std::vector<Tensor> w, dw, y, dy;
+  for (int i = 0; i < 3; ++i) {
+    ProjectionShape shape{kTokens, kIn, outs[i]};
+    if (grouped && i > 0) shape.input_leader = states.front().get();
+    states.push_back(be.plan_projection("unit" + std::to_string(i), shape, path, path));
+    w.push_back(
+        upload(be, gnmr_test::random_normal(size_t(outs[i] * kIn), 10 + i), {outs[i], kIn}));
+    dw.push_back(upload(be, std::vector<float>(size_t(outs[i] * kIn), 0.0f), {outs[i], kIn}));
+    y.push_back(be.allocate("y", {kTokens, outs[i]}, DType::F32, MemoryRole::Scratch));
+    dy.push_back(be.allocate("dy", {kTokens, outs[i]}, DType::F32, MemoryRole::Scratch));
+  }
+  std::unique_ptr<ProjectionState> other =
+      be.plan_projection("other", ProjectionShape{kTokens, kIn, kOut}, path, path);
+  const Tensor other_w = upload(be, gnmr_test::random_normal(size_t(kOut * kIn), 20), {kOut, kIn});
+  const Tensor other_x =
+      upload(be, gnmr_test::random_normal(size_t(kTokens * kIn), 21), {kTokens, kIn});
+  Tensor other_dw = upload(be, std::vector<float>(size_t(kOut * kIn), 0.0f), {kOut, kIn});
+  Tensor other_y = be.allocate("other_y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+  Tensor other_dx = be.allocate("other_dx", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+  Tensor x = be.allocate("x", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+  Tensor dx = be.allocate("dx", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+  GroupRun r;
+  for (uint32_t step = 0; step < 2; ++step) {  // a new x in the same memory
+    be.copy_from_host(x, gnmr_test::random_normal(size_t(kTokens * kIn), 30 + step).data());
+    for (int i = 0; i < 3; ++i) {
+      be.projection_forward(*states[size_t(i)], path, w[size_t(i)], x, y[size_t(i)], true,
+                            RngKey{7, step, uint32_t(i)});
+    }
+    be.projection_forward(*other, path, other_w, other_x, other_y, true, RngKey{7, step, 3});
+    Tensor other_dy =
+        upload(be, gnmr_test::random_normal(size_t(kTokens * kOut), 40 + step), {kTokens, kOut});
+    be.projection_backward(*other, path, other_w, other_dy, other_dx, false, other_dw);
+    for (int i = 0; i < 3; ++i) {
+      be.copy_from_host(
+          dy[size_t(i)],
+          gnmr_test::random_normal(size_t(kTokens * outs[i]), 50 + 3 * step + uint32_t(i)).data());
+      be.projection_backward(*states[size_t(i)], path, w[size_t(i)], dy[size_t(i)], dx,
+                             /*accumulate_dx=*/i > 0, dw[size_t(i)]);
+    }
+    for (int i = 0; i < 3; ++i) {
+      r.outputs.push_back(
+          {download(be, y[size_t(i)]), download(be, dx), download(be, dw[size_t(i)])});
+    }
+  }
+  for (const std::unique_ptr<ProjectionState>& state : states) {
+    const auto* cuda_state = dynamic_cast<const cuda::CudaProjectionState*>(state.get());
+    r.prepared.push_back(cuda_state != nullptr ? cuda_state->x_prepared : -1);
+    r.reused.push_back(cuda_state != nullptr ? cuda_state->x_reused : -1);
+  }
+  return r;
+}
+
+TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
+  SKIP_WITHOUT_GPU();
+  PathSpec bf16;
+  bf16.kind = PathKind::kBf16Gemm;
+  PathSpec fp8;
+  fp8.kind = PathKind::kFineGrainedFp;
+  PathSpec int8;
+  int8.kind = PathKind::kInt8Gemm;
+  PathSpec saved_int4;
+  saved_int4.kind = PathKind::kSavedIntGroupwise;
+  saved_int4.saved = GroupwiseSpec{4, 128, false};
+  struct GroupCase {
+    const char* name;
+    GemmPrecision gemms;
+    PathSpec path;
+    int64_t shared_per_step;  // x preparations per micro-step the group makes once
+  };
+  // bf16 is one form for the forward and the weight gradient, fp8 and int8 a form each, the
+  // saved path's weight gradient reads its own restored codes (never shared).
+  const std::vector<GroupCase> cases = {
+      {"bf16 path", GemmPrecision::FP32, bf16, 2},
+      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 2},
+      {"fp8 path", GemmPrecision::FP32, fp8, 2},
+      {"int8 path", GemmPrecision::FP32, int8, 2},
+      {"saved int4, bf16 gemms", GemmPrecision::BF16, saved_int4, 1}};
+  for (const GroupCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> gpu = make_cuda_backend(CudaBackendOptions{});
+    const GroupRun alone = run_group(*gpu, c.gemms, c.path, false);
+    const GroupRun grouped = run_group(*gpu, c.gemms, c.path, true);
+    ASSERT_EQ(alone.outputs.size(), grouped.outputs.size());
+    for (size_t i = 0; i < alone.outputs.size(); ++i) {
+      SCOPED_TRACE("micro-step " + std::to_string(i / 3) + ", projection " + std::to_string(i % 3));
+      EXPECT_EQ(grouped.outputs[i].y, alone.outputs[i].y);
+      EXPECT_EQ(grouped.outputs[i].dx, alone.outputs[i].dx);
+      EXPECT_EQ(grouped.outputs[i].dw, alone.outputs[i].dw);
+    }
+    const int64_t steps = 2, per_step = c.shared_per_step;
+    EXPECT_EQ(grouped.prepared, (std::vector<int64_t>{steps * per_step, 0, 0}));
+    EXPECT_EQ(grouped.reused, (std::vector<int64_t>{0, steps * per_step, steps * per_step}));
+    EXPECT_EQ(alone.prepared, std::vector<int64_t>(3, steps * per_step));
+    EXPECT_EQ(alone.reused, std::vector<int64_t>(3, 0));
   }
 }
 

@@ -68,6 +68,29 @@ RoutingPlan plan_from(int n_units, uint32_t pattern) {
   return plan;
 }
 
+TEST(ProjectionPaths, QLeadsKAndVAndGateLeadsUpAsTheForwardRunsThem) {
+  auto be = make_cpu_backend(2);
+  const ModelConfig c = small_config();
+  ParamTable table = build_param_table(c);
+  Tensor flat_w = be->allocate("w", {table.flat_size}, DType::F32, MemoryRole::Scratch);
+  Tensor flat_g = be->allocate("g", {table.flat_size}, DType::F32, MemoryRole::Scratch);
+  for (ParamInfo& p : table.params) {
+    p.weight = tensor_view(flat_w, p.shape, p.offset);
+    p.grad = tensor_view(flat_g, p.shape, p.offset);
+  }
+  ProjectionPaths paths(recipe_from_json({{"recipe", "bf16"}}), *be, table, kBatch * kSeq);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int q = unit_id(l, ProjectionKind::Q), gate = unit_id(l, ProjectionKind::Gate);
+    EXPECT_EQ(paths.input_leader(q), -1);
+    EXPECT_EQ(paths.input_leader(unit_id(l, ProjectionKind::K)), q);
+    EXPECT_EQ(paths.input_leader(unit_id(l, ProjectionKind::V)), q);
+    EXPECT_EQ(paths.input_leader(unit_id(l, ProjectionKind::O)), -1);
+    EXPECT_EQ(paths.input_leader(gate), -1);
+    EXPECT_EQ(paths.input_leader(unit_id(l, ProjectionKind::Up)), gate);
+    EXPECT_EQ(paths.input_leader(unit_id(l, ProjectionKind::Down)), -1);
+  }
+}
+
 TEST(ProjectionPaths, EachUnitsWeightGradientSeesItsOwnBitsWhenUnitsShareTheirInput) {
   // q, k, v read the same x; q and v on the int4 low path, k on the int8 recovery path.
   // Reference: dW_u = dy_u^T dequant(quant(x, bits_u)), computed here from the precision

@@ -115,12 +115,20 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
   const int64_t n = s.shape.tokens, in = s.shape.in;
   const bool wgrad = role == GemmRole::kWeightGradient;
   ProjectionScratch& sc = c.scratch;
+  // The bf16, fp8 and int8 forms are made once per input group and generation: a projection
+  // finding its key in the scratch reads what the group's earlier call left there.
+  const CudaProjectionState& leader = s.input_leader != nullptr ? *s.input_leader : s;
+  const PreparedInputKey key =
+      prepared_input_key(&leader, leader.input_generation, x.data, prep, role, path);
+  const bool held = same_prepared_input(sc.x_low_holds, key);
+  if (key.group != nullptr) ++(held ? s.x_reused : s.x_prepared);
   switch (prep) {
     case OperandPrep::kAsIs:
       return {f32_data(x), nullptr};
     case OperandPrep::kBf16: {
       auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
-      convert_to_bf16(f32_data(x), n * in, out, c.stream);
+      if (!held) convert_to_bf16(f32_data(x), n * in, out, c.stream);
+      sc.x_low_holds = key;
       return {out, nullptr};
     }
     case OperandPrep::kFp8Codes: {
@@ -128,19 +136,23 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       auto* scales = static_cast<float*>(need(
           sc.x_scales, sizeof(float) * size_t(vec128_scale_count(wgrad ? in : n, wgrad ? n : in)),
           "x scales"));
-      if (wgrad) {
+      if (!held && wgrad) {
         quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales, c.stream);
-      } else {
+      } else if (!held) {
         quantize_fp_tile_1x128(f32_data(x), n, in, path.format, ScaleOrder::kVec128, codes, scales,
                                c.stream);
       }
+      sc.x_low_holds = key;
       return {codes, scales};
     }
     case OperandPrep::kInt8Codes: {  // the forward's B only (gemm_plan.h)
       GNMR_CHECK(!wgrad, "cuda projection: int8 codes of x are planned for the forward only");
       auto* codes = static_cast<uint8_t*>(need(sc.x_low, size_t(n * in), "x codes"));
       auto* scales = static_cast<float*>(need(sc.x_scales, sizeof(float) * size_t(n), "x scales"));
-      quantize_int_groupwise(f32_data(x), n, in, kInt8PerRow, codes, scales, RngKey{}, c.stream);
+      if (!held) {
+        quantize_int_groupwise(f32_data(x), n, in, kInt8PerRow, codes, scales, RngKey{}, c.stream);
+      }
+      sc.x_low_holds = key;
       return {codes, scales};
     }
     case OperandPrep::kFakeQuantFp: {
@@ -172,6 +184,7 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       if (prep == OperandPrep::kDequantized) return {restored, nullptr};
       auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
       convert_to_bf16(restored, n * in, out, c.stream);
+      sc.x_low_holds = key;  // shared with no call
       return {out, nullptr};
     }
   }
@@ -323,6 +336,15 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
   if (b.dy_f32 > 0) sc.dy_f32.reserve(m, b.dy_f32);
   if (b.dy_low > 0) sc.dy_low.reserve(m, b.dy_low);
   if (b.dy_scales > 0) sc.dy_scales.reserve(m, b.dy_scales);
+  sc.x_low_holds = PreparedInputKey{};  // a reservation may have moved x_low
+  if (shape.input_leader != nullptr) {
+    s->input_leader = dynamic_cast<const CudaProjectionState*>(shape.input_leader);
+    GNMR_CHECK(s->input_leader != nullptr && s->input_leader->input_leader == nullptr &&
+                   s->input_leader->shape.tokens == shape.tokens &&
+                   s->input_leader->shape.in == shape.in,
+               "cuda plan_projection " + name +
+                   ": input_leader is not a cuda projection leading an input of this shape");
+  }
   return s;
 }
 
@@ -332,6 +354,8 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   GNMR_CHECK(x.numel() == s.shape.tokens * s.shape.in && y.numel() == s.shape.tokens * s.shape.out,
              "projection_forward: x " + x.shape_string() + ", y " + y.shape_string() +
                  " do not match the plan");
+  // A leader's forward starts a new x for its group: a generation no call has seen.
+  if (s.input_leader == nullptr) s.input_generation = ++c.scratch.group_forwards;
   const ProjectionGemm g =
       plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false);
   const Operand a = weight_operand(c, s, path, g.a, w, false);
@@ -373,7 +397,9 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
                                                  c.precision, c.target, accumulate_dx);
   const Operand wa = weight_operand(c, s, path, ig.a, w, true);
-  const Operand dyi = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
+  const Operand dyi = input_gradient_reuses_dy(wg, ig)
+                          ? dyb
+                          : dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
   run(c, ig, wa, dyi, dx);
 }
 

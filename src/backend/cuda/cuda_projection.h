@@ -69,6 +69,12 @@ class CudaProjectionState final : public ProjectionState {
   std::shared_ptr<CudaSharedCodes> shared;  // null when the input is not shared
   int shared_member = -1;                   // this projection's index in shared->book
   PreparedWeight weight_bf16, weight_fp8, weight_int8, weight_fake_quant;
+  // Its input group (ProjectionShape::input_leader): the leader's state, nullptr when this one
+  // leads; in a leader, the generation its last forward started (ProjectionScratch).
+  const CudaProjectionState* input_leader = nullptr;
+  uint64_t input_generation = 0;
+  // x-side preparations this projection ran, and those it found already in the scratch.
+  int64_t x_prepared = 0, x_reused = 0;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.
@@ -77,6 +83,8 @@ struct ProjectionScratch {
       x_scales{"projection.x_scales"};
   DeviceScratch dy_f32{"projection.dy_f32"}, dy_low{"projection.dy_low"},
       dy_scales{"projection.dy_scales"};
+  PreparedInputKey x_low_holds;  // what x_low and x_scales hold (projection_plan.h)
+  uint64_t group_forwards = 0;   // forwards of group leaders so far: their generations
 };
 
 // Everything a call needs from the backend.

@@ -85,6 +85,40 @@ std::string describe_projection_gemms(const ProjectionShape& shape, const PathSp
   return "forward " + each[0] + ", input_gradient " + each[1] + ", weight_gradient " + each[2];
 }
 
+PreparedInputKey prepared_input_key(const void* group, uint64_t generation, const void* x,
+                                    OperandPrep prep, GemmRole role, const PathSpec& path) {
+  PreparedInputKey key;
+  key.prep = prep;
+  switch (prep) {
+    case OperandPrep::kBf16:
+      break;
+    case OperandPrep::kFp8Codes:
+      key.format = path.format;
+      key.transposed = role == GemmRole::kWeightGradient;
+      break;
+    case OperandPrep::kInt8Codes:
+      if (role != GemmRole::kForward) return key;
+      break;
+    default:
+      return key;
+  }
+  key.group = group;
+  key.generation = generation;
+  key.x = x;
+  return key;
+}
+
+bool same_prepared_input(const PreparedInputKey& held, const PreparedInputKey& wanted) {
+  return held.group != nullptr && held.group == wanted.group &&
+         held.generation == wanted.generation && held.x == wanted.x && held.prep == wanted.prep &&
+         held.format == wanted.format && held.transposed == wanted.transposed;
+}
+
+bool input_gradient_reuses_dy(const ProjectionGemm& weight_gradient,
+                              const ProjectionGemm& input_gradient) {
+  return weight_gradient.b == OperandPrep::kBf16 && input_gradient.b == OperandPrep::kBf16;
+}
+
 ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpec& low,
                                      const PathSpec& recovery, GemmPrecision backend_precision,
                                      const GpuTarget& target) {

@@ -49,6 +49,33 @@ ProjectionGemm plan_projection_gemm(GemmRole role, const ProjectionShape& shape,
 std::string describe_projection_gemms(const ProjectionShape& shape, const PathSpec& path,
                                       GemmPrecision backend_precision, const GpuTarget& target);
 
+// What the x-side scratch (x_low with x_scales) holds: one preparation of one x. A call
+// finding the key of the preparation it needs may read the scratch as it is (the projections
+// of one input group, ProjectionShape::input_leader): the same group in the same generation
+// (the leader's forwards so far), the same x, prepared the same way.
+struct PreparedInputKey {
+  const void* group = nullptr;  // the group leader's state; nullptr: shared with no call
+  uint64_t generation = 0;
+  const void* x = nullptr;
+  OperandPrep prep = OperandPrep::kAsIs;
+  FpFormat format = FpFormat::kE4M3;  // kFp8Codes: the codes' format
+  bool transposed = false;            // kFp8Codes: the weight gradient's 128x1 tiles of x^T
+};
+
+// The key of preparing x as `prep` for `role` on `path`. Only the preparations that write
+// x_low from x alone are shared: bf16 (the same bits for every role), fp8 codes (per format
+// and orientation) and the forward's int8 codes. Every other one gets a key with no group.
+PreparedInputKey prepared_input_key(const void* group, uint64_t generation, const void* x,
+                                    OperandPrep prep, GemmRole role, const PathSpec& path);
+// Whether a scratch holding `held` holds what `wanted` needs; never for a key with no group.
+bool same_prepared_input(const PreparedInputKey& held, const PreparedInputKey& wanted);
+
+// Whether the input gradient may read the dy operand the weight gradient prepared, in the
+// same dy-side scratch: both round dy to bf16, the same bits (the weight gradient writes only
+// dW in between).
+bool input_gradient_reuses_dy(const ProjectionGemm& weight_gradient,
+                              const ProjectionGemm& input_gradient);
+
 // What a projection's two paths need, in bytes. Prepared weights are per projection and live
 // across micro-steps (remade after invalidate_prepared_weights); the x-side and dy-side
 // scratch is shared by all projections (one runs at a time), so the backend keeps the largest.
