@@ -16,29 +16,54 @@ namespace gnmr::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kBlock = kFineGrainedTile;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBlock = static_cast<int>(kFineGrainedTile);
+constexpr int kPerLane = kBlock / 32;  // a lane's columns of a row (rows of a column for W^T)
 
-__global__ void quantize_fp_block_128x128_kernel(const float* w, int64_t rows, int64_t cols,
-                                                 FpFormat format, uint8_t* codes, uint8_t* codes_t,
-                                                 float* scales, float* scales_t) {
+// A warp per row (per column of W^T), lane l holding elements l, l + 32, l + 64, l + 96 of it:
+// every load and store of a warp touches 32 adjacent elements, so W's reads, W's codes and,
+// through the block's codes in shared memory, W^T's codes all coalesce (a thread per element
+// writing W^T directly would write 32 rows `rows` bytes apart per store).
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp_block_128x128_kernel(const float* w, int64_t rows, int64_t cols, FpFormat format,
+                                     uint8_t* codes, uint8_t* codes_t, float* scales,
+                                     float* scales_t) {
+  // The block's codes, [row][column]; 132-byte rows (33 words) put the 32 rows a warp reads of
+  // one column in 32 different banks.
+  __shared__ uint8_t block_codes[kBlock][kBlock + 4];
   const int64_t rb = blockIdx.y, cb = blockIdx.x;
   const int64_t row0 = rb * kBlock, col0 = cb * kBlock;
-  const int64_t height = rows - row0 < kBlock ? rows - row0 : kBlock;
-  const int64_t width = cols - col0 < kBlock ? cols - col0 : kBlock;
+  const int height = static_cast<int>(rows - row0 < kBlock ? rows - row0 : kBlock);
+  const int width = static_cast<int>(cols - col0 < kBlock ? cols - col0 : kBlock);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   float absmax = 0.0f;
-  for (int64_t i = threadIdx.x; i < height * width; i += blockDim.x) {
-    absmax = fmaxf(absmax, fabsf(w[(row0 + i / width) * cols + col0 + i % width]));
+  for (int r = warp; r < height; r += kWarps) {
+    for (int k = 0; k < kPerLane; ++k) {
+      const int c = lane + 32 * k;
+      if (c < width) absmax = fmaxf(absmax, fabsf(w[(row0 + r) * cols + col0 + c]));
+    }
   }
   const float scale = fine_grained_scale(block_max(absmax), format);
   if (threadIdx.x == 0) {
     scales[blk128_scale_index(rb, cb, cols)] = scale;
     if (scales_t) scales_t[blk128_scale_index(cb, rb, rows)] = scale;
   }
-  for (int64_t i = threadIdx.x; i < height * width; i += blockDim.x) {
-    const int64_t r = row0 + i / width, c = col0 + i % width;
-    const uint8_t code = quantize_fp_element(w[r * cols + c], scale, format);
-    codes[r * cols + c] = code;
-    if (codes_t) codes_t[c * rows + r] = code;
+  for (int r = warp; r < height; r += kWarps) {
+    for (int k = 0; k < kPerLane; ++k) {
+      const int c = lane + 32 * k;
+      if (c >= width) continue;
+      const uint8_t code = quantize_fp_element(w[(row0 + r) * cols + col0 + c], scale, format);
+      codes[(row0 + r) * cols + col0 + c] = code;
+      block_codes[r][c] = code;
+    }
+  }
+  if (!codes_t) return;
+  __syncthreads();  // the block's codes are in shared memory
+  for (int c = warp; c < width; c += kWarps) {
+    for (int k = 0; k < kPerLane; ++k) {
+      const int r = lane + 32 * k;
+      if (r < height) codes_t[(col0 + c) * rows + row0 + r] = block_codes[r][c];
+    }
   }
 }
 
