@@ -265,7 +265,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     flash_forward_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
                              float* lse, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];          // ldmatrix, cp.async: 16-byte rows
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::Forward, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *qs = tile + lay.q, *ks = tile + lay.k, *vs = tile + lay.v;
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                                     const float* lse, const float* delta, const uint16_t* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];  // ldmatrix, cp.async: 16-byte rows
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *qs = tile + lay.q, *dos = tile + lay.dout, *ks = tile + lay.k, *vs = tile + lay.v;
@@ -473,7 +473,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
                                         float* dk, float* dv, FlashDims s, FlashTiling tiles,
                                         float scale) {
   constexpr int kQueryBlocks = int(kFlashQTile) / kMmaN;
-  extern __shared__ float smem[];
+  extern __shared__ __align__(16) float smem[];  // ldmatrix, cp.async: 16-byte rows
   const FlashMmaSharedLayout lay =
       flash_mma_shared_layout(FlashKernel::BackwardKeyValue, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);

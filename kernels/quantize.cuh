@@ -51,6 +51,14 @@ void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFor
 void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, FpFormat format,
                                        uint8_t* codes_t, float* scales, cudaStream_t stream);
 
+// Both of the above from one read of x [n, cols]: codes [n, cols] with scales
+// (vec128_scale_count(n, cols)) as quantize_fp_tile_1x128 writes them in ScaleOrder::kVec128,
+// and codes_t [cols, n] with scales_t (vec128_scale_count(cols, n)) as
+// quantize_fp_tile_128x1_transposed writes them. Twins: those two's.
+void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t cols, FpFormat format,
+                                           uint8_t* codes, float* scales, uint8_t* codes_t,
+                                           float* scales_t, cudaStream_t stream);
+
 // x: [count] fp32 -> out: [count] bf16 bits. Twin: gnmr::encode_bf16 (src/precision/bf16.h).
 void convert_to_bf16(const float* x, int64_t count, uint16_t* out, cudaStream_t stream);
 

@@ -73,6 +73,7 @@ void expect_consistent(const GemmPlan& p) {
   EXPECT_EQ(c.ld, p.m);
   EXPECT_EQ(c.type, int32_t(int8 ? CUDA_R_32I : CUDA_R_32F));
   EXPECT_EQ(read_layout(d.c()).type, c.type);
+  EXPECT_EQ(d.c(), d.d()) << "in place: one layout handle for C and D";
   EXPECT_EQ(a.type, int32_t(cuda_data_type(p.a.type)));
   if (p.impl == GemmImpl::kFp8Block) {
     EXPECT_EQ(a.type, int32_t(CUDA_R_8F_E4M3));

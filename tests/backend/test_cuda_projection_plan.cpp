@@ -6,6 +6,7 @@
 #include "backend/cuda/device_memory_report.h"
 #include "backend/cuda/projection_plan.h"
 #include "precision/quantize_groupwise.h"
+#include "precision/scale_layout.h"
 
 namespace gnmr {
 namespace {
@@ -40,10 +41,11 @@ TEST(CudaProjectionPlan, Fp8OnHopperQuantizesEveryOperandToCodes) {
   // BLK128x128: W [512, 384] 4 row blocks x round_up(3, 4); W^T [384, 512] 3 x 4.
   EXPECT_EQ(b.weight_fp8_scales, sizeof(float) * (4 * 4 + 3 * 4));
   EXPECT_EQ(b.x_low, kN * kIn);
-  EXPECT_EQ(b.dy_low, kN * kOut);
+  EXPECT_EQ(b.dy_low, 2 * kN * kOut);  // dy^T's codes and dy's, made together
   // VEC128: the larger of x [256, 384] (256 x 3) and x^T [384, 256] (384 x 2).
   EXPECT_EQ(b.x_scales, sizeof(float) * 768);
-  EXPECT_EQ(b.dy_scales, sizeof(float) * 1024);  // dy [256, 512]: 256 x 4; dy^T: 512 x 2
+  // dy^T [512, 256]: 512 x 2 (4096 bytes), then dy [256, 512]: 256 x 4.
+  EXPECT_EQ(b.dy_scales, sizeof(float) * (1024 + 1024));
   EXPECT_EQ(b.weight_fake_quant + b.x_f32 + b.dy_f32 + b.weight_bf16 + b.saved_codes, 0u);
 }
 
@@ -206,24 +208,42 @@ TEST(CudaProjectionPlan, AnInputGroupSharesEachFormOfXPerGeneration) {
   EXPECT_EQ(key(OperandPrep::kInt8Codes, wgrad, bf16).group, nullptr);
 }
 
-TEST(CudaProjectionPlan, TheInputGradientReadsTheWeightGradientsBf16DyOnly) {
-  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
-  EXPECT_TRUE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, bf16),
-                                       gemm(GemmRole::kInputGradient, bf16)));
-  const PathSpec plain = path_of(PathKind::kBackendGemm);
-  EXPECT_TRUE(
-      input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, plain, 90, GemmPrecision::BF16),
-                               gemm(GemmRole::kInputGradient, plain, 90, GemmPrecision::BF16)));
-  EXPECT_FALSE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, plain),
-                                        gemm(GemmRole::kInputGradient, plain)));
-  // FP8: 128x1 tiles of dy^T for the weight gradient, 1x128 tiles of dy for the input gradient.
-  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp);
-  EXPECT_FALSE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, fp8),
-                                        gemm(GemmRole::kInputGradient, fp8)));
+TEST(CudaProjectionPlan, TheBackwardPreparesDyOnceWhereBothGemmsReadOneForm) {
+  auto dy_prep = [](const PathSpec& path, int sm = 90,
+                    GemmPrecision precision = GemmPrecision::FP32) {
+    return backward_dy_preparation(gemm(GemmRole::kWeightGradient, path, sm, precision),
+                                   gemm(GemmRole::kInputGradient, path, sm, precision));
+  };
+  EXPECT_EQ(dy_prep(path_of(PathKind::kBf16Gemm)), DyPreparation::kBf16Once);
+  EXPECT_EQ(dy_prep(path_of(PathKind::kBackendGemm), 90, GemmPrecision::BF16),
+            DyPreparation::kBf16Once);
+  EXPECT_EQ(dy_prep(path_of(PathKind::kBackendGemm)), DyPreparation::kPerGemm);  // fp32 as is
+  EXPECT_EQ(dy_prep(path_of(PathKind::kFineGrainedFp)), DyPreparation::kFp8BothOnce);
+  // Emulated on sm_80: fake-quantized per GEMM, 128x1 tiles for one and 1x128 for the other.
+  EXPECT_EQ(dy_prep(path_of(PathKind::kFineGrainedFp), 80), DyPreparation::kPerGemm);
   // int8: the weight gradient in bf16, the input gradient fake-quantized.
-  const PathSpec int8 = path_of(PathKind::kInt8Gemm);
-  EXPECT_FALSE(input_gradient_reuses_dy(gemm(GemmRole::kWeightGradient, int8),
-                                        gemm(GemmRole::kInputGradient, int8)));
+  EXPECT_EQ(dy_prep(path_of(PathKind::kInt8Gemm)), DyPreparation::kPerGemm);
+
+  // kFp8BothOnce's scratch: dy^T's codes and dy's side by side, scales likewise, 256-byte
+  // aligned and disjoint; the projection's buffers hold both.
+  const Fp8DyPairLayout l = fp8_dy_pair_layout(int64_t(kN), int64_t(kOut));
+  EXPECT_EQ(l.codes_t, 0u);
+  EXPECT_EQ(l.codes % 256, 0u);
+  EXPECT_GE(l.codes, kN * kOut);
+  EXPECT_EQ(l.codes_bytes, l.codes + kN * kOut);
+  const size_t scales_t = sizeof(float) * size_t(vec128_scale_count(int64_t(kOut), int64_t(kN)));
+  EXPECT_EQ(l.scales_t, 0u);
+  EXPECT_EQ(l.scales % 256, 0u);
+  EXPECT_GE(l.scales, scales_t);
+  EXPECT_EQ(l.scales_bytes,
+            l.scales + sizeof(float) * size_t(vec128_scale_count(int64_t(kN), int64_t(kOut))));
+  const Fp8DyPairLayout odd = fp8_dy_pair_layout(3, 5);  // offsets still rounded up
+  EXPECT_EQ(odd.codes, 256u);
+  EXPECT_EQ(odd.scales, 256u);
+  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp);
+  const ProjectionBuffers b = projection_buffers(kShape, fp8, fp8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(b.dy_low, l.codes_bytes);
+  EXPECT_EQ(b.dy_scales, l.scales_bytes);
 }
 
 TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {

@@ -6,7 +6,8 @@
 # - `kernel<<<grid, block[, shared[, stream]]>>>(args);` becomes
 #   emulated_kernel_launch([&] { kernel(args); }, &kernel, grid, block[, shared[, stream]]);
 #   followed by the line breaks the launch spanned, so later lines keep their numbers;
-# - `extern __shared__ T name[];` becomes a pointer to the block's emulated dynamic shared memory;
+# - `extern __shared__ [__align__(N)] T name[];` becomes a pointer to the block's emulated
+#   dynamic shared memory (which starts on a 16-byte boundary);
 # - what lies between "---- hardware only begin" and "---- hardware only end" (inline PTX the
 #   emulation provides itself), and every `#pragma unroll` (nvcc's, unknown to g++), become
 #   blank lines.
@@ -19,7 +20,7 @@ in=$1 out=$2
   perl -0777 -pe '
     s{^[ \t]*#pragma unroll[^\n]*}{}gm;
     s{^[^\n]*---- hardware only begin.*?---- hardware only end[^\n]*}{"\n" x ($& =~ tr/\n//)}gsme;
-    s{extern\s+__shared__\s+(\w+)\s+(\w+)\[\]\s*;}
+    s{extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?(\w+)\s+(\w+)\[\]\s*;}
      {$1* $2 = reinterpret_cast<$1*>(::gnmr::cuda::emulated_shared_memory());}g;
     s{(\b[A-Za-z_]\w*(?:<[^<>;()]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\)\s*;}{
       my ($kernel, $config, $args) = ($1, $2, $3);

@@ -176,6 +176,41 @@ TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
   }
 }
 
+TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) {
+  SKIP_WITHOUT_GPU();
+  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE2M1}) {
+    // Partial tiles both ways (300 x 70, 129 x 200), whole ones (256 x 512), one element.
+    for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {129, 200}, {1, 1}}) {
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
+      std::vector<float> x = random_activations(n, cols, 11);
+      x[0] = 1e30f;  // an outlier: the rest of its row tile and its column tile underflow
+      // The twins: 1x128 tiles of dy, and 128x1 tiles of dy written transposed.
+      std::vector<uint8_t> row_codes(x.size()), column_codes(x.size()), column_codes_t(x.size());
+      std::vector<float> row_scales(fp_blockwise_scale_count(n, cols, 1, 128));
+      std::vector<float> column_scales(fp_blockwise_scale_count(n, cols, 128, 1));
+      quantize_fp_tile_1x128(x.data(), n, cols, format, row_codes.data(), row_scales.data());
+      quantize_fp_blockwise(x.data(), n, cols, 128, 1, format, column_codes.data(),
+                            column_scales.data());
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = 0; c < cols; ++c) column_codes_t[c * n + t] = column_codes[t * cols + c];
+      DeviceBuffer<float> d_x(x);
+      DeviceBuffer<uint8_t> d_codes(x.size()), d_codes_t(x.size());
+      DeviceBuffer<float> d_scales(vec128_scale_count(n, cols)),
+          d_scales_t(vec128_scale_count(cols, n));
+      cuda::quantize_fp_tile_1x128_and_transposed(d_x.get(), n, cols, format, d_codes.get(),
+                                                  d_scales.get(), d_codes_t.get(), d_scales_t.get(),
+                                                  nullptr);
+      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+      ASSERT_EQ(d_codes.to_host(), row_codes);
+      ASSERT_EQ(d_codes_t.to_host(), column_codes_t);
+      expect_same_bits(d_scales.to_host(), vec128_from_row_tiles(row_scales.data(), n, cols),
+                       "row scales");
+      expect_same_bits(d_scales_t.to_host(),
+                       vec128_from_column_tiles(column_scales.data(), cols, n), "column scales");
+    }
+  }
+}
+
 TEST(GpuQuantize, Bf16ConversionAndInt8PerRowMatchTheCpuBitForBit) {
   SKIP_WITHOUT_GPU();
   std::vector<float> x = random_activations(37, 129, 9);

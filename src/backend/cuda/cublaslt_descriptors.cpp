@@ -94,11 +94,9 @@ LtGemmDescriptors::LtGemmDescriptors(const GemmPlan& plan) {
     }
     a_ = operand_layout(plan.a, what_);
     b_ = operand_layout(plan.b, what_);
-    for (cublasLtMatrixLayout_t* out : {&c_, &d_}) {
-      GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(out, cuda_data_type(plan.d_type),
-                                                     uint64_t(plan.m), uint64_t(plan.n), plan.ldc),
-                          what_ + ", output");
-    }
+    GNMR_CUBLASLT_CHECK(cublasLtMatrixLayoutCreate(&d_, cuda_data_type(plan.d_type),
+                                                   uint64_t(plan.m), uint64_t(plan.n), plan.ldc),
+                        what_ + ", output");
   } catch (...) {
     destroy();
     throw;
@@ -111,7 +109,7 @@ LtGemmDescriptors::~LtGemmDescriptors() {
 
 // Destroy cannot fail for a valid handle; its status is not actionable in a destructor.
 void LtGemmDescriptors::destroy() {
-  for (cublasLtMatrixLayout_t* layout : {&a_, &b_, &c_, &d_}) {
+  for (cublasLtMatrixLayout_t* layout : {&a_, &b_, &d_}) {
     if (*layout) cublasLtMatrixLayoutDestroy(*layout);
     *layout = nullptr;
   }

@@ -28,7 +28,9 @@ class LtGemmDescriptors {
   cublasLtMatmulDesc_t matmul() const { return matmul_; }
   cublasLtMatrixLayout_t a() const { return a_; }
   cublasLtMatrixLayout_t b() const { return b_; }
-  cublasLtMatrixLayout_t c() const { return c_; }  // = d's layout: column-major m x n, d_type
+  // C is D (every plan writes in place, accumulating or not): one layout handle for both, as
+  // cuBLASLt asks of an in-place matmul (Cdesc == Ddesc). Column-major m x n, d_type.
+  cublasLtMatrixLayout_t c() const { return d_; }
   cublasLtMatrixLayout_t d() const { return d_; }
   const std::string& what() const { return what_; }  // "forward fp8_block 320 x 192 x 656"
 
@@ -37,7 +39,7 @@ class LtGemmDescriptors {
 
   std::string what_;
   cublasLtMatmulDesc_t matmul_ = nullptr;
-  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, c_ = nullptr, d_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
 };
 
 }  // namespace gnmr

@@ -246,6 +246,26 @@ Operand dy_operand(const ProjectionContext& c, CudaProjectionState& s, const Pat
               std::string("cuda projection: dy cannot be prepared as ") + operand_prep_name(prep));
 }
 
+// DyPreparation::kFp8BothOnce: dy^T's 128x1 codes (the weight gradient's B) and dy's 1x128
+// codes (the input gradient's B) from one read of dy, side by side in the dy-side scratch.
+struct DyOperands {
+  Operand weight_gradient, input_gradient;
+};
+DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState& s,
+                           const PathSpec& path, const Tensor& dy) {
+  const int64_t n = s.shape.tokens, out = s.shape.out;
+  const Fp8DyPairLayout l = fp8_dy_pair_layout(n, out);
+  auto* codes = static_cast<uint8_t*>(need(c.scratch.dy_low, l.codes_bytes, "dy codes (both)"));
+  auto* scales =
+      static_cast<unsigned char*>(need(c.scratch.dy_scales, l.scales_bytes, "dy scales (both)"));
+  uint8_t *codes_t = codes + l.codes_t, *codes_n = codes + l.codes;
+  auto* scales_t = reinterpret_cast<float*>(scales + l.scales_t);
+  auto* scales_n = reinterpret_cast<float*>(scales + l.scales);
+  quantize_fp_tile_1x128_and_transposed(f32_data(dy), n, out, path.format, codes_n, scales_n,
+                                        codes_t, scales_t, c.stream);
+  return {{codes_t, scales_t}, {codes_n, scales_n}};
+}
+
 void run(const ProjectionContext& c, const ProjectionGemm& g, const Operand& a, const Operand& b,
          Tensor& d) {
   if (g.plan.impl != GemmImpl::kInt8) {
@@ -390,17 +410,24 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
                  ", dW " + dw.shape_string() + " do not match the plan");
   const ProjectionGemm wg =
       plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
-  const Operand xa = x_operand(c, s, path, wg.a, GemmRole::kWeightGradient, s.saved_input);
-  const Operand dyb = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
-  run(c, wg, xa, dyb, dw);
-
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
                                                  c.precision, c.target, accumulate_dx);
+  const DyPreparation dy_prep = backward_dy_preparation(wg, ig);
+  const Operand xa = x_operand(c, s, path, wg.a, GemmRole::kWeightGradient, s.saved_input);
+  DyOperands dyo;
+  if (dy_prep == DyPreparation::kFp8BothOnce) {
+    dyo = fp8_dy_operands(c, s, path, dy);
+  } else {
+    dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
+  }
+  run(c, wg, xa, dyo.weight_gradient, dw);
+
   const Operand wa = weight_operand(c, s, path, ig.a, w, true);
-  const Operand dyi = input_gradient_reuses_dy(wg, ig)
-                          ? dyb
-                          : dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
-  run(c, ig, wa, dyi, dx);
+  if (dy_prep == DyPreparation::kBf16Once) dyo.input_gradient = dyo.weight_gradient;
+  if (dy_prep == DyPreparation::kPerGemm) {
+    dyo.input_gradient = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
+  }
+  run(c, ig, wa, dyo.input_gradient, dx);
 }
 
 }  // namespace cuda

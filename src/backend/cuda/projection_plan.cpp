@@ -114,9 +114,27 @@ bool same_prepared_input(const PreparedInputKey& held, const PreparedInputKey& w
          held.format == wanted.format && held.transposed == wanted.transposed;
 }
 
-bool input_gradient_reuses_dy(const ProjectionGemm& weight_gradient,
-                              const ProjectionGemm& input_gradient) {
-  return weight_gradient.b == OperandPrep::kBf16 && input_gradient.b == OperandPrep::kBf16;
+DyPreparation backward_dy_preparation(const ProjectionGemm& weight_gradient,
+                                      const ProjectionGemm& input_gradient) {
+  if (weight_gradient.b != input_gradient.b) return DyPreparation::kPerGemm;
+  switch (weight_gradient.b) {
+    case OperandPrep::kBf16:
+      return DyPreparation::kBf16Once;
+    case OperandPrep::kFp8Codes:
+      return DyPreparation::kFp8BothOnce;
+    default:
+      return DyPreparation::kPerGemm;
+  }
+}
+
+Fp8DyPairLayout fp8_dy_pair_layout(int64_t tokens, int64_t out) {
+  auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+  Fp8DyPairLayout l;
+  l.codes = aligned(u(tokens) * u(out));
+  l.codes_bytes = l.codes + u(tokens) * u(out);
+  l.scales = aligned(sizeof(float) * u(vec128_scale_count(out, tokens)));
+  l.scales_bytes = l.scales + sizeof(float) * u(vec128_scale_count(tokens, out));
+  return l;
 }
 
 ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpec& low,
@@ -207,6 +225,16 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
             break;
         }
       }
+    }
+    const DyPreparation dy =
+        backward_dy_preparation(plan_projection_gemm(GemmRole::kWeightGradient, shape, *path,
+                                                     backend_precision, target, false),
+                                plan_projection_gemm(GemmRole::kInputGradient, shape, *path,
+                                                     backend_precision, target, false));
+    if (dy == DyPreparation::kFp8BothOnce) {
+      const Fp8DyPairLayout pair = fp8_dy_pair_layout(shape.tokens, shape.out);
+      b.dy_low = std::max(b.dy_low, pair.codes_bytes);
+      b.dy_scales = std::max(b.dy_scales, pair.scales_bytes);
     }
     if (path->kind == PathKind::kSavedIntGroupwise) {
       const GroupwiseSpec spec = groupwise_spec_for_width(path->saved, shape.in);

@@ -70,11 +70,24 @@ PreparedInputKey prepared_input_key(const void* group, uint64_t generation, cons
 // Whether a scratch holding `held` holds what `wanted` needs; never for a key with no group.
 bool same_prepared_input(const PreparedInputKey& held, const PreparedInputKey& wanted);
 
-// Whether the input gradient may read the dy operand the weight gradient prepared, in the
-// same dy-side scratch: both round dy to bf16, the same bits (the weight gradient writes only
-// dW in between).
-bool input_gradient_reuses_dy(const ProjectionGemm& weight_gradient,
-                              const ProjectionGemm& input_gradient);
+// How the backward prepares dy for its two GEMMs (the weight gradient's runs first).
+enum class DyPreparation : uint8_t {
+  kPerGemm,      // each GEMM its own, one after the other in the dy-side scratch
+  kBf16Once,     // both round dy to bf16, the same bits: the input gradient reads the weight
+                 // gradient's copy (which writes only dW in between)
+  kFp8BothOnce,  // both read FP8 codes: one kernel writes dy^T's 128x1 codes and dy's 1x128
+                 // codes from one read of dy (quantize_fp_tile_1x128_and_transposed)
+};
+DyPreparation backward_dy_preparation(const ProjectionGemm& weight_gradient,
+                                      const ProjectionGemm& input_gradient);
+
+// Where kFp8BothOnce puts its two operands in the dy-side scratch: byte offsets into dy_low
+// (codes) and dy_scales (scales), each on a 256-byte boundary, and the bytes each holds in all.
+struct Fp8DyPairLayout {
+  size_t codes_t = 0, codes = 0, codes_bytes = 0;     // dy^T [out, N]; dy [N, out]
+  size_t scales_t = 0, scales = 0, scales_bytes = 0;  // their VEC128 scales
+};
+Fp8DyPairLayout fp8_dy_pair_layout(int64_t tokens, int64_t out);
 
 // What a projection's two paths need, in bytes. Prepared weights are per projection and live
 // across micro-steps (remade after invalidate_prepared_weights); the x-side and dy-side

@@ -1,0 +1,117 @@
+// Both FP8 operands the backward makes of one dy [n, cols] from a single read of it: the input
+// gradient's codes [n, cols] in 1x128 tiles along cols (as quantize_fp_tile_1x128 writes them,
+// scales in VEC128 order for an [n, cols] operand) and the weight gradient's codes_t [cols, n]
+// in 128x1 tiles along n (as quantize_fp_tile_128x1_transposed writes them, scales in VEC128
+// order for a [cols, n] operand). Two kernels would read dy twice: 8 of the 10 bytes an element
+// costs them, 4 of the 6 here.
+// One block per 128 tokens x 128 columns (a 1x128 tile per token, a 128x1 tile per column):
+// warp w holds tokens w, w + 8, ..., lane l columns l, l + 32, l + 64, l + 96 of them, so each
+// row's reads and codes are one warp's adjacent elements; the column maxima meet in shared
+// memory, and the transposed codes go through it so that a warp writes 32 adjacent tokens of a
+// column.
+// CPU twins: gnmr::quantize_fp_tile_1x128 and gnmr::quantize_fp_blockwise(x, n, cols, 128, 1,
+// ...) (src/precision/quantize_fine_grained.h): the same fine_grained_scale and
+// quantize_fp_element, so the same codes and scales, bit for bit.
+#include <string>
+
+#include "kernels/block_reduce.cuh"
+#include "kernels/cuda_check.cuh"
+#include "kernels/quantize.cuh"
+#include "precision/quantize_fine_grained.h"
+#include "precision/scale_layout.h"
+#include "util/error.h"
+
+namespace gnmr::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = static_cast<int>(kFineGrainedTile);
+constexpr int kRowsPerWarp = kTile / kWarps;  // 16 tokens
+constexpr int kPerLane = kTile / 32;          // 4 columns
+
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp_tile_1x128_and_transposed_kernel(const float* x, int64_t n, int64_t cols,
+                                                 FpFormat format, uint8_t* codes, float* scales,
+                                                 uint8_t* codes_t, float* scales_t) {
+  // Each warp's column maxima, then the codes of the 128x1 tiles [token][column]; 132-byte rows
+  // (33 words) put the 32 tokens a warp reads of one column in 32 different banks.
+  __shared__ float warp_column_max[kWarps][kTile];
+  __shared__ uint8_t column_codes[kTile][kTile + 4];
+  const int64_t cb = blockIdx.x, tb = blockIdx.y, c0 = cb * kTile, n0 = tb * kTile;
+  const int tokens = static_cast<int>(n - n0 < kTile ? n - n0 : kTile);
+  const int columns = static_cast<int>(cols - c0 < kTile ? cols - c0 : kTile);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+
+  // Row tiles: read, quantize with the row's scale, write. Zero past the edges (|0| changes no
+  // maximum).
+  float values[kRowsPerWarp][kPerLane];
+  float column_max[kPerLane] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int t = warp + kWarps * i;
+    float row_max = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int c = lane + 32 * k;
+      values[i][k] = t < tokens && c < columns ? x[(n0 + t) * cols + c0 + c] : 0.0f;
+      row_max = fmaxf(row_max, fabsf(values[i][k]));
+      column_max[k] = fmaxf(column_max[k], fabsf(values[i][k]));
+    }
+    // The bound t < tokens is the same for all lanes: warp_max sees full warps.
+    const float scale = fine_grained_scale(warp_max(row_max), format);
+    if (t >= tokens) continue;
+    if (lane == 0) scales[vec128_scale_index(n0 + t, cb, n)] = scale;
+    uint8_t* out = codes + (n0 + t) * cols + c0;
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+      const int c = lane + 32 * k;
+      if (c < columns) out[c] = quantize_fp_element(values[i][k], scale, format);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) warp_column_max[warp][lane + 32 * k] = column_max[k];
+  __syncthreads();  // every warp's column maxima are in shared memory
+
+  // Column tiles: each thread takes the maxima of its 4 columns over the 8 warps (max is exact,
+  // so every thread gets the same scale), quantizes its values, and parks the codes.
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int c = lane + 32 * k;
+    float absmax = 0.0f;
+    for (int w = 0; w < kWarps; ++w) absmax = fmaxf(absmax, warp_column_max[w][c]);
+    const float scale = fine_grained_scale(absmax, format);
+    if (warp == 0 && c < columns) scales_t[vec128_scale_index(c0 + c, tb, cols)] = scale;
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      column_codes[warp + kWarps * i][c] = quantize_fp_element(values[i][k], scale, format);
+    }
+  }
+  __syncthreads();  // the block's column codes are in shared memory
+  for (int c = warp; c < columns; c += kWarps) {
+    uint8_t* out = codes_t + (c0 + c) * n + n0;
+    for (int k = 0; k < kPerLane; ++k) {
+      const int t = lane + 32 * k;
+      if (t < tokens) out[t] = column_codes[t][c];
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t cols,
+                                           FpFormat format, uint8_t* codes, float* scales,
+                                           uint8_t* codes_t, float* scales_t,
+                                           cudaStream_t stream) {
+  if (n == 0 || cols == 0) return;
+  GNMR_CHECK(block_count(n, kTile) <= 65535,
+             "quantize_fp_tile_1x128_and_transposed: " + std::to_string(n) +
+                 " tokens need more than 65535 blocks of 128 along the grid's y");
+  const dim3 grid(static_cast<unsigned>(block_count(cols, kTile)),
+                  static_cast<unsigned>(block_count(n, kTile)));
+  quantize_fp_tile_1x128_and_transposed_kernel<<<grid, kThreads, 0, stream>>>(
+      x, n, cols, format, codes, scales, codes_t, scales_t);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace gnmr::cuda
