@@ -99,10 +99,9 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t cols,
-                                           FpFormat format, uint8_t* codes, float* scales,
-                                           uint8_t* codes_t, float* scales_t,
-                                           cudaStream_t stream) {
+void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t cols, FpFormat format,
+                                           uint8_t* codes, float* scales, uint8_t* codes_t,
+                                           float* scales_t, cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
   GNMR_CHECK(block_count(n, kTile) <= 65535,
              "quantize_fp_tile_1x128_and_transposed: " + std::to_string(n) +

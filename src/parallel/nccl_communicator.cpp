@@ -8,6 +8,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <thread>
+#include <vector>
 
 #include "parallel/launch_env.h"
 #include "parallel/nccl_library.h"
@@ -224,7 +225,7 @@ class NcclCommunicator final : public Communicator {
     return extremes[0] == ~extremes[1];
   }
 
-  void wait_for_collectives() override { wait_device(last_collective_); }
+  void wait_for_collectives() override { wait_device(); }
   double timeout_s() const override { return timeout_s_; }
   void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
 
@@ -237,9 +238,17 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void create(const NcclCommunicatorOptions& options) {
+    // NCCL_COMM_BLOCKING overrides config.blocking (NCCL's init reads it after the config).
+    const char* blocking = std::getenv("NCCL_COMM_BLOCKING");
+    if (blocking != nullptr && std::atoi(blocking) != 0) {
+      throw Error(ErrorKind::Runtime,
+                  "rank " + std::to_string(rank_) + ": NCCL_COMM_BLOCKING=" + blocking +
+                      " would make NCCL's calls block, so a collective whose peer died could "
+                      "hang past dist.timeout_s instead of ending the job; unset it (gnmr "
+                      "runs NCCL non-blocking and polls it against the deadline)");
+    }
     if (rank_ == 0) spdlog::info("nccl: {}", describe_nccl(nccl_));
     cuda_check(cudaSetDevice(options.device), "selecting the backend's GPU");
-    cuda_check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event");
     cuda_check(cudaEventCreateWithFlags(&backend_ready_, cudaEventDisableTiming),
                "creating an event");
     // Timed, for last_overlap_wait_ms().
@@ -285,10 +294,14 @@ class NcclCommunicator final : public Communicator {
     }
     if (staging_ != nullptr) cudaFree(staging_);
     staging_ = nullptr;
-    for (cudaEvent_t* event : {&done_, &backend_ready_, &communication_done_, &backward_done_}) {
+    for (cudaEvent_t* event : {&backend_ready_, &communication_done_, &backward_done_}) {
       if (*event != nullptr) cudaEventDestroy(*event);
       *event = nullptr;
     }
+    for (const Outstanding& o : outstanding_) cudaEventDestroy(o.done);
+    outstanding_.clear();
+    for (cudaEvent_t event : spare_events_) cudaEventDestroy(event);
+    spare_events_.clear();
     if (comm_stream_ != nullptr) cudaStreamDestroy(comm_stream_);
     comm_stream_ = nullptr;
   }
@@ -331,33 +344,45 @@ class NcclCommunicator final : public Communicator {
                "ordering the communication stream after backward");
   }
 
+  // Marks the end of collective `what` on the backend's stream (an event of its own, so a wait
+  // names the collective it is stuck on, not the last one issued).
   void record(const char* what) {
-    cuda_check(cudaEventRecord(done_, stream_), "recording the end of ", what);
-    last_collective_ = what;
+    cudaEvent_t done = nullptr;
+    if (spare_events_.empty()) {
+      cuda_check(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "creating an event");
+    } else {
+      done = spare_events_.back();
+      spare_events_.pop_back();
+    }
+    outstanding_.push_back(Outstanding{done, what});  // destroyed by release() whatever happens
+    cuda_check(cudaEventRecord(done, stream_), "recording the end of ", what);
   }
 
-  // Polls the event of the last collective and NCCL's asynchronous error until the device
-  // has finished, the communicator failed, or the deadline passed.
-  void wait_device(const char* what) {
-    if (last_collective_ == nullptr) return;
+  // Polls the outstanding collectives' ends in the order they were queued (the stream's), with
+  // NCCL's asynchronous error, until the device has finished them all, the communicator
+  // failed, or the deadline passed: a failure names the first collective not finished.
+  void wait_device() {
     const auto deadline = Clock::now() + deadline_duration();
-    while (true) {
-      const cudaError_t status = cudaEventQuery(done_);
-      if (status == cudaSuccess) break;
-      if (status != cudaErrorNotReady) cuda_check(status, "waiting for ", what);
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t query = nccl_.CommGetAsyncError(comm_, &state);
-      if (query != ncclSuccess) state = query;
-      if (state != ncclSuccess && state != ncclInProgress) {
-        fail(std::string(what) + " failed: " + nccl_message(state, comm_));
+    for (const Outstanding& o : outstanding_) {
+      while (true) {
+        const cudaError_t status = cudaEventQuery(o.done);
+        if (status == cudaSuccess) break;
+        if (status != cudaErrorNotReady) cuda_check(status, "waiting for ", o.what);
+        ncclResult_t state = ncclSuccess;
+        const ncclResult_t query = nccl_.CommGetAsyncError(comm_, &state);
+        if (query != ncclSuccess) state = query;
+        if (state != ncclSuccess && state != ncclInProgress) {
+          fail(std::string(o.what) + " failed: " + nccl_message(state, comm_));
+        }
+        if (Clock::now() > deadline) {
+          fail(std::string(o.what) + " did not finish within " + deadline_text() +
+               " (another rank stopped answering)");
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
-      if (Clock::now() > deadline) {
-        fail(std::string(what) + " did not finish within " + deadline_text() +
-             " (another rank stopped answering)");
-      }
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
-    last_collective_ = nullptr;
+    for (const Outstanding& o : outstanding_) spare_events_.push_back(o.done);
+    outstanding_.clear();
   }
 
   // A copy from pageable memory may make the host wait for the stream (CUDA's synchronization
@@ -365,7 +390,7 @@ class NcclCommunicator final : public Communicator {
   // queued so far are waited for first, with it.
   void to_staging(const void* host, size_t bytes) {
     wait_all();
-    wait_device(last_collective_);
+    wait_device();
     cuda_check(cudaMemcpyAsync(staging_, host, bytes, cudaMemcpyHostToDevice, stream_),
                "copying a host collective's input");
   }
@@ -373,7 +398,7 @@ class NcclCommunicator final : public Communicator {
   // The collective is waited for (with the deadline) before the copy back: a device-to-host
   // copy into pageable memory blocks the host, and must not block on a hung peer.
   void from_staging(void* host, size_t bytes) {
-    wait_device(last_collective_);
+    wait_device();
     cuda_check(cudaMemcpy(host, staging_, bytes, cudaMemcpyDeviceToHost),
                "copying a host collective's result");
   }
@@ -395,7 +420,14 @@ class NcclCommunicator final : public Communicator {
   const double configured_timeout_s_;  // dist.timeout_s; timeout_s_ differs inside a checkpoint
   std::unique_ptr<Communicator> host_;
   ncclComm_t comm_ = nullptr;
-  cudaEvent_t done_ = nullptr;  // after the last collective, on the backend's stream
+  // The collectives queued and not yet waited for, in order: each one's end on the backend's
+  // stream. Their events return to the spares once waited for.
+  struct Outstanding {
+    cudaEvent_t done;
+    const char* what;
+  };
+  std::vector<Outstanding> outstanding_;
+  std::vector<cudaEvent_t> spare_events_;
   // The overlapped reductions (start_*): their stream, the backend's stream's point each one
   // follows, and their end, which the backend's stream waits for in wait_all() (timed).
   cudaStream_t comm_stream_ = nullptr;
@@ -405,7 +437,6 @@ class NcclCommunicator final : public Communicator {
   bool overlapped_pending_ = false;
   bool overlap_timed_ = false;  // a wait_all() has recorded both timed events
   void* staging_ = nullptr;
-  const char* last_collective_ = nullptr;  // null when nothing is outstanding
 };
 
 }  // namespace

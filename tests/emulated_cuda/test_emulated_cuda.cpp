@@ -152,11 +152,13 @@ TEST(EmulatedCuda, AnLdmatrixRowOffA16ByteBoundaryOrOutsideSharedMemoryIsAnError
                      {"ldmatrix.x4", "lane 31", "outside the block's dynamic shared memory"});
 }
 
-// Two groups of 16-byte copies: the first (four floats, then a zero-filled chunk) lands at
-// wait_group<1>, the newest only at wait_group<0>; before its wait a chunk still holds the NaN
-// shared memory starts with.
+// Two groups of copies: the first (four floats, then a zero-filled chunk, 16 bytes each) lands
+// at wait_group<1>, the second (two floats and two zero-filled ones 4 bytes at a time, then
+// four floats 16 bytes at a time) only at wait_group<0>; before its wait a float still holds the
+// NaN shared memory starts with. No two copies write the same bytes (undefined in PTX).
 TEST(EmulatedCuda, CpAsyncCopiesLandWhenTheirGroupIsWaitedFor) {
   alignas(16) static const float source[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  constexpr int kFloats = 16;
   std::vector<float> seen;
   emulated_kernel_launch(
       [&] {
@@ -166,23 +168,25 @@ TEST(EmulatedCuda, CpAsyncCopiesLandWhenTheirGroupIsWaitedFor) {
         cp_async_commit_group();
         cp_async_4(shared + 8, source + 4, 4);
         cp_async_4(shared + 9, source + 5, 4);
-        cp_async_16(shared + 8, source + 4, 16);  // the same bytes again, all four
+        cp_async_4(shared + 10, source + 6, 0);  // zero-fill
+        cp_async_4(shared + 11, source + 7, 0);
+        cp_async_16(shared + 12, source + 4, 16);
         cp_async_commit_group();
-        seen.assign(shared, shared + 12);  // nothing landed yet
+        seen.assign(shared, shared + kFloats);  // nothing landed yet
         cp_async_wait_group<1>();
-        seen.insert(seen.end(), shared, shared + 12);
+        seen.insert(seen.end(), shared, shared + kFloats);
         cp_async_wait_group<0>();
-        seen.insert(seen.end(), shared, shared + 12);
+        seen.insert(seen.end(), shared, shared + kFloats);
       },
-      nullptr, 1, 1, 12 * sizeof(float));
+      nullptr, 1, 1, kFloats * sizeof(float));
   ASSERT_EQ(emulated_take_launch_error(true), 0);
-  ASSERT_EQ(seen.size(), 36u);
-  for (int i = 0; i < 12; ++i) EXPECT_TRUE(std::isnan(seen[size_t(i)])) << i;
-  const std::vector<float> after_first(seen.begin() + 12, seen.begin() + 20);
+  ASSERT_EQ(seen.size(), size_t(3 * kFloats));
+  for (int i = 0; i < kFloats; ++i) EXPECT_TRUE(std::isnan(seen[size_t(i)])) << i;
+  const std::vector<float> after_first(seen.begin() + kFloats, seen.begin() + kFloats + 8);
   EXPECT_EQ(after_first, (std::vector<float>{1, 2, 3, 4, 0, 0, 0, 0}));
-  for (int i = 20; i < 24; ++i) EXPECT_TRUE(std::isnan(seen[size_t(i)])) << i;
-  const std::vector<float> after_all(seen.begin() + 24, seen.end());
-  EXPECT_EQ(after_all, (std::vector<float>{1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 7, 8}));
+  for (int i = kFloats + 8; i < 2 * kFloats; ++i) EXPECT_TRUE(std::isnan(seen[size_t(i)])) << i;
+  const std::vector<float> after_all(seen.begin() + 2 * kFloats, seen.end());
+  EXPECT_EQ(after_all, (std::vector<float>{1, 2, 3, 4, 0, 0, 0, 0, 5, 6, 0, 0, 5, 6, 7, 8}));
 }
 
 TEST(EmulatedCuda, ACpAsyncAGpuCouldNotDoOrNeverWaitedForIsAnError) {

@@ -96,6 +96,25 @@ TEST(GpuNccl, OneRankAllReduceIsTheIdentityAndHostCollectivesWork) {
   EXPECT_EQ(r.comm->timeout_s(), 60.0);
 }
 
+// NCCL_COMM_BLOCKING=1 overrides the communicator's non-blocking config inside NCCL: a
+// collective whose peer died would then hang in the call, where no deadline reaches it.
+TEST(GpuNccl, NcclCommBlockingIsRefusedBecauseItWouldDefeatTheDeadline) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_NCCL();
+  struct EnvGuard {
+    EnvGuard() { setenv("NCCL_COMM_BLOCKING", "1", 1); }
+    ~EnvGuard() { unsetenv("NCCL_COMM_BLOCKING"); }
+  } blocking;
+  try {
+    make_one_rank();
+    FAIL() << "a communicator was made under NCCL_COMM_BLOCKING=1";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("NCCL_COMM_BLOCKING=1"), std::string::npos) << message;
+    EXPECT_NE(message.find("dist.timeout_s"), std::string::npos) << message;
+  }
+}
+
 // ZeRO-1's collectives and the overlapped ones with one rank: each is the identity, and the
 // overlapped ones, queued on the communication stream between backend ops on the backend's
 // stream (a scale before, which they must follow, and one after, which must follow wait_all),

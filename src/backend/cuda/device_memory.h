@@ -25,7 +25,9 @@ class DeviceMemory {
   DeviceMemory(const DeviceMemory&) = delete;
   DeviceMemory& operator=(const DeviceMemory&) = delete;
 
-  // At least `bytes` (a minimum of 256), 256-byte aligned, filled as above. Synchronous.
+  // At least `bytes` (a minimum of 256), 256-byte aligned, filled as above. cudaMalloc, then
+  // cudaMemset on the legacy default stream: the fill may still run when this returns, but
+  // it comes before any later work on the backend's (blocking) stream.
   void* allocate(const std::string& name, size_t bytes, MemoryRole role);
   void release(void* p);  // p from allocate (nullptr: nothing)
 
