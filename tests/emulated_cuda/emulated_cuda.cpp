@@ -88,12 +88,26 @@ struct BlockRun {
   // Per thread: its committed cp.async groups, oldest first, and the group still open.
   std::vector<std::vector<std::vector<AsyncCopy>>> async_committed;
   std::vector<std::vector<AsyncCopy>> async_open;
-  std::string failure;  // set by a thread that found an error; the scheduler throws it
+  uint64_t barriers = 0;  // __syncthreads completed so far: the block's epoch
+  std::string failure;    // set by a thread that found an error; the scheduler throws it
+};
+
+// What the asynchronous copies and ldmatrix did to one 4-byte word of shared memory, for the
+// races between threads of a block that no barrier orders (shared_word_races): a cp.async
+// writes its words from its issue until it lands at its thread's wait, and the others may read
+// them only after a __syncthreads that follows the landing.
+struct SharedWordAccess {
+  static constexpr uint64_t kPending = ~uint64_t{0};
+  int writer = -1;           // the thread of the last cp.async to the word, -1: none
+  uint64_t landed = 0;       // the epoch it landed in, kPending until its thread waits
+  int reader = -1;           // the thread of the last ldmatrix of the word in `read`, -2: many
+  uint64_t read = kPending;  // the epoch of that read
 };
 
 BlockRun* running = nullptr;
 std::vector<std::unique_ptr<char[]>> free_stacks;
 std::vector<float> shared_memory;
+std::vector<SharedWordAccess> shared_access;  // per word of shared_memory
 int launch_error = 0;
 std::string launch_error_text;
 std::map<const void*, int> max_dynamic_shared_bytes;
@@ -271,6 +285,7 @@ void run_grid(const std::function<void()>& kernel, EmulatedDim grid, EmulatedDim
       for (unsigned x = 0; x < grid.x; ++x) {
         blockIdx = EmulatedDim(x, y, z);
         shared_memory.assign(std::max<size_t>(shared_floats, 1), std::nanf(""));
+        shared_access.assign(shared_memory.size(), SharedWordAccess{});
         run_block(kernel, threads);
       }
     }
@@ -283,6 +298,7 @@ void arrive_and_wait(int& arrived, int expected, ThreadState waiting) {
   if (++arrived == expected) {
     arrived = 0;
     const bool whole_block = waiting == ThreadState::kAtBlockBarrier;
+    if (whole_block) ++run.barriers;
     const int first = whole_block ? 0 : run.current / kWarpSize * kWarpSize;
     const int last = whole_block ? run.threads : first + kWarpSize;
     for (int t = first; t < last; ++t) {
@@ -430,6 +446,70 @@ void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
 
 namespace {
 
+// Races on shared memory between the cp.async copies and the ldmatrix reads of a block's
+// threads (SharedWordAccess): two accesses of one word by different threads, at least one a
+// copy, conflict unless a __syncthreads lies between them, and the copy's side of it is its
+// landing (its thread's wait), not its issue. The GPU's outcome would depend on timing; here it
+// is an error naming both threads.
+size_t shared_word(const void* at) {
+  const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
+  return size_t(static_cast<const unsigned char*>(at) - start) / sizeof(float);
+}
+
+std::string thread_text(int thread) {
+  return thread == -2 ? "other threads" : "thread " + std::to_string(thread);
+}
+
+// The running thread reads `bytes` at `at` (an ldmatrix row).
+void check_shared_read(const void* at, size_t bytes, const std::string& what) {
+  const BlockRun& run = *running;
+  const int me = run.current;
+  for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
+    SharedWordAccess& a = shared_access[w];
+    if (a.writer >= 0 && a.landed == SharedWordAccess::kPending) {
+      fail_in_thread(what + " reads byte " + std::to_string(4 * w) + " of shared memory, which " +
+                     thread_text(a.writer) +
+                     "'s cp.async is still writing (no cp.async.wait_group of its group yet)");
+    }
+    if (a.writer >= 0 && a.writer != me && a.landed == run.barriers) {
+      fail_in_thread(what + " reads byte " + std::to_string(4 * w) + " of shared memory, which " +
+                     thread_text(a.writer) +
+                     "'s cp.async wrote with no __syncthreads between its wait and this read");
+    }
+    a.reader = a.read == run.barriers && a.reader != me ? -2 : me;
+    a.read = run.barriers;
+  }
+}
+
+// The running thread issues a cp.async of `bytes` to `at`.
+void check_shared_write(const void* at, size_t bytes, const std::string& what) {
+  const BlockRun& run = *running;
+  const int me = run.current;
+  for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
+    SharedWordAccess& a = shared_access[w];
+    if (a.read == run.barriers && a.reader != me) {
+      fail_in_thread(what + " overwrites byte " + std::to_string(4 * w) +
+                     " of shared memory, which " + thread_text(a.reader) +
+                     " read by ldmatrix with no __syncthreads between (the copy may land first)");
+    }
+    if (a.writer >= 0 && a.writer != me &&
+        (a.landed == SharedWordAccess::kPending || a.landed == run.barriers)) {
+      fail_in_thread(what + " writes byte " + std::to_string(4 * w) + " of shared memory, which " +
+                     thread_text(a.writer) +
+                     "'s cp.async also writes with no __syncthreads between");
+    }
+    a.writer = me;
+    a.landed = SharedWordAccess::kPending;
+  }
+}
+
+// The running thread's copy to `at` landed (its wait).
+void mark_landed(const void* at, size_t bytes) {
+  for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
+    shared_access[w].landed = running->barriers;
+  }
+}
+
 void ldmatrix_m8n8_x4(uint32_t r[4], const uint16_t* row, bool trans) {
   const char* what = trans ? "ldmatrix.x4.trans" : "ldmatrix.x4";
   const int warp = full_warp(0xFFFFFFFFu, what);
@@ -446,6 +526,7 @@ void ldmatrix_m8n8_x4(uint32_t r[4], const uint16_t* row, bool trans) {
                    "'s row address is not 16-byte aligned (byte " + std::to_string(at - start) +
                    " of shared memory)");
   }
+  check_shared_read(row, kRowBytes, std::string(what) + " (lane " + std::to_string(lane) + ")");
   // Each lane reads its own row now, so what the warp receives is shared memory as it was at
   // the instruction, whatever a lane that runs on first writes afterwards.
   WarpExchange& x = next_exchange(warp);
@@ -481,6 +562,7 @@ void record_cp_async(void* dst, const void* src, int size, int src_bytes) {
     fail_in_thread(what + " with a source size of " + std::to_string(src_bytes) +
                    " bytes (the kernels copy all or zero-fill)");
   }
+  check_shared_write(dst, size_t(size), what);
   run.async_open[size_t(run.current)].push_back(AsyncCopy{dst, src, size, src_bytes});
 }
 
@@ -509,6 +591,7 @@ void emulated_cp_async_wait_group(int pending) {
       std::memcpy(c.dst, c.src, size_t(c.src_bytes));
       std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0,
                   size_t(c.size - c.src_bytes));
+      mark_landed(c.dst, size_t(c.size));
     }
     groups.erase(groups.begin());
   }

@@ -15,10 +15,14 @@
 // - dynamic shared memory above 48 KiB without cudaFuncSetAttribute raising the limit, or above
 //   the device's opt-in maximum (an H100's), and launch shapes outside CUDA's limits: the launch
 //   fails as on a GPU (cudaGetLastError);
-// - shared memory starts as NaN bytes, so a read of an element no thread wrote shows.
+// - shared memory starts as NaN bytes, so a read of an element no thread wrote shows;
+// - races through shared memory between the cp.async copies and the ldmatrix reads of
+//   different threads with no __syncthreads between them (a copy counting from its issue to
+//   its landing at its thread's wait): an error naming both threads and the byte.
 // Global memory is host memory (emulated_cudart.cpp allocates each buffer exactly), so the
 // ASan build catches a kernel reading or writing past a buffer.
-// What it cannot check: races between threads of a block (fibers switch only at barriers),
+// What it cannot check: races between threads of a block through plain loads and stores
+// (fibers switch only at barriers),
 // the hardware's mma summation order and CUDA's expf/logf (the host's libm runs instead).
 #pragma once
 

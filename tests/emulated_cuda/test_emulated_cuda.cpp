@@ -221,6 +221,76 @@ TEST(EmulatedCuda, ACpAsyncAGpuCouldNotDoOrNeverWaitedForIsAnError) {
       {"thread (0, 0, 0)", "returned with cp.async copies it never waited for"});
 }
 
+// Races through shared memory between cp.async and ldmatrix, in a block of two warps over 32
+// rows of 16 bytes. The fibers run in thread order between barriers, so the warp that goes
+// first is the one that acts first. Each race is reported; the same steps with the barrier a GPU
+// needs are not.
+TEST(EmulatedCuda, ACpAsyncAndAnLdmatrixOfOtherThreadsWithNoBarrierBetweenAreARace) {
+  alignas(16) static const float source[4] = {1, 2, 3, 4};
+  constexpr size_t kShared = 32 * 16;
+  const auto rows = [] { return reinterpret_cast<uint16_t*>(emulated_shared_memory()); };
+  const auto read_rows = [&] {
+    uint32_t r[4];
+    ldmatrix_x4(r, rows() + 8 * (threadIdx.x % 32));
+  };
+  const auto copy_row_0 = [&] {
+    cp_async_16(rows(), source, 16);
+    cp_async_commit_group();
+  };
+  enum class Race { kWriteAfterRead, kReadAfterLanding, kReadBeforeLanding, kTwoWrites };
+  // barrier: the __syncthreads that orders the two sides.
+  const auto kernel = [&](Race race, bool barrier) {
+    return [=] {
+      const int t = int(threadIdx.x);
+      switch (race) {
+        case Race::kWriteAfterRead:  // warp 0 reads; then thread 32 copies over row 0
+          if (t < 32) read_rows();
+          if (barrier) emulated_syncthreads();
+          if (t == 32) copy_row_0(), cp_async_wait_group<0>();
+          break;
+        case Race::kReadAfterLanding:  // thread 0 copies and waits; then warp 1 reads
+          if (t == 0) copy_row_0(), cp_async_wait_group<0>();
+          if (barrier) emulated_syncthreads();
+          if (t >= 32) read_rows();
+          break;
+        case Race::kReadBeforeLanding:  // warp 1 reads between thread 0's copy and its wait
+          if (t == 0) copy_row_0();
+          emulated_syncthreads();
+          if (t == 0 && barrier) cp_async_wait_group<0>();
+          if (barrier) emulated_syncthreads();
+          if (t >= 32) read_rows();
+          emulated_syncthreads();
+          if (t == 0 && !barrier) cp_async_wait_group<0>();
+          break;
+        case Race::kTwoWrites:  // threads 0 and 32 both copy to row 0
+          if (t == 0) copy_row_0(), cp_async_wait_group<0>();
+          if (barrier) emulated_syncthreads();
+          if (t == 32) copy_row_0(), cp_async_wait_group<0>();
+          break;
+      }
+    };
+  };
+  const auto launch = [&](Race race, bool barrier) {
+    emulated_kernel_launch(kernel(race, barrier), nullptr, 1, 64, kShared);
+  };
+  expect_logic_error([&] { launch(Race::kWriteAfterRead, false); },
+                     {"thread (32, 0, 0)", "cp.async of 16 bytes overwrites byte 0",
+                      "which thread 0 read by ldmatrix with no __syncthreads between"});
+  expect_logic_error([&] { launch(Race::kReadAfterLanding, false); },
+                     {"thread (32, 0, 0)", "ldmatrix.x4 (lane 0) reads byte 0",
+                      "thread 0's cp.async wrote with no __syncthreads between its wait"});
+  expect_logic_error([&] { launch(Race::kReadBeforeLanding, false); },
+                     {"ldmatrix.x4 (lane 0) reads byte 0", "thread 0's cp.async is still writing"});
+  expect_logic_error([&] { launch(Race::kTwoWrites, false); },
+                     {"thread (32, 0, 0)", "writes byte 0",
+                      "thread 0's cp.async also writes with no __syncthreads between"});
+  for (Race race : {Race::kWriteAfterRead, Race::kReadAfterLanding, Race::kReadBeforeLanding,
+                    Race::kTwoWrites}) {
+    launch(race, true);
+    EXPECT_EQ(emulated_take_launch_error(true), 0) << int(race);
+  }
+}
+
 TEST(EmulatedCuda, ABarrierSomeThreadsNeverReachIsAnErrorNamingTheBlock) {
   const auto skipped_by_half = [] {
     if (threadIdx.x % 2 == 0) emulated_syncthreads();
