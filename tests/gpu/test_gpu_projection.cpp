@@ -56,6 +56,12 @@ Outputs run(Backend& be, GemmPrecision gemms, const PathSpec& path, bool dy_dead
   return {download(be, y), download(be, dx), download(be, dw)};
 }
 
+PathSpec path_of(PathKind kind) {
+  PathSpec path;
+  path.kind = kind;
+  return path;
+}
+
 // max |gpu - cpu| / max |cpu| over a tensor.
 double relative_difference(const std::vector<float>& gpu, const std::vector<float>& cpu) {
   double diff = 0.0, scale = 0.0;
@@ -78,14 +84,11 @@ struct Case {
 
 TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
   SKIP_WITHOUT_GPU();
-  PathSpec bf16;
-  bf16.kind = PathKind::kBf16Gemm;
-  PathSpec fp8;
-  fp8.kind = PathKind::kFineGrainedFp;
-  const std::vector<Case> cases = {{"fp32 gemms", GemmPrecision::FP32, PathSpec{}, 1e-5},
-                                   {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1e-5},
-                                   {"bf16 path", GemmPrecision::FP32, bf16, 1e-5},
-                                   {"fp8 path", GemmPrecision::FP32, fp8, 1e-3}};
+  const std::vector<Case> cases = {
+      {"fp32 gemms", GemmPrecision::FP32, PathSpec{}, 1e-5},
+      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1e-5},
+      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 1e-5},
+      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1e-3}};
   for (const Case& c : cases) {
     for (const bool dy_dead : {false, true}) {
       SCOPED_TRACE(std::string(c.name) + (dy_dead ? ", dy dead after the backward" : ""));
@@ -166,14 +169,7 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool 
 
 TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
   SKIP_WITHOUT_GPU();
-  PathSpec bf16;
-  bf16.kind = PathKind::kBf16Gemm;
-  PathSpec fp8;
-  fp8.kind = PathKind::kFineGrainedFp;
-  PathSpec int8;
-  int8.kind = PathKind::kInt8Gemm;
-  PathSpec saved_int4;
-  saved_int4.kind = PathKind::kSavedIntGroupwise;
+  PathSpec saved_int4 = path_of(PathKind::kSavedIntGroupwise);
   saved_int4.saved = GroupwiseSpec{4, 128, false};
   struct GroupCase {
     const char* name;
@@ -184,10 +180,10 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
   // bf16 is one form for the forward and the weight gradient, fp8 and int8 a form each, the
   // saved path's weight gradient reads its own restored codes (never shared).
   const std::vector<GroupCase> cases = {
-      {"bf16 path", GemmPrecision::FP32, bf16, 2},
+      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 2},
       {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 2},
-      {"fp8 path", GemmPrecision::FP32, fp8, 2},
-      {"int8 path", GemmPrecision::FP32, int8, 2},
+      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 2},
+      {"int8 path", GemmPrecision::FP32, path_of(PathKind::kInt8Gemm), 2},
       {"saved int4, bf16 gemms", GemmPrecision::BF16, saved_int4, 1}};
   for (const GroupCase& c : cases) {
     SCOPED_TRACE(c.name);

@@ -68,16 +68,26 @@ RoutingPlan plan_from(int n_units, uint32_t pattern) {
   return plan;
 }
 
+// The model's parameter table with its weight and gradient views in two flat buffers of `be`.
+struct TableOnBackend {
+  ParamTable table;
+  Tensor flat_weights;
+};
+TableOnBackend table_on(Backend& be, const ModelConfig& c) {
+  TableOnBackend t{build_param_table(c), {}};
+  t.flat_weights = be.allocate("w", {t.table.flat_size}, DType::F32, MemoryRole::Scratch);
+  Tensor flat_g = be.allocate("g", {t.table.flat_size}, DType::F32, MemoryRole::Scratch);
+  for (ParamInfo& p : t.table.params) {
+    p.weight = tensor_view(t.flat_weights, p.shape, p.offset);
+    p.grad = tensor_view(flat_g, p.shape, p.offset);
+  }
+  return t;
+}
+
 TEST(ProjectionPaths, QLeadsKAndVAndGateLeadsUpAsTheForwardRunsThem) {
   auto be = make_cpu_backend(2);
   const ModelConfig c = small_config();
-  ParamTable table = build_param_table(c);
-  Tensor flat_w = be->allocate("w", {table.flat_size}, DType::F32, MemoryRole::Scratch);
-  Tensor flat_g = be->allocate("g", {table.flat_size}, DType::F32, MemoryRole::Scratch);
-  for (ParamInfo& p : table.params) {
-    p.weight = tensor_view(flat_w, p.shape, p.offset);
-    p.grad = tensor_view(flat_g, p.shape, p.offset);
-  }
+  const ParamTable table = table_on(*be, c).table;
   ProjectionPaths paths(recipe_from_json({{"recipe", "bf16"}}), *be, table, kBatch * kSeq);
   for (int l = 0; l < c.n_layers; ++l) {
     const int q = unit_id(l, ProjectionKind::Q), gate = unit_id(l, ProjectionKind::Gate);
@@ -97,14 +107,10 @@ TEST(ProjectionPaths, EachUnitsWeightGradientSeesItsOwnBitsWhenUnitsShareTheirIn
   // functions and the backend GEMM, so the comparison is bit for bit.
   auto be = make_cpu_backend(2);
   const ModelConfig c = small_config();
-  ParamTable table = build_param_table(c);
-  Tensor flat_w = be->allocate("w", {table.flat_size}, DType::F32, MemoryRole::Scratch);
-  Tensor flat_g = be->allocate("g", {table.flat_size}, DType::F32, MemoryRole::Scratch);
-  for (ParamInfo& p : table.params) {
-    p.weight = tensor_view(flat_w, p.shape, p.offset);
-    p.grad = tensor_view(flat_g, p.shape, p.offset);
-  }
-  be->copy_from_host(flat_w, random_vector(static_cast<size_t>(table.flat_size), 1, 0.2f).data());
+  TableOnBackend on = table_on(*be, c);
+  const ParamTable& table = on.table;
+  be->copy_from_host(on.flat_weights,
+                     random_vector(static_cast<size_t>(table.flat_size), 1, 0.2f).data());
   const PrecisionRecipe recipe = recipe_from_json({{"recipe", "actq"},
                                                    {"low_group_size", 32},
                                                    {"recovery_group_size", 16},
