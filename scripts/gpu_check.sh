@@ -337,7 +337,9 @@ stage_bench() {
     if "$bundle/bin/gnmr" bench --config "$config" --backend cuda "${shape[@]}" --set precision.recipe=$recipe \
       --set model.attention=$attention >>"$logs/bench.log" 2>&1; then
       lines+="$run $(grep -o 'tokens/s *[0-9.]*' "$logs/bench.log" | tail -1 | tr -s ' ')"
-      lines+=" $(grep -o 'MFU [0-9.]*%' "$logs/bench.log" | tail -1); "
+      lines+=" $(grep -o 'MFU [0-9.]*%' "$logs/bench.log" | tail -1)"
+      # The GEMMs' share of the step's device time (bench's breakdown by op family).
+      lines+=" gemm $(grep -oE '^ +gemm +[0-9.]+ ms +[0-9.]+%' "$logs/bench.log" | tail -1 | awk '{print $4}'); "
     else
       failed=$((failed + 1)); lines+="$run failed; "
     fi

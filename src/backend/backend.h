@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -182,6 +183,13 @@ class Backend {
   // The calls so far that wait for the device (copy_to_host, synchronize): a GPU stalls at
   // each, so tests hold the trainer to one per optimizer step.
   virtual int64_t sync_count() const = 0;
+
+  // Device time by op family (`gnmr bench`'s breakdown of a step): while on, each op's time is
+  // added to its family's ("gemm", "operand_prep", "attention", "rmsnorm", ...); op_times_ms()
+  // waits for the backend and returns the totals since timing was switched on. A backend that
+  // does not time its ops (the CPU's: its step times are already its ops' own) returns none.
+  virtual void set_op_timing(bool on) { (void)on; }
+  virtual std::map<std::string, double> op_times_ms() { return {}; }
 
   void set_gemm_precision(GemmPrecision precision) { gemm_precision_ = precision; }
   GemmPrecision gemm_precision() const { return gemm_precision_; }

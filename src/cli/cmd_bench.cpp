@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "cli/commands.h"
@@ -116,6 +119,23 @@ CommandAction add_bench_command(CLI::App& app) {
       const char* name = memory_role_name(MemoryRole(role));
       std::printf("    %-18s %10.3f MiB\n", name,
                   r["backend_bytes_by_role"][name].get<double>() / 1048576.0);
+    }
+    if (r.contains("op_ms")) {
+      // Largest first: where the device time of a step goes.
+      std::vector<std::pair<double, std::string>> families;
+      for (const auto& [family, ms] : r["op_ms"].items()) {
+        families.emplace_back(ms.get<double>(), family);
+      }
+      std::sort(families.rbegin(), families.rend());
+      std::printf(
+          "  device time     %10.2f ms per step in ops, of %.2f ms (%d steps timed by "
+          "events), by op family:\n",
+          r["op_ms_total"].get<double>(), r["op_timed_step_ms"].get<double>(),
+          r["op_timed_steps"].get<int>());
+      for (const auto& [ms, family] : families) {
+        std::printf("    %-18s %10.2f ms %5.1f%%\n", family.c_str(), ms,
+                    100.0 * ms / r["op_timed_step_ms"].get<double>());
+      }
     }
     std::printf(
         "  controller + norm pass: %.3f%% of the step (norm pass %.3f ms timed alone, controller "

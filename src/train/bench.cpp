@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_backend.h"
@@ -171,6 +172,17 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   // The norm pass timed alone with its device time: a step's norms_ms is only the time to
   // enqueue it on the GPU (StepResult).
   const double norm_pass_ms = session.time_norm_pass(options.steps);
+  // Where a step's device time goes, on a backend that times its ops (cuda): steps of their
+  // own, so the events around every op weigh on none of the figures above.
+  const int64_t timed_steps = std::min<int64_t>(options.steps, 3);
+  session.backend().set_op_timing(true);
+  auto timed_start = std::chrono::steady_clock::now();
+  for (int64_t s = 0; s < timed_steps; ++s) {
+    session.run_step(options.warmup_steps + options.steps + s);
+  }
+  const std::map<std::string, double> op_totals = session.backend().op_times_ms();
+  const double timed_step_ms = seconds_since(timed_start) * 1e3 / double(timed_steps);
+  session.backend().set_op_timing(false);
   struct rusage usage;
   getrusage(RUSAGE_SELF, &usage);
   const int64_t peak_rss = int64_t(usage.ru_maxrss) * 1024;
@@ -239,6 +251,18 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     const double wait_ms = cuda && config.dist.bucket_mb == 0 ? blocking_ms : sum_wait_ms / n;
     result["gradient_sum_wait_ms"] = wait_ms;
     result["gradient_sum_hidden_fraction"] = gradient_sum_hidden_fraction(blocking_ms, wait_ms);
+  }
+  if (!op_totals.empty()) {
+    json op_ms = json::object();
+    double in_ops_ms = 0;
+    for (const auto& [family, ms] : op_totals) {
+      op_ms[family] = ms / double(timed_steps);
+      in_ops_ms += ms / double(timed_steps);
+    }
+    result["op_ms"] = op_ms;  // per step, by op family (Backend::op_times_ms)
+    result["op_ms_total"] = in_ops_ms;
+    result["op_timed_step_ms"] = timed_step_ms;
+    result["op_timed_steps"] = timed_steps;
   }
   if (!cuda) result.update(blas_json(config));
   const double datasheet = cuda ? datasheet_bf16_tflops(session.backend().device()) : 0.0;

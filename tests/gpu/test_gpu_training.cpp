@@ -3,12 +3,15 @@
 // the same runs on the CPU backend, per recipe; one wait for the GPU per optimizer step and no
 // device allocation in a step (everything is planned before step 1); the same bits on a
 // second run and with every activation and scratch buffer poisoned with NaN (GNMR_POISON=1: a
-// read of memory no op wrote would change the losses). Skip without a GPU.
+// read of memory no op wrote would change the losses); the op timing of `gnmr bench`. Skip
+// without a GPU.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -140,6 +143,38 @@ TEST_P(GpuTraining, IsDeterministicAndReadsNoUnwrittenMemory) {
     EXPECT_EQ(std::memcmp(&first.losses[size_t(s)], &poisoned.losses[size_t(s)], sizeof(double)), 0)
         << recipe.name << " step " << s + 1 << " poisoned: " << poisoned.losses[size_t(s)];
   }
+}
+
+// `gnmr bench`'s breakdown (Backend::set_op_timing): with timing on, a step's ops fall in their
+// families, each family the step runs has time, and together they fit in the step; with timing
+// off nothing is recorded; and the timed steps give the untimed steps' bits (the events only
+// mark the stream).
+TEST(GpuTrainingOpTiming, SplitsTheDeviceTimeOfAStepByOpFamilyAndChangesNoBit) {
+  SKIP_WITHOUT_GPU();
+  const RunConfig config = config_for("cuda", {"precision.recipe=fp8mix"});
+  const TrainedRun untimed = train(config);
+  TrainingSession session(config, /*synthetic_data=*/true);
+  session.backend().set_op_timing(true);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<double> losses;
+  for (int64_t s = 0; s < 2; ++s) losses.push_back(session.run_step(s).loss);
+  const std::map<std::string, double> ms = session.backend().op_times_ms();
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  double total = 0;
+  for (const char* family : {"embedding", "rmsnorm", "operand_prep", "gemm", "rope", "attention",
+                             "swiglu", "residual", "cross_entropy", "norms", "optimizer"}) {
+    ASSERT_EQ(ms.count(family), 1u) << family;
+    EXPECT_GT(ms.at(family), 0.0) << family;
+  }
+  for (const auto& [family, family_ms] : ms) total += family_ms;
+  EXPECT_LE(total, wall_ms) << "the spans do not overlap, so they fit in the steps' time";
+  for (size_t s = 0; s < losses.size(); ++s) {
+    EXPECT_EQ(std::memcmp(&losses[s], &untimed.losses[s], sizeof(double)), 0) << "step " << s + 1;
+  }
+  session.backend().set_op_timing(false);
+  session.run_step(2);
+  EXPECT_TRUE(session.backend().op_times_ms().empty());
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuTraining, ::testing::Range(0, int(recipes().size())),

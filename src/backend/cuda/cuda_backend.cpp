@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_projection.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_probe.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/embedding_index.h"
 #include "backend/tensor_checks.h"
 #include "kernels/attention_ops.cuh"
@@ -176,6 +177,7 @@ class CudaBackend final : public Backend {
     // A blocking stream: it orders after the synchronous cudaMemset of each allocation
     // (issued on the legacy default stream).
     GNMR_CUDA_CHECK(cudaStreamCreate(&stream_));
+    op_timer_ = std::make_unique<cuda::OpTimer>(stream_);
     gemm_ = std::make_unique<LtGemmRunner>();
     attention_ = std::make_unique<cuda::MaterializedAttention>(gemm_->handle(), gemm_->workspace(),
                                                                LtGemmRunner::kWorkspaceBytes);
@@ -193,6 +195,7 @@ class CudaBackend final : public Backend {
     }
     attention_.reset();
     gemm_.reset();
+    op_timer_.reset();
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -234,6 +237,7 @@ class CudaBackend final : public Backend {
     GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void copy_from_host(Tensor& dst, const void* host) override {
+    const auto timing = time_op("copy");
     if (dst.bytes() == 0) return;
     if (dst.dtype == DType::I32) {  // token ids: the embedding backward indexes them on the host
       auto& mirror = host_tokens_[dst.data];
@@ -243,6 +247,7 @@ class CudaBackend final : public Backend {
     upload(dst.data, host, dst.bytes());
   }
   void copy(const Tensor& src, Tensor& dst) override {
+    const auto timing = time_op("copy");
     GNMR_CHECK(src.bytes() == dst.bytes() && src.dtype == dst.dtype, "copy: tensors differ");
     if (src.bytes() > 0) {
       GNMR_CUDA_CHECK(
@@ -250,6 +255,7 @@ class CudaBackend final : public Backend {
     }
   }
   void fill_zero(Tensor& t) override {
+    const auto timing = time_op("copy");
     if (t.bytes() > 0) GNMR_CUDA_CHECK(cudaMemsetAsync(t.data, 0, t.bytes(), stream_));
   }
   void synchronize() override {
@@ -257,14 +263,21 @@ class CudaBackend final : public Backend {
     GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   int64_t sync_count() const override { return sync_count_; }
+  void set_op_timing(bool on) override { op_timer_->set_enabled(on); }
+  std::map<std::string, double> op_times_ms() override {
+    ++sync_count_;
+    return op_timer_->totals_ms();
+  }
 
   // ---- model ops ----
   void embedding_forward(const Tensor& tokens, const Tensor& table, Tensor& out) override {
+    const auto timing = time_op("embedding");
     const int64_t n = tokens.numel(), d = last_dim(table);
     GNMR_CHECK(out.numel() == n * d, "embedding_forward: out " + out.shape_string());
     cuda::embedding_forward(i32_data(tokens), f32_data(table), f32_data(out), n, d, stream_);
   }
   void embedding_backward(const Tensor& tokens, const Tensor& dout, Tensor& dtable) override {
+    const auto timing = time_op("embedding");
     const int64_t n = tokens.numel(), d = last_dim(dtable);
     GNMR_CHECK(dout.numel() == n * d, "embedding_backward: dout " + dout.shape_string());
     auto it = host_tokens_.find(tokens.data);
@@ -288,6 +301,7 @@ class CudaBackend final : public Backend {
 
   void rmsnorm_forward(const Tensor& x, const Tensor& weight, float eps, Tensor& out,
                        Tensor& rstd) override {
+    const auto timing = time_op("rmsnorm");
     const int64_t n = matrix_rows(x), d = matrix_cols(x);
     GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "rmsnorm_forward: shapes");
     check_same_numel(x, out, "rmsnorm_forward");
@@ -296,6 +310,7 @@ class CudaBackend final : public Backend {
   }
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                         const Tensor& dout, Tensor& dx, Tensor& dweight) override {
+    const auto timing = time_op("rmsnorm");
     const int64_t n = matrix_rows(x), d = matrix_cols(x);
     GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
                "rmsnorm_backward: shapes");
@@ -315,6 +330,7 @@ class CudaBackend final : public Backend {
   // bf16 operands rounded into the shared scratch on every call.
   void matmul_forward(const Tensor& x, const Tensor& weight, Tensor& y,
                       GemmPrecision precision) override {
+    const auto timing = time_op("gemm");
     const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_rows(weight);
     GNMR_CHECK(matrix_cols(weight) == in && y.numel() == n * out,
                "matmul_forward: x " + x.shape_string() + ", W " + weight.shape_string() + ", y " +
@@ -326,6 +342,7 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward_input(const Tensor& dy, const Tensor& weight, Tensor& dx, bool accumulate,
                              GemmPrecision precision) override {
+    const auto timing = time_op("gemm");
     const int64_t n = matrix_rows(dy), out = matrix_cols(dy), in = matrix_cols(weight);
     GNMR_CHECK(matrix_rows(weight) == out && dx.numel() == n * in,
                "matmul_backward_input: dy " + dy.shape_string() + ", W " + weight.shape_string() +
@@ -337,6 +354,7 @@ class CudaBackend final : public Backend {
   }
   void matmul_backward_weight(const Tensor& x, const Tensor& dy, Tensor& dweight,
                               GemmPrecision precision) override {
+    const auto timing = time_op("gemm");
     const int64_t n = matrix_rows(x), in = matrix_cols(x), out = matrix_cols(dy);
     GNMR_CHECK(matrix_rows(dy) == n && dweight.numel() == out * in,
                "matmul_backward_weight: x " + x.shape_string() + ", dy " + dy.shape_string() +
@@ -376,12 +394,14 @@ class CudaBackend final : public Backend {
 
   // ---- rope, attention, swiglu, residual, loss ----
   void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
+    const auto timing = time_op("rope");
     GNMR_CHECK(x.shape.size() == 4 && cos.dim(0) >= x.dim(1) && cos.dim(1) * 2 == x.dim(3),
                "rope_forward: x " + x.shape_string() + " vs table " + cos.shape_string());
     cuda::rope_forward(f32_data(x), f32_data(cos), f32_data(sin), x.dim(0), x.dim(1), x.dim(2),
                        x.dim(3), stream_);
   }
   void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
+    const auto timing = time_op("rope");
     GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
                "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
     cuda::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1), dx.dim(2),
@@ -412,6 +432,7 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                          AttentionState& saved) override {
+    const auto timing = time_op("attention");
     const AttentionShape s = attention_shape_of(q, k);
     check_same_numel(k, v, "attention_forward");
     check_same_numel(q, out, "attention_forward");
@@ -443,6 +464,7 @@ class CudaBackend final : public Backend {
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
                           Tensor& dv) override {
+    const auto timing = time_op("attention");
     const AttentionShape s = attention_shape_of(q, k);
     check_same_numel(q, dq, "attention_backward");
     check_same_numel(q, dout, "attention_backward");
@@ -470,12 +492,14 @@ class CudaBackend final : public Backend {
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    const auto timing = time_op("swiglu");
     check_same_numel(gate, up, "swiglu_forward");
     check_same_numel(gate, out, "swiglu_forward");
     cuda::swiglu_forward(f32_data(gate), f32_data(up), f32_data(out), gate.numel(), stream_);
   }
   void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
                        Tensor& dup) override {
+    const auto timing = time_op("swiglu");
     check_same_numel(gate, dout, "swiglu_backward");
     check_same_numel(gate, dgate, "swiglu_backward");
     check_same_numel(up, dup, "swiglu_backward");
@@ -483,12 +507,14 @@ class CudaBackend final : public Backend {
                           f32_data(dup), gate.numel(), stream_);
   }
   void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) override {
+    const auto timing = time_op("residual");
     check_same_numel(a, b, "residual_forward");
     check_same_numel(a, out, "residual_forward");
     cuda::residual_forward(f32_data(a), f32_data(b), f32_data(out), a.numel(), stream_);
   }
 
   void cross_entropy_forward(const Tensor& logits, const Tensor& targets, Tensor& losses) override {
+    const auto timing = time_op("cross_entropy");
     const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
     GNMR_CHECK(targets.numel() == n && losses.numel() == n, "cross_entropy_forward: shapes");
     cuda::cross_entropy_forward(f32_data(logits), i32_data(targets), f32_data(losses), n, vocab,
@@ -496,6 +522,7 @@ class CudaBackend final : public Backend {
   }
   void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
                                       float dloss) override {
+    const auto timing = time_op("cross_entropy");
     const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
     GNMR_CHECK(targets.numel() == n && losses.numel() == n,
                "cross_entropy_forward_backward: shapes");
@@ -506,6 +533,7 @@ class CudaBackend final : public Backend {
   // ---- precision-recipe ops ----
   void quantize_int_groupwise(const Tensor& x, Tensor& packed, Tensor& scales,
                               const GroupwiseSpec& spec, const RngKey& key) override {
+    const auto timing = time_op("quantize");
     const int64_t n = matrix_rows(x), d = matrix_cols(x);
     check_groupwise_buffers(n, d, spec, packed, scales, "quantize_int_groupwise");
     cuda::quantize_int_groupwise(f32_data(x), n, d, spec, static_cast<uint8_t*>(packed.data),
@@ -513,6 +541,7 @@ class CudaBackend final : public Backend {
   }
   void dequantize_int_groupwise(const Tensor& packed, const Tensor& scales,
                                 const GroupwiseSpec& spec, Tensor& out) override {
+    const auto timing = time_op("quantize");
     const int64_t n = matrix_rows(out), d = matrix_cols(out);
     check_groupwise_buffers(n, d, spec, packed, scales, "dequantize_int_groupwise");
     cuda::dequantize_int_groupwise(static_cast<const uint8_t*>(packed.data), f32_data(scales), n, d,
@@ -520,17 +549,20 @@ class CudaBackend final : public Backend {
   }
   void fake_quantize_fp_blockwise(const Tensor& x, Tensor& out, FpFormat format, int64_t block_rows,
                                   int64_t block_cols) override {
+    const auto timing = time_op("quantize");
     check_same_numel(x, out, "fake_quantize_fp_blockwise");
     GNMR_CHECK(block_rows > 0 && block_cols > 0, "fake_quantize_fp_blockwise: empty block");
     cuda::fake_quantize_fp_blockwise(f32_data(x), f32_data(out), matrix_rows(x), matrix_cols(x),
                                      format, block_rows, block_cols, stream_);
   }
   void fake_quantize_int8_per_row(const Tensor& x, Tensor& out) override {
+    const auto timing = time_op("quantize");
     check_same_numel(x, out, "fake_quantize_int8_per_row");
     cuda::fake_quantize_int8_per_row(f32_data(x), matrix_rows(x), matrix_cols(x), f32_data(out),
                                      stream_);
   }
   void round_to_bf16(const Tensor& x, Tensor& out) override {
+    const auto timing = time_op("quantize");
     check_same_numel(x, out, "round_to_bf16");
     cuda::round_to_bf16(f32_data(x), f32_data(out), x.numel(), stream_);
   }
@@ -538,6 +570,7 @@ class CudaBackend final : public Backend {
   // ---- trainer ops ----
   void accumulate_mean_loss(const Tensor& losses, int64_t valid_targets,
                             Tensor& loss_sum) override {
+    const auto timing = time_op("loss");
     GNMR_CHECK(valid_targets > 0 && loss_sum.numel() == 1,
                "accumulate_mean_loss: needs valid targets and a one-element sum, got " +
                    std::to_string(valid_targets) + " and " + loss_sum.shape_string());
@@ -545,6 +578,7 @@ class CudaBackend final : public Backend {
                                stream_);
   }
   void sum_squares(const std::vector<Tensor>& tensors, Tensor& out_per_tensor) override {
+    const auto timing = time_op("norms");
     GNMR_CHECK(out_per_tensor.numel() == static_cast<int64_t>(tensors.size()),
                "sum_squares: " + std::to_string(tensors.size()) + " tensors, out " +
                    out_per_tensor.shape_string());
@@ -560,6 +594,7 @@ class CudaBackend final : public Backend {
   }
   void global_norm_clip(const Tensor& sum_squares, const Tensor& loss_sum, double max_norm,
                         Tensor& clip) override {
+    const auto timing = time_op("norms");
     GNMR_CHECK(loss_sum.numel() == 1 && clip.numel() == 2,
                "global_norm_clip: loss_sum " + loss_sum.shape_string() + ", clip " +
                    clip.shape_string() + " (want [1] and [2])");
@@ -567,10 +602,12 @@ class CudaBackend final : public Backend {
                            f32_data(clip), stream_);
   }
   void scale(Tensor& t, float factor) override {
+    const auto timing = time_op("scale");
     cuda::scale(f32_data(t), factor, t.numel(), stream_);
   }
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s,
                     const Tensor& clip) override {
+    const auto timing = time_op("optimizer");
     check_same_numel(param, grad, "adamw_update");
     check_same_numel(param, m, "adamw_update");
     check_same_numel(param, v, "adamw_update");
@@ -668,8 +705,12 @@ class CudaBackend final : public Backend {
     return *s;
   }
   cuda::ProjectionContext projection_context() {
-    return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_, stream_, gemm_precision(),
-                                   target_, weights_epoch_};
+    return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
+                                   stream_, gemm_precision(),    target_, weights_epoch_};
+  }
+  // The span of one op in `gnmr bench`'s breakdown (op_timer.h); nothing while timing is off.
+  cuda::OpTimer::Scope time_op(const char* family) {
+    return cuda::OpTimer::Scope(*op_timer_, family);
   }
 
   DeviceMemory memory_;
@@ -680,6 +721,7 @@ class CudaBackend final : public Backend {
   GpuTarget target_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::OpTimer> op_timer_;  // set_op_timing
   std::unique_ptr<LtGemmRunner> gemm_;
   std::unique_ptr<cuda::MaterializedAttention> attention_;
   int64_t sync_count_ = 0;

@@ -268,6 +268,7 @@ DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState
 
 void run(const ProjectionContext& c, const ProjectionGemm& g, const Operand& a, const Operand& b,
          Tensor& d) {
+  const OpTimer::Scope timing(c.timer, "gemm");
   if (g.plan.impl != GemmImpl::kInt8) {
     c.gemm.run(g.plan, a.data, a.scales, b.data, b.scales, f32_data(d), c.stream);
     return;
@@ -378,10 +379,15 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   if (s.input_leader == nullptr) s.input_generation = ++c.scratch.group_forwards;
   const ProjectionGemm g =
       plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false);
-  const Operand a = weight_operand(c, s, path, g.a, w, false);
-  const Operand b = x_operand(c, s, path, g.b, GemmRole::kForward, x);
+  Operand a, b;
+  {
+    const OpTimer::Scope timing(c.timer, "operand_prep");
+    a = weight_operand(c, s, path, g.a, w, false);
+    b = x_operand(c, s, path, g.b, GemmRole::kForward, x);
+  }
   run(c, g, a, b, y);
   if (!save) return;
+  const OpTimer::Scope timing(c.timer, "operand_prep");  // the saved copy's quantization
   s.saved_input = x;
   // Every saving forward of a sharer goes through the book, whatever its path; a shared copy
   // is quantized by the first saving forward on its spec since the leader's.
@@ -413,19 +419,25 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
                                                  c.precision, c.target, accumulate_dx);
   const DyPreparation dy_prep = backward_dy_preparation(wg, ig);
-  const Operand xa = x_operand(c, s, path, wg.a, GemmRole::kWeightGradient, s.saved_input);
+  Operand xa, wa;
   DyOperands dyo;
-  if (dy_prep == DyPreparation::kFp8BothOnce) {
-    dyo = fp8_dy_operands(c, s, path, dy);
-  } else {
-    dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
+  {
+    const OpTimer::Scope timing(c.timer, "operand_prep");
+    xa = x_operand(c, s, path, wg.a, GemmRole::kWeightGradient, s.saved_input);
+    if (dy_prep == DyPreparation::kFp8BothOnce) {
+      dyo = fp8_dy_operands(c, s, path, dy);
+    } else {
+      dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
+    }
   }
   run(c, wg, xa, dyo.weight_gradient, dw);
-
-  const Operand wa = weight_operand(c, s, path, ig.a, w, true);
-  if (dy_prep == DyPreparation::kBf16Once) dyo.input_gradient = dyo.weight_gradient;
-  if (dy_prep == DyPreparation::kPerGemm) {
-    dyo.input_gradient = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
+  {
+    const OpTimer::Scope timing(c.timer, "operand_prep");
+    wa = weight_operand(c, s, path, ig.a, w, true);
+    if (dy_prep == DyPreparation::kBf16Once) dyo.input_gradient = dyo.weight_gradient;
+    if (dy_prep == DyPreparation::kPerGemm) {
+      dyo.input_gradient = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
+    }
   }
   run(c, ig, wa, dyo.input_gradient, dx);
 }

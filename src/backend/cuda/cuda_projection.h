@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cublaslt_gemm.h"
 #include "backend/cuda/device_memory.h"
+#include "backend/cuda/op_timer.h"
 #include "backend/cuda/projection_plan.h"
 #include "backend/shared_saved_input.h"
 
@@ -92,6 +93,7 @@ struct ProjectionContext {
   DeviceMemory& memory;
   ProjectionScratch& scratch;
   LtGemmRunner& gemm;
+  OpTimer& timer;  // the breakdown's "gemm" and "operand_prep" spans
   cudaStream_t stream;
   GemmPrecision precision;
   GpuTarget target;
