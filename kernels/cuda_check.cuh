@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "util/error.h"
@@ -18,6 +19,16 @@ namespace gnmr::cuda {
                   std::to_string(line) +
                   "; hint: check that a GPU is visible (nvidia-smi, CUDA_VISIBLE_DEVICES), the "
                   "driver supports this CUDA runtime, and device pointers are valid");
+}
+
+// A launch's grid y extent of `blocks` blocks: CUDA allows at most 65535 there, so more is an
+// error naming `what` (the kernel and what its y counts), not a failed launch.
+inline unsigned grid_y(int64_t blocks, const std::string& what) {
+  if (blocks > 65535) {
+    throw Error(ErrorKind::Runtime, what + ": " + std::to_string(blocks) +
+                                        " blocks along the grid's y, above CUDA's 65535");
+  }
+  return static_cast<unsigned>(blocks);
 }
 
 }  // namespace gnmr::cuda

@@ -16,7 +16,6 @@
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
-#include "util/error.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -66,11 +65,9 @@ __global__ void __launch_bounds__(kThreads)
 void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, FpFormat format,
                                        uint8_t* codes_t, float* scales, cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
-  GNMR_CHECK(block_count(n, kTokens) <= 65535,
-             "quantize_fp_tile_128x1_transposed: " + std::to_string(n) +
-                 " tokens need more than 65535 blocks of 128 along the grid's y");
   const dim3 grid(static_cast<unsigned>(block_count(cols, kColumns)),
-                  static_cast<unsigned>(block_count(n, kTokens)));
+                  grid_y(block_count(n, kTokens),
+                         "quantize_fp_tile_128x1_transposed: " + std::to_string(n) + " tokens"));
   quantize_fp_tile_128x1_transposed_kernel<<<grid, kThreads, 0, stream>>>(x, n, cols, format,
                                                                           codes_t, scales);
   GNMR_CUDA_CHECK(cudaGetLastError());

@@ -19,7 +19,6 @@
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
-#include "util/error.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -103,11 +102,9 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
                                            uint8_t* codes, float* scales, uint8_t* codes_t,
                                            float* scales_t, cudaStream_t stream) {
   if (n == 0 || cols == 0) return;
-  GNMR_CHECK(block_count(n, kTile) <= 65535,
-             "quantize_fp_tile_1x128_and_transposed: " + std::to_string(n) +
-                 " tokens need more than 65535 blocks of 128 along the grid's y");
   const dim3 grid(static_cast<unsigned>(block_count(cols, kTile)),
-                  static_cast<unsigned>(block_count(n, kTile)));
+                  grid_y(block_count(n, kTile), "quantize_fp_tile_1x128_and_transposed: " +
+                                                    std::to_string(n) + " tokens"));
   quantize_fp_tile_1x128_and_transposed_kernel<<<grid, kThreads, 0, stream>>>(
       x, n, cols, format, codes, scales, codes_t, scales_t);
   GNMR_CUDA_CHECK(cudaGetLastError());

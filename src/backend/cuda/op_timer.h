@@ -22,7 +22,6 @@ class OpTimer {
 
   // On: the totals start again from zero. Off: scopes record nothing.
   void set_enabled(bool on);
-  bool enabled() const { return enabled_; }
 
   // The span of one op of `family` (a string literal: kept by pointer), from construction to
   // destruction; nothing while the timer is off. Scopes do not nest: each op has one family.
