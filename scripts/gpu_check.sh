@@ -27,7 +27,8 @@
 #     memcheck    compute-sanitizer: memcheck over the kernel tests and an fp8mix training
 #                 run, initcheck over the training run                                 (60 s)
 #     bench       gnmr bench on llama2-1b-gpu at seq 1024: bf16, fp8mix (GNMR controller),
-#                 fp8mix under static_low, actq, and bf16 on the tensor-core flash
+#                 fp8mix under static_low, actq (each on model.attention auto: the tensor-
+#                 core flash kernels under the config's bf16 GEMMs), and bf16 on the v1
 #                 attention; tokens/s, MFU and the GEMMs' share each; 45 s per run    (150 s)
 #   and, only when named (not in the default run):
 #     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
@@ -227,7 +228,7 @@ stage_memcheck() {
   # kernels. Not the sweep (no kernels of ours), the NCCL tests (a death test re-runs the
   # binary) nor the command-line tests (they run gnmr in child processes). Each run's seconds
   # and exit code go to memcheck.log, so a stage cut off by its timeout still says which ran.
-  local errors=0 unsupported=0 tool filter begin rc out
+  local errors=0 unsupported=0 tool filter begin rc out failing=""
   local kernels='-GpuGemmSweep.*:*GpuTraining.*:GpuCli.*:GpuDataParallel.*:GpuNccl*:GpuFlashAttention.*LongSequence*:GpuFlashAttention.GivesTheSameBitsOnEveryRun'
   local training='*GpuTraining.MatchesTheCpuBackend*/fp8mix'
   for run in "memcheck $kernels" "memcheck $training" "initcheck $training"; do
@@ -238,11 +239,14 @@ stage_memcheck() {
     cat "$out" >>"$logs/memcheck.log"
     note "$tool on $filter: exit $rc in $(($(date +%s) - begin)) s"
     if grep -q "Device not supported" "$out"; then unsupported=1; break; fi
-    ((rc == 0)) || errors=$((errors + 1))
+    # The sanitizer's own findings: its exit code, or a nonzero error summary. A test that
+    # fails under it (exit 1, no finding) is gpu-tests' failure, not a memory error.
+    if ((rc == 99)) || grep -q "ERROR SUMMARY: [1-9]" "$out"; then errors=$((errors + 1))
+    elif ((rc != 0)); then failing+="$tool run exit $rc without a finding; "; fi
   done
   if ((unsupported)); then status=SKIP why="compute-sanitizer: device not supported on this machine"
   elif ((errors)); then status=FAIL why="$errors of 3 sanitizer runs reported errors (memcheck.log)"
-  else status=PASS why="memcheck (kernel tests, fp8mix training) and initcheck (training) clean"; fi
+  else status=PASS why="memcheck (kernel tests, fp8mix training) and initcheck (training) clean${failing:+; tests failing under it, see gpu-tests: $failing}"; fi
 }
 
 needs_backend() {
@@ -281,7 +285,9 @@ bundle, work, run_timeout_s = sys.argv[1], sys.argv[2], sys.argv[3]
 reference = json.load(open(f"{bundle}/reference/cpu_runs.json"))
 # Relative |gpu - cpu| / cpu allowed per step (tests/gpu/test_gpu_training.cpp explains them):
 # step 1 runs on the same weights, later steps compound the GEMMs' different summation order.
-tolerance = {"fp32": (1e-5, 1e-4), "bf16": (1e-5, 1e-4), "actq": (1e-4, 1e-3),
+# bf16 runs model.attention auto, which under bf16 GEMMs is the bf16 tensor-core attention
+# (q, k, v, P, dO, dS rounded to bf16) against the CPU's fp32 attention: bf16_flash_bf16's bounds.
+tolerance = {"fp32": (1e-5, 1e-4), "bf16": (2e-3, 5e-3), "actq": (1e-4, 1e-3),
              "fp8mix": (2e-3, 5e-3), "fp8mix-fp4": (2e-3, 1e-2), "int8": (1e-4, 1e-3)}
 failed, worst = [], {}
 for name, run in reference["runs"].items():
@@ -336,17 +342,15 @@ stage_bench() {
     shape=(--steps 5 --warmup 3)
   fi
   [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
-  # The recipes on the default attention, then bf16 on the tensor-core flash kernels
-  # (model.attention=flash_bf16, opt-in until this check has passed on a GPU), so one GPU run
-  # measures the MFU both attentions give.
-  # Each run: a label, then its --set overrides. The GNMR-controlled fp8mix next to static_low
-  # is issue 11's "within 2% of static low's step time".
+  # The recipes on the default attention (auto), then bf16 on the v1 attention, so one GPU run
+  # measures the MFU both give. Each run: a label, then its --set overrides. The GNMR-controlled
+  # fp8mix next to static_low is issue 11's "within 2% of static low's step time".
   local label sets out rc runs=(
     "bf16|precision.recipe=bf16"
     "fp8mix|precision.recipe=fp8mix"
     "fp8mix-static_low|precision.recipe=fp8mix gnmr.controller=static_low"
     "actq|precision.recipe=actq"
-    "bf16+flash_bf16|precision.recipe=bf16 model.attention=flash_bf16")
+    "bf16+materialized|precision.recipe=bf16 model.attention=materialized")
   local run set_args=()
   for run in "${runs[@]}"; do
     label=${run%%|*} set_args=()
@@ -381,7 +385,7 @@ stage_attention_bench() {
     cat "$work/attention-bench.json" >>"$logs/attention-bench.log"
     status=PASS why="$(python3 -c 'import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print("; ".join(f"{r[\"kernel\"]} T={r[\"T\"]} fwd {r[\"forward_tflops\"]} bwd {r[\"backward_tflops\"]} TFLOP/s {r[\"memory_mib\"]} MiB" for r in rows))' "$work/attention-bench.json")"
+print("; ".join("%(kernel)s T=%(T)s fwd %(forward_tflops)s bwd %(backward_tflops)s TFLOP/s %(memory_mib)s MiB" % r for r in rows))' "$work/attention-bench.json")"
   else
     status=FAIL why="bench_gpu_attention failed (attention-bench.log)"
   fi

@@ -185,7 +185,7 @@ class Backend {
   virtual int64_t sync_count() const = 0;
 
   // Device time by op family (`gnmr bench`'s breakdown of a step): while on, each op's time is
-  // added to its family's ("gemm", "operand_prep", "attention", "rmsnorm", ...); op_times_ms()
+  // added to its family's ("gemm", "prep x", "attention", "rmsnorm", ...); op_times_ms()
   // waits for the backend and returns the totals since timing was switched on. A backend that
   // does not time its ops (the CPU's: its step times are already its ops' own) returns none.
   virtual void set_op_timing(bool on) { (void)on; }

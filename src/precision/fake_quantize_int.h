@@ -19,7 +19,7 @@ namespace gnmr {
 
 // One element, given its row's scale: the value its code stands for.
 GNMR_HD_INLINE float fake_quantize_int_element(float x, float scale, int qmax) {
-  return static_cast<float>(quantize_int_nearest(x, scale, qmax)) * scale;
+  return canonical_nan(static_cast<float>(quantize_int_nearest(x, scale, qmax)) * scale);
 }
 
 // One row: the row's absmax (a max, exact in any order: the GPU's block tree gives the same),

@@ -39,4 +39,14 @@ GNMR_HD_INLINE float float_from_bits(uint32_t bits) {
   return value;
 }
 
+// A NaN result as one fixed NaN, +0x7FC00000; any other value unchanged. The CPU and the GPU
+// give different bits for the same NaN-making arithmetic: x86 keeps a NaN operand's payload
+// and sign and makes 0xFFC00000 from 0 * inf, the GPU always makes 0x7FFFFFFF (first seen on
+// an H200, where the fake quantizers' outputs for a tile holding inf or NaN differed only in
+// those bits). A shared function whose result is compared bit for bit across the two, and
+// that can make a NaN (a code times a scale that is inf or NaN), returns through this.
+GNMR_HD_INLINE float canonical_nan(float value) {
+  return (float_bits(value) & 0x7FFFFFFFu) > 0x7F800000u ? float_from_bits(0x7FC00000u) : value;
+}
+
 }  // namespace gnmr

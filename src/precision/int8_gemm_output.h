@@ -15,7 +15,7 @@
 namespace gnmr {
 
 GNMR_HD_INLINE float int8_gemm_output(int32_t sum, float scale_a, float scale_b) {
-  return static_cast<float>(sum) * scale_a * scale_b;
+  return canonical_nan(static_cast<float>(sum) * scale_a * scale_b);
 }
 
 }  // namespace gnmr

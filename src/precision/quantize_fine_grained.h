@@ -28,14 +28,16 @@ GNMR_HD_INLINE float fine_grained_scale(float absmax, FpFormat format) {
   return absmax / fp_format_max(format);
 }
 
-// Storage code of x in a tile with scale `scale`.
+// Storage code of x in a tile with scale `scale`. A NaN quotient (x NaN, or inf / an inf scale)
+// is made the canonical NaN first: its sign, which picks the code (S.1111.111 in e4m3, ±max in
+// the fp6 / fp4 formats, which saturate NaN), differs between x86 and the GPU otherwise.
 GNMR_HD_INLINE uint8_t quantize_fp_element(float x, float scale, FpFormat format) {
   if (scale == 0.0f) return 0;
-  return encode_fp_storage(format, x / scale);
+  return encode_fp_storage(format, canonical_nan(x / scale));
 }
 
 GNMR_HD_INLINE float dequantize_fp_element(uint8_t code, float scale, FpFormat format) {
-  return decode_fp_storage(format, code) * scale;
+  return canonical_nan(decode_fp_storage(format, code) * scale);
 }
 
 inline size_t fp_blockwise_scale_count(int64_t rows, int64_t cols, int64_t block_rows,
@@ -116,7 +118,8 @@ GNMR_HOST_DEVICE constexpr MinifloatShape minifloat_shape(FpFormat format) {
 // compare them over a stride of all float bit patterns and random tiles). The CUDA twin
 // kernels/fake_quantize_fp_blockwise.cu calls it too:
 // - scale 0 (an all-zero tile): the reference decodes code 0, so +0.
-// - NaN: each format's NaN rule lives in the storage codecs; defer to the reference.
+// - NaN: each format's NaN rule lives in the storage codecs; defer to the reference. Every NaN
+//   result, this one and 0 times an inf scale below, is canonical_nan's one NaN.
 // - normal range of the format: round the float's mantissa to M bits, nearest, ties to even;
 //   a carry into the exponent is the next representable value, as in the codecs.
 // - subnormal range (|v| < 2^(1-B)): adding C = 2^(24-B-M) makes the float adder round |v| to
@@ -144,7 +147,8 @@ GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
   }
   const uint32_t max_bits = float_bits(shape.max_value);
   if (rounded_bits > max_bits) rounded_bits = max_bits;
-  return float_from_bits(rounded_bits | (bits & 0x80000000u)) * scale;
+  // 0 * an inf scale (a tile holding inf) is NaN.
+  return canonical_nan(float_from_bits(rounded_bits | (bits & 0x80000000u)) * scale);
 }
 
 // One band of block_rows rows of fake_quantize_fp_blockwise, the format fixed at compile time.

@@ -95,8 +95,8 @@ GNMR_HD_INLINE int packed_int_code(const uint8_t* packed, int64_t row, int64_t c
 GNMR_HD_INLINE float dequantize_int_groupwise_element(const uint8_t* packed, const float* scales,
                                                       int64_t row, int64_t col, int64_t cols,
                                                       const GroupwiseSpec& spec) {
-  return static_cast<float>(packed_int_code(packed, row, col, cols, spec.bits)) *
-         scales[group_scale_index(row, col, cols, spec)];
+  return canonical_nan(static_cast<float>(packed_int_code(packed, row, col, cols, spec.bits)) *
+                       scales[group_scale_index(row, col, cols, spec)]);
 }
 
 // ---- host-side API -------------------------------------------------------------------------

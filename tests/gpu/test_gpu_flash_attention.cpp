@@ -327,6 +327,20 @@ TEST(GpuFlashAttention, TheBackendReadsTheCallersOutWhenItIsKeptAndItsCopyOtherw
 }
 
 // Decided on the host before any launch, so it runs without a GPU too.
+// model.attention auto follows the GEMMs' precision: the tensor-core kernels under bf16 GEMMs,
+// the fp32 SIMT ones under fp32, v1 for a head dim the flash kernels lack.
+TEST(GpuFlashAttention, AutoRunsTheFlashKernelsOfTheGemmPrecision) {
+  SKIP_WITHOUT_GPU();
+  std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
+  const AttentionShape shape{2, 130, 8, 2, 64}, unsupported{2, 130, 8, 2, 96};
+  be->set_gemm_precision(GemmPrecision::BF16);
+  EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(),
+            "flash_bf16 (bf16 tensor cores, mma.sync)");
+  EXPECT_EQ(be->plan_attention("a", unsupported, false)->kernel().rfind("materialized", 0), 0u);
+  be->set_gemm_precision(GemmPrecision::FP32);
+  EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(), "flash (fp32 SIMT)");
+}
+
 TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
   EXPECT_FALSE(flash_attention_supports_head_dim(96));
   EXPECT_TRUE(flash_attention_supports_head_dim(64));

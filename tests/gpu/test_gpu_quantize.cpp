@@ -224,7 +224,19 @@ TEST(GpuQuantize, Bf16ConversionAndInt8PerRowMatchTheCpuBitForBit) {
   DeviceBuffer<uint16_t> d_bf16(x.size());
   cuda::convert_to_bf16(d_x.get(), int64_t(x.size()), d_bf16.get(), nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-  ASSERT_EQ(d_bf16.to_host(), cpu_bf16);
+  ASSERT_EQ(d_bf16.to_host(), cpu_bf16);  // 4773 elements: 1193 four-wide, one alone
+  // From element 1 (neither pointer aligned: the one-element kernel alone) and from element 4
+  // (both aligned again: the wide kernel, another tail).
+  for (const size_t offset : {size_t{1}, size_t{4}}) {
+    DeviceBuffer<uint16_t> d_part(x.size());
+    cuda::convert_to_bf16(d_x.get() + offset, int64_t(x.size() - offset), d_part.get() + offset,
+                          nullptr);
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint16_t> part = d_part.to_host();
+    EXPECT_TRUE(
+        std::equal(part.begin() + long(offset), part.end(), cpu_bf16.begin() + long(offset)))
+        << "from element " << offset;
+  }
 
   // Rows narrower than the block (129) and wider than it with a partial stride (2049), out of
   // place and in place.

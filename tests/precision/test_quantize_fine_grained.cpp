@@ -191,6 +191,41 @@ TEST(QuantizeFineGrained, FastElementFakeQuantizerMatchesTheStorageCodecs) {
   EXPECT_EQ(fake_quantize_fp_element_fast<FpFormat::kE2M1>(0.75f, 1.0f), 1.0f);
 }
 
+// The GPU makes other NaN bits than x86 for the same arithmetic (host_device.h), and the CUDA
+// twins are held to these functions' bits: every NaN they return is the one canonical NaN,
+// whatever made it (0 times a tile's inf scale; a NaN input in e4m3 and e5m2). A NaN's sign and
+// payload change nothing: the fp6 and fp4 formats, which have no NaN, saturate every NaN (and
+// inf / an inf scale) to +max, whatever sign x86 or the GPU gave it.
+template <FpFormat kFormat>
+void expect_canonical_nans() {
+  const uint32_t canonical = 0x7FC00000u;
+  const bool has_nan = kFormat == FpFormat::kE4M3 || kFormat == FpFormat::kE5M2;
+  const float positive_max = fake_quantize_fp_element_fast<kFormat>(1e30f, 0.5f);
+  for (uint32_t nan_bits : {0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFA5A5A5u}) {
+    const float nan = float_from_bits(nan_bits);
+    const float fast = fake_quantize_fp_element_fast<kFormat>(nan, 0.5f);
+    EXPECT_EQ(float_bits(fast), float_bits(fake_quantize_fp_element(nan, 0.5f, kFormat)));
+    EXPECT_EQ(float_bits(fast), has_nan ? canonical : float_bits(positive_max)) << nan_bits;
+    EXPECT_EQ(quantize_fp_element(nan, 0.5f, kFormat), quantize_fp_element(NAN, 0.5f, kFormat));
+  }
+  for (float x : {1.0f, -3.0f, 0.0f, INFINITY, -INFINITY}) {
+    // inf / inf is NaN: e4m3 and e5m2 keep it; the others saturate it to +max, times inf.
+    const uint32_t expected = std::isinf(x) && !has_nan ? float_bits(INFINITY) : canonical;
+    EXPECT_EQ(float_bits(fake_quantize_fp_element_fast<kFormat>(x, INFINITY)), expected) << x;
+    EXPECT_EQ(float_bits(fake_quantize_fp_element(x, INFINITY, kFormat)), expected) << x;
+  }
+}
+
+TEST(QuantizeFineGrained, EveryNanResultIsTheCanonicalNan) {
+  expect_canonical_nans<FpFormat::kE4M3>();
+  expect_canonical_nans<FpFormat::kE5M2>();
+  expect_canonical_nans<FpFormat::kE3M2>();
+  expect_canonical_nans<FpFormat::kE2M3>();
+  expect_canonical_nans<FpFormat::kE2M1>();
+  EXPECT_EQ(float_bits(canonical_nan(-0.0f)), float_bits(-0.0f));
+  EXPECT_EQ(float_bits(canonical_nan(-INFINITY)), float_bits(-INFINITY));
+}
+
 TEST(QuantizeFineGrained, FakeQuantizeEqualsDequantizeOfQuantizeForEveryBlockShape) {
   // The fake quantizer walks rows band by band; the reference quantizes block by block. Tall
   // 128x1 blocks are the weight-gradient GEMM's; odd shapes leave partial blocks on both edges.

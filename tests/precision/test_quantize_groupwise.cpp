@@ -8,6 +8,8 @@
 #include <random>
 #include <vector>
 
+#include "precision/fake_quantize_int.h"
+#include "precision/int8_gemm_output.h"
 #include "precision/quantize_groupwise.h"
 
 namespace gnmr {
@@ -44,6 +46,23 @@ RoundTrip round_trip(const std::vector<float>& x, int64_t rows, int64_t cols,
 }
 
 const int kGroupSizes[] = {32, 128, kGroupRow, kGroupTensor};
+
+// A code times an inf scale (a group holding inf) is NaN; the CUDA twins are held to these
+// bits, and the GPU makes other NaN bits than x86, so each is the one canonical NaN.
+TEST(QuantizeGroupwise, CodeTimesAnInfScaleIsTheCanonicalNan) {
+  const uint32_t canonical = 0x7FC00000u;
+  EXPECT_EQ(float_bits(fake_quantize_int_element(1.0f, INFINITY, 127)), canonical);
+  EXPECT_EQ(float_bits(fake_quantize_int_element(-2.0f, INFINITY, 7)), canonical);
+  EXPECT_EQ(float_bits(int8_gemm_output(0, INFINITY, 1.0f)), canonical);
+  EXPECT_EQ(float_bits(int8_gemm_output(-5, -INFINITY, 0.0f)), canonical);
+  const GroupwiseSpec spec{8, kGroupRow};
+  const float x[3] = {1.0f, INFINITY, -2.0f};
+  std::vector<uint8_t> packed(size_t(packed_row_bytes(3, 8)));
+  float scale = 0.0f;
+  quantize_int_groupwise(x, 1, 3, spec, packed.data(), &scale);
+  EXPECT_EQ(float_bits(dequantize_int_groupwise_element(packed.data(), &scale, 0, 0, 3, spec)),
+            canonical);
+}
 
 TEST(QuantizeGroupwise, NearestRoundingErrorIsAtMostHalfAScaleStep) {
   const int64_t rows = 9, cols = 256;

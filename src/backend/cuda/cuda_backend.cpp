@@ -110,14 +110,17 @@ const char* attention_choice_name(CudaAttention choice) {
 }
 
 // Which kernels `shape` runs under `choice` on a device allowing `shared_limit` bytes of shared
-// memory per block (opt-in). auto takes the SIMT flash kernels where the head dim is theirs and
-// their tiles fit, else the materialized kernels, and says so (`warned`: once per backend, not
-// once per layer). An explicit flash choice whose head dim the kernels lack, or whose tiles do
-// not fit, is an error naming the shape and the bytes, raised here, before the first step.
-AttentionKernel attention_kernel_for(CudaAttention choice, const AttentionShape& shape,
-                                     int64_t shared_limit, bool& warned) {
+// memory per block (opt-in). auto takes the flash kernels of the GEMMs' precision (tensor cores
+// when `bf16_gemms`, else fp32 SIMT) where the head dim is theirs and their tiles fit, else the
+// materialized kernels, and says so (`warned`: once per backend, not once per layer). An explicit
+// flash choice whose head dim the kernels lack, or whose tiles do not fit, is an error naming the
+// shape and the bytes, raised here, before the first step.
+AttentionKernel attention_kernel_for(CudaAttention choice, bool bf16_gemms,
+                                     const AttentionShape& shape, int64_t shared_limit,
+                                     bool& warned) {
   if (choice == CudaAttention::Materialized) return AttentionKernel::Materialized;
-  const bool tensor_cores = choice == CudaAttention::FlashBf16;
+  const bool tensor_cores =
+      choice == CudaAttention::FlashBf16 || (choice == CudaAttention::Auto && bf16_gemms);
   const AttentionKernel flash =
       tensor_cores ? AttentionKernel::FlashTensorCores : AttentionKernel::FlashSimt;
   const bool supported = cuda::flash_attention_supports_head_dim(shape.head_dim);
@@ -414,7 +417,8 @@ class CudaBackend final : public Backend {
     auto state = std::make_unique<CudaAttentionState>();
     state->shape = shape;
     state->kernel_kind =
-        attention_kernel_for(attention_choice_, shape, shared_optin_bytes_, warned_flash_fallback_);
+        attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
+                             shared_optin_bytes_, warned_flash_fallback_);
     state->out_kept = state->flash() && out_kept;
     if (state->flash() && !out_kept) {
       state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},

@@ -17,8 +17,10 @@ namespace gnmr {
 // saved), FlashBf16 kernels/flash_attention_mma.cu (the same algorithm on bf16 tensor cores:
 // q, k, v, dout, P and dS rounded to bf16 where they enter a product, fp32 accumulation and
 // statistics), Materialized the v1 attention (attention_v1.h, P [B, H, T, T] saved), Auto the
-// SIMT flash kernels where they support the head dim (64, 128) and fit the device's shared
-// memory, v1 elsewhere. Chosen per layer at plan_attention.
+// flash kernels in the run's GEMM precision where they support the head dim (64, 128) and fit
+// the device's shared memory, v1 elsewhere: the tensor-core ones under train.gemm_precision
+// bf16 (25-35x the SIMT kernels' TFLOP/s on an H200: README), the fp32 SIMT ones under fp32.
+// Chosen per layer at plan_attention.
 enum class CudaAttention { Auto, Flash, FlashBf16, Materialized };
 
 // "auto" | "flash" | "flash_bf16" | "materialized", else Error(Config) naming model.attention.

@@ -379,15 +379,20 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   if (s.input_leader == nullptr) s.input_generation = ++c.scratch.group_forwards;
   const ProjectionGemm g =
       plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false);
+  // Each operand's preparation is its own op family in bench's breakdown ("prep W", "prep x",
+  // ...): which kernel a family runs follows from the recipe's paths (gemm_impl).
   Operand a, b;
   {
-    const OpTimer::Scope timing(c.timer, "operand_prep");
+    const OpTimer::Scope timing(c.timer, "prep W");
     a = weight_operand(c, s, path, g.a, w, false);
+  }
+  {
+    const OpTimer::Scope timing(c.timer, "prep x");
     b = x_operand(c, s, path, g.b, GemmRole::kForward, x);
   }
   run(c, g, a, b, y);
   if (!save) return;
-  const OpTimer::Scope timing(c.timer, "operand_prep");  // the saved copy's quantization
+  const OpTimer::Scope timing(c.timer, "prep saved x");  // the saved copy's quantization
   s.saved_input = x;
   // Every saving forward of a sharer goes through the book, whatever its path; a shared copy
   // is quantized by the first saving forward on its spec since the leader's.
@@ -422,22 +427,25 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   Operand xa, wa;
   DyOperands dyo;
   {
-    const OpTimer::Scope timing(c.timer, "operand_prep");
+    const OpTimer::Scope timing(c.timer, "prep x (dW)");
     xa = x_operand(c, s, path, wg.a, GemmRole::kWeightGradient, s.saved_input);
-    if (dy_prep == DyPreparation::kFp8BothOnce) {
-      dyo = fp8_dy_operands(c, s, path, dy);
-    } else {
-      dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
-    }
+  }
+  if (dy_prep == DyPreparation::kFp8BothOnce) {
+    const OpTimer::Scope timing(c.timer, "prep dy (dW+dx)");
+    dyo = fp8_dy_operands(c, s, path, dy);
+  } else {
+    const OpTimer::Scope timing(c.timer, "prep dy (dW)");
+    dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);
   }
   run(c, wg, xa, dyo.weight_gradient, dw);
   {
-    const OpTimer::Scope timing(c.timer, "operand_prep");
+    const OpTimer::Scope timing(c.timer, "prep W");
     wa = weight_operand(c, s, path, ig.a, w, true);
-    if (dy_prep == DyPreparation::kBf16Once) dyo.input_gradient = dyo.weight_gradient;
-    if (dy_prep == DyPreparation::kPerGemm) {
-      dyo.input_gradient = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
-    }
+  }
+  if (dy_prep == DyPreparation::kBf16Once) dyo.input_gradient = dyo.weight_gradient;
+  if (dy_prep == DyPreparation::kPerGemm) {
+    const OpTimer::Scope timing(c.timer, "prep dy (dx)");
+    dyo.input_gradient = dy_operand(c, s, path, ig.b, GemmRole::kInputGradient, dy);
   }
   run(c, ig, wa, dyo.input_gradient, dx);
 }

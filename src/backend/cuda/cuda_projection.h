@@ -93,7 +93,7 @@ struct ProjectionContext {
   DeviceMemory& memory;
   ProjectionScratch& scratch;
   LtGemmRunner& gemm;
-  OpTimer& timer;  // the breakdown's "gemm" and "operand_prep" spans
+  OpTimer& timer;  // the breakdown's "gemm" and "prep ..." (one per operand) spans
   cudaStream_t stream;
   GemmPrecision precision;
   GpuTarget target;
