@@ -15,6 +15,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp_format_dispatch.cuh"
 #include "kernels/train_ops.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "util/error.h"
@@ -144,18 +145,9 @@ void fake_quantize_fp_blockwise(const float* x, float* out, int64_t rows, int64_
                                        std::to_string(block_cols) + " (each side must be >= 1)");
   }
   if (rows == 0 || cols == 0) return;
-  switch (format) {
-    case FpFormat::kE4M3:
-      return launch<FpFormat::kE4M3>(x, out, rows, cols, block_rows, block_cols, stream);
-    case FpFormat::kE5M2:
-      return launch<FpFormat::kE5M2>(x, out, rows, cols, block_rows, block_cols, stream);
-    case FpFormat::kE3M2:
-      return launch<FpFormat::kE3M2>(x, out, rows, cols, block_rows, block_cols, stream);
-    case FpFormat::kE2M3:
-      return launch<FpFormat::kE2M3>(x, out, rows, cols, block_rows, block_cols, stream);
-    case FpFormat::kE2M1:
-      return launch<FpFormat::kE2M1>(x, out, rows, cols, block_rows, block_cols, stream);
-  }
+  dispatch_fp_format(format, [&](auto f) {
+    launch<decltype(f)::value>(x, out, rows, cols, block_rows, block_cols, stream);
+  });
 }
 
 }  // namespace gnmr::cuda

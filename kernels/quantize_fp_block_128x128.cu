@@ -8,6 +8,7 @@
 // and quantize_fp_element, so codes and scales are identical.
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp_format_dispatch.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
@@ -15,7 +16,9 @@
 namespace gnmr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+// 16 warps a block: a weight has few 128x128 blocks (256 for 2048 x 2048, under two per
+// multiprocessor of an H200), so each block's warps are what hides the loads' latency.
+constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBlock = static_cast<int>(kFineGrainedTile);
 constexpr int kPerLane = kBlock / 32;  // a lane's columns of a row (rows of a column for W^T)
@@ -24,10 +27,10 @@ constexpr int kPerLane = kBlock / 32;  // a lane's columns of a row (rows of a c
 // every load and store of a warp touches 32 adjacent elements, so W's reads, W's codes and,
 // through the block's codes in shared memory, W^T's codes all coalesce (a thread per element
 // writing W^T directly would write 32 rows `rows` bytes apart per store).
+template <FpFormat kFormat>
 __global__ void __launch_bounds__(kThreads)
-    quantize_fp_block_128x128_kernel(const float* w, int64_t rows, int64_t cols, FpFormat format,
-                                     uint8_t* codes, uint8_t* codes_t, float* scales,
-                                     float* scales_t) {
+    quantize_fp_block_128x128_kernel(const float* w, int64_t rows, int64_t cols, uint8_t* codes,
+                                     uint8_t* codes_t, float* scales, float* scales_t) {
   // The block's codes, [row][column]; 132-byte rows (33 words) put the 32 rows a warp reads of
   // one column in 32 different banks.
   __shared__ uint8_t block_codes[kBlock][kBlock + 4];
@@ -43,7 +46,7 @@ __global__ void __launch_bounds__(kThreads)
       if (c < width) absmax = fmaxf(absmax, fabsf(w[(row0 + r) * cols + col0 + c]));
     }
   }
-  const float scale = fine_grained_scale(block_max(absmax), format);
+  const float scale = fine_grained_scale(block_max(absmax), kFormat);
   if (threadIdx.x == 0) {
     scales[blk128_scale_index(rb, cb, cols)] = scale;
     if (scales_t) scales_t[blk128_scale_index(cb, rb, rows)] = scale;
@@ -52,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kPerLane; ++k) {
       const int c = lane + 32 * k;
       if (c >= width) continue;
-      const uint8_t code = quantize_fp_element(w[(row0 + r) * cols + col0 + c], scale, format);
+      const uint8_t code = quantize_fp_element(w[(row0 + r) * cols + col0 + c], scale, kFormat);
       codes[(row0 + r) * cols + col0 + c] = code;
       block_codes[r][c] = code;
     }
@@ -82,8 +85,11 @@ void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFor
   }
   const dim3 grid(static_cast<unsigned>(block_count(cols, kBlock)),
                   static_cast<unsigned>(block_count(rows, kBlock)));
-  quantize_fp_block_128x128_kernel<<<grid, kThreads, 0, stream>>>(w, rows, cols, format, codes,
-                                                                  codes_t, scales, scales_t);
+  dispatch_fp_format(format, [&](auto f) {
+    constexpr FpFormat kFormat = decltype(f)::value;
+    quantize_fp_block_128x128_kernel<kFormat>
+        <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
+  });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,6 +13,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp_format_dispatch.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
@@ -26,9 +27,10 @@ constexpr int kTokens = static_cast<int>(kFineGrainedTile);  // one scale tile a
 constexpr int kColumns = 64;
 constexpr int kPerLane = kTokens / 32;  // a lane's tokens of one column
 
+template <FpFormat kFormat>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp_tile_128x1_transposed_kernel(const float* x, int64_t n, int64_t cols,
-                                             FpFormat format, uint8_t* codes_t, float* scales) {
+                                             uint8_t* codes_t, float* scales) {
   // x[n0 + t, c0 + c] at tile[t][c], zero past the edges (|0| changes no absmax). The odd row
   // length puts the 32 tokens a warp reads of one column in 32 different banks.
   __shared__ float tile[kTokens][kColumns + 1];
@@ -50,12 +52,12 @@ __global__ void __launch_bounds__(kThreads)
       values[k] = tile[lane + 32 * k][c];
       absmax = fmaxf(absmax, fabsf(values[k]));
     }
-    const float scale = fine_grained_scale(warp_max(absmax), format);
+    const float scale = fine_grained_scale(warp_max(absmax), kFormat);
     if (lane == 0) scales[vec128_scale_index(c0 + c, b, cols)] = scale;
     uint8_t* out = codes_t + (c0 + c) * n + n0;
     for (int k = 0; k < kPerLane; ++k) {
       const int t = lane + 32 * k;
-      if (t < tokens) out[t] = quantize_fp_element(values[k], scale, format);
+      if (t < tokens) out[t] = quantize_fp_element(values[k], scale, kFormat);
     }
   }
 }
@@ -68,8 +70,11 @@ void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, 
   const dim3 grid(static_cast<unsigned>(block_count(cols, kColumns)),
                   grid_y(block_count(n, kTokens),
                          "quantize_fp_tile_128x1_transposed: " + std::to_string(n) + " tokens"));
-  quantize_fp_tile_128x1_transposed_kernel<<<grid, kThreads, 0, stream>>>(x, n, cols, format,
-                                                                          codes_t, scales);
+  dispatch_fp_format(format, [&](auto f) {
+    constexpr FpFormat kFormat = decltype(f)::value;
+    quantize_fp_tile_128x1_transposed_kernel<kFormat>
+        <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
+  });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp_format_dispatch.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
@@ -19,9 +20,9 @@ namespace {
 constexpr int kThreads = 256;  // 8 tiles per block
 constexpr int kTile = static_cast<int>(kFineGrainedTile);
 
+template <FpFormat kFormat>
 __global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols,
-                                              FpFormat format, ScaleOrder order, uint8_t* codes,
-                                              float* scales) {
+                                              ScaleOrder order, uint8_t* codes, float* scales) {
   const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
   const int64_t tiles = rows * tiles_per_row;
   const int lane = threadIdx.x % 32;
@@ -40,7 +41,7 @@ __global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int6
       values[k] = c < width ? in[c] : 0.0f;
       absmax = fmaxf(absmax, fabsf(values[k]));
     }
-    const float scale = fine_grained_scale(warp_max(absmax), format);
+    const float scale = fine_grained_scale(warp_max(absmax), kFormat);
     if (lane == 0) {
       const int64_t at =
           order == ScaleOrder::kCpu ? tile : vec128_scale_index(row, tile % tiles_per_row, rows);
@@ -49,7 +50,7 @@ __global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int6
     uint8_t* out = codes + row * cols + col0;
     for (int k = 0; k < kTile / 32; ++k) {
       const int c = lane + 32 * k;
-      if (c < width) out[c] = quantize_fp_element(values[k], scale, format);
+      if (c < width) out[c] = quantize_fp_element(values[k], scale, kFormat);
     }
   }
 }
@@ -63,8 +64,11 @@ void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat
   const int64_t tiles_per_block = kThreads / 32;
   const int blocks =
       static_cast<int>(std::min<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block, 1 << 20));
-  quantize_fp_tile_1x128_kernel<<<blocks, kThreads, 0, stream>>>(x, rows, cols, format, order,
-                                                                 codes, scales);
+  dispatch_fp_format(format, [&](auto f) {
+    constexpr FpFormat kFormat = decltype(f)::value;
+    quantize_fp_tile_1x128_kernel<kFormat>
+        <<<blocks, kThreads, 0, stream>>>(x, rows, cols, order, codes, scales);
+  });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 

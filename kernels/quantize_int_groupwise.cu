@@ -17,6 +17,7 @@ namespace {
 constexpr int kReduceThreads = 128;
 constexpr int kPackThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 20;
+constexpr int64_t kMaxGridY = 65535;  // the launch limit; the kernels stride over more rows
 
 int grid_for(int64_t work, int threads_per_block, int64_t per_thread = 1) {
   const int64_t blocks =
@@ -54,14 +55,16 @@ __global__ void tensor_scale_kernel(float* scale, int bits) {
   *scale = groupwise_scale(__uint_as_float(*reinterpret_cast<unsigned int*>(scale)), bits);
 }
 
+// Rows along y and a row's bytes along x, each grid-strided: the row and byte come from the
+// launch, not from dividing a flat index (a 64-bit division per byte, ~70 instructions).
 __global__ void quantize_pack_kernel(const float* x, int64_t rows, int64_t cols, GroupwiseSpec spec,
                                      const float* scales, RngKey key, uint8_t* packed) {
   const int64_t row_bytes = packed_row_bytes(cols, spec.bits);
-  const int64_t total = rows * row_bytes;
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < total;
-       i += int64_t{gridDim.x} * blockDim.x) {
-    packed[i] =
-        quantize_int_groupwise_byte(x, i / row_bytes, cols, i % row_bytes, spec, scales, key);
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
+    for (int64_t b = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; b < row_bytes;
+         b += int64_t{gridDim.x} * blockDim.x) {
+      packed[row * row_bytes + b] = quantize_int_groupwise_byte(x, row, cols, b, spec, scales, key);
+    }
   }
 }
 
@@ -87,10 +90,11 @@ void quantize_int_groupwise(const float* x, int64_t rows, int64_t cols, const Gr
                                                                            spec.bits, scales);
     GNMR_CUDA_CHECK(cudaGetLastError());
   }
-  const int64_t bytes = static_cast<int64_t>(packed_bytes(rows, cols, spec));
-  if (bytes == 0) return;
-  quantize_pack_kernel<<<grid_for(bytes, kPackThreads), kPackThreads, 0, stream>>>(
-      x, rows, cols, spec, scales, key, packed);
+  const int64_t row_bytes = packed_row_bytes(cols, spec.bits);
+  if (rows == 0 || row_bytes == 0) return;
+  const dim3 grid(static_cast<unsigned>(grid_for(row_bytes, kPackThreads)),
+                  static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
+  quantize_pack_kernel<<<grid, kPackThreads, 0, stream>>>(x, rows, cols, spec, scales, key, packed);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -31,6 +31,12 @@ GNMR_HD_INLINE int int_codes_per_byte(int bits) {
   return bits == 2 ? 4 : (bits == 4 ? 2 : 1);
 }
 
+// log2 of int_codes_per_byte: the packing's divisions and remainders are shifts and masks (a
+// 64-bit division is a ~70-instruction subroutine on the GPU, once per element).
+GNMR_HD_INLINE int int_codes_per_byte_log2(int bits) {
+  return bits == 2 ? 2 : (bits == 4 ? 1 : 0);
+}
+
 // value (already in [-qmax, qmax]) -> its b-bit two's-complement field in the low bits.
 GNMR_HD_INLINE uint8_t encode_int_field(int value, int bits) {
   return static_cast<uint8_t>(static_cast<uint32_t>(value) & ((1u << bits) - 1u));

@@ -39,7 +39,7 @@ struct GroupwiseSpec {
 // Bytes one packed row takes.
 GNMR_HD_INLINE int64_t packed_row_bytes(int64_t cols, int bits) {
   const int64_t per_byte = int_codes_per_byte(bits);
-  return (cols + per_byte - 1) / per_byte;
+  return (cols + per_byte - 1) >> int_codes_per_byte_log2(bits);
 }
 
 // Scales per row (0 for kGroupTensor, whose single scale belongs to no row).
@@ -49,12 +49,14 @@ GNMR_HD_INLINE int64_t groups_per_row(int64_t cols, const GroupwiseSpec& spec) {
   return cols / spec.group_size;
 }
 
-// Index into `scales` of the group holding element (row, col).
+// Index into `scales` of the group holding element (row, col). The divisions within a row are
+// 32-bit (validate_groupwise_spec holds a row under 2^31 elements): a GPU runs this per element.
 GNMR_HD_INLINE int64_t group_scale_index(int64_t row, int64_t col, int64_t cols,
                                          const GroupwiseSpec& spec) {
   if (spec.group_size == kGroupTensor) return 0;
   if (spec.group_size == kGroupRow) return row;
-  return row * (cols / spec.group_size) + col / spec.group_size;
+  const int32_t groups = static_cast<int32_t>(cols) / spec.group_size;
+  return row * groups + static_cast<int32_t>(col) / spec.group_size;
 }
 
 // Symmetric scale of a group with largest magnitude `absmax`.
@@ -88,8 +90,9 @@ GNMR_HD_INLINE uint8_t quantize_int_groupwise_byte(const float* x, int64_t row, 
 GNMR_HD_INLINE int packed_int_code(const uint8_t* packed, int64_t row, int64_t col, int64_t cols,
                                    int bits) {
   const int per_byte = int_codes_per_byte(bits);
-  const uint8_t byte = packed[row * packed_row_bytes(cols, bits) + col / per_byte];
-  return decode_int_field(static_cast<uint8_t>(byte >> ((col % per_byte) * bits)), bits);
+  const uint8_t byte =
+      packed[row * packed_row_bytes(cols, bits) + (col >> int_codes_per_byte_log2(bits))];
+  return decode_int_field(static_cast<uint8_t>(byte >> ((col & (per_byte - 1)) * bits)), bits);
 }
 
 GNMR_HD_INLINE float dequantize_int_groupwise_element(const uint8_t* packed, const float* scales,
@@ -106,6 +109,10 @@ inline void validate_groupwise_spec(int64_t cols, const GroupwiseSpec& spec) {
   if (spec.bits < 2 || spec.bits > 8) {
     throw Error(ErrorKind::Config, "precision: group-wise quantization bits = " +
                                        std::to_string(spec.bits) + " is out of range (use 2..8)");
+  }
+  if (cols > int64_t{INT32_MAX}) {  // group_scale_index divides within a row in 32 bits
+    throw Error(ErrorKind::Config, "precision: group-wise quantization of rows of " +
+                                       std::to_string(cols) + " elements (at most 2^31 - 1)");
   }
   if (spec.group_size == kGroupRow || spec.group_size == kGroupTensor) return;
   if (spec.group_size <= 0 || (cols > 0 && cols % spec.group_size != 0)) {

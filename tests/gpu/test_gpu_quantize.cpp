@@ -50,6 +50,11 @@ struct GroupwiseCase {
   GroupwiseSpec spec;
 };
 
+// Each FP quantizer kernel is one instance per format (kernels/fp_format_dispatch.cuh): every
+// test runs all five.
+constexpr FpFormat kAllFpFormats[] = {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2,
+                                      FpFormat::kE2M3, FpFormat::kE2M1};
+
 TEST(GpuQuantize, IntGroupwiseKernelsWriteTheCpuBytes) {
   SKIP_WITHOUT_GPU();
   std::vector<GroupwiseCase> cases;
@@ -93,8 +98,7 @@ TEST(GpuQuantize, IntGroupwiseKernelsWriteTheCpuBytes) {
 
 TEST(GpuQuantize, FpTile1x128KernelWritesTheCpuCodesAndScalesInEitherOrder) {
   SKIP_WITHOUT_GPU();
-  for (FpFormat format :
-       {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2, FpFormat::kE2M3, FpFormat::kE2M1}) {
+  for (FpFormat format : kAllFpFormats) {
     for (auto [rows, cols] :
          {std::pair<int64_t, int64_t>{33, 300}, {128, 4096}, {3, 5}, {1, 128}, {200, 656}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
@@ -123,7 +127,7 @@ TEST(GpuQuantize, FpTile1x128KernelWritesTheCpuCodesAndScalesInEitherOrder) {
 
 TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
   SKIP_WITHOUT_GPU();
-  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE2M1}) {
+  for (FpFormat format : kAllFpFormats) {
     // 300 x 700: partial blocks both ways; L = 6 and 3, so both grids carry L4 padding.
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{300, 700}, {128, 128}, {5, 3}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
@@ -153,7 +157,7 @@ TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
 
 TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
   SKIP_WITHOUT_GPU();
-  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE3M2}) {
+  for (FpFormat format : kAllFpFormats) {
     for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {1, 3}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
       const std::vector<float> x = random_activations(n, cols, 8);
@@ -178,7 +182,7 @@ TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
 
 TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) {
   SKIP_WITHOUT_GPU();
-  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE2M1}) {
+  for (FpFormat format : kAllFpFormats) {
     // Partial tiles both ways (300 x 70, 129 x 200), whole ones (256 x 512), one element.
     for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {129, 200}, {1, 1}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
