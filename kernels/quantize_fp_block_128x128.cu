@@ -5,7 +5,8 @@
 // L4 padding entries are zero). One thread block per 128x128 block.
 // CPU twin: gnmr::quantize_fp_block_128x128 in src/precision/quantize_fine_grained.h (CPU
 // scale order; blk128_from_blocks reorders, transposed or not); both call fine_grained_scale
-// and quantize_fp_element, so codes and scales are identical.
+// and quantize_fp_element (here its compile-time form quantize_fp_element_fast, the same codes
+// for every float: tests/precision), so codes and scales are identical.
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/fp_format_dispatch.cuh"
@@ -55,7 +56,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kPerLane; ++k) {
       const int c = lane + 32 * k;
       if (c >= width) continue;
-      const uint8_t code = quantize_fp_element(w[(row0 + r) * cols + col0 + c], scale, kFormat);
+      const uint8_t code =
+          quantize_fp_element_fast<kFormat>(w[(row0 + r) * cols + col0 + c], scale);
       codes[(row0 + r) * cols + col0 + c] = code;
       block_codes[r][c] = code;
     }

@@ -8,7 +8,8 @@
 // byte to each of 32 rows n bytes apart per store.
 // CPU twin: gnmr::quantize_fp_blockwise(x, n, cols, 128, 1, ...) in
 // src/precision/quantize_fine_grained.h, whose scale grid [ceil(n / 128), cols] is this order,
-// and whose codes this kernel writes transposed.
+// and whose codes this kernel writes transposed (by quantize_fp_element_fast, the compile-time
+// form of its quantize_fp_element: the same codes for every float, tests/precision).
 #include <string>
 
 #include "kernels/block_reduce.cuh"
@@ -57,7 +58,7 @@ __global__ void __launch_bounds__(kThreads)
     uint8_t* out = codes_t + (c0 + c) * n + n0;
     for (int k = 0; k < kPerLane; ++k) {
       const int t = lane + 32 * k;
-      if (t < tokens) out[t] = quantize_fp_element(values[k], scale, kFormat);
+      if (t < tokens) out[t] = quantize_fp_element_fast<kFormat>(values[k], scale);
     }
   }
 }

@@ -4,7 +4,8 @@
 // VEC128 order (precision/scale_layout.h), which the block-scaled FP8 GEMM reads.
 // CPU twin: gnmr::quantize_fp_tile_1x128 in src/precision/quantize_fine_grained.h (CPU
 // order; vec128_from_row_tiles gives the VEC128 order); both call fine_grained_scale and
-// quantize_fp_element, so codes and scales are identical. Partial last tiles included.
+// quantize_fp_element (here its compile-time form quantize_fp_element_fast, the same codes for
+// every float: tests/precision), so codes and scales are identical. Partial last tiles included.
 #include <algorithm>
 
 #include "kernels/block_reduce.cuh"
@@ -50,7 +51,7 @@ __global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int6
     uint8_t* out = codes + row * cols + col0;
     for (int k = 0; k < kTile / 32; ++k) {
       const int c = lane + 32 * k;
-      if (c < width) out[c] = quantize_fp_element(values[k], scale, kFormat);
+      if (c < width) out[c] = quantize_fp_element_fast<kFormat>(values[k], scale);
     }
   }
 }

@@ -11,7 +11,8 @@
 // shared memory so that a warp writes 32 adjacent tokens of a column.
 // CPU twins: gnmr::quantize_fp_tile_1x128 and gnmr::quantize_fp_blockwise(x, n, cols, 128, 1,
 // ...) (src/precision/quantize_fine_grained.h): the same fine_grained_scale and
-// quantize_fp_element, so the same codes and scales, bit for bit.
+// quantize_fp_element (here its compile-time form quantize_fp_element_fast, the same codes for
+// every float: tests/precision), so the same codes and scales, bit for bit.
 #include <string>
 
 #include "kernels/block_reduce.cuh"
@@ -73,7 +74,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
       const int c = lane + 32 * k;
-      if (c < columns) out[c] = quantize_fp_element(values[k], scale, kFormat);
+      if (c < columns) out[c] = quantize_fp_element_fast<kFormat>(values[k], scale);
     }
   }
 #pragma unroll
@@ -98,7 +99,8 @@ __global__ void __launch_bounds__(kThreads)
     const int t = warp + kWarps * i;
 #pragma unroll
     for (int k = 0; k < kPerLane; ++k) {
-      column_codes[t][lane + 32 * k] = quantize_fp_element(element(t, k), column_scale[k], kFormat);
+      column_codes[t][lane + 32 * k] =
+          quantize_fp_element_fast<kFormat>(element(t, k), column_scale[k]);
     }
   }
   __syncthreads();  // the block's column codes are in shared memory

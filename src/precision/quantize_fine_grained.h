@@ -125,18 +125,15 @@ GNMR_HOST_DEVICE constexpr MinifloatShape minifloat_shape(FpFormat format) {
 // - subnormal range (|v| < 2^(1-B)): adding C = 2^(24-B-M) makes the float adder round |v| to
 //   a multiple of the subnormal step 2^(1-B-M), ties to even; subtracting C is exact.
 // - past the largest finite value (infinity too): saturate, as every fine-grained storage does.
+// The last three are round_to_format_bits, shared with encode_fp_storage_fast below.
 template <FpFormat kFormat>
-GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
+GNMR_HD_INLINE uint32_t round_to_format_bits(uint32_t abs_bits) {
   constexpr MinifloatShape shape = minifloat_shape(kFormat);
   constexpr int dropped_bits = 23 - shape.mantissa_bits;
   constexpr uint32_t dropped_mask = (1u << dropped_bits) - 1u;
   constexpr uint32_t min_normal_bits = static_cast<uint32_t>(1 - shape.exponent_bias + 127) << 23;
   constexpr uint32_t subnormal_carrier_bits =
       static_cast<uint32_t>(24 - shape.exponent_bias - shape.mantissa_bits + 127) << 23;
-  if (scale == 0.0f) return 0.0f;
-  const uint32_t bits = float_bits(x / scale);
-  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  if (abs_bits > 0x7F800000u) return fake_quantize_fp_element(x, scale, kFormat);
   uint32_t rounded_bits;
   if (abs_bits >= min_normal_bits) {
     const uint32_t round_up = (dropped_mask >> 1) + ((abs_bits >> dropped_bits) & 1u);
@@ -146,9 +143,61 @@ GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
     rounded_bits = float_bits((float_from_bits(abs_bits) + carrier) - carrier);
   }
   const uint32_t max_bits = float_bits(shape.max_value);
-  if (rounded_bits > max_bits) rounded_bits = max_bits;
+  return rounded_bits > max_bits ? max_bits : rounded_bits;
+}
+
+template <FpFormat kFormat>
+GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
+  if (scale == 0.0f) return 0.0f;
+  const uint32_t bits = float_bits(x / scale);
+  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits > 0x7F800000u) return fake_quantize_fp_element(x, scale, kFormat);
+  const uint32_t rounded_bits = round_to_format_bits<kFormat>(abs_bits);
   // 0 * an inf scale (a tile holding inf) is NaN.
   return canonical_nan(float_from_bits(rounded_bits | (bits & 0x80000000u)) * scale);
+}
+
+// encode_fp_storage with the format fixed at compile time, from the float's bits: |v| rounded
+// to the format as fake_quantize_fp_element_fast rounds it (NaN deferred to the codecs), then
+// the storage code of that value, which holds it exactly (an e4m3 code, an e5m2 code for
+// kE5M2): the exponent rebiased and the top mantissa bits, or for a storage subnormal the
+// value as a multiple of the storage's subnormal step. Bit-identical to encode_fp_storage for
+// every float (tests/precision); the GPU's FP quantizer kernels run it per element, where the
+// codecs' general rounding (twice for the fp6 / fp4 formats: to the format, then to e4m3) made
+// them compute-bound.
+template <FpFormat kFormat>
+GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
+  // The storage format: e5m2 for kE5M2, e4m3 for every other.
+  constexpr bool e5m2 = kFormat == FpFormat::kE5M2;
+  constexpr int storage_mantissa = e5m2 ? 2 : 3;
+  constexpr int storage_bias = e5m2 ? 15 : 7;
+  constexpr uint32_t storage_min_normal_bits = static_cast<uint32_t>(1 - storage_bias + 127) << 23;
+  // 2^(B + M - 1): a storage subnormal times this is its code (an integer below 2^M).
+  constexpr uint32_t subnormal_code_unit_bits =
+      static_cast<uint32_t>(storage_bias + storage_mantissa - 1 + 127) << 23;
+  const uint32_t bits = float_bits(v);
+  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits > 0x7F800000u) return encode_fp_storage(kFormat, v);
+  const uint32_t rounded_bits = round_to_format_bits<kFormat>(abs_bits);
+  uint32_t magnitude;
+  if (rounded_bits >= storage_min_normal_bits) {
+    const uint32_t exponent = (rounded_bits >> 23) - (127 - storage_bias);
+    magnitude = (exponent << storage_mantissa) |
+                ((rounded_bits >> (23 - storage_mantissa)) & ((1u << storage_mantissa) - 1u));
+  } else {  // exact: the value is a multiple of the storage's subnormal step, the product a power
+            // of two's multiple of it
+    magnitude = static_cast<uint32_t>(float_from_bits(rounded_bits) *
+                                      float_from_bits(subnormal_code_unit_bits));
+  }
+  return static_cast<uint8_t>(((bits >> 24) & 0x80u) | magnitude);
+}
+
+// quantize_fp_element with the format fixed at compile time, through encode_fp_storage_fast:
+// the same codes.
+template <FpFormat kFormat>
+GNMR_HD_INLINE uint8_t quantize_fp_element_fast(float x, float scale) {
+  if (scale == 0.0f) return 0;
+  return encode_fp_storage_fast<kFormat>(canonical_nan(x / scale));
 }
 
 // One band of block_rows rows of fake_quantize_fp_blockwise, the format fixed at compile time.

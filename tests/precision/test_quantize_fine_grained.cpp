@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <vector>
 
@@ -224,6 +225,52 @@ TEST(QuantizeFineGrained, EveryNanResultIsTheCanonicalNan) {
   expect_canonical_nans<FpFormat::kE2M1>();
   EXPECT_EQ(float_bits(canonical_nan(-0.0f)), float_bits(-0.0f));
   EXPECT_EQ(float_bits(canonical_nan(-INFINITY)), float_bits(-INFINITY));
+}
+
+// The float bit patterns (every `stride`-th, from `first`) on which the compile-time storage
+// encoder the GPU's quantizers run differs from the codecs.
+template <FpFormat kFormat>
+int64_t fast_storage_code_mismatches(uint64_t first, uint64_t stride) {
+  int64_t mismatches = 0;
+  for (uint64_t bits = first; bits < (uint64_t(1) << 32); bits += stride) {
+    const float v = float_from_bits(static_cast<uint32_t>(bits));
+    if (encode_fp_storage_fast<kFormat>(v) != encode_fp_storage(kFormat, v)) ++mismatches;
+  }
+  return mismatches;
+}
+
+// Every 61st float (every exponent and sign, zeros, subnormals, infinities, NaNs), and every
+// float of the binades where the formats' codes lie (2^-24 to 2^16: each format's rounding
+// boundaries, subnormal steps and saturation). GNMR_EXHAUSTIVE_FLOATS=1 checks all 2^32 (about
+// a minute per format).
+template <FpFormat kFormat>
+void expect_fast_storage_encoder_exact() {
+  const bool all = std::getenv("GNMR_EXHAUSTIVE_FLOATS") != nullptr;
+  EXPECT_EQ(fast_storage_code_mismatches<kFormat>(0, all ? 1 : 61), 0) << fp_format_name(kFormat);
+  if (all) return;
+  for (uint32_t sign : {0u, 0x80000000u}) {
+    for (uint32_t bits = 0x33800000u; bits < 0x47800000u; bits += 7) {  // 2^-24 .. 2^16
+      const float v = float_from_bits(sign | bits);
+      ASSERT_EQ(encode_fp_storage_fast<kFormat>(v), encode_fp_storage(kFormat, v))
+          << fp_format_name(kFormat) << " " << v;
+    }
+  }
+  // The quantizer around it: the same codes for x / scale, scale 0 included.
+  for (float scale : {1.0f, 0.37f, 3.0e-5f, 0.0f, INFINITY}) {
+    for (uint64_t bits = 0; bits < (uint64_t(1) << 32); bits += 65537) {
+      const float x = float_from_bits(static_cast<uint32_t>(bits));
+      ASSERT_EQ(quantize_fp_element_fast<kFormat>(x, scale), quantize_fp_element(x, scale, kFormat))
+          << fp_format_name(kFormat) << " x " << x << " scale " << scale;
+    }
+  }
+}
+
+TEST(QuantizeFineGrained, FastStorageEncoderGivesTheCodecsCodes) {
+  expect_fast_storage_encoder_exact<FpFormat::kE4M3>();
+  expect_fast_storage_encoder_exact<FpFormat::kE5M2>();
+  expect_fast_storage_encoder_exact<FpFormat::kE3M2>();
+  expect_fast_storage_encoder_exact<FpFormat::kE2M3>();
+  expect_fast_storage_encoder_exact<FpFormat::kE2M1>();
 }
 
 TEST(QuantizeFineGrained, FakeQuantizeEqualsDequantizeOfQuantizeForEveryBlockShape) {
