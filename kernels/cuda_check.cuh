@@ -21,14 +21,24 @@ namespace gnmr::cuda {
                   "driver supports this CUDA runtime, and device pointers are valid");
 }
 
-// A launch's grid y extent of `blocks` blocks: CUDA allows at most 65535 there, so more is an
-// error naming `what` (the kernel and what its y counts), not a failed launch.
+// CUDA's limit on a launch's grid y extent.
+constexpr int64_t kMaxGridY = 65535;
+
+// A launch's grid y extent of `blocks` blocks, for a kernel whose block y is its item: more
+// than kMaxGridY is an error naming `what` (the kernel and what its y counts), not a failed
+// launch.
 inline unsigned grid_y(int64_t blocks, const std::string& what) {
-  if (blocks > 65535) {
+  if (blocks > kMaxGridY) {
     throw Error(ErrorKind::Runtime, what + ": " + std::to_string(blocks) +
-                                        " blocks along the grid's y, above CUDA's 65535");
+                                        " blocks along the grid's y, above CUDA's " +
+                                        std::to_string(kMaxGridY));
   }
   return static_cast<unsigned>(blocks);
+}
+
+// The grid y extent for `items` along y of a kernel that strides over them by gridDim.y.
+inline unsigned strided_grid_y(int64_t items) {
+  return static_cast<unsigned>(items < kMaxGridY ? items : kMaxGridY);
 }
 
 }  // namespace gnmr::cuda

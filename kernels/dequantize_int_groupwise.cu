@@ -11,8 +11,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-constexpr int64_t kMaxGridY = 65535;  // the launch limit; the kernel strides over more rows
-
 // Rows along y and a row's elements along x, each grid-strided: the row and column come from
 // the launch, not from dividing a flat index (two 64-bit divisions per element, ~70
 // instructions each).
@@ -37,7 +35,7 @@ void dequantize_int_groupwise(const uint8_t* packed, const float* scales, int64_
   if (rows == 0 || cols == 0) return;
   const dim3 grid(
       static_cast<unsigned>(std::min<int64_t>((cols + kThreads - 1) / kThreads, 1 << 16)),
-      static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
+      strided_grid_y(rows));
   dequantize_int_groupwise_kernel<<<grid, kThreads, 0, stream>>>(packed, scales, rows, cols, spec,
                                                                  out);
   GNMR_CUDA_CHECK(cudaGetLastError());

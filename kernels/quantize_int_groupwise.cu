@@ -17,7 +17,6 @@ namespace {
 constexpr int kReduceThreads = 128;
 constexpr int kPackThreads = 256;
 constexpr int64_t kMaxBlocks = 1 << 20;
-constexpr int64_t kMaxGridY = 65535;  // the launch limit; the kernels stride over more rows
 
 int grid_for(int64_t work, int threads_per_block, int64_t per_thread = 1) {
   const int64_t blocks =
@@ -92,8 +91,7 @@ void quantize_int_groupwise(const float* x, int64_t rows, int64_t cols, const Gr
   }
   const int64_t row_bytes = packed_row_bytes(cols, spec.bits);
   if (rows == 0 || row_bytes == 0) return;
-  const dim3 grid(static_cast<unsigned>(grid_for(row_bytes, kPackThreads)),
-                  static_cast<unsigned>(std::min<int64_t>(rows, kMaxGridY)));
+  const dim3 grid(static_cast<unsigned>(grid_for(row_bytes, kPackThreads)), strided_grid_y(rows));
   quantize_pack_kernel<<<grid, kPackThreads, 0, stream>>>(x, rows, cols, spec, scales, key, packed);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

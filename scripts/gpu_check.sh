@@ -345,7 +345,7 @@ stage_bench() {
   # The recipes on the default attention (auto), then bf16 on the v1 attention, so one GPU run
   # measures the MFU both give. Each run: a label, then its --set overrides. The GNMR-controlled
   # fp8mix next to static_low is issue 11's "within 2% of static low's step time".
-  local label sets out rc runs=(
+  local label set out rc runs=(
     "bf16|precision.recipe=bf16"
     "fp8mix|precision.recipe=fp8mix"
     "fp8mix-static_low|precision.recipe=fp8mix gnmr.controller=static_low"

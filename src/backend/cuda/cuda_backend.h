@@ -19,7 +19,7 @@ namespace gnmr {
 // statistics), Materialized the v1 attention (attention_v1.h, P [B, H, T, T] saved), Auto the
 // flash kernels in the run's GEMM precision where they support the head dim (64, 128) and fit
 // the device's shared memory, v1 elsewhere: the tensor-core ones under train.gemm_precision
-// bf16 (25-35x the SIMT kernels' TFLOP/s on an H200: README), the fp32 SIMT ones under fp32.
+// bf16 (25-60x the SIMT kernels' TFLOP/s on an H200: README), the fp32 SIMT ones under fp32.
 // Chosen per layer at plan_attention.
 enum class CudaAttention { Auto, Flash, FlashBf16, Materialized };
 
