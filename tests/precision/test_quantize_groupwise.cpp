@@ -262,6 +262,18 @@ TEST(QuantizeGroupwise, InvalidSpecsAreConfigErrorsThatNameTheFix) {
       EXPECT_NE(std::string(e.what()).find("use"), std::string::npos) << e.what();
     }
   }
+  // A row the in-row index arithmetic cannot hold in 32 bits (group_scale_index) is refused
+  // before anything is read (no data needed: the check comes first).
+  try {
+    validate_groupwise_spec(int64_t{INT32_MAX} + 1, GroupwiseSpec{4, kGroupRow, false});
+    ADD_FAILURE() << "accepted a row of 2^31 elements";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Config);
+    EXPECT_NE(std::string(e.what()).find("rows of 2147483648 elements (at most 2^31 - 1)"),
+              std::string::npos)
+        << e.what();
+  }
+  validate_groupwise_spec(INT32_MAX, GroupwiseSpec{4, kGroupRow, false});  // the largest accepted
   EXPECT_EQ(parse_group_size("row"), kGroupRow);
   EXPECT_EQ(parse_group_size("tensor"), kGroupTensor);
   EXPECT_EQ(parse_group_size("64"), 64);
