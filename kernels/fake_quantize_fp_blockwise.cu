@@ -15,8 +15,8 @@
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
-#include "kernels/fp_format_dispatch.cuh"
 #include "kernels/train_ops.cuh"
+#include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "util/error.h"
 

@@ -5,12 +5,14 @@
 // L4 padding entries are zero). One thread block per 128x128 block.
 // CPU twin: gnmr::quantize_fp_block_128x128 in src/precision/quantize_fine_grained.h (CPU
 // scale order; blk128_from_blocks reorders, transposed or not); both call fine_grained_scale
-// and quantize_fp_element (here its compile-time form quantize_fp_element_fast, the same codes
-// for every float: tests/precision), so codes and scales are identical.
+// and quantize_fp_element (here quantize_fp_tile_elements: the division by the block's
+// reciprocal and the compile-time encoder, the same codes for every float: tests/precision),
+// so codes and scales are identical.
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
-#include "kernels/fp_format_dispatch.cuh"
+#include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
 
@@ -22,13 +24,14 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kBlock = static_cast<int>(kFineGrainedTile);
-constexpr int kPerLane = kBlock / 32;  // a lane's columns of a row (rows of a column for W^T)
+constexpr int kPerLane = kBlock / 32;  // a lane's rows of a column of W^T
 
-// A warp per row (per column of W^T), lane l holding elements l, l + 32, l + 64, l + 96 of it:
-// every load and store of a warp touches 32 adjacent elements, so W's reads, W's codes and,
-// through the block's codes in shared memory, W^T's codes all coalesce (a thread per element
-// writing W^T directly would write 32 rows `rows` bytes apart per store).
-template <FpFormat kFormat>
+// A warp per row (per column of W^T), lane l holding elements 4l..4l+3 of it (a quad,
+// kernels/quad_access.cuh: one 16-byte load, one 4-byte store of codes): every load and store
+// of a warp touches adjacent elements, so W's reads, W's codes and, through the block's codes
+// in shared memory, W^T's codes all coalesce (a thread per element writing W^T directly would
+// write 32 rows `rows` bytes apart per store).
+template <FpFormat kFormat, bool kQuads>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp_block_128x128_kernel(const float* w, int64_t rows, int64_t cols, uint8_t* codes,
                                      uint8_t* codes_t, float* scales, float* scales_t) {
@@ -40,34 +43,33 @@ __global__ void __launch_bounds__(kThreads)
   const int height = static_cast<int>(rows - row0 < kBlock ? rows - row0 : kBlock);
   const int width = static_cast<int>(cols - col0 < kBlock ? cols - col0 : kBlock);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int c = 4 * lane;  // this lane's first column of the block
   float absmax = 0.0f;
   for (int r = warp; r < height; r += kWarps) {
-    for (int k = 0; k < kPerLane; ++k) {
-      const int c = lane + 32 * k;
-      if (c < width) absmax = fmaxf(absmax, fabsf(w[(row0 + r) * cols + col0 + c]));
-    }
+    float values[4];
+    load_quad<kQuads>(w + (row0 + r) * cols + col0 + c, width - c, values);
+    for (int k = 0; k < 4; ++k) absmax = fmaxf(absmax, fabsf(values[k]));
   }
   const float scale = fine_grained_scale(block_max(absmax), kFormat);
   if (threadIdx.x == 0) {
     scales[blk128_scale_index(rb, cb, cols)] = scale;
     if (scales_t) scales_t[blk128_scale_index(cb, rb, rows)] = scale;
   }
+  const TileDivisor divisor = tile_divisor(scale);
   for (int r = warp; r < height; r += kWarps) {
-    for (int k = 0; k < kPerLane; ++k) {
-      const int c = lane + 32 * k;
-      if (c >= width) continue;
-      const uint8_t code =
-          quantize_fp_element_fast<kFormat>(w[(row0 + r) * cols + col0 + c], scale);
-      codes[(row0 + r) * cols + col0 + c] = code;
-      block_codes[r][c] = code;
-    }
+    float values[4];
+    load_quad<kQuads>(w + (row0 + r) * cols + col0 + c, width - c, values);
+    uint8_t quad_codes[4];
+    quantize_fp_tile_elements<kFormat>(values, divisor, quad_codes);
+    store_quad<kQuads>(codes + (row0 + r) * cols + col0 + c, width - c, quad_codes);
+    store_quad<true>(&block_codes[r][c], 4, quad_codes);  // 4-byte aligned: 132-byte rows
   }
   if (!codes_t) return;
   __syncthreads();  // the block's codes are in shared memory
-  for (int c = warp; c < width; c += kWarps) {
+  for (int col = warp; col < width; col += kWarps) {
     for (int k = 0; k < kPerLane; ++k) {
       const int r = lane + 32 * k;
-      if (r < height) codes_t[(col0 + c) * rows + row0 + r] = block_codes[r][c];
+      if (r < height) codes_t[(col0 + col) * rows + row0 + r] = block_codes[r][col];
     }
   }
 }
@@ -87,10 +89,16 @@ void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFor
   }
   const dim3 grid(static_cast<unsigned>(block_count(cols, kBlock)),
                   static_cast<unsigned>(block_count(rows, kBlock)));
+  const bool quads = quad_rows(w, cols, codes);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    quantize_fp_block_128x128_kernel<kFormat>
-        <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
+    if (quads) {
+      quantize_fp_block_128x128_kernel<kFormat, true>
+          <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
+    } else {
+      quantize_fp_block_128x128_kernel<kFormat, false>
+          <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
+    }
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

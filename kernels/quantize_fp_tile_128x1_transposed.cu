@@ -2,20 +2,23 @@
 // the token dimension n, written transposed as codes_t [cols, n] (the TN operand x^T / dy^T),
 // scales in cuBLASLt's VEC128 order for a [cols, n] operand (scale of column c, token block b at
 // c + b * cols, precision/scale_layout.h).
-// One block per 128 tokens x 64 columns, through shared memory, so both sides coalesce: a warp
-// reads 32 adjacent columns of one token (128 bytes), and writes 32 adjacent tokens of one
-// column of codes_t (one 32-byte sector per store), where a thread per column would write a
-// byte to each of 32 rows n bytes apart per store.
+// One block per 128 tokens x 64 columns, through shared memory, so both sides coalesce: the
+// block reads its tile a quad (four adjacent columns of a token, kernels/quad_access.cuh) per
+// thread, and a warp writes 32 adjacent tokens of one column of codes_t (one 32-byte sector per
+// store), where a thread per column would write a byte to each of 32 rows n bytes apart per
+// store.
 // CPU twin: gnmr::quantize_fp_blockwise(x, n, cols, 128, 1, ...) in
 // src/precision/quantize_fine_grained.h, whose scale grid [ceil(n / 128), cols] is this order,
-// and whose codes this kernel writes transposed (by quantize_fp_element_fast, the compile-time
-// form of its quantize_fp_element: the same codes for every float, tests/precision).
+// and whose codes this kernel writes transposed (by quantize_fp_tile_elements: the division by
+// the tile's reciprocal and the compile-time encoder, the same codes as its
+// quantize_fp_element for every float, tests/precision).
 #include <string>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
-#include "kernels/fp_format_dispatch.cuh"
+#include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
 
@@ -28,7 +31,7 @@ constexpr int kTokens = static_cast<int>(kFineGrainedTile);  // one scale tile a
 constexpr int kColumns = 64;
 constexpr int kPerLane = kTokens / 32;  // a lane's tokens of one column
 
-template <FpFormat kFormat>
+template <FpFormat kFormat, bool kQuads>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp_tile_128x1_transposed_kernel(const float* x, int64_t n, int64_t cols,
                                              uint8_t* codes_t, float* scales) {
@@ -38,9 +41,12 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t c0 = blockIdx.x * int64_t{kColumns}, b = blockIdx.y, n0 = b * kTokens;
   const int tokens = static_cast<int>(n - n0 < kTokens ? n - n0 : kTokens);
   const int columns = static_cast<int>(cols - c0 < kColumns ? cols - c0 : kColumns);
-  for (int e = static_cast<int>(threadIdx.x); e < kTokens * kColumns; e += kThreads) {
-    const int t = e / kColumns, c = e % kColumns;
-    tile[t][c] = t < tokens && c < columns ? x[(n0 + t) * cols + c0 + c] : 0.0f;
+  constexpr int kQuadsPerRow = kColumns / 4;
+  for (int e = static_cast<int>(threadIdx.x); e < kTokens * kQuadsPerRow; e += kThreads) {
+    const int t = e / kQuadsPerRow, c = 4 * (e % kQuadsPerRow);
+    float values[4];
+    load_quad<kQuads>(x + (n0 + t) * cols + c0 + c, t < tokens ? columns - c : 0, values);
+    for (int k = 0; k < 4; ++k) tile[t][c + k] = values[k];
   }
   __syncthreads();
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -55,10 +61,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float scale = fine_grained_scale(warp_max(absmax), kFormat);
     if (lane == 0) scales[vec128_scale_index(c0 + c, b, cols)] = scale;
+    uint8_t codes[kPerLane];
+    quantize_fp_tile_elements<kFormat>(values, tile_divisor(scale), codes);
     uint8_t* out = codes_t + (c0 + c) * n + n0;
     for (int k = 0; k < kPerLane; ++k) {
       const int t = lane + 32 * k;
-      if (t < tokens) out[t] = quantize_fp_element_fast<kFormat>(values[k], scale);
+      if (t < tokens) out[t] = codes[k];
     }
   }
 }
@@ -71,10 +79,16 @@ void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, 
   const dim3 grid(static_cast<unsigned>(block_count(cols, kColumns)),
                   grid_y(block_count(n, kTokens),
                          "quantize_fp_tile_128x1_transposed: " + std::to_string(n) + " tokens"));
+  const bool quads = cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    quantize_fp_tile_128x1_transposed_kernel<kFormat>
-        <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
+    if (quads) {
+      quantize_fp_tile_128x1_transposed_kernel<kFormat, true>
+          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
+    } else {
+      quantize_fp_tile_128x1_transposed_kernel<kFormat, false>
+          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
+    }
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

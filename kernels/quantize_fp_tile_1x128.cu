@@ -1,58 +1,56 @@
 // Fine-grained fp quantization of activations in 1x128 tiles (DeepSeek-V3 §3.3.2), any of
-// the five formats (fp6 / fp4 stored as e4m3 codes): one warp per tile, each lane holding 4 of
-// its elements; scale = absmax / format max. The scales go in the CPU's order or in cuBLASLt's
+// the five formats (fp6 / fp4 stored as e4m3 codes): a warp per row, walking its tiles, lane l
+// holding elements 4l..4l+3 of each (kernels/quad_access.cuh: one 16-byte load, one 4-byte
+// store); scale = absmax / format max. The scales go in the CPU's order or in cuBLASLt's
 // VEC128 order (precision/scale_layout.h), which the block-scaled FP8 GEMM reads.
 // CPU twin: gnmr::quantize_fp_tile_1x128 in src/precision/quantize_fine_grained.h (CPU
 // order; vec128_from_row_tiles gives the VEC128 order); both call fine_grained_scale and
-// quantize_fp_element (here its compile-time form quantize_fp_element_fast, the same codes for
-// every float: tests/precision), so codes and scales are identical. Partial last tiles included.
+// quantize_fp_element (here quantize_fp_tile_elements: the division by the tile's reciprocal
+// and the compile-time encoder, the same codes for every float: tests/precision), so codes and
+// scales are identical. Partial last tiles included.
 #include <algorithm>
+#include <string>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
-#include "kernels/fp_format_dispatch.cuh"
+#include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
 
 namespace gnmr::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // 8 tiles per block
+constexpr int kThreads = 256;  // 8 rows per block
+constexpr int kWarps = kThreads / 32;
 constexpr int kTile = static_cast<int>(kFineGrainedTile);
 
-template <FpFormat kFormat>
-__global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols,
-                                              ScaleOrder order, uint8_t* codes, float* scales) {
+template <FpFormat kFormat, bool kQuads>
+__global__ void __launch_bounds__(kThreads)
+    quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols, ScaleOrder order,
+                                  uint8_t* codes, float* scales) {
+  const int64_t row = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
+  if (row >= rows) return;  // the whole warp: warp_max below sees full warps
+  const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
-  const int64_t tiles = rows * tiles_per_row;
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = int64_t{gridDim.x} * (blockDim.x / 32);
-  // The loop bound is the same for all lanes of a warp, so the shuffles see full warps.
-  for (int64_t tile = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; tile < tiles;
-       tile += warps) {
-    const int64_t row = tile / tiles_per_row;
-    const int64_t col0 = (tile % tiles_per_row) * kTile;
-    const int64_t width = cols - col0 < kTile ? cols - col0 : kTile;
-    const float* in = x + row * cols + col0;
-    float values[kTile / 32];
+  const float* in = x + row * cols;
+  uint8_t* out = codes + row * cols;
+#pragma unroll 2
+  for (int64_t tile = 0; tile < tiles_per_row; ++tile) {
+    const int64_t c = tile * kTile + 4 * lane;
+    float values[4];
+    load_quad<kQuads>(in + c, cols - c, values);
     float absmax = 0.0f;
-    for (int k = 0; k < kTile / 32; ++k) {
-      const int c = lane + 32 * k;
-      values[k] = c < width ? in[c] : 0.0f;
-      absmax = fmaxf(absmax, fabsf(values[k]));
-    }
+    for (int k = 0; k < 4; ++k) absmax = fmaxf(absmax, fabsf(values[k]));
     const float scale = fine_grained_scale(warp_max(absmax), kFormat);
     if (lane == 0) {
-      const int64_t at =
-          order == ScaleOrder::kCpu ? tile : vec128_scale_index(row, tile % tiles_per_row, rows);
-      scales[at] = scale;
+      scales[order == ScaleOrder::kCpu ? row * tiles_per_row + tile
+                                       : vec128_scale_index(row, tile, rows)] = scale;
     }
-    uint8_t* out = codes + row * cols + col0;
-    for (int k = 0; k < kTile / 32; ++k) {
-      const int c = lane + 32 * k;
-      if (c < width) out[c] = quantize_fp_element_fast<kFormat>(values[k], scale);
-    }
+    uint8_t tile_codes[4];
+    quantize_fp_tile_elements<kFormat>(values, tile_divisor(scale), tile_codes);
+    store_quad<kQuads>(out + c, cols - c, tile_codes);
   }
 }
 
@@ -60,15 +58,22 @@ __global__ void quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int6
 
 void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat format,
                             ScaleOrder order, uint8_t* codes, float* scales, cudaStream_t stream) {
-  const int64_t tiles = rows * ((cols + kTile - 1) / kTile);
-  if (tiles == 0) return;
-  const int64_t tiles_per_block = kThreads / 32;
-  const int blocks =
-      static_cast<int>(std::min<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block, 1 << 20));
+  if (rows == 0 || cols == 0) return;
+  const int64_t blocks = block_count(rows, kWarps);
+  GNMR_CHECK(blocks <= INT32_MAX, "quantize_fp_tile_1x128: " + std::to_string(rows) +
+                                      " rows is more than the grid holds");
+  const bool quads = quad_rows(x, cols, codes);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    quantize_fp_tile_1x128_kernel<kFormat>
-        <<<blocks, kThreads, 0, stream>>>(x, rows, cols, order, codes, scales);
+    if (quads) {
+      quantize_fp_tile_1x128_kernel<kFormat, true>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, rows, cols, order, codes,
+                                                                   scales);
+    } else {
+      quantize_fp_tile_1x128_kernel<kFormat, false>
+          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, rows, cols, order, codes,
+                                                                   scales);
+    }
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

@@ -17,7 +17,8 @@ namespace gnmr::cuda {
 namespace {
 
 constexpr int kRowThreads = 256;      // one block per row
-constexpr int kElementThreads = 256;  // one thread per (chunk, column) or column
+constexpr int kElementThreads = 256;  // one thread per (chunk, column)
+constexpr int kCombineThreads = 64;   // one thread per column
 constexpr int64_t kMaxBlocks = 1 << 20;
 
 int blocks_for(int64_t items, int threads) {
@@ -84,12 +85,16 @@ __global__ void rmsnorm_backward_dw_partial_kernel(const float* x, const float* 
   }
 }
 
-// dw[j] += the chunks' partials, added in chunk order from 0.
+// dw[j] += the chunks' partials, added in chunk order from 0. A thread's loads do not depend
+// on its sum: unrolled, 16 are in flight at once, where one at a time made a 2048-column combine
+// of 256 chunks take ~30 us on an H200 (ncu); small blocks spread the few columns over more
+// multiprocessors.
 __global__ void rmsnorm_backward_dw_combine_kernel(const float* workspace, int64_t chunks,
                                                    int64_t d, float* dw) {
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < d; j += stride) {
     float sum = 0.0f;
+#pragma unroll 16
     for (int64_t chunk = 0; chunk < chunks; ++chunk) sum += workspace[chunk * d + j];
     dw[j] += sum;
   }
@@ -120,7 +125,7 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
   rmsnorm_backward_dw_partial_kernel<<<blocks_for(chunks * d, kElementThreads), kElementThreads, 0,
                                        stream>>>(x, rstd, dout, n, d, workspace);
   GNMR_CUDA_CHECK(cudaGetLastError());
-  rmsnorm_backward_dw_combine_kernel<<<blocks_for(d, kElementThreads), kElementThreads, 0,
+  rmsnorm_backward_dw_combine_kernel<<<blocks_for(d, kCombineThreads), kCombineThreads, 0,
                                        stream>>>(workspace, chunks, d, dw);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

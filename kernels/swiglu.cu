@@ -1,4 +1,5 @@
-// SwiGLU forward and backward, one thread per element (grid-stride). CPU twin:
+// SwiGLU forward and backward, one thread per four elements where the arrays are aligned
+// (kernels/quad_access.cuh), else per element. CPU twin:
 // gnmr::cpu::swiglu_forward / swiglu_backward (src/backend/cpu/swiglu.cpp); both call
 // swiglu_forward_element / swiglu_backward_element (src/backend/train_math.h), so the results
 // are bit-identical.
@@ -6,6 +7,7 @@
 
 #include "backend/train_math.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/quad_access.cuh"
 #include "kernels/train_ops.cuh"
 
 namespace gnmr::cuda {
@@ -36,20 +38,61 @@ __global__ void swiglu_backward_kernel(const float* gate, const float* up, const
   }
 }
 
+__global__ void swiglu_forward_x4_kernel(const float4* gate, const float4* up, float4* out,
+                                         int64_t quads) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < quads; i += stride) {
+    const float4 g = gate[i], u = up[i];
+    out[i] = make_float4(swiglu_forward_element(g.x, u.x), swiglu_forward_element(g.y, u.y),
+                         swiglu_forward_element(g.z, u.z), swiglu_forward_element(g.w, u.w));
+  }
+}
+
+__global__ void swiglu_backward_x4_kernel(const float4* gate, const float4* up, const float4* dout,
+                                          float4* dgate, float4* dup, int64_t quads) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < quads; i += stride) {
+    const float4 g = gate[i], u = up[i], d = dout[i];
+    float4 dg, du;
+    swiglu_backward_element(g.x, u.x, d.x, dg.x, du.x);
+    swiglu_backward_element(g.y, u.y, d.y, dg.y, du.y);
+    swiglu_backward_element(g.z, u.z, d.z, dg.z, du.z);
+    swiglu_backward_element(g.w, u.w, d.w, dg.w, du.w);
+    dgate[i] = dg;
+    dup[i] = du;
+  }
+}
+
 }  // namespace
 
 void swiglu_forward(const float* gate, const float* up, float* out, int64_t count,
                     cudaStream_t stream) {
-  if (count == 0) return;
-  swiglu_forward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, out, count);
+  const int64_t wide = aligned_quad_elements(count, {gate, up, out});
+  if (wide > 0) {
+    swiglu_forward_x4_kernel<<<blocks_for(wide / 4), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(gate), reinterpret_cast<const float4*>(up),
+        reinterpret_cast<float4*>(out), wide / 4);
+    GNMR_CUDA_CHECK(cudaGetLastError());
+  }
+  if (count == wide) return;
+  swiglu_forward_kernel<<<blocks_for(count - wide), kThreads, 0, stream>>>(
+      gate + wide, up + wide, out + wide, count - wide);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
 void swiglu_backward(const float* gate, const float* up, const float* dout, float* dgate,
                      float* dup, int64_t count, cudaStream_t stream) {
-  if (count == 0) return;
-  swiglu_backward_kernel<<<blocks_for(count), kThreads, 0, stream>>>(gate, up, dout, dgate, dup,
-                                                                     count);
+  const int64_t wide = aligned_quad_elements(count, {gate, up, dout, dgate, dup});
+  if (wide > 0) {
+    swiglu_backward_x4_kernel<<<blocks_for(wide / 4), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(gate), reinterpret_cast<const float4*>(up),
+        reinterpret_cast<const float4*>(dout), reinterpret_cast<float4*>(dgate),
+        reinterpret_cast<float4*>(dup), wide / 4);
+    GNMR_CUDA_CHECK(cudaGetLastError());
+  }
+  if (count == wide) return;
+  swiglu_backward_kernel<<<blocks_for(count - wide), kThreads, 0, stream>>>(
+      gate + wide, up + wide, dout + wide, dgate + wide, dup + wide, count - wide);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 

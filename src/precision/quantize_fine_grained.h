@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "precision/fp_format.h"
+#include "precision/fp_format_dispatch.h"
 #include "precision/host_device.h"
 
 namespace gnmr {
@@ -165,8 +166,9 @@ GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
 // every float (tests/precision); the GPU's FP quantizer kernels run it per element, where the
 // codecs' general rounding (twice for the fp6 / fp4 formats: to the format, then to e4m3) made
 // them compute-bound.
+// encode_fp_storage_fast's finite-or-infinite case, from the float's bits (not a NaN's).
 template <FpFormat kFormat>
-GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
+GNMR_HD_INLINE uint8_t encode_fp_storage_non_nan(uint32_t bits) {
   // The storage format: e5m2 for kE5M2, e4m3 for every other.
   constexpr bool e5m2 = kFormat == FpFormat::kE5M2;
   constexpr int storage_mantissa = e5m2 ? 2 : 3;
@@ -175,9 +177,7 @@ GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
   // 2^(B + M - 1): a storage subnormal times this is its code (an integer below 2^M).
   constexpr uint32_t subnormal_code_unit_bits =
       static_cast<uint32_t>(storage_bias + storage_mantissa - 1 + 127) << 23;
-  const uint32_t bits = float_bits(v);
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
-  if (abs_bits > 0x7F800000u) return encode_fp_storage(kFormat, v);
   const uint32_t rounded_bits = round_to_format_bits<kFormat>(abs_bits);
   uint32_t magnitude;
   if (rounded_bits >= storage_min_normal_bits) {
@@ -192,12 +192,88 @@ GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
   return static_cast<uint8_t>(((bits >> 24) & 0x80u) | magnitude);
 }
 
+// encode_fp_storage with the format fixed at compile time, from the float's bits: |v| rounded
+// to the format as fake_quantize_fp_element_fast rounds it (NaN deferred to the codecs), then
+// the storage code of that value, which holds it exactly (an e4m3 code, an e5m2 code for
+// kE5M2): the exponent rebiased and the top mantissa bits, or for a storage subnormal the
+// value as a multiple of the storage's subnormal step. Bit-identical to encode_fp_storage for
+// every float (tests/precision); the GPU's FP quantizer kernels run it per element, where the
+// codecs' general rounding (twice for the fp6 / fp4 formats: to the format, then to e4m3) made
+// them compute-bound.
+template <FpFormat kFormat>
+GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
+  const uint32_t bits = float_bits(v);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return encode_fp_storage(kFormat, v);
+  return encode_fp_storage_non_nan<kFormat>(bits);
+}
+
 // quantize_fp_element with the format fixed at compile time, through encode_fp_storage_fast:
 // the same codes.
 template <FpFormat kFormat>
 GNMR_HD_INLINE uint8_t quantize_fp_element_fast(float x, float scale) {
   if (scale == 0.0f) return 0;
   return encode_fp_storage_fast<kFormat>(canonical_nan(x / scale));
+}
+
+// A tile's scale and, where quotient_by_reciprocal gives the division's codes, its reciprocal;
+// 0 elsewhere: a scale of 0, inf or NaN, past 2^125 (the reciprocal would not be a normal
+// float) or below 2^-80 (see quotient_by_reciprocal). No real tile has a scale that small
+// (its largest magnitude under 2^-71); such tiles divide.
+struct TileDivisor {
+  float scale;
+  float reciprocal;
+};
+GNMR_HD_INLINE TileDivisor tile_divisor(float scale) {
+  const bool by_reciprocal = scale >= 0x1p-80f && scale <= 0x1p125f;
+  return {scale, by_reciprocal ? 1.0f / scale : 0.0f};
+}
+
+// x / d.scale in three operations from the tile's reciprocal, where each IEEE division takes
+// ten, one of them a branch to a slow path. Markstein's theorem: with r = RN(1 / s) and
+// q0 = RN(x r), within an ulp of x / s, the remainder x - q0 s is exact in one fma and
+// RN(q0 + remainder r) = RN(x / s). That holds for |x| >= 2^-100; below, the remainder's low
+// bits fall under 2^-149 and the result can be off in its last bits, but with a scale of
+// 2^-80 or more such a quotient is under 2^-20, which every format codes as a signed zero
+// either way. q0 is the quotient itself where the correction would spoil it: an infinite x
+// (or quotient) makes the remainder NaN, and a zero q0 (x = -0 among them) would come out +0
+// (-0 + +0). tests/precision compare it with the division for every float x at scales across
+// the range, and the codes it gives for every format.
+GNMR_HD_INLINE float quotient_by_reciprocal(float x, TileDivisor d) {
+  const float q0 = x * d.reciprocal;
+  const float remainder = fmaf(-q0, d.scale, x);
+  const float q1 = fmaf(remainder, d.reciprocal, q0);
+  return q1 == q1 && q0 != 0.0f ? q1 : q0;
+}
+
+// The code quantize_fp_element gives every NaN quotient: canonical_nan's, whatever the NaN.
+template <FpFormat kFormat>
+GNMR_HD_INLINE uint8_t fp_nan_code() {
+  return encode_fp_storage(kFormat, float_from_bits(0x7FC00000u));
+}
+
+// quantize_fp_element_fast for a tile whose divisor has a reciprocal, the same code: the
+// quotient by the reciprocal, and a NaN quotient's code (nan_code = fp_nan_code<kFormat>())
+// chosen, not branched to.
+template <FpFormat kFormat>
+GNMR_HD_INLINE uint8_t quantize_fp_element_by_reciprocal(float x, TileDivisor d, uint8_t nan_code) {
+  const uint32_t bits = float_bits(quotient_by_reciprocal(x, d));
+  const uint8_t code = encode_fp_storage_non_nan<kFormat>(bits);
+  return (bits & 0x7FFFFFFFu) > 0x7F800000u ? nan_code : code;
+}
+
+// quantize_fp_element_fast of a lane's elements of one tile, the same codes: by the reciprocal
+// where the tile has one (the branch is per tile, not per element), else by the division.
+template <FpFormat kFormat, int kCount>
+GNMR_HD_INLINE void quantize_fp_tile_elements(const float (&x)[kCount], TileDivisor d,
+                                              uint8_t (&codes)[kCount]) {
+  if (d.reciprocal != 0.0f) {
+    const uint8_t nan_code = fp_nan_code<kFormat>();
+    for (int k = 0; k < kCount; ++k) {
+      codes[k] = quantize_fp_element_by_reciprocal<kFormat>(x[k], d, nan_code);
+    }
+  } else {
+    for (int k = 0; k < kCount; ++k) codes[k] = quantize_fp_element_fast<kFormat>(x[k], d.scale);
+  }
 }
 
 // One band of block_rows rows of fake_quantize_fp_blockwise, the format fixed at compile time.
@@ -265,28 +341,10 @@ inline void fake_quantize_fp_bands(const float* x, int64_t rows, int64_t cols, i
   const int64_t block_grid_cols = (cols + block_cols - 1) / block_cols;
   for (int64_t br = band_begin; br < band_end; ++br) {
     float* band_scales = block_scales + br * block_grid_cols;
-    switch (format) {
-      case FpFormat::kE4M3:
-        fake_quantize_fp_band<FpFormat::kE4M3>(x, rows, cols, block_rows, block_cols, br,
-                                               band_scales, out);
-        break;
-      case FpFormat::kE5M2:
-        fake_quantize_fp_band<FpFormat::kE5M2>(x, rows, cols, block_rows, block_cols, br,
-                                               band_scales, out);
-        break;
-      case FpFormat::kE3M2:
-        fake_quantize_fp_band<FpFormat::kE3M2>(x, rows, cols, block_rows, block_cols, br,
-                                               band_scales, out);
-        break;
-      case FpFormat::kE2M3:
-        fake_quantize_fp_band<FpFormat::kE2M3>(x, rows, cols, block_rows, block_cols, br,
-                                               band_scales, out);
-        break;
-      case FpFormat::kE2M1:
-        fake_quantize_fp_band<FpFormat::kE2M1>(x, rows, cols, block_rows, block_cols, br,
-                                               band_scales, out);
-        break;
-    }
+    dispatch_fp_format(format, [&](auto f) {
+      fake_quantize_fp_band<decltype(f)::value>(x, rows, cols, block_rows, block_cols, br,
+                                                band_scales, out);
+    });
   }
 }
 

@@ -64,19 +64,22 @@ TEST(GpuModelOps, EmbeddingForwardAndBackwardAreBitExact) {
 
 TEST(GpuModelOps, RopeResidualAndScaleAreBitExact) {
   SKIP_WITHOUT_GPU();
-  const int64_t b = 2, t = 33, heads = 3, hd = 64;
-  std::vector<float> cos, sin;
-  compute_rope_table(10000.0f, int(hd), int(t), cos, sin);
-  std::vector<float> x = random_vector(size_t(b * t * heads * hd), 5);
-  DeviceBuffer<float> d_x(x), d_cos(cos), d_sin(sin);
-  cpu::rope_forward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
-  cuda::rope_forward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
-  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_same_bits(d_x.to_host(), x, "rope forward");
-  cpu::rope_backward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
-  cuda::rope_backward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
-  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-  expect_same_bits(d_x.to_host(), x, "rope backward");
+  // A token's pairs under one block's threads (3 x 32), and more (9 x 64: the block loops).
+  for (auto [heads, hd] : {std::pair<int64_t, int64_t>{3, 64}, {9, 128}}) {
+    const int64_t b = 2, t = 33;
+    std::vector<float> cos, sin;
+    compute_rope_table(10000.0f, int(hd), int(t), cos, sin);
+    std::vector<float> x = random_vector(size_t(b * t * heads * hd), 5);
+    DeviceBuffer<float> d_x(x), d_cos(cos), d_sin(sin);
+    cpu::rope_forward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
+    cuda::rope_forward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    expect_same_bits(d_x.to_host(), x, "rope forward");
+    cpu::rope_backward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
+    cuda::rope_backward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    expect_same_bits(d_x.to_host(), x, "rope backward");
+  }
 
   const std::vector<float> a = random_vector(1001, 6), c = random_vector(1001, 7);
   std::vector<float> sum(a.size());

@@ -50,7 +50,18 @@ struct GroupwiseCase {
   GroupwiseSpec spec;
 };
 
-// Each FP quantizer kernel is one instance per format (kernels/fp_format_dispatch.cuh): every
+// The FP quantizers' per-tile paths (quantize_fp_tile_elements): a NaN element (a NaN
+// quotient in a tile that divides by its reciprocal), an inf element (scale inf: the tile
+// divides), and, from the middle row on, a row of magnitudes near 1e-30 (scales under 2^-80:
+// those tiles divide too), beside ordinary tiles.
+void add_fp_tile_edge_cases(std::vector<float>& x, int64_t rows, int64_t cols) {
+  if (x.size() > 5) x[5] = std::nanf("");
+  if (x.size() > 9) x[x.size() - 9] = -INFINITY;
+  if (rows < 3) return;
+  for (int64_t c = 0; c < cols; ++c) x[(rows / 2) * cols + c] *= 1e-30f;
+}
+
+// Each FP quantizer kernel is one instance per format (src/precision/fp_format_dispatch.h): every
 // test runs all five.
 constexpr FpFormat kAllFpFormats[] = {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2,
                                       FpFormat::kE2M3, FpFormat::kE2M1};
@@ -103,6 +114,7 @@ TEST(GpuQuantize, FpTile1x128KernelWritesTheCpuCodesAndScalesInEitherOrder) {
          {std::pair<int64_t, int64_t>{33, 300}, {128, 4096}, {3, 5}, {1, 128}, {200, 656}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
       std::vector<float> x = random_activations(rows, cols, 99);
+      add_fp_tile_edge_cases(x, rows, cols);
       x[0] = -0.0f;
       if (x.size() > 2) x[2] = 1e30f;  // a huge outlier: the rest of its tile underflows
       const size_t scale_count = fp_blockwise_scale_count(rows, cols, 1, 128);
@@ -131,7 +143,8 @@ TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
     // 300 x 700: partial blocks both ways; L = 6 and 3, so both grids carry L4 padding.
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{300, 700}, {128, 128}, {5, 3}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
-      const std::vector<float> w = random_activations(rows, cols, 7);
+      std::vector<float> w = random_activations(rows, cols, 7);
+      add_fp_tile_edge_cases(w, rows, cols);
       std::vector<uint8_t> cpu_codes(w.size());
       std::vector<float> cpu_scales(fp_blockwise_scale_count(rows, cols, 128, 128));
       quantize_fp_block_128x128(w.data(), rows, cols, format, cpu_codes.data(), cpu_scales.data());
@@ -160,7 +173,8 @@ TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
   for (FpFormat format : kAllFpFormats) {
     for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {1, 3}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
-      const std::vector<float> x = random_activations(n, cols, 8);
+      std::vector<float> x = random_activations(n, cols, 8);
+      add_fp_tile_edge_cases(x, n, cols);
       std::vector<uint8_t> cpu_codes(x.size());
       std::vector<float> cpu_scales(fp_blockwise_scale_count(n, cols, 128, 1));
       quantize_fp_blockwise(x.data(), n, cols, 128, 1, format, cpu_codes.data(), cpu_scales.data());
@@ -187,6 +201,7 @@ TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) 
     for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {129, 200}, {1, 1}}) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
       std::vector<float> x = random_activations(n, cols, 11);
+      add_fp_tile_edge_cases(x, n, cols);
       x[0] = 1e30f;  // an outlier: the rest of its row tile and its column tile underflow
       // The twins: 1x128 tiles of dy, and 128x1 tiles of dy written transposed.
       std::vector<uint8_t> row_codes(x.size()), column_codes(x.size()), column_codes_t(x.size());

@@ -218,11 +218,9 @@ void expect_canonical_nans() {
 }
 
 TEST(QuantizeFineGrained, EveryNanResultIsTheCanonicalNan) {
-  expect_canonical_nans<FpFormat::kE4M3>();
-  expect_canonical_nans<FpFormat::kE5M2>();
-  expect_canonical_nans<FpFormat::kE3M2>();
-  expect_canonical_nans<FpFormat::kE2M3>();
-  expect_canonical_nans<FpFormat::kE2M1>();
+  for (FpFormat format : kAllFormats) {
+    dispatch_fp_format(format, [](auto f) { expect_canonical_nans<decltype(f)::value>(); });
+  }
   EXPECT_EQ(float_bits(canonical_nan(-0.0f)), float_bits(-0.0f));
   EXPECT_EQ(float_bits(canonical_nan(-INFINITY)), float_bits(-INFINITY));
 }
@@ -266,11 +264,86 @@ void expect_fast_storage_encoder_exact() {
 }
 
 TEST(QuantizeFineGrained, FastStorageEncoderGivesTheCodecsCodes) {
-  expect_fast_storage_encoder_exact<FpFormat::kE4M3>();
-  expect_fast_storage_encoder_exact<FpFormat::kE5M2>();
-  expect_fast_storage_encoder_exact<FpFormat::kE3M2>();
-  expect_fast_storage_encoder_exact<FpFormat::kE2M3>();
-  expect_fast_storage_encoder_exact<FpFormat::kE2M1>();
+  for (FpFormat format : kAllFormats) {
+    dispatch_fp_format(format,
+                       [](auto f) { expect_fast_storage_encoder_exact<decltype(f)::value>(); });
+  }
+}
+
+// Floats a stride over the bit patterns may step over: signed zeros, the smallest subnormals,
+// the largest finite values, infinities, NaNs of both signs.
+const float kSpecialFloats[] = {0.0f,     -0.0f,    0x1p-149f, -0x1p-149f, FLT_MAX,
+                                -FLT_MAX, INFINITY, -INFINITY, NAN,        -NAN};
+
+// The scales the reciprocal quotient is checked at: ones a 1x128 tile of activations or
+// gradients gets, both ends of the range it takes (2^-80, 2^125), significands of all ones
+// and of one ulp past 1 (where RN(1 / s) is furthest from 1 / s), and 64 log-uniform ones.
+std::vector<float> reciprocal_test_scales() {
+  std::vector<float> scales = {
+      1.0f,           0.37f,         3.0e-5f,         1.7f / 448.0f,  0x1p-80f,     0x1p125f,
+      0x1.fffffep-1f, 0x1.000002p0f, 0x1.fffffep-70f, 0x1.000002p90f, 0x1.5555p-20f};
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> log2_scale(-80.0f, 125.0f);
+  for (int i = 0; i < 64; ++i) scales.push_back(std::exp2(log2_scale(rng)));
+  return scales;
+}
+
+// quotient_by_reciprocal against the IEEE division: every 61st float x at the first scales
+// (every x with GNMR_EXHAUSTIVE_FLOATS=1), every 4099th at the random ones; the same bits for
+// a normal quotient, a NaN only for a NaN. Then the codes quantize_fp_tile_elements gives, against
+// quantize_fp_element, for every format, scales without a reciprocal (0, inf, NaN, below 2^-80,
+// past 2^125) included.
+TEST(QuantizeFineGrained, QuotientByReciprocalIsTheDivision) {
+  const bool all = std::getenv("GNMR_EXHAUSTIVE_FLOATS") != nullptr;
+  const std::vector<float> scales = reciprocal_test_scales();
+  for (size_t i = 0; i < scales.size(); ++i) {
+    const TileDivisor d = tile_divisor(scales[i]);
+    ASSERT_NE(d.reciprocal, 0.0f) << scales[i];
+    const uint64_t stride = i < 11 ? (all ? 1 : 61) : 4099;
+    int64_t mismatches = 0;
+    float first_x = 0.0f;
+    auto check = [&](float x) {
+      const float by_reciprocal = quotient_by_reciprocal(x, d), divided = x / scales[i];
+      // Below 2^-100 the remainder is not exact; at these scales (2^-80 and up) the quotient
+      // is then below 2^-20, which every format codes as a signed zero: the codes are checked
+      // below. Within an ulp of overflow x * r may round to inf where x / s does not.
+      const bool same =
+          std::isnan(divided)        ? std::isnan(by_reciprocal)
+          : std::fabs(x) < 0x1p-100f ? true
+          : std::fabs(divided) > 0x1p127f
+              ? by_reciprocal == divided || (std::isinf(by_reciprocal) &&
+                                             std::signbit(by_reciprocal) == std::signbit(divided))
+              : float_bits(by_reciprocal) == float_bits(divided);
+      if (!same && mismatches++ == 0) first_x = x;
+    };
+    for (float x : kSpecialFloats) check(x);
+    for (uint64_t bits = i; bits < (uint64_t(1) << 32); bits += stride) {
+      check(float_from_bits(static_cast<uint32_t>(bits)));
+    }
+    EXPECT_EQ(mismatches, 0) << "scale " << scales[i] << ", first x " << first_x;
+  }
+  std::vector<float> code_scales = scales;
+  for (float s : {0.0f, INFINITY, NAN, 0x1p-81f, 0x1p-127f, 0x1p-149f, 0x1p126f, FLT_MAX}) {
+    code_scales.push_back(s);
+  }
+  for (FpFormat format : kAllFormats) {
+    dispatch_fp_format(format, [&](auto f) {
+      constexpr FpFormat kFormat = decltype(f)::value;
+      for (float s : code_scales) {
+        auto check = [&](float value) {
+          const float x[1] = {value};
+          uint8_t code[1];
+          quantize_fp_tile_elements<kFormat>(x, tile_divisor(s), code);
+          ASSERT_EQ(code[0], quantize_fp_element(x[0], s, kFormat))
+              << fp_format_name(kFormat) << " x " << x[0] << " scale " << s;
+        };
+        for (float x : kSpecialFloats) check(x);
+        for (uint64_t bits = 7; bits < (uint64_t(1) << 32); bits += 65521) {
+          check(float_from_bits(static_cast<uint32_t>(bits)));
+        }
+      }
+    });
+  }
 }
 
 TEST(QuantizeFineGrained, FakeQuantizeEqualsDequantizeOfQuantizeForEveryBlockShape) {

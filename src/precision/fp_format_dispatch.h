@@ -1,18 +1,18 @@
-// The FP quantizers' format as a template argument: one kernel instance per format, so each
-// element's code is its own format's encoder alone. With the format a runtime argument, every
-// inlined quantize_fp_element held all five formats' encoders: in the unrolled dy quantizer
-// (quantize_fp_tile_1x128_and_transposed.cu) that came to ~39,000 SASS instructions, far past
-// the instruction cache, and the kernel ran ~20x slower than its bytes on an H200 (README,
-// "What has run on a GPU").
+// The FP quantizers' format as a template argument: one instance per format (a GPU kernel, a
+// CPU band loop, a test), so each element's code is its own format's encoder alone. With the format
+// a runtime argument, every inlined quantize_fp_element held all five formats' encoders: in the
+// unrolled dy quantizer (quantize_fp_tile_1x128_and_transposed.cu) that came to ~39,000 SASS
+// instructions, far past the instruction cache, and the kernel ran ~20x slower than its bytes on an
+// H200 (README, "What has run on a GPU").
 //   dispatch_fp_format(format, [&](auto f) {
 //     constexpr FpFormat kFormat = decltype(f)::value;
-//     kernel<kFormat><<<grid, threads, 0, stream>>>(...);
+//     kernel<kFormat><<<grid, threads, 0, stream>>>(...);   // or any use of kFormat
 //   });
 #pragma once
 
 #include "precision/fp_format.h"
 
-namespace gnmr::cuda {
+namespace gnmr {
 
 template <FpFormat kFormat>
 struct FpFormatConstant {
@@ -35,4 +35,4 @@ void dispatch_fp_format(FpFormat format, Launch&& launch) {
   }
 }
 
-}  // namespace gnmr::cuda
+}  // namespace gnmr

@@ -1,0 +1,63 @@
+// Four adjacent floats a thread: one 16-byte access where four 4-byte ones would each carry a
+// quarter of the bytes. A warp then moves 512 bytes per instruction, and a thread keeps four
+// times the bytes in flight, which is what an element-wise kernel's speed comes down to: with
+// one float per array per thread, they moved their bytes at 40-70% of an H200's bandwidth (ncu).
+// - aligned_quad_elements: how much of a flat element-wise op the four-wide kernel takes.
+// - load_quad / store_quad: a lane's four adjacent elements of a row as the FP quantizer
+//   kernels move them, four codes stored as one 4-byte word, where the row allows it (the row
+//   length a multiple of 4 and the arrays aligned: the kernel's kQuads), else four bounded
+//   scalar accesses. Past the row's end: zeros in (|0| changes no absmax), nothing out.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <initializer_list>
+
+namespace gnmr::cuda {
+
+// v = p[0..3], the elements at or past `available` (p's remaining row length, may be <= 0)
+// zero. kQuads: p is 16-byte aligned and available is a multiple of 4.
+template <bool kQuads>
+__device__ inline void load_quad(const float* p, int64_t available, float (&v)[4]) {
+  if (kQuads) {
+    const float4 q = available > 0 ? *reinterpret_cast<const float4*>(p) : float4{0, 0, 0, 0};
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else {
+    for (int k = 0; k < 4; ++k) v[k] = k < available ? p[k] : 0.0f;
+  }
+}
+
+// p[0..3] = codes, those at or past `available` not written. kQuads: p is 4-byte aligned and
+// available a multiple of 4. The first code goes to the lowest address (little-endian word).
+template <bool kQuads>
+__device__ inline void store_quad(uint8_t* p, int64_t available, const uint8_t (&codes)[4]) {
+  if (kQuads) {
+    if (available > 0) {
+      *reinterpret_cast<uint32_t*>(p) = uint32_t{codes[0]} | uint32_t{codes[1]} << 8 |
+                                        uint32_t{codes[2]} << 16 | uint32_t{codes[3]} << 24;
+    }
+  } else {
+    for (int k = 0; k < 4; ++k) {
+      if (k < available) p[k] = codes[k];
+    }
+  }
+}
+
+// The leading elements of a flat [count] op its four-wide kernel takes: all whole quads where
+// every array is 16-byte aligned (arena tensors are), else none. The one-element kernel does
+// the rest (count % 4, or all of an unaligned call).
+inline int64_t aligned_quad_elements(int64_t count, std::initializer_list<const void*> arrays) {
+  for (const void* a : arrays) {
+    if (reinterpret_cast<uintptr_t>(a) % 16 != 0) return 0;
+  }
+  return count - count % 4;
+}
+
+// Whether a row-major [rows, cols] fp32 array and its codes take the quad accesses.
+inline bool quad_rows(const float* x, int64_t cols, const uint8_t* codes) {
+  return cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(codes) % 4 == 0;
+}
+
+}  // namespace gnmr::cuda
