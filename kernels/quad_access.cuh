@@ -47,17 +47,20 @@ __device__ inline void store_quad(uint8_t* p, int64_t available, const uint8_t (
 // The leading elements of a flat [count] op its four-wide kernel takes: all whole quads where
 // every array is 16-byte aligned (arena tensors are), else none. The one-element kernel does
 // the rest (count % 4, or all of an unaligned call).
-inline int64_t aligned_quad_elements(int64_t count, std::initializer_list<const void*> arrays) {
+inline bool all_16_byte_aligned(std::initializer_list<const void*> arrays) {
   for (const void* a : arrays) {
-    if (reinterpret_cast<uintptr_t>(a) % 16 != 0) return 0;
+    if (reinterpret_cast<uintptr_t>(a) % 16 != 0) return false;
   }
-  return count - count % 4;
+  return true;
+}
+inline int64_t aligned_quad_elements(int64_t count, std::initializer_list<const void*> arrays) {
+  return all_16_byte_aligned(arrays) ? count - count % 4 : 0;
 }
 
-// Whether a row-major [rows, cols] fp32 array and its codes take the quad accesses.
+// Whether a row-major [rows, cols] fp32 array and its codes take the quad accesses (each row's
+// quads aligned too).
 inline bool quad_rows(const float* x, int64_t cols, const uint8_t* codes) {
-  return cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(codes) % 4 == 0;
+  return cols % 4 == 0 && all_16_byte_aligned({x}) && reinterpret_cast<uintptr_t>(codes) % 4 == 0;
 }
 
 }  // namespace gnmr::cuda

@@ -79,7 +79,7 @@ void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, 
   const dim3 grid(static_cast<unsigned>(block_count(cols, kColumns)),
                   grid_y(block_count(n, kTokens),
                          "quantize_fp_tile_128x1_transposed: " + std::to_string(n) + " tokens"));
-  const bool quads = cols % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool quads = cols % 4 == 0 && all_16_byte_aligned({x});
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     if (quads) {

@@ -11,6 +11,7 @@
 #include "backend/train_math.h"
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/quad_access.cuh"
 #include "kernels/train_ops.cuh"
 
 namespace gnmr::cuda {
@@ -25,41 +26,91 @@ int blocks_for(int64_t items, int threads) {
   return static_cast<int>(std::min<int64_t>((items + threads - 1) / threads, kMaxBlocks));
 }
 
+// Element j of a row, and four at once: the row kernels read a thread's elements a quad at a time
+// (one 16-byte load, kernels/quad_access.cuh) where d is a multiple of 4 and the arrays are
+// aligned (kQuads), one at a time otherwise. A thread's elements are then j = 4q..4q+3 for its
+// quads q, else its j; either way a fixed set, so its partial sums have a fixed order.
+template <bool kQuads>
+struct RowElements {
+  static constexpr int kWidth = kQuads ? 4 : 1;
+  __device__ static void load(const float* row, int64_t at, float (&v)[kWidth]) {
+    if constexpr (kQuads) {
+      const float4 q = *reinterpret_cast<const float4*>(row + at);
+      v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    } else {
+      v[0] = row[at];
+    }
+  }
+  __device__ static void store(float* row, int64_t at, const float (&v)[kWidth]) {
+    if constexpr (kQuads) {
+      *reinterpret_cast<float4*>(row + at) = make_float4(v[0], v[1], v[2], v[3]);
+    } else {
+      row[at] = v[0];
+    }
+  }
+};
+
 // x, out: [n, d]; w: [d]; rstd: [n]. The row loop is uniform across the block (block_sum).
+template <bool kQuads>
 __global__ void rmsnorm_forward_kernel(const float* x, const float* w, float eps, float* out,
                                        float* rstd, int64_t n, int64_t d) {
+  using E = RowElements<kQuads>;
+  constexpr int kW = E::kWidth;
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const float* xr = x + row * d;
     float* yr = out + row * d;
     double sum_sq = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      sum_sq += static_cast<double>(xr[j]) * xr[j];
+    for (int64_t j = threadIdx.x * int64_t{kW}; j < d; j += blockDim.x * int64_t{kW}) {
+      float v[kW];
+      E::load(xr, j, v);
+      for (int k = 0; k < kW; ++k) sum_sq += static_cast<double>(v[k]) * v[k];
     }
     sum_sq = block_sum(sum_sq);
     const float mean_sq = static_cast<float>(sum_sq / static_cast<double>(d));
     const float r = 1.0f / sqrtf(mean_sq + eps);
     if (threadIdx.x == 0) rstd[row] = r;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) yr[j] = w[j] * (xr[j] * r);
+    for (int64_t j = threadIdx.x * int64_t{kW}; j < d; j += blockDim.x * int64_t{kW}) {
+      float v[kW], g[kW];
+      E::load(xr, j, v);
+      E::load(w, j, g);
+      for (int k = 0; k < kW; ++k) v[k] = g[k] * (v[k] * r);
+      E::store(yr, j, v);
+    }
   }
 }
 
 // dx += r (g - xhat mean(g xhat)), g = dout w, xhat = x r; one block per row.
+template <bool kQuads>
 __global__ void rmsnorm_backward_dx_kernel(const float* x, const float* w, const float* rstd,
                                            const float* dout, float* dx, int64_t n, int64_t d) {
+  using E = RowElements<kQuads>;
+  constexpr int kW = E::kWidth;
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
     const float* xr = x + row * d;
     const float* dyr = dout + row * d;
     float* dxr = dx + row * d;
     const float r = rstd[row];
     double dot = 0.0;
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      dot += static_cast<double>(dyr[j] * w[j]) * (xr[j] * r);
+    for (int64_t j = threadIdx.x * int64_t{kW}; j < d; j += blockDim.x * int64_t{kW}) {
+      float xv[kW], dyv[kW], wv[kW];
+      E::load(xr, j, xv);
+      E::load(dyr, j, dyv);
+      E::load(w, j, wv);
+      for (int k = 0; k < kW; ++k) dot += static_cast<double>(dyv[k] * wv[k]) * (xv[k] * r);
     }
     dot = block_sum(dot);
     const float mean_dot = static_cast<float>(dot / static_cast<double>(d));
-    for (int64_t j = threadIdx.x; j < d; j += blockDim.x) {
-      const float xhat = xr[j] * r;
-      dxr[j] += r * (dyr[j] * w[j] - xhat * mean_dot);
+    for (int64_t j = threadIdx.x * int64_t{kW}; j < d; j += blockDim.x * int64_t{kW}) {
+      float xv[kW], dyv[kW], wv[kW], dxv[kW];
+      E::load(xr, j, xv);
+      E::load(dyr, j, dyv);
+      E::load(w, j, wv);
+      E::load(dxr, j, dxv);
+      for (int k = 0; k < kW; ++k) {
+        const float xhat = xv[k] * r;
+        dxv[k] += r * (dyv[k] * wv[k] - xhat * mean_dot);
+      }
+      E::store(dxr, j, dxv);
     }
   }
 }
@@ -106,7 +157,11 @@ void rmsnorm_forward(const float* x, const float* w, float eps, float* out, floa
                      int64_t d, cudaStream_t stream) {
   if (n == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>(n, kMaxBlocks));
-  rmsnorm_forward_kernel<<<blocks, kRowThreads, 0, stream>>>(x, w, eps, out, rstd, n, d);
+  if (d % 4 == 0 && all_16_byte_aligned({x, w, out})) {
+    rmsnorm_forward_kernel<true><<<blocks, kRowThreads, 0, stream>>>(x, w, eps, out, rstd, n, d);
+  } else {
+    rmsnorm_forward_kernel<false><<<blocks, kRowThreads, 0, stream>>>(x, w, eps, out, rstd, n, d);
+  }
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -119,7 +174,13 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
                       cudaStream_t stream) {
   if (n == 0 || d == 0) return;
   const int row_blocks = static_cast<int>(std::min<int64_t>(n, kMaxBlocks));
-  rmsnorm_backward_dx_kernel<<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
+  if (d % 4 == 0 && all_16_byte_aligned({x, w, dout, dx})) {
+    rmsnorm_backward_dx_kernel<true>
+        <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
+  } else {
+    rmsnorm_backward_dx_kernel<false>
+        <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
+  }
   GNMR_CUDA_CHECK(cudaGetLastError());
   const int64_t chunks = (n + kRmsnormChunkRows - 1) / kRmsnormChunkRows;
   rmsnorm_backward_dw_partial_kernel<<<blocks_for(chunks * d, kElementThreads), kElementThreads, 0,

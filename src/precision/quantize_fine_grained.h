@@ -177,13 +177,23 @@ GNMR_HD_INLINE uint8_t encode_fp_storage_non_nan(uint32_t bits) {
   // 2^(B + M - 1): a storage subnormal times this is its code (an integer below 2^M).
   constexpr uint32_t subnormal_code_unit_bits =
       static_cast<uint32_t>(storage_bias + storage_mantissa - 1 + 127) << 23;
+  // The fp6 / fp4 formats' smallest step, 2^(1 - B - M), is a normal e4m3 value: their
+  // nonzero values never take the storage's subnormal path (a float-to-int conversion, a
+  // quarter-rate instruction on the GPU), only zero needs its own code.
+  constexpr MinifloatShape shape = minifloat_shape(kFormat);
+  constexpr bool storage_normal_only =
+      1 - shape.exponent_bias - shape.mantissa_bits >= 1 - storage_bias;
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
   const uint32_t rounded_bits = round_to_format_bits<kFormat>(abs_bits);
+  const uint32_t exponent = (rounded_bits >> 23) - (127 - storage_bias);
+  const uint32_t normal_magnitude =
+      (exponent << storage_mantissa) |
+      ((rounded_bits >> (23 - storage_mantissa)) & ((1u << storage_mantissa) - 1u));
   uint32_t magnitude;
-  if (rounded_bits >= storage_min_normal_bits) {
-    const uint32_t exponent = (rounded_bits >> 23) - (127 - storage_bias);
-    magnitude = (exponent << storage_mantissa) |
-                ((rounded_bits >> (23 - storage_mantissa)) & ((1u << storage_mantissa) - 1u));
+  if constexpr (storage_normal_only) {
+    magnitude = rounded_bits == 0 ? 0u : normal_magnitude;
+  } else if (rounded_bits >= storage_min_normal_bits) {
+    magnitude = normal_magnitude;
   } else {  // exact: the value is a multiple of the storage's subnormal step, the product a power
             // of two's multiple of it
     magnitude = static_cast<uint32_t>(float_from_bits(rounded_bits) *

@@ -74,55 +74,65 @@ constexpr float kRmsnormTolerance = 2e-6f;
 
 TEST(GpuTrainOps, RmsnormForwardMatchesCpuAndIsDeterministic) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 37, d = 70;
-  const float eps = 1e-5f;
-  const std::vector<float> x = random_vector(size_t(n * d), 1), w = random_vector(size_t(d), 2);
-  std::vector<float> out(size_t(n * d)), rstd(static_cast<size_t>(n));
-  cpu::rmsnorm_forward<float>(x.data(), w.data(), eps, out.data(), rstd.data(), n, d, 2);
-  DeviceBuffer<float> d_x(x), d_w(w), d_out(nan_vector(out.size())),
-      d_rstd(nan_vector(rstd.size()));
-  cuda::rmsnorm_forward(d_x.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d, nullptr);
-  sync();
-  const std::vector<float> gpu_out = d_out.to_host(), gpu_rstd = d_rstd.to_host();
-  expect_close(gpu_out, out, kRmsnormTolerance, "out");
-  expect_close(gpu_rstd, rstd, kRmsnormTolerance, "rstd");
-  cuda::rmsnorm_forward(d_x.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d, nullptr);
-  sync();
-  expect_same_bits(d_out.to_host(), gpu_out, "out, second run");
-  expect_same_bits(d_rstd.to_host(), gpu_rstd, "rstd, second run");
+  // d = 70: an element per load; d = 1028: four (and more quads than the block's threads).
+  for (const int64_t d : {70, 1028}) {
+    SCOPED_TRACE(::testing::Message() << "d " << d);
+    const int64_t n = 37;
+    const float eps = 1e-5f;
+    const std::vector<float> x = random_vector(size_t(n * d), 1), w = random_vector(size_t(d), 2);
+    std::vector<float> out(size_t(n * d)), rstd(static_cast<size_t>(n));
+    cpu::rmsnorm_forward<float>(x.data(), w.data(), eps, out.data(), rstd.data(), n, d, 2);
+    DeviceBuffer<float> d_x(x), d_w(w), d_out(nan_vector(out.size())),
+        d_rstd(nan_vector(rstd.size()));
+    cuda::rmsnorm_forward(d_x.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d, nullptr);
+    sync();
+    const std::vector<float> gpu_out = d_out.to_host(), gpu_rstd = d_rstd.to_host();
+    expect_close(gpu_out, out, kRmsnormTolerance, "out");
+    expect_close(gpu_rstd, rstd, kRmsnormTolerance, "rstd");
+    cuda::rmsnorm_forward(d_x.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d, nullptr);
+    sync();
+    expect_same_bits(d_out.to_host(), gpu_out, "out, second run");
+    expect_same_bits(d_rstd.to_host(), gpu_rstd, "rstd, second run");
+  }
 }
 
 TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDw) {
   SKIP_WITHOUT_GPU();
-  const int64_t n = 77, d = 70;  // 3 chunks of kRmsnormChunkRows rows, the last partial
-  const float eps = 1e-5f;
-  const std::vector<float> x = random_vector(size_t(n * d), 3), w = random_vector(size_t(d), 4),
-                           dout = random_vector(size_t(n * d), 5),
-                           dx0 = random_vector(size_t(n * d), 6), dw0 = random_vector(size_t(d), 7);
-  std::vector<float> out(size_t(n * d)), rstd(static_cast<size_t>(n));
-  cpu::rmsnorm_forward<float>(x.data(), w.data(), eps, out.data(), rstd.data(), n, d, 2);
-  std::vector<float> dx = dx0, dw = dw0;
-  std::vector<float> cpu_workspace(size_t(cpu::rmsnorm_backward_workspace(n, d)));
-  cpu::rmsnorm_backward<float>(x.data(), w.data(), rstd.data(), dout.data(), dx.data(), dw.data(),
-                               n, d, cpu_workspace.data(), 2);
-  const int64_t workspace_floats = cuda::rmsnorm_backward_workspace_floats(n, d);
-  EXPECT_EQ(workspace_floats, cpu::rmsnorm_backward_workspace(n, d));
-  // The CPU's rstd on both sides: dw then depends on nothing summed in another order.
-  DeviceBuffer<float> d_x(x), d_w(w), d_rstd(rstd), d_dout(dout), d_dx(dx0), d_dw(dw0),
-      d_workspace(nan_vector(size_t(workspace_floats)));
-  cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx.get(), d_dw.get(),
-                         n, d, d_workspace.get(), nullptr);
-  sync();
-  const std::vector<float> gpu_dx = d_dx.to_host(), gpu_dw = d_dw.to_host();
-  expect_close(gpu_dx, dx, kRmsnormTolerance, "dx");
-  expect_same_bits(gpu_dw, dw, "dw");
-  // Run twice from the same start: the same bits.
-  DeviceBuffer<float> d_dx2(dx0), d_dw2(dw0);
-  cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx2.get(), d_dw2.get(),
-                         n, d, d_workspace.get(), nullptr);
-  sync();
-  expect_same_bits(d_dx2.to_host(), gpu_dx, "dx, second run");
-  expect_same_bits(d_dw2.to_host(), gpu_dw, "dw, second run");
+  // 3 chunks of kRmsnormChunkRows rows, the last partial; rows of 70 (an element per load) and
+  // 1028 (four).
+  for (const int64_t d : {70, 1028}) {
+    SCOPED_TRACE(::testing::Message() << "d " << d);
+    const int64_t n = 77;
+    const float eps = 1e-5f;
+    const std::vector<float> x = random_vector(size_t(n * d), 3), w = random_vector(size_t(d), 4),
+                             dout = random_vector(size_t(n * d), 5),
+                             dx0 = random_vector(size_t(n * d), 6),
+                             dw0 = random_vector(size_t(d), 7);
+    std::vector<float> out(size_t(n * d)), rstd(static_cast<size_t>(n));
+    cpu::rmsnorm_forward<float>(x.data(), w.data(), eps, out.data(), rstd.data(), n, d, 2);
+    std::vector<float> dx = dx0, dw = dw0;
+    std::vector<float> cpu_workspace(size_t(cpu::rmsnorm_backward_workspace(n, d)));
+    cpu::rmsnorm_backward<float>(x.data(), w.data(), rstd.data(), dout.data(), dx.data(), dw.data(),
+                                 n, d, cpu_workspace.data(), 2);
+    const int64_t workspace_floats = cuda::rmsnorm_backward_workspace_floats(n, d);
+    EXPECT_EQ(workspace_floats, cpu::rmsnorm_backward_workspace(n, d));
+    // The CPU's rstd on both sides: dw then depends on nothing summed in another order.
+    DeviceBuffer<float> d_x(x), d_w(w), d_rstd(rstd), d_dout(dout), d_dx(dx0), d_dw(dw0),
+        d_workspace(nan_vector(size_t(workspace_floats)));
+    cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx.get(), d_dw.get(),
+                           n, d, d_workspace.get(), nullptr);
+    sync();
+    const std::vector<float> gpu_dx = d_dx.to_host(), gpu_dw = d_dw.to_host();
+    expect_close(gpu_dx, dx, kRmsnormTolerance, "dx");
+    expect_same_bits(gpu_dw, dw, "dw");
+    // Run twice from the same start: the same bits.
+    DeviceBuffer<float> d_dx2(dx0), d_dw2(dw0);
+    cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx2.get(),
+                           d_dw2.get(), n, d, d_workspace.get(), nullptr);
+    sync();
+    expect_same_bits(d_dx2.to_host(), gpu_dx, "dx, second run");
+    expect_same_bits(d_dw2.to_host(), gpu_dw, "dw, second run");
+  }
 }
 
 TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExact) {
