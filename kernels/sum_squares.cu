@@ -5,16 +5,16 @@
 // CPU twins: gnmr::cpu::sum_squares / global_norm_clip (src/backend/cpu/norms.cpp) and
 // gnmr::cpu::accumulate_mean_loss (src/backend/cpu/cross_entropy.cpp). All three are
 // bit-identical to them:
-// - sum_squares uses the CPU's chunks of kSumSquaresChunk elements; inside a chunk four lanes
+// - sum_squares uses the CPU's chunks of kSumSquaresChunk elements; inside a chunk four threads
 //   each run one of the CPU's four double accumulators in its order (element 4k + lane), the
-//   0-3 leftover elements go to accumulator 0, and the four combine as (a0 + a1) + (a2 + a3);
-//   then each tensor's chunk partials are added in chunk order from 0. A block takes 8 chunks:
-//   warp 0's 32 lanes are their 8 x 4 accumulators, summing one stage of each chunk from shared
-//   memory while warps 1-3 load the next stage into the other buffer. (With a block per chunk,
-//   4 of a warp's 32 lanes summing and the loads waited for, a 3,231-chunk batch took 0.94 ms
-//   on an H200, ncu: the FP64 pipe runs a warp instruction at the same cost however few lanes
-//   it has.) The stages are zero past a chunk's end: + 0 * 0 leaves a non-negative sum's bits
-//   as they are. No atomics.
+//   0-3 leftover elements go to lane 0, and the lanes combine as (a0 + a1) + (a2 + a3); then
+//   each tensor's chunk partials are added in chunk order from 0. One block per chunk stages
+//   the chunk through shared memory so the loads are coalesced; the four dependent add chains
+//   (16384 adds each) bound a chunk's time, and the chunks run in parallel. No atomics.
+//   It is slow (a 3,231-chunk batch takes 0.94 ms on an H200, ncu: 4 of a warp's 32 lanes do
+//   the FP64 work). Eight chunks a block, warp 0's 32 lanes summing from shared memory while
+//   warps 1-3 staged the next slice, was slower still in the 1B bench (11.7 ms of "norms" per
+//   step against 6.4): with an eighth of the blocks, too few loads were in flight.
 // - global_norm_clip runs global_norm_clip_values (backend/train_math.h) on one thread.
 // - accumulate_mean_loss adds the losses in index order on one thread (staged through shared
 //   memory): [N] adds, nothing next to the [N, V] pass that made them.
@@ -29,11 +29,8 @@
 namespace gnmr::cuda {
 namespace {
 
-constexpr int kChunkThreads = 128;           // warp 0 sums, warps 1-3 load
-constexpr int kChunksPerBlock = 8;           // warp 0's lanes: 8 chunks x 4 accumulators
-constexpr int kStageFloats = 512;            // of each chunk per stage; a multiple of 4
-constexpr int kStageRow = kStageFloats + 4;  // chunk c's stage 4c banks along: lane (c, a)
-                                             // reads bank 4c + a + 4j, 32 lanes 32 banks
+constexpr int kChunkThreads = 128;
+constexpr int kTile = 2048;  // floats staged per step; a multiple of 4 (the lane count)
 constexpr int kBatchTensors = 64;
 
 // Up to kBatchTensors tensors, passed by value as a kernel parameter (~1.6 KB, under the 4 KB
@@ -53,70 +50,36 @@ int64_t chunks_of(int64_t count) {
   return (count + kSumSquaresChunk - 1) / kSumSquaresChunk;
 }
 
-// Block b: chunks first_chunk[0] + 8 b + c, c = 0..7 (those past the batch do nothing);
-// workspace[chunk] = the chunk's sum of squares.
-__global__ void __launch_bounds__(kChunkThreads)
-    sum_squares_chunks_kernel(SumSquaresBatch batch, double* workspace) {
-  __shared__ float stage[2][kChunksPerBlock][kStageRow];
-  __shared__ const float* chunk_x[kChunksPerBlock];  // the chunk's first element; null: none
-  __shared__ int64_t chunk_len[kChunksPerBlock];
-  __shared__ double accumulators[kChunksPerBlock][4];
-  const int c_self = static_cast<int>(threadIdx.x);
-  const int64_t batch_end = batch.first_chunk[batch.num];
-  if (c_self < kChunksPerBlock) {
-    const int64_t chunk = batch.first_chunk[0] + int64_t{blockIdx.x} * kChunksPerBlock + c_self;
-    chunk_x[c_self] = nullptr;
-    chunk_len[c_self] = 0;
-    if (chunk < batch_end) {
-      int t = 0;  // the tensor holding this chunk (tensors without chunks are skipped)
-      while (batch.first_chunk[t + 1] <= chunk) ++t;
-      const int64_t begin = (chunk - batch.first_chunk[t]) * kSumSquaresChunk;
-      chunk_x[c_self] = batch.tensors[t] + begin;
-      chunk_len[c_self] = min_int64(kSumSquaresChunk, batch.counts[t] - begin);
-    }
-  }
-  __syncthreads();
-  int64_t longest = 0;  // the stages: enough for the block's longest whole-quad part
-  for (int c = 0; c < kChunksPerBlock; ++c) {
-    const int64_t len4 = chunk_len[c] - chunk_len[c] % 4;
-    longest = len4 > longest ? len4 : longest;
-  }
-  const int64_t stages = (longest + kStageFloats - 1) / kStageFloats;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  // Warps 1-3: stage s of every chunk into buffer s % 2; zero past the chunk's whole quads.
-  auto load_stage = [&](int64_t s) {
-    for (int e = static_cast<int>(threadIdx.x) - 32; e < kChunksPerBlock * kStageFloats;
-         e += kChunkThreads - 32) {
-      const int c = e / kStageFloats, k = e % kStageFloats;
-      const int64_t at = s * kStageFloats + k, len4 = chunk_len[c] - chunk_len[c] % 4;
-      stage[s % 2][c][k] = at < len4 ? chunk_x[c][at] : 0.0f;
-    }
-  };
-  const int c = lane / 4, a = lane % 4;  // warp 0: chunk c's accumulator a
-  double acc = 0.0;
-  if (warp != 0 && stages > 0) load_stage(0);
-  __syncthreads();
-  for (int64_t s = 0; s < stages; ++s) {
-    if (warp != 0) {
-      if (s + 1 < stages) load_stage(s + 1);
-    } else {
-      const float* mine = stage[s % 2][c];
-      for (int j = a; j < kStageFloats; j += 4) {
-        const double value = mine[j];
+// One block per chunk of the batch: workspace[chunk] = the chunk's sum of squares.
+__global__ void sum_squares_chunks_kernel(SumSquaresBatch batch, double* workspace) {
+  __shared__ float tile[kTile];
+  __shared__ double lane_sums[4];
+  const int64_t chunk = batch.first_chunk[0] + blockIdx.x;
+  int t = 0;  // the tensor holding this chunk (tensors without chunks are skipped)
+  while (batch.first_chunk[t + 1] <= chunk) ++t;
+  const float* x = batch.tensors[t];
+  const int64_t begin = (chunk - batch.first_chunk[t]) * kSumSquaresChunk;
+  const int64_t len = min_int64(kSumSquaresChunk, batch.counts[t] - begin);
+  const int64_t len4 = len - len % 4;
+  double acc = 0.0;  // threads 0..3: accumulator `lane = threadIdx.x` of the CPU loop
+  for (int64_t t0 = 0; t0 < len4; t0 += kTile) {
+    const int count = static_cast<int>(min_int64(kTile, len4 - t0));  // a multiple of 4
+    for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = x[begin + t0 + k];
+    __syncthreads();
+    if (threadIdx.x < 4) {
+      for (int k = threadIdx.x; k < count; k += 4) {
+        const double value = tile[k];
         acc += value * value;
       }
     }
-    __syncthreads();  // stage s is summed, stage s + 1 is loaded
+    __syncthreads();
   }
-  if (warp == 0) accumulators[c][a] = acc;
+  if (threadIdx.x < 4) lane_sums[threadIdx.x] = acc;
   __syncthreads();
-  if (c_self < kChunksPerBlock && chunk_x[c_self] != nullptr) {
-    const float* x = chunk_x[c_self];
-    const int64_t len = chunk_len[c_self];
-    double acc0 = accumulators[c_self][0];
-    for (int64_t i = len - len % 4; i < len; ++i) acc0 += static_cast<double>(x[i]) * x[i];
-    workspace[batch.first_chunk[0] + int64_t{blockIdx.x} * kChunksPerBlock + c_self] =
-        (acc0 + accumulators[c_self][1]) + (accumulators[c_self][2] + accumulators[c_self][3]);
+  if (threadIdx.x == 0) {
+    double acc0 = lane_sums[0];
+    for (int64_t i = begin + len4; i < begin + len; ++i) acc0 += static_cast<double>(x[i]) * x[i];
+    workspace[chunk] = (acc0 + lane_sums[1]) + (lane_sums[2] + lane_sums[3]);
   }
 }
 
@@ -184,8 +147,7 @@ void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num
     const int64_t batch_chunks = batch.first_chunk[batch.num] - next_chunk;
     if (batch_chunks > 0) {
       GNMR_CHECK(batch_chunks <= int64_t{0x7FFFFFFF}, "sum_squares: too many chunks in one batch");
-      const int64_t blocks = (batch_chunks + kChunksPerBlock - 1) / kChunksPerBlock;
-      sum_squares_chunks_kernel<<<static_cast<unsigned>(blocks), kChunkThreads, 0, stream>>>(
+      sum_squares_chunks_kernel<<<static_cast<unsigned>(batch_chunks), kChunkThreads, 0, stream>>>(
           batch, workspace);
       GNMR_CUDA_CHECK(cudaGetLastError());
     }
