@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <type_traits>
 
 namespace gnmr::cuda {
 
@@ -55,6 +56,19 @@ inline bool all_16_byte_aligned(std::initializer_list<const void*> arrays) {
 }
 inline int64_t aligned_quad_elements(int64_t count, std::initializer_list<const void*> arrays) {
   return all_16_byte_aligned(arrays) ? count - count % 4 : 0;
+}
+
+// A kernel template's kQuads as a compile-time argument, from the host's test:
+//   dispatch_quads(quad_rows(x, cols, codes), [&](auto q) {
+//     kernel<decltype(q)::value><<<grid, threads, 0, stream>>>(...);
+//   });
+template <typename Launch>
+void dispatch_quads(bool quads, Launch&& launch) {
+  if (quads) {
+    launch(std::true_type{});
+  } else {
+    launch(std::false_type{});
+  }
 }
 
 // Whether a row-major [rows, cols] fp32 array and its codes take the quad accesses (each row's

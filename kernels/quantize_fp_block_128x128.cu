@@ -92,13 +92,10 @@ void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFor
   const bool quads = quad_rows(w, cols, codes);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    if (quads) {
-      quantize_fp_block_128x128_kernel<kFormat, true>
+    dispatch_quads(quads, [&](auto q) {
+      quantize_fp_block_128x128_kernel<kFormat, decltype(q)::value>
           <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
-    } else {
-      quantize_fp_block_128x128_kernel<kFormat, false>
-          <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
-    }
+    });
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

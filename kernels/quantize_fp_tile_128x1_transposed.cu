@@ -82,13 +82,10 @@ void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, 
   const bool quads = cols % 4 == 0 && all_16_byte_aligned({x});
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    if (quads) {
-      quantize_fp_tile_128x1_transposed_kernel<kFormat, true>
+    dispatch_quads(quads, [&](auto q) {
+      quantize_fp_tile_128x1_transposed_kernel<kFormat, decltype(q)::value>
           <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
-    } else {
-      quantize_fp_tile_128x1_transposed_kernel<kFormat, false>
-          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
-    }
+    });
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

@@ -68,15 +68,11 @@ void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat
   const bool quads = quad_rows(x, cols, codes);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    if (quads) {
-      quantize_fp_tile_1x128_kernel<kFormat, true>
+    dispatch_quads(quads, [&](auto q) {
+      quantize_fp_tile_1x128_kernel<kFormat, decltype(q)::value>
           <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, rows, cols, order, codes,
                                                                    scales);
-    } else {
-      quantize_fp_tile_1x128_kernel<kFormat, false>
-          <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, rows, cols, order, codes,
-                                                                   scales);
-    }
+    });
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }

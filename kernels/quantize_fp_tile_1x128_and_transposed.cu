@@ -129,13 +129,10 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
   const bool quads = quad_rows(x, cols, codes);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
-    if (quads) {
-      quantize_fp_tile_1x128_and_transposed_kernel<kFormat, true>
+    dispatch_quads(quads, [&](auto q) {
+      quantize_fp_tile_1x128_and_transposed_kernel<kFormat, decltype(q)::value>
           <<<grid, kThreads, 0, stream>>>(x, n, cols, codes, scales, codes_t, scales_t);
-    } else {
-      quantize_fp_tile_1x128_and_transposed_kernel<kFormat, false>
-          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes, scales, codes_t, scales_t);
-    }
+    });
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
