@@ -60,8 +60,11 @@ inline int64_t aligned_quad_elements(int64_t count, std::initializer_list<const 
 
 // A kernel template's kQuads as a compile-time argument, from the host's test:
 //   dispatch_quads(quad_rows(x, cols, codes), [&](auto q) {
-//     kernel<decltype(q)::value><<<grid, threads, 0, stream>>>(...);
+//     constexpr bool kQuads = decltype(q)::value;
+//     kernel<kQuads><<<grid, threads, 0, stream>>>(...);
 //   });
+// (A named constant, not decltype(q)::value in the launch: the CUDA emulation rewrites launches
+// whose template arguments hold no parentheses, tests/emulated_cuda/emulate_kernel_file.sh.)
 template <typename Launch>
 void dispatch_quads(bool quads, Launch&& launch) {
   if (quads) {

@@ -93,7 +93,8 @@ void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFor
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     dispatch_quads(quads, [&](auto q) {
-      quantize_fp_block_128x128_kernel<kFormat, decltype(q)::value>
+      constexpr bool kQuads = decltype(q)::value;
+      quantize_fp_block_128x128_kernel<kFormat, kQuads>
           <<<grid, kThreads, 0, stream>>>(w, rows, cols, codes, codes_t, scales, scales_t);
     });
   });

@@ -69,7 +69,8 @@ void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     dispatch_quads(quads, [&](auto q) {
-      quantize_fp_tile_1x128_kernel<kFormat, decltype(q)::value>
+      constexpr bool kQuads = decltype(q)::value;
+      quantize_fp_tile_1x128_kernel<kFormat, kQuads>
           <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, rows, cols, order, codes,
                                                                    scales);
     });

@@ -130,7 +130,8 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     dispatch_quads(quads, [&](auto q) {
-      quantize_fp_tile_1x128_and_transposed_kernel<kFormat, decltype(q)::value>
+      constexpr bool kQuads = decltype(q)::value;
+      quantize_fp_tile_1x128_and_transposed_kernel<kFormat, kQuads>
           <<<grid, kThreads, 0, stream>>>(x, n, cols, codes, scales, codes_t, scales_t);
     });
   });
