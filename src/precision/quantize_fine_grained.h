@@ -8,8 +8,9 @@
 // x, codes: [rows, cols] row-major (fp32 in, one byte per element out).
 // scales: [ceil(rows / block_rows), ceil(cols / block_cols)] fp32, row-major.
 // An all-zero tile has scale 0 and codes +0.
-// CUDA twin: kernels/quantize_fp_tile_1x128.cu (1x128 tiles, every format) calls
-// quantize_fp_element.
+// CUDA twins: kernels/quantize_fp_tile_1x128.cu, quantize_fp_block_128x128.cu,
+// quantize_fp_tile_128x1_transposed.cu and quantize_fp_tile_1x128_and_transposed.cu (every
+// format) call quantize_fp_tile_elements, which gives quantize_fp_element's codes.
 #pragma once
 
 #include <cmath>
@@ -158,14 +159,6 @@ GNMR_HD_INLINE float fake_quantize_fp_element_fast(float x, float scale) {
   return canonical_nan(float_from_bits(rounded_bits | (bits & 0x80000000u)) * scale);
 }
 
-// encode_fp_storage with the format fixed at compile time, from the float's bits: |v| rounded
-// to the format as fake_quantize_fp_element_fast rounds it (NaN deferred to the codecs), then
-// the storage code of that value, which holds it exactly (an e4m3 code, an e5m2 code for
-// kE5M2): the exponent rebiased and the top mantissa bits, or for a storage subnormal the
-// value as a multiple of the storage's subnormal step. Bit-identical to encode_fp_storage for
-// every float (tests/precision); the GPU's FP quantizer kernels run it per element, where the
-// codecs' general rounding (twice for the fp6 / fp4 formats: to the format, then to e4m3) made
-// them compute-bound.
 // encode_fp_storage_fast's finite-or-infinite case, from the float's bits (not a NaN's).
 template <FpFormat kFormat>
 GNMR_HD_INLINE uint8_t encode_fp_storage_non_nan(uint32_t bits) {
@@ -207,9 +200,9 @@ GNMR_HD_INLINE uint8_t encode_fp_storage_non_nan(uint32_t bits) {
 // the storage code of that value, which holds it exactly (an e4m3 code, an e5m2 code for
 // kE5M2): the exponent rebiased and the top mantissa bits, or for a storage subnormal the
 // value as a multiple of the storage's subnormal step. Bit-identical to encode_fp_storage for
-// every float (tests/precision); the GPU's FP quantizer kernels run it per element, where the
-// codecs' general rounding (twice for the fp6 / fp4 formats: to the format, then to e4m3) made
-// them compute-bound.
+// every float (tests/precision). Its core, encode_fp_storage_non_nan, is what the GPU's FP
+// quantizer kernels run per element (quantize_fp_tile_elements): the codecs' general rounding
+// (twice for the fp6 / fp4 formats: to the format, then to e4m3) made them compute-bound.
 template <FpFormat kFormat>
 GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
   const uint32_t bits = float_bits(v);
