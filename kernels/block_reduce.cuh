@@ -9,11 +9,19 @@
 
 namespace gnmr::cuda {
 
-__device__ inline float warp_max(float value) {
-  for (int offset = 16; offset > 0; offset >>= 1) {
+// The max over each aligned group of kLanes lanes (a power of two, at most 32), which all of
+// the group's lanes get. Every lane of the warp calls it (the shuffles name the full warp).
+template <int kLanes>
+__device__ inline float lane_group_max(float value) {
+  static_assert(kLanes > 0 && kLanes <= 32 && (kLanes & (kLanes - 1)) == 0, "lanes: 1..32, 2^k");
+  for (int offset = kLanes / 2; offset > 0; offset >>= 1) {
     value = fmaxf(value, __shfl_xor_sync(0xFFFFFFFFu, value, offset));
   }
   return value;
+}
+
+__device__ inline float warp_max(float value) {
+  return lane_group_max<32>(value);
 }
 
 // Every thread of the block must call it; all get the block's maximum.

@@ -29,18 +29,16 @@ __device__ inline void load_quad(const float* p, int64_t available, float (&v)[4
   }
 }
 
-// p[0..3] = codes, those at or past `available` not written. kQuads: p is 4-byte aligned and
-// available a multiple of 4. The first code goes to the lowest address (little-endian word).
+// p[0..3] = the four codes of `word` (the first in the low byte: little-endian, as they lie in
+// memory), those at or past `available` not written. kQuads: p is 4-byte aligned and available
+// a multiple of 4.
 template <bool kQuads>
-__device__ inline void store_quad(uint8_t* p, int64_t available, const uint8_t (&codes)[4]) {
+__device__ inline void store_quad(uint8_t* p, int64_t available, uint32_t word) {
   if (kQuads) {
-    if (available > 0) {
-      *reinterpret_cast<uint32_t*>(p) = uint32_t{codes[0]} | uint32_t{codes[1]} << 8 |
-                                        uint32_t{codes[2]} << 16 | uint32_t{codes[3]} << 24;
-    }
+    if (available > 0) *reinterpret_cast<uint32_t*>(p) = word;
   } else {
     for (int k = 0; k < 4; ++k) {
-      if (k < available) p[k] = codes[k];
+      if (k < available) p[k] = static_cast<uint8_t>(word >> (8 * k));
     }
   }
 }

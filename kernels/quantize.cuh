@@ -59,6 +59,17 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
                                            uint8_t* codes, float* scales, uint8_t* codes_t,
                                            float* scales_t, cudaStream_t stream);
 
+// The check of kernels/fp_storage_conversion.cuh: the 32-bit patterns first + stride * i
+// (i < count, mod 2^32) as quotients, coded by the conversion instructions and by the codec.
+// For the formats that have the instructions (e4m3, e3m2, e2m3; an error for the others).
+// Synchronous (default stream). A test's tool, not a training op.
+struct FpConversionCheck {
+  uint64_t differences = 0;
+  uint32_t first_difference_bits = 0;  // the lowest i's pattern, where differences > 0
+};
+FpConversionCheck check_fp_storage_conversion(FpFormat format, uint64_t first, uint64_t stride,
+                                              uint64_t count);
+
 // x: [count] fp32 -> out: [count] bf16 bits. Twin: gnmr::encode_bf16 (src/precision/bf16.h).
 void convert_to_bf16(const float* x, int64_t count, uint16_t* out, cudaStream_t stream);
 

@@ -9,13 +9,15 @@
 // store.
 // CPU twin: gnmr::quantize_fp_blockwise(x, n, cols, 128, 1, ...) in
 // src/precision/quantize_fine_grained.h, whose scale grid [ceil(n / 128), cols] is this order,
-// and whose codes this kernel writes transposed (by quantize_fp_tile_elements: the division by
-// the tile's reciprocal and the compile-time encoder, the same codes as its
-// quantize_fp_element for every float, tests/precision).
+// and whose codes this kernel writes transposed (by quantize_fp_tile_code_words,
+// kernels/fp_storage_conversion.cuh: the division by the tile's reciprocal, the conversion
+// instructions or the compile-time encoder, the same codes as its quantize_fp_element for
+// every float, tests/precision, tests/gpu).
 #include <string>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp_storage_conversion.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/fp_format_dispatch.h"
@@ -61,12 +63,12 @@ __global__ void __launch_bounds__(kThreads)
     }
     const float scale = fine_grained_scale(warp_max(absmax), kFormat);
     if (lane == 0) scales[vec128_scale_index(c0 + c, b, cols)] = scale;
-    uint8_t codes[kPerLane];
-    quantize_fp_tile_elements<kFormat>(values, tile_divisor(scale), codes);
+    uint32_t word[1];
+    quantize_fp_tile_code_words<kFormat>(values, tile_divisor(scale), word);
     uint8_t* out = codes_t + (c0 + c) * n + n0;
     for (int k = 0; k < kPerLane; ++k) {
       const int t = lane + 32 * k;
-      if (t < tokens) out[t] = codes[k];
+      if (t < tokens) out[t] = static_cast<uint8_t>(word[0] >> (8 * k));
     }
   }
 }

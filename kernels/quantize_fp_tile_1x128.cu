@@ -1,21 +1,27 @@
 // Fine-grained fp quantization of activations in 1x128 tiles (DeepSeek-V3 §3.3.2), any of
-// the five formats (fp6 / fp4 stored as e4m3 codes): a warp per row, walking its tiles, lane l
-// holding elements 4l..4l+3 of each (kernels/quad_access.cuh: one 16-byte load, one 4-byte
-// store); scale = absmax / format max. The scales go in the CPU's order or in cuBLASLt's
-// VEC128 order (precision/scale_layout.h), which the block-scaled FP8 GEMM reads.
-// In the 1B bench on an H200 this form took 6.1 ms of "prep x" per step, two tiles a warp on a
-// 2-D grid 7.6 ms (though ncu's isolated replays ranked the second faster, 54 against 57 us for
-// 8192 x 2048).
+// the five formats (fp6 / fp4 stored as e4m3 codes): 8 lanes per tile, lane j holding quads
+// j, j + 8, j + 16, j + 24 of it (kernels/quad_access.cuh: 16-byte loads, 4-byte stores of
+// codes; the group's loads cover 128 adjacent bytes each), a warp four tiles; scale = absmax /
+// format max. Sixteen elements a lane share the tile's three shuffles, its scale and its
+// reciprocal, which with four a lane (a warp a tile) cost as many instructions as the codes:
+// the kernel was issue-bound (ncu on an H200: 61% of issue slots used, 37% of DRAM bandwidth).
+// The scales go in the CPU's order or in cuBLASLt's VEC128 order (precision/scale_layout.h),
+// which the block-scaled FP8 GEMM reads.
+// In the 1B bench on an H200, a warp per row walking its tiles took 6.1 ms of "prep x" per
+// step, two tiles a warp on a 2-D grid 7.6 ms (though ncu's isolated replays ranked the second
+// faster, 54 against 57 us for 8192 x 2048).
 // CPU twin: gnmr::quantize_fp_tile_1x128 in src/precision/quantize_fine_grained.h (CPU
-// order; vec128_from_row_tiles gives the VEC128 order); both call fine_grained_scale and
-// quantize_fp_element (here quantize_fp_tile_elements: the division by the tile's reciprocal
-// and the compile-time encoder, the same codes for every float: tests/precision), so codes and
-// scales are identical. Partial last tiles included.
+// order; vec128_from_row_tiles gives the VEC128 order); both call fine_grained_scale, and the
+// codes are quantize_fp_element's (here quantize_fp_tile_code_words: the division by the tile's
+// reciprocal, the conversion instructions or the compile-time encoder, the same codes for
+// every float: tests/precision, tests/gpu), so codes and scales are identical. Partial last
+// tiles included.
 #include <algorithm>
 #include <string>
 
 #include "kernels/block_reduce.cuh"
 #include "kernels/cuda_check.cuh"
+#include "kernels/fp_storage_conversion.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
 #include "precision/fp_format_dispatch.h"
@@ -25,35 +31,60 @@
 namespace gnmr::cuda {
 namespace {
 
-constexpr int kThreads = 256;  // 8 rows per block
-constexpr int kWarps = kThreads / 32;
+constexpr int kThreads = 256;
 constexpr int kTile = static_cast<int>(kFineGrainedTile);
+constexpr int kLanesPerTile = 8;
+constexpr int kQuadsPerLane = kTile / 4 / kLanesPerTile;  // 4: sixteen elements
+constexpr int kTilesPerBlock = kThreads / kLanesPerTile;  // 32 (a warp four)
 
 template <FpFormat kFormat, bool kQuads>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols, ScaleOrder order,
                                   uint8_t* codes, float* scales) {
-  const int64_t row = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32;
-  if (row >= rows) return;  // the whole warp: warp_max below sees full warps
-  const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
-  const float* in = x + row * cols;
-  uint8_t* out = codes + row * cols;
-#pragma unroll 2
-  for (int64_t tile = 0; tile < tiles_per_row; ++tile) {
-    const int64_t c = tile * kTile + 4 * lane;
-    float values[4];
-    load_quad<kQuads>(in + c, cols - c, values);
-    float absmax = 0.0f;
-    for (int k = 0; k < 4; ++k) absmax = fmaxf(absmax, fabsf(values[k]));
-    const float scale = fine_grained_scale(warp_max(absmax), kFormat);
-    if (lane == 0) {
-      scales[order == ScaleOrder::kCpu ? row * tiles_per_row + tile
-                                       : vec128_scale_index(row, tile, rows)] = scale;
+  const int64_t tile = blockIdx.x * int64_t{kTilesPerBlock} + threadIdx.x / kLanesPerTile;
+  // A group past the last tile reads zeros and writes nothing, but stays for the shuffles
+  // (they name the whole warp). Its lanes agree on `valid`.
+  const bool valid = tile < rows * tiles_per_row;
+  // The row and tile of `tile`: in 32 bits where they fit (a 64-bit division is a call of some
+  // seventy instructions, as many as a lane's sixteen codes).
+  int64_t row = 0, c0 = 0;
+  if (valid) {
+    if (rows * tiles_per_row <= INT32_MAX) {
+      const uint32_t t32 = static_cast<uint32_t>(tile),
+                     per_row = static_cast<uint32_t>(tiles_per_row);
+      row = t32 / per_row;
+      c0 = int64_t{t32 % per_row} * kTile;
+    } else {
+      row = tile / tiles_per_row;
+      c0 = tile % tiles_per_row * kTile;
     }
-    uint8_t tile_codes[4];
-    quantize_fp_tile_elements<kFormat>(values, tile_divisor(scale), tile_codes);
-    store_quad<kQuads>(out + c, cols - c, tile_codes);
+  }
+  const int64_t available = valid ? cols - c0 : 0;  // the row's elements from c0 on
+  const int j = static_cast<int>(threadIdx.x) % kLanesPerTile;
+  const float* in = x + row * cols + c0;
+  float values[4 * kQuadsPerLane];
+  for (int q = 0; q < kQuadsPerLane; ++q) {
+    const int c = 4 * (j + kLanesPerTile * q);
+    float quad[4];
+    load_quad<kQuads>(in + c, available - c, quad);
+    for (int k = 0; k < 4; ++k) values[4 * q + k] = quad[k];
+  }
+  float absmax = 0.0f;
+  for (int e = 0; e < 4 * kQuadsPerLane; ++e) absmax = fmaxf(absmax, fabsf(values[e]));
+  const float scale = fine_grained_scale(lane_group_max<kLanesPerTile>(absmax), kFormat);
+  if (!valid) return;
+  if (j == 0) {
+    const int64_t t = c0 / kTile;
+    scales[order == ScaleOrder::kCpu ? row * tiles_per_row + t : vec128_scale_index(row, t, rows)] =
+        scale;
+  }
+  uint32_t words[kQuadsPerLane];
+  quantize_fp_tile_code_words<kFormat>(values, tile_divisor(scale), words);
+  uint8_t* out = codes + row * cols + c0;
+  for (int q = 0; q < kQuadsPerLane; ++q) {
+    const int c = 4 * (j + kLanesPerTile * q);
+    store_quad<kQuads>(out + c, available - c, words[q]);
   }
 }
 
@@ -62,9 +93,9 @@ __global__ void __launch_bounds__(kThreads)
 void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat format,
                             ScaleOrder order, uint8_t* codes, float* scales, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  const int64_t blocks = block_count(rows, kWarps);
-  GNMR_CHECK(blocks <= INT32_MAX, "quantize_fp_tile_1x128: " + std::to_string(rows) +
-                                      " rows is more than the grid holds");
+  const int64_t blocks = block_count(rows * block_count(cols, kTile), kTilesPerBlock);
+  GNMR_CHECK(blocks <= INT32_MAX, "quantize_fp_tile_1x128: " + std::to_string(rows) + " x " +
+                                      std::to_string(cols) + " is more than the grid holds");
   const bool quads = quad_rows(x, cols, codes);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;

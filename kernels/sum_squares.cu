@@ -11,10 +11,13 @@
 //   each tensor's chunk partials are added in chunk order from 0. One block per chunk stages
 //   the chunk through shared memory so the loads are coalesced; the four dependent add chains
 //   (16384 adds each) bound a chunk's time, and the chunks run in parallel. No atomics.
-//   It is slow (a 3,231-chunk batch takes 0.94 ms on an H200, ncu: 4 of a warp's 32 lanes do
-//   the FP64 work). Eight chunks a block, warp 0's 32 lanes summing from shared memory while
-//   warps 1-3 staged the next slice, was slower still in the 1B bench (11.7 ms of "norms" per
-//   step against 6.4): with an eighth of the blocks, too few loads were in flight.
+//   Only the adds are serial: each lane computes eight squares ahead of them, and each thread
+//   issues its sixteen staging loads before it stores any. With one element at a time through
+//   both loops, a 3,231-chunk batch took 0.94 ms on an H200 (DRAM at 19% of its bandwidth,
+//   ncu): every load, conversion and multiply sat in the chain. Eight chunks a block, warp 0's
+//   32 lanes summing from shared memory while warps 1-3 staged the next slice, was slower
+//   still in the 1B bench (11.7 ms of "norms" per step against 6.4): with an eighth of the
+//   blocks, too few loads were in flight.
 // - global_norm_clip runs global_norm_clip_values (backend/train_math.h) on one thread.
 // - accumulate_mean_loss adds the losses in index order on one thread (staged through shared
 //   memory): [N] adds, nothing next to the [N, V] pass that made them.
@@ -32,6 +35,8 @@ namespace {
 constexpr int kChunkThreads = 128;
 constexpr int kTile = 2048;  // floats staged per step; a multiple of 4 (the lane count)
 constexpr int kBatchTensors = 64;
+constexpr int kStagePerThread = kTile / kChunkThreads;  // 16 loads a thread per slice
+constexpr int kSquaresAhead = 8;
 
 // Up to kBatchTensors tensors, passed by value as a kernel parameter (~1.6 KB, under the 4 KB
 // limit). first_chunk: workspace index of each tensor's first chunk; [num] is one past the last.
@@ -64,11 +69,33 @@ __global__ void sum_squares_chunks_kernel(SumSquaresBatch batch, double* workspa
   double acc = 0.0;  // threads 0..3: accumulator `lane = threadIdx.x` of the CPU loop
   for (int64_t t0 = 0; t0 < len4; t0 += kTile) {
     const int count = static_cast<int>(min_int64(kTile, len4 - t0));  // a multiple of 4
-    for (int k = threadIdx.x; k < count; k += blockDim.x) tile[k] = x[begin + t0 + k];
+    const float* slice = x + begin + t0;
+    // A thread's loads all in flight before the first store (one load at a time, each waiting
+    // for the last, made the staging as slow as the sums).
+    int k = threadIdx.x;
+    for (; k + (kStagePerThread - 1) * kChunkThreads < count;
+         k += kStagePerThread * kChunkThreads) {
+      float staged[kStagePerThread];
+      for (int m = 0; m < kStagePerThread; ++m) staged[m] = slice[k + m * kChunkThreads];
+      for (int m = 0; m < kStagePerThread; ++m) tile[k + m * kChunkThreads] = staged[m];
+    }
+    for (; k < count; k += kChunkThreads) tile[k] = slice[k];
     __syncthreads();
     if (threadIdx.x < 4) {
-      for (int k = threadIdx.x; k < count; k += 4) {
-        const double value = tile[k];
+      // Eight squares of the lane's elements ahead of their adds, which stay in the CPU's
+      // order: only the adds depend on one another, so only their latency is serial (a square
+      // at a time put the shared-memory load, the conversion and the multiply in the chain too).
+      int e = threadIdx.x;
+      for (; e + 4 * (kSquaresAhead - 1) < count; e += 4 * kSquaresAhead) {
+        double squares[kSquaresAhead];
+        for (int m = 0; m < kSquaresAhead; ++m) {
+          const double value = tile[e + 4 * m];
+          squares[m] = value * value;
+        }
+        for (int m = 0; m < kSquaresAhead; ++m) acc += squares[m];
+      }
+      for (; e < count; e += 4) {
+        const double value = tile[e];
         acc += value * value;
       }
     }

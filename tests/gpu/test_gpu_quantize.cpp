@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -226,6 +227,46 @@ TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) 
                        "row scales");
       expect_same_bits(d_scales_t.to_host(),
                        vec128_from_column_tiles(column_scales.data(), cols, n), "column scales");
+    }
+  }
+}
+
+// The FP quantizers code e4m3, e3m2 and e2m3 with the conversion instructions
+// (kernels/fp_storage_conversion.cuh): every 32-bit pattern as a quotient on a GPU (a few
+// milliseconds a format), the same codes as the codec's. The emulation runs the conversions'
+// host versions (cuda_fp8.h) over a stride of all patterns and every pattern from 0.5 below the
+// format's largest magnitude up (the clamp, the rounding ties at the top) and near its smallest
+// step (the subnormal ties), each sign.
+TEST(GpuQuantize, FpConversionInstructionsGiveTheCodecsCodeForEveryQuotient) {
+  SKIP_WITHOUT_GPU();
+  cudaDeviceProp prop;
+  GNMR_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  const bool emulated = std::strncmp(prop.name, "emulated", 8) == 0;
+  for (const FpFormat format : {FpFormat::kE4M3, FpFormat::kE3M2, FpFormat::kE2M3}) {
+    SCOPED_TRACE(fp_format_name(format));
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // first pattern, count (stride 1)
+    if (emulated) {
+      const MinifloatShape shape = minifloat_shape(format);
+      const float max = shape.max_value;
+      const float step = std::ldexp(1.0f, 1 - shape.exponent_bias - shape.mantissa_bits);
+      for (const uint32_t sign : {0u, 0x80000000u}) {
+        ranges.push_back({(float_bits(max - 0.5f) | sign), 1u << 16});
+        ranges.push_back({(float_bits(step / 4) | sign), 1u << 16});
+      }
+    } else {
+      ranges.push_back({0, uint64_t{1} << 32});
+    }
+    for (const auto& [first, count] : ranges) {
+      const cuda::FpConversionCheck check =
+          cuda::check_fp_storage_conversion(format, first, 1, count);
+      EXPECT_EQ(check.differences, 0u) << count << " patterns from 0x" << std::hex << first
+                                       << ", the first to differ 0x" << check.first_difference_bits;
+    }
+    if (emulated) {  // a stride over all 2^32, every exponent and sign
+      const cuda::FpConversionCheck check =
+          cuda::check_fp_storage_conversion(format, 12345, 65537, uint64_t{1} << 16);
+      EXPECT_EQ(check.differences, 0u)
+          << "the first to differ 0x" << std::hex << check.first_difference_bits;
     }
   }
 }
