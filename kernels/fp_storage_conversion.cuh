@@ -8,10 +8,10 @@
 //   canonical NaN, whose code is 0x7F.
 // - e3m2 (fp6): its values are e5m2's times 2^12 over the whole e3m2 range (e5m2's smallest
 //   normal 2^-14 and subnormal step 2^-16 are e3m2's 2^-2 and 2^-4 at that scale, both with two
-//   mantissa bits), so the quotient clamped to +-28 (a NaN made +28, e3m2's code for NaN: the
-//   fp6 and fp4 formats saturate it), times 2^-12 (exact, or under e3m2's half step), rounds
+//   mantissa bits), so the quotient times 2^-12 (exact, or under e3m2's half step) rounds
 //   through the e5m2 conversion as e3m2 rounds it; the e5m2 codes widen exactly to f16, times
-//   2^12 back (exact), and narrow exactly to e4m3 codes, the storage.
+//   2^12 back (exact), are clamped to +-28 (a NaN made +28, e3m2's code for NaN: the fp6 and fp4
+//   formats saturate it) and narrow exactly to e4m3 codes, the storage.
 // - e2m3 (fp6): the same with e4m3 and 2^6 (e4m3's 2^-6 and 2^-9 are e2m3's 1 and 2^-3), clamp
 //   7.5.
 // - e5m2, e2m1: no instruction fits (e5m2 is a GEMM-less low format, e2m1 has one mantissa bit
@@ -44,19 +44,21 @@ __host__ __device__ inline uint16_t fp_storage_codes_by_instruction(float q0, fl
     const float2 q = make_float2(q0 == q0 ? q0 : nan, q1 == q1 ? q1 : nan);
     return __nv_cvt_float2_to_fp8x2(q, __NV_SATFINITE, __NV_E4M3);
   } else {
-    // The format as a hardware fp8 kind scaled by 2^kShift (see the top of the file).
+    // The format as a hardware fp8 kind, its values times 2^12 or 2^6 (the top of the file).
     constexpr bool e3m2 = kFormat == FpFormat::kE3M2;
     constexpr __nv_fp8_interpretation_t kind = e3m2 ? __NV_E5M2 : __NV_E4M3;
     constexpr float max = e3m2 ? 28.0f : 7.5f;
     constexpr float down = e3m2 ? 0x1p-12f : 0x1p-6f;
     constexpr float up = e3m2 ? 4096.0f : 64.0f;
-    // A NaN is +max, the NaN code of a saturating format. (Chosen by comparison: fminf(NaN,
-    // max) is max on the GPU, but a signalling NaN on the host's fminf gives NaN.)
-    auto clamped = [&](float q) { return q == q ? fmaxf(fminf(q, max), -max) : max; };
-    const float2 scaled = make_float2(clamped(q0) * down, clamped(q1) * down);
-    const __half2_raw widened =
-        __nv_cvt_fp8x2_to_halfraw2(__nv_cvt_float2_to_fp8x2(scaled, __NV_SATFINITE, kind), kind);
-    const __half2 value = __hmul2(__half2(widened), __float2half2_rn(up));
+    const __half2_raw widened = __nv_cvt_fp8x2_to_halfraw2(
+        __nv_cvt_float2_to_fp8x2(make_float2(q0 * down, q1 * down), __NV_SATFINITE, kind), kind);
+    // Saturated after the rounding, as the codec does (a value rounds within the kind's binades,
+    // which are the format's, then anything past max is max), on pairs of halves: the products
+    // past f16's range are infinities, which saturate too, and a NaN is +max (min(NaN, max) is
+    // max on the GPU and in cuda_fp16.h's host version), the NaN code of a saturating format.
+    const __half2 limit = __float2half2_rn(max);
+    const __half2 value =
+        __hmax2(__hmin2(__hmul2(__half2(widened), __float2half2_rn(up)), limit), __hneg2(limit));
     return __nv_cvt_halfraw2_to_fp8x2(__half2_raw(value), __NV_SATFINITE, __NV_E4M3);
   }
 }
@@ -90,32 +92,6 @@ __host__ __device__ inline void quantize_fp_tile_code_words(const float (&x)[kCo
   uint8_t codes[kCount];
   quantize_fp_tile_elements<kFormat>(x, d, codes);
   for (int w = 0; w < kCount / 4; ++w) words[w] = code_word(codes + 4 * w);
-}
-
-// Four elements of four tiles (a quad of columns, each its own 128x1 tile), the same codes as
-// quantize_fp_element_fast of each, as one word: by the instructions where every tile has a
-// reciprocal.
-template <FpFormat kFormat>
-__host__ __device__ inline uint32_t quantize_fp_quad_of_tiles(const float (&x)[4],
-                                                              const TileDivisor (&d)[4]) {
-  const bool by_reciprocal = d[0].reciprocal != 0.0f && d[1].reciprocal != 0.0f &&
-                             d[2].reciprocal != 0.0f && d[3].reciprocal != 0.0f;
-  if constexpr (kFpConvertsByInstruction<kFormat>) {
-    if (by_reciprocal) {
-      const uint32_t low = fp_storage_codes_by_instruction<kFormat>(
-          quotient_by_reciprocal(x[0], d[0]), quotient_by_reciprocal(x[1], d[1]));
-      const uint32_t high = fp_storage_codes_by_instruction<kFormat>(
-          quotient_by_reciprocal(x[2], d[2]), quotient_by_reciprocal(x[3], d[3]));
-      return low | high << 16;
-    }
-  }
-  const uint8_t nan_code = fp_nan_code<kFormat>();
-  uint8_t codes[4];
-  for (int k = 0; k < 4; ++k) {
-    codes[k] = by_reciprocal ? quantize_fp_element_by_reciprocal<kFormat>(x[k], d[k], nan_code)
-                             : quantize_fp_element_fast<kFormat>(x[k], d[k].scale);
-  }
-  return code_word(codes);
 }
 
 }  // namespace gnmr::cuda

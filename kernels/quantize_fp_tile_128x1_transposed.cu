@@ -4,9 +4,9 @@
 // c + b * cols, precision/scale_layout.h).
 // One block per 128 tokens x 64 columns, through shared memory, so both sides coalesce: the
 // block reads its tile a quad (four adjacent columns of a token, kernels/quad_access.cuh) per
-// thread, and a warp writes 32 adjacent tokens of one column of codes_t (one 32-byte sector per
-// store), where a thread per column would write a byte to each of 32 rows n bytes apart per
-// store.
+// thread, and quantize_staged_columns (kernels/quantize_staged_columns.cuh) writes each
+// column's row of codes_t 32 adjacent bytes a store, where a thread per column would write a
+// byte to each of 32 rows n bytes apart per store.
 // CPU twin: gnmr::quantize_fp_blockwise(x, n, cols, 128, 1, ...) in
 // src/precision/quantize_fine_grained.h, whose scale grid [ceil(n / 128), cols] is this order,
 // and whose codes this kernel writes transposed (by quantize_fp_tile_code_words,
@@ -20,6 +20,7 @@
 #include "kernels/fp_storage_conversion.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "kernels/quantize_staged_columns.cuh"
 #include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
@@ -28,19 +29,17 @@ namespace gnmr::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
 constexpr int kTokens = static_cast<int>(kFineGrainedTile);  // one scale tile along n
 constexpr int kColumns = 64;
-constexpr int kPerLane = kTokens / 32;  // a lane's tokens of one column
 
 template <FpFormat kFormat, bool kQuads>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp_tile_128x1_transposed_kernel(const float* x, int64_t n, int64_t cols,
-                                             uint8_t* codes_t, float* scales) {
+                                             uint8_t* codes_t, float* scales, bool word_stores) {
   // x[n0 + t, c0 + c] at tile[t][c], zero past the edges (|0| changes no absmax). The odd row
   // length puts the 32 tokens a warp reads of one column in 32 different banks.
   __shared__ float tile[kTokens][kColumns + 1];
-  const int64_t c0 = blockIdx.x * int64_t{kColumns}, b = blockIdx.y, n0 = b * kTokens;
+  const int64_t c0 = blockIdx.x * int64_t{kColumns}, n0 = blockIdx.y * int64_t{kTokens};
   const int tokens = static_cast<int>(n - n0 < kTokens ? n - n0 : kTokens);
   const int columns = static_cast<int>(cols - c0 < kColumns ? cols - c0 : kColumns);
   constexpr int kQuadsPerRow = kColumns / 4;
@@ -51,26 +50,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < 4; ++k) tile[t][c + k] = values[k];
   }
   __syncthreads();
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  // A warp per column (the bound is the same for all its lanes, so warp_max sees full warps);
-  // lane l holds tokens l, l + 32, l + 64, l + 96.
-  for (int c = warp; c < columns; c += kWarps) {
-    float values[kPerLane];
-    float absmax = 0.0f;
-    for (int k = 0; k < kPerLane; ++k) {
-      values[k] = tile[lane + 32 * k][c];
-      absmax = fmaxf(absmax, fabsf(values[k]));
-    }
-    const float scale = fine_grained_scale(warp_max(absmax), kFormat);
-    if (lane == 0) scales[vec128_scale_index(c0 + c, b, cols)] = scale;
-    uint32_t word[1];
-    quantize_fp_tile_code_words<kFormat>(values, tile_divisor(scale), word);
-    uint8_t* out = codes_t + (c0 + c) * n + n0;
-    for (int k = 0; k < kPerLane; ++k) {
-      const int t = lane + 32 * k;
-      if (t < tokens) out[t] = static_cast<uint8_t>(word[0] >> (8 * k));
-    }
-  }
+  quantize_staged_columns<kFormat, kColumns + 1, kColumns>(&tile[0][0], tokens, columns, n, n0,
+                                                           cols, c0, codes_t, scales, word_stores);
 }
 
 }  // namespace
@@ -82,12 +63,13 @@ void quantize_fp_tile_128x1_transposed(const float* x, int64_t n, int64_t cols, 
                   grid_y(block_count(n, kTokens),
                          "quantize_fp_tile_128x1_transposed: " + std::to_string(n) + " tokens"));
   const bool quads = cols % 4 == 0 && all_16_byte_aligned({x});
+  const bool word_stores = staged_column_word_stores(codes_t, n);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     dispatch_quads(quads, [&](auto q) {
       constexpr bool kQuads = decltype(q)::value;
       quantize_fp_tile_128x1_transposed_kernel<kFormat, kQuads>
-          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales);
+          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes_t, scales, word_stores);
     });
   });
   GNMR_CUDA_CHECK(cudaGetLastError());

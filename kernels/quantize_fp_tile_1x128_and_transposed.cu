@@ -7,16 +7,16 @@
 // One block per 128 tokens x 128 columns (a 1x128 tile per token, a 128x1 tile per column).
 // The row pass gives a token's tile 8 lanes, sixteen elements each (four quads,
 // kernels/quad_access.cuh: 16-byte loads, 4-byte stores of codes; each group's accesses
-// cover adjacent bytes), and keeps each thread's column maxima; they meet in shared memory.
-// The column pass reads the block again from L2, lane l columns 4l..4l+3 of tokens w, w + 8,
-// ... (warp w), and the transposed codes go through shared memory so that a warp writes 32
-// adjacent tokens of a column.
+// cover adjacent bytes), and stages the block in shared memory (66 KB); the column pass
+// (kernels/quantize_staged_columns.cuh) quantizes the staged columns and writes each one's
+// row of codes_t 32 adjacent bytes a store. Before the staging, the column pass read the
+// block again from L2 and the transposed codes went through shared memory a byte at a time.
 // CPU twins: gnmr::quantize_fp_tile_1x128 and gnmr::quantize_fp_blockwise(x, n, cols, 128, 1,
 // ...) (src/precision/quantize_fine_grained.h): the same fine_grained_scale and
-// quantize_fp_element's codes (here quantize_fp_tile_code_words and quantize_fp_quad_of_tiles,
-// kernels/fp_storage_conversion.cuh: the division by the tile's reciprocal, the conversion
-// instructions or the compile-time encoder, the same codes for every float: tests/precision,
-// tests/gpu), so the same codes and scales, bit for bit.
+// quantize_fp_element's codes (here quantize_fp_tile_code_words, kernels/fp_storage_conversion.cuh:
+// the division by the tile's reciprocal, the conversion instructions or the compile-time
+// encoder, the same codes for every float: tests/precision, tests/gpu), so the same codes and
+// scales, bit for bit.
 #include <string>
 
 #include "kernels/block_reduce.cuh"
@@ -24,6 +24,7 @@
 #include "kernels/fp_storage_conversion.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "kernels/quantize_staged_columns.cuh"
 #include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
@@ -31,37 +32,37 @@
 namespace gnmr::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
+// 16 warps a block, two blocks a multiprocessor (their 132 KB of staging; at most 64
+// registers a thread): with 8 warps the 66 KB left three blocks, 24 warps, and ncu found no
+// warp ready to issue in a third of the cycles.
+constexpr int kThreads = 512;
 constexpr int kTile = static_cast<int>(kFineGrainedTile);
-constexpr int kRowsPerWarp = kTile / kWarps;  // 16 tokens
+constexpr int kRowLength = kTile + 1;  // floats a staged token: 1 mod 32 (banks)
+constexpr size_t kStagedBytes = size_t{kTile} * kRowLength * sizeof(float);  // 66,048
 
 template <FpFormat kFormat, bool kQuads>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, 2)
     quantize_fp_tile_1x128_and_transposed_kernel(const float* x, int64_t n, int64_t cols,
                                                  uint8_t* codes, float* scales, uint8_t* codes_t,
-                                                 float* scales_t) {
-  // Each warp's column maxima, then the codes of the 128x1 tiles [token][column]; 132-byte rows
-  // (33 words) put the 32 tokens a warp reads of one column in 32 different banks.
-  __shared__ float warp_column_max[kWarps][kTile];
-  __shared__ uint8_t column_codes[kTile][kTile + 4];
+                                                 float* scales_t, bool word_stores) {
+  // The block's elements, [token][kRowLength], zero past the edges (|0| changes no maximum).
+  extern __shared__ float staged[];
   const int64_t cb = blockIdx.x, tb = blockIdx.y, c0 = cb * kTile, n0 = tb * kTile;
   const int tokens = static_cast<int>(n - n0 < kTile ? n - n0 : kTile);
   const int columns = static_cast<int>(cols - c0 < kTile ? cols - c0 : kTile);
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
 
-  // Row tiles: read, quantize with the row's scale, write. A token's 128 columns take 8 lanes
-  // (lane j of its group holds quads j, j + 8, j + 16, j + 24: sixteen elements share the
-  // tile's shuffles, scale and reciprocal, which with four a lane cost as many instructions as
-  // the codes: ncu found the kernel issue-bound), a warp four tokens at a time. The loop over a
-  // thread's four tokens stays rolled two at a time (the instruction cache,
-  // precision/fp_format_dispatch.h). Each thread also keeps the maxima of its sixteen columns.
+  // Row tiles: read, quantize with the row's scale, write, and stage for the column pass. A
+  // token's 128 columns take 8 lanes (lane j of its group holds quads j, j + 8, j + 16, j + 24:
+  // sixteen elements share the tile's shuffles, scale and reciprocal, which with four a lane
+  // cost as many instructions as the codes: ncu found the kernel issue-bound), a warp four
+  // tokens at a time. Token t's element c is staged in bank t + c (mod 32): the warp's stores
+  // hit 32 different banks. A thread's two tokens are one iteration each (the instruction
+  // cache, precision/fp_format_dispatch.h).
   constexpr int kLanesPerRow = 8;
   constexpr int kQuadsPerLane = kTile / 4 / kLanesPerRow;  // 4
-  constexpr int kTokensAtOnce = kThreads / kLanesPerRow;   // 32 (a warp 4)
-  const int j = lane % kLanesPerRow;
-  float column_max[4 * kQuadsPerLane] = {};
-#pragma unroll 2
+  constexpr int kTokensAtOnce = kThreads / kLanesPerRow;   // 64 (a warp 4)
+  const int j = static_cast<int>(threadIdx.x) % kLanesPerRow;
+#pragma unroll 1
   for (int i = 0; i < kTile / kTokensAtOnce; ++i) {
     const int t = kTokensAtOnce * i + static_cast<int>(threadIdx.x) / kLanesPerRow;
     const int64_t available = t < tokens ? columns : 0;  // the bound is the group's
@@ -70,14 +71,14 @@ __global__ void __launch_bounds__(kThreads)
     for (int q = 0; q < kQuadsPerLane; ++q) {
       const int c = 4 * (j + kLanesPerRow * q);
       float quad[4];
-      load_quad<kQuads>(in + c, available - c, quad);  // zeros past the edges: |0| is no max
-      for (int k = 0; k < 4; ++k) values[4 * q + k] = quad[k];
+      load_quad<kQuads>(in + c, available - c, quad);
+      for (int k = 0; k < 4; ++k) {
+        values[4 * q + k] = quad[k];
+        staged[t * kRowLength + c + k] = quad[k];
+      }
     }
     float row_max = 0.0f;
-    for (int e = 0; e < 4 * kQuadsPerLane; ++e) {
-      row_max = fmaxf(row_max, fabsf(values[e]));
-      column_max[e] = fmaxf(column_max[e], fabsf(values[e]));
-    }
+    for (int e = 0; e < 4 * kQuadsPerLane; ++e) row_max = fmaxf(row_max, fabsf(values[e]));
     const float scale = fine_grained_scale(lane_group_max<kLanesPerRow>(row_max), kFormat);
     if (t >= tokens) continue;
     if (j == 0) scales[vec128_scale_index(n0 + t, cb, n)] = scale;
@@ -89,57 +90,11 @@ __global__ void __launch_bounds__(kThreads)
       store_quad<kQuads>(out + c, available - c, words[q]);
     }
   }
-  // The warp's column maxima: the four groups of a warp hold the same columns (xor 8 and 16
-  // pair lane j of each), then group 0 parks them.
-  for (int e = 0; e < 4 * kQuadsPerLane; ++e) {
-    column_max[e] = fmaxf(column_max[e], __shfl_xor_sync(0xFFFFFFFFu, column_max[e], 8));
-    column_max[e] = fmaxf(column_max[e], __shfl_xor_sync(0xFFFFFFFFu, column_max[e], 16));
-  }
-  if (lane < kLanesPerRow) {
-    for (int q = 0; q < kQuadsPerLane; ++q) {
-      for (int k = 0; k < 4; ++k) {
-        warp_column_max[warp][4 * (j + kLanesPerRow * q) + k] = column_max[4 * q + k];
-      }
-    }
-  }
-  __syncthreads();  // every warp's column maxima are in shared memory
+  __syncthreads();  // the block is staged
 
-  // The column pass: lane l holds columns 4l..4l+3 of tokens warp, warp + 8, ...
-  const int c = 4 * lane;  // this lane's first column of the block
-  // Token t's quad of this lane, zero past the edges.
-  auto load = [&](int t, float(&values)[4]) {
-    load_quad<kQuads>(x + (n0 + t) * cols + c0 + c, t < tokens ? columns - c : 0, values);
-  };
-  // Column tiles: each thread takes the maxima of its 4 columns over the 8 warps (max is exact,
-  // so every thread gets the same scale), then quantizes its elements again, read a second
-  // time (from L2: this block read them just now), and parks the codes. A column without a
-  // reciprocal (a scale under 2^-80, TileDivisor) sends the thread's quads through the division.
-  TileDivisor divisors[4];
-  for (int k = 0; k < 4; ++k) {
-    float absmax = 0.0f;
-    for (int w = 0; w < kWarps; ++w) absmax = fmaxf(absmax, warp_column_max[w][c + k]);
-    divisors[k] = tile_divisor(fine_grained_scale(absmax, kFormat));
-    if (warp == 0 && c + k < columns) {
-      scales_t[vec128_scale_index(c0 + c + k, tb, cols)] = divisors[k].scale;
-    }
-  }
-#pragma unroll 2
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int t = warp + kWarps * i;
-    float values[4];
-    load(t, values);
-    store_quad<true>(
-        &column_codes[t][c], 4,
-        quantize_fp_quad_of_tiles<kFormat>(values, divisors));  // 4-byte aligned: 132-byte rows
-  }
-  __syncthreads();  // the block's column codes are in shared memory
-  for (int col = warp; col < columns; col += kWarps) {
-    uint8_t* out = codes_t + (c0 + col) * n + n0;
-    for (int k = 0; k < 4; ++k) {
-      const int t = lane + 32 * k;
-      if (t < tokens) out[t] = column_codes[t][col];
-    }
-  }
+  // Column tiles: from shared memory, written transposed (kernels/quantize_staged_columns.cuh).
+  quantize_staged_columns<kFormat, kRowLength, kTile>(staged, tokens, columns, n, n0, cols, c0,
+                                                      codes_t, scales_t, word_stores);
 }
 
 }  // namespace
@@ -152,12 +107,18 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
                   grid_y(block_count(n, kTile), "quantize_fp_tile_1x128_and_transposed: " +
                                                     std::to_string(n) + " tokens"));
   const bool quads = quad_rows(x, cols, codes);
+  const bool word_stores = staged_column_word_stores(codes_t, n);
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     dispatch_quads(quads, [&](auto q) {
       constexpr bool kQuads = decltype(q)::value;
+      // Over the 48 KiB a block gets without asking (every GPU with FP8 GEMMs allows it).
+      GNMR_CUDA_CHECK(cudaFuncSetAttribute(
+          quantize_fp_tile_1x128_and_transposed_kernel<kFormat, kQuads>,
+          cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kStagedBytes)));
       quantize_fp_tile_1x128_and_transposed_kernel<kFormat, kQuads>
-          <<<grid, kThreads, 0, stream>>>(x, n, cols, codes, scales, codes_t, scales_t);
+          <<<grid, kThreads, kStagedBytes, stream>>>(x, n, cols, codes, scales, codes_t, scales_t,
+                                                     word_stores);
     });
   });
   GNMR_CUDA_CHECK(cudaGetLastError());
