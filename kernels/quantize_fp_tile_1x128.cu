@@ -7,9 +7,10 @@
 // the kernel was issue-bound (ncu on an H200: 61% of issue slots used, 37% of DRAM bandwidth).
 // The scales go in the CPU's order or in cuBLASLt's VEC128 order (precision/scale_layout.h),
 // which the block-scaled FP8 GEMM reads.
-// In the 1B bench on an H200, a warp per row walking its tiles took 6.1 ms of "prep x" per
-// step, two tiles a warp on a 2-D grid 7.6 ms (though ncu's isolated replays ranked the second
-// faster, 54 against 57 us for 8192 x 2048).
+// On an H200 (ncu, e3m2, 8192 x 2048): 22 us at 70% of the DRAM bandwidth, where a warp a row
+// (a quad a lane) took 54 us; "prep x" in the 1B bench 6.1 -> 3.5 ms a step (with the conversion
+// instructions). Two tiles a warp on a 2-D grid had measured slower in the bench (7.6 ms)
+// though faster in ncu's isolated replays.
 // CPU twin: gnmr::quantize_fp_tile_1x128 in src/precision/quantize_fine_grained.h (CPU
 // order; vec128_from_row_tiles gives the VEC128 order); both call fine_grained_scale, and the
 // codes are quantize_fp_element's (here quantize_fp_tile_code_words: the division by the tile's

@@ -11,6 +11,8 @@
 // (kernels/quantize_staged_columns.cuh) quantizes the staged columns and writes each one's
 // row of codes_t 32 adjacent bytes a store. Before the staging, the column pass read the
 // block again from L2 and the transposed codes went through shared memory a byte at a time.
+// On an H200 (ncu, e3m2, 8192 x 2048): 36 us, 79 us with a warp per tile row and the integer
+// encoder; "prep dy (dW+dx)" in the 1B bench 19.8 -> 9.3 ms a step.
 // CPU twins: gnmr::quantize_fp_tile_1x128 and gnmr::quantize_fp_blockwise(x, n, cols, 128, 1,
 // ...) (src/precision/quantize_fine_grained.h): the same fine_grained_scale and
 // quantize_fp_element's codes (here quantize_fp_tile_code_words, kernels/fp_storage_conversion.cuh:
