@@ -33,6 +33,9 @@
 #   and, only when named (not in the default run):
 #     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096, hd 128 (bin/bench_gpu_attention)               (60 s)
+#     profile     Nsight Compute (ncu) over one llama2-1b-gpu bench step per kernel family:
+#                 each kernel shape's time, share of the DRAM bandwidth and of issue slots
+#                 (scripts/ncu_summary.py's table in profile.log)                    (120 s)
 # e2e and bench need a gnmr built with the CUDA backend.
 #
 # A dry run without a GPU: `GNMR_BUNDLE_EMULATED=1 scripts/gpu_bundle.sh` builds the bundle on
@@ -57,7 +60,7 @@ while (($#)); do
     --require-gpu) require_gpu=1; shift ;;
     -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
     all) stages+=("${default_stages[@]}"); shift ;;
-    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench) stages+=("$1"); shift ;;
+    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench | profile) stages+=("$1"); shift ;;
     *) echo "gpu_check.sh: unknown argument \"$1\" (see --help; the logs directory is --logs DIR)" >&2; exit 2 ;;
   esac
 done
@@ -391,12 +394,50 @@ print("; ".join("%(kernel)s T=%(T)s fwd %(forward_tflops)s bwd %(backward_tflops
   fi
 }
 
-declare -A timeout_s=([preflight]=20 [gemm-sweep]=40 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60)
+# Where a step's device time goes, kernel by kernel: ncu over one bench step of llama2-1b-gpu per
+# kernel family (fp8mix's quantizers and sum of squares, bf16's attention and element-wise
+# kernels), each kernel shape's average time, DRAM bandwidth share and issue-slot share, the
+# figures that tell a kernel waiting on memory from one waiting on its instructions. The raw
+# ncu output and the table (scripts/ncu_summary.py) go to profile.log. Not in the default
+# stages: run it as `gpu_check.sh profile`.
+stage_profile() {
+  have_gpu || { status=SKIP why="no GPU"; return; }
+  ((emulated)) && { status=SKIP why="ncu reads a GPU's counters: nothing to profile on the emulation"; return; }
+  needs_backend || return
+  local ncu
+  ncu="$(command -v ncu || true)"
+  [ -n "$ncu" ] || { status=SKIP why="no ncu (Nsight Compute) on PATH or in the CUDA toolkit's bin"; return; }
+  local config="$bundle/share/configs/bench/llama2-1b-gpu-seq1024.json"
+  [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
+  local metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
+  # recipe | kernel regex | launches profiled (ncu replays each one: a few seconds a run)
+  local runs=(
+    "fp8mix|regex:quantize_fp|60"
+    "fp8mix|regex:sum_squares_chunks|4"
+    "bf16|regex:flash|8"
+    "bf16|regex:rmsnorm|swiglu|rope|residual|convert_to_bf16|adamw|cross_entropy|40")
+  local run recipe regex count out failed=0 files=()
+  for run in "${runs[@]}"; do
+    recipe=${run%%|*} regex=${run#*|} count=${regex##*|} regex=${regex%|*}
+    out="$work/profile-${#files[@]}.txt"
+    timeout -k 5 25 "$ncu" --clock-control none --metrics "$metrics" --print-summary per-kernel \
+      -k "$regex" --launch-count "$count" "$bundle/bin/gnmr" bench --config "$config" --backend cuda \
+      --steps 1 --warmup 0 --set "precision.recipe=$recipe" >"$out" 2>&1 || failed=$((failed + 1))
+    { echo "=== $recipe, kernels $regex (at most $count launches)"; cat "$out"; } >>"$logs/profile.log"
+    files+=("$out")
+  done
+  { echo "=== the table"; python3 scripts/ncu_summary.py "${files[@]}"; } >>"$logs/profile.log" 2>&1
+  local line
+  line="$(python3 scripts/ncu_summary.py --line "${files[@]}" 2>&1)" || { status=FAIL why="ncu profiled no kernel (profile.log)"; return; }
+  if ((failed)); then status=FAIL why="$failed of ${#runs[@]} ncu runs failed (profile.log); $line"; else status=PASS why="$line"; fi
+}
+
+declare -A timeout_s=([preflight]=20 [gemm-sweep]=40 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60 [profile]=120)
 # Inside a stage: one test suite, one bench run, one e2e training run (a hang costs that, not
 # the stage and every suite or run after it).
 suite_timeout_s=45 run_timeout_s=45
 # The emulation runs kernels on one host thread (the gpu tests alone take 10-15 minutes).
-((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [attention-bench]=1200) \
+((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [attention-bench]=1200 [profile]=60) \
   && suite_timeout_s=600 run_timeout_s=300
 ((emulated)) && echo "DRY RUN on the CUDA emulation ($bundle): no GPU ran; a PASS says the script, the bundle and the code paths work, not that a GPU does"
 row() { printf '%-11s %-5s %5s  %s\n' "$@"; }

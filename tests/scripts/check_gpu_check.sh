@@ -32,8 +32,10 @@ out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight bench
 [ "$(grep -Ec '^(preflight|bench) ' "$work/logs/table.txt")" = 2 ] || fail "stage selection: $out"
 echo "$out" | grep -Eq '^gpu-tests ' && fail "an unselected stage ran: $out"
 echo "$out" | grep -Eq '^attention-bench ' && fail "attention-bench ran unasked: $out"
-out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" attention-bench 2>&1)
+echo "$out" | grep -Eq '^profile ' && fail "profile ran unasked: $out"
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" attention-bench profile 2>&1)
 echo "$out" | grep -Eq '^attention-bench +SKIP' || fail "attention-bench is not SKIP: $out"
+echo "$out" | grep -Eq '^profile +SKIP +[0-9]+ +no GPU' || fail "profile is not SKIP (no GPU): $out"
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" --require-gpu preflight 2>&1)
 [ $? = 1 ] || fail "--require-gpu without a GPU does not exit 1: $out"

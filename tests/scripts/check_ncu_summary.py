@@ -1,0 +1,53 @@
+#!/usr/bin/env python3
+"""scripts/ncu_summary.py on real ncu per-kernel summaries (data/ncu_per_kernel_summary.txt: two
+quantizer kernels and two sum-of-squares launches of the fp8mix step, from the H200 runs 10 and
+8 of the README, around bench output it must skip; one duration in ms): the rows, their order, the units, the one-line form, and a file
+without kernels an error."""
+import os
+import subprocess
+import sys
+import tempfile
+
+here = os.path.dirname(os.path.abspath(__file__))
+script = os.path.join(here, "..", "..", "scripts", "ncu_summary.py")
+sample = os.path.join(here, "data", "ncu_per_kernel_summary.txt")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, script, *args], capture_output=True, text=True)
+
+
+def check(condition, what):
+    if not condition:
+        print("FAIL: " + what, file=sys.stderr)
+        sys.exit(1)
+
+
+table = run(sample)
+check(table.returncode == 0, f"the table exits 0 (stderr: {table.stderr})")
+rows = table.stdout.splitlines()[1:]
+check(len(rows) == 4, f"four kernel shapes, got {len(rows)}:\n{table.stdout}")
+# Largest total first: the 1.06 ms sum of squares (in ms: 1060 us), then 593.44 x 1, then the
+# pair kernel 90.90 x 2 = 181.8, then the transposed tiles 26.38 x 3 = 79.14.
+expected = [("1060.0", "1060.00", "1", "33%", "55%", "sum_squares_chunks_kernel (6502, 1, 1)x(128, 1, 1)"),
+            ("593.4", "593.44", "1", "30%", "52%", "sum_squares_chunks_kernel (3231, 1, 1)x(128, 1, 1)"),
+            ("181.8", "90.90", "2", "60%", "66%",
+             "quantize_fp_tile_1x128_and_transposed_kernel<2, 1> (44, 64, 1)x(512, 1, 1)"),
+            ("79.1", "26.38", "3", "58%", "61%",
+             "quantize_fp_tile_128x1_transposed_kernel<2, 1> (32, 64, 1)x(256, 1, 1)")]
+for row, want in zip(rows, expected):
+    fields = row.split(None, 5)
+    check(tuple(fields) == want, f"row {row!r}, expected {want}")
+
+line = run("--line", sample)
+check(line.returncode == 0 and line.stdout.startswith("4 kernel shapes; largest: "
+                                                      "sum_squares_chunks_kernel 1060.0 us x1 DRAM 33% issue 55%;"),
+      f"the one-line form: {line.stdout!r}")
+
+with tempfile.NamedTemporaryFile("w", suffix=".txt") as empty:
+    empty.write("==PROF== Connected to process 1\nno kernels here\n")
+    empty.flush()
+    none = run(empty.name)
+    check(none.returncode == 1 and "no kernel in" in none.stderr,
+          f"a file without kernels is an error: {none.returncode} {none.stderr!r}")
+print("ncu_summary.py: 4 rows, order, units, --line and the empty case as expected")
