@@ -9,6 +9,14 @@
 
 namespace gnmr::cuda {
 
+// The largest magnitude of a thread's values.
+template <int kCount>
+__device__ inline float abs_max(const float (&values)[kCount]) {
+  float absmax = 0.0f;
+  for (int e = 0; e < kCount; ++e) absmax = fmaxf(absmax, fabsf(values[e]));
+  return absmax;
+}
+
 // The max over each aligned group of kLanes lanes (a power of two, at most 32), which all of
 // the group's lanes get. Every lane of the warp calls it (the shuffles name the full warp).
 template <int kLanes>

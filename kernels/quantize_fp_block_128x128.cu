@@ -59,9 +59,7 @@ __global__ void __launch_bounds__(kThreads)
     load_quad<kQuads>(w + (row0 + r) * cols + col0 + c, r < height ? width - c : 0, quad);
     for (int k = 0; k < 4; ++k) values[4 * i + k] = quad[k];
   }
-  float absmax = 0.0f;
-  for (int e = 0; e < 4 * kRowsPerWarp; ++e) absmax = fmaxf(absmax, fabsf(values[e]));
-  const float scale = fine_grained_scale(block_max(absmax), kFormat);
+  const float scale = fine_grained_scale(block_max(abs_max(values)), kFormat);
   if (threadIdx.x == 0) {
     scales[blk128_scale_index(rb, cb, cols)] = scale;
     if (scales_t) scales_t[blk128_scale_index(cb, rb, rows)] = scale;

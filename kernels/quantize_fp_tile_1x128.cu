@@ -1,10 +1,8 @@
 // Fine-grained fp quantization of activations in 1x128 tiles (DeepSeek-V3 §3.3.2), any of
-// the five formats (fp6 / fp4 stored as e4m3 codes): 8 lanes per tile, lane j holding quads
-// j, j + 8, j + 16, j + 24 of it (kernels/quad_access.cuh: 16-byte loads, 4-byte stores of
-// codes; the group's loads cover 128 adjacent bytes each), a warp four tiles; scale = absmax /
-// format max. Sixteen elements a lane share the tile's three shuffles, its scale and its
-// reciprocal, which with four a lane (a warp a tile) cost as many instructions as the codes:
-// the kernel was issue-bound (ncu on an H200: 61% of issue slots used, 37% of DRAM bandwidth).
+// the five formats (fp6 / fp4 stored as e4m3 codes): 8 lanes per tile, sixteen elements each
+// (kernels/quantize_row_tile.cuh), a warp four tiles; scale = absmax / format max. With four
+// elements a lane (a warp a tile) the kernel was issue-bound (ncu on an H200: 61% of issue
+// slots used, 37% of DRAM bandwidth).
 // The scales go in the CPU's order or in cuBLASLt's VEC128 order (precision/scale_layout.h),
 // which the block-scaled FP8 GEMM reads.
 // On an H200 (ncu, e3m2, 8192 x 2048): 22 us at 70% of the DRAM bandwidth, where a warp a row
@@ -25,6 +23,7 @@
 #include "kernels/fp_storage_conversion.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "kernels/quantize_row_tile.cuh"
 #include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
 #include "precision/scale_layout.h"
@@ -34,16 +33,14 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kTile = static_cast<int>(kFineGrainedTile);
-constexpr int kLanesPerTile = 8;
-constexpr int kQuadsPerLane = kTile / 4 / kLanesPerTile;  // 4: sixteen elements
-constexpr int kTilesPerBlock = kThreads / kLanesPerTile;  // 32 (a warp four)
+constexpr int kTilesPerBlock = kThreads / kRowTileLanes;  // 32 (a warp four)
 
 template <FpFormat kFormat, bool kQuads>
 __global__ void __launch_bounds__(kThreads)
     quantize_fp_tile_1x128_kernel(const float* x, int64_t rows, int64_t cols, ScaleOrder order,
                                   uint8_t* codes, float* scales) {
   const int64_t tiles_per_row = (cols + kTile - 1) / kTile;
-  const int64_t tile = blockIdx.x * int64_t{kTilesPerBlock} + threadIdx.x / kLanesPerTile;
+  const int64_t tile = blockIdx.x * int64_t{kTilesPerBlock} + threadIdx.x / kRowTileLanes;
   // A group past the last tile reads zeros and writes nothing, but stays for the shuffles
   // (they name the whole warp). Its lanes agree on `valid`.
   const bool valid = tile < rows * tiles_per_row;
@@ -62,31 +59,17 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   const int64_t available = valid ? cols - c0 : 0;  // the row's elements from c0 on
-  const int j = static_cast<int>(threadIdx.x) % kLanesPerTile;
-  const float* in = x + row * cols + c0;
-  float values[4 * kQuadsPerLane];
-  for (int q = 0; q < kQuadsPerLane; ++q) {
-    const int c = 4 * (j + kLanesPerTile * q);
-    float quad[4];
-    load_quad<kQuads>(in + c, available - c, quad);
-    for (int k = 0; k < 4; ++k) values[4 * q + k] = quad[k];
-  }
-  float absmax = 0.0f;
-  for (int e = 0; e < 4 * kQuadsPerLane; ++e) absmax = fmaxf(absmax, fabsf(values[e]));
-  const float scale = fine_grained_scale(lane_group_max<kLanesPerTile>(absmax), kFormat);
+  const int j = static_cast<int>(threadIdx.x) % kRowTileLanes;
+  float values[kRowTileValuesPerLane];
+  load_row_tile<kQuads>(x + row * cols + c0, available, j, values);
+  const float scale = row_tile_scale<kFormat>(values);
   if (!valid) return;
   if (j == 0) {
     const int64_t t = c0 / kTile;
     scales[order == ScaleOrder::kCpu ? row * tiles_per_row + t : vec128_scale_index(row, t, rows)] =
         scale;
   }
-  uint32_t words[kQuadsPerLane];
-  quantize_fp_tile_code_words<kFormat>(values, tile_divisor(scale), words);
-  uint8_t* out = codes + row * cols + c0;
-  for (int q = 0; q < kQuadsPerLane; ++q) {
-    const int c = 4 * (j + kLanesPerTile * q);
-    store_quad<kQuads>(out + c, available - c, words[q]);
-  }
+  quantize_row_tile<kFormat, kQuads>(values, scale, codes + row * cols + c0, available, j);
 }
 
 }  // namespace

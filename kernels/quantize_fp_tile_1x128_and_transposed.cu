@@ -5,9 +5,8 @@
 // order for a [cols, n] operand). Two kernels would read dy twice: 8 of the 10 bytes an element
 // costs them, 4 of the 6 here.
 // One block per 128 tokens x 128 columns (a 1x128 tile per token, a 128x1 tile per column).
-// The row pass gives a token's tile 8 lanes, sixteen elements each (four quads,
-// kernels/quad_access.cuh: 16-byte loads, 4-byte stores of codes; each group's accesses
-// cover adjacent bytes), and stages the block in shared memory (66 KB); the column pass
+// The row pass gives a token's tile 8 lanes, sixteen elements each
+// (kernels/quantize_row_tile.cuh), and stages the block in shared memory (66 KB); the column pass
 // (kernels/quantize_staged_columns.cuh) quantizes the staged columns and writes each one's
 // row of codes_t 32 adjacent bytes a store. Before the staging, the column pass read the
 // block again from L2 and the transposed codes went through shared memory a byte at a time.
@@ -26,6 +25,7 @@
 #include "kernels/fp_storage_conversion.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/quantize.cuh"
+#include "kernels/quantize_row_tile.cuh"
 #include "kernels/quantize_staged_columns.cuh"
 #include "precision/fp_format_dispatch.h"
 #include "precision/quantize_fine_grained.h"
@@ -53,44 +53,26 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int tokens = static_cast<int>(n - n0 < kTile ? n - n0 : kTile);
   const int columns = static_cast<int>(cols - c0 < kTile ? cols - c0 : kTile);
 
-  // Row tiles: read, quantize with the row's scale, write, and stage for the column pass. A
-  // token's 128 columns take 8 lanes (lane j of its group holds quads j, j + 8, j + 16, j + 24:
-  // sixteen elements share the tile's shuffles, scale and reciprocal, which with four a lane
-  // cost as many instructions as the codes: ncu found the kernel issue-bound), a warp four
-  // tokens at a time. Token t's element c is staged in bank t + c (mod 32): the warp's stores
-  // hit 32 different banks. A thread's two tokens are one iteration each (the instruction
-  // cache, precision/fp_format_dispatch.h).
-  constexpr int kLanesPerRow = 8;
-  constexpr int kQuadsPerLane = kTile / 4 / kLanesPerRow;  // 4
-  constexpr int kTokensAtOnce = kThreads / kLanesPerRow;   // 64 (a warp 4)
-  const int j = static_cast<int>(threadIdx.x) % kLanesPerRow;
+  // Row tiles (kernels/quantize_row_tile.cuh: 8 lanes a token, a warp four tokens at a time):
+  // read, stage for the column pass, quantize with the row's scale, write. Token t's element c
+  // is staged in bank t + c (mod 32): the warp's stores hit 32 different banks. A thread's two
+  // tokens are one iteration each (the instruction cache, precision/fp_format_dispatch.h).
+  constexpr int kTokensAtOnce = kThreads / kRowTileLanes;  // 64 (a warp 4)
+  const int j = static_cast<int>(threadIdx.x) % kRowTileLanes;
 #pragma unroll 1
   for (int i = 0; i < kTile / kTokensAtOnce; ++i) {
-    const int t = kTokensAtOnce * i + static_cast<int>(threadIdx.x) / kLanesPerRow;
+    const int t = kTokensAtOnce * i + static_cast<int>(threadIdx.x) / kRowTileLanes;
     const int64_t available = t < tokens ? columns : 0;  // the bound is the group's
-    const float* in = x + (n0 + t) * cols + c0;
-    float values[4 * kQuadsPerLane];
-    for (int q = 0; q < kQuadsPerLane; ++q) {
-      const int c = 4 * (j + kLanesPerRow * q);
-      float quad[4];
-      load_quad<kQuads>(in + c, available - c, quad);
-      for (int k = 0; k < 4; ++k) {
-        values[4 * q + k] = quad[k];
-        staged[t * kRowLength + c + k] = quad[k];
-      }
+    float values[kRowTileValuesPerLane];
+    load_row_tile<kQuads>(x + (n0 + t) * cols + c0, available, j, values);
+    for (int q = 0; q < kRowTileQuadsPerLane; ++q) {
+      for (int k = 0; k < 4; ++k)
+        staged[t * kRowLength + row_tile_column(j, q) + k] = values[4 * q + k];
     }
-    float row_max = 0.0f;
-    for (int e = 0; e < 4 * kQuadsPerLane; ++e) row_max = fmaxf(row_max, fabsf(values[e]));
-    const float scale = fine_grained_scale(lane_group_max<kLanesPerRow>(row_max), kFormat);
+    const float scale = row_tile_scale<kFormat>(values);
     if (t >= tokens) continue;
     if (j == 0) scales[vec128_scale_index(n0 + t, cb, n)] = scale;
-    uint32_t words[kQuadsPerLane];
-    quantize_fp_tile_code_words<kFormat>(values, tile_divisor(scale), words);
-    uint8_t* out = codes + (n0 + t) * cols + c0;
-    for (int q = 0; q < kQuadsPerLane; ++q) {
-      const int c = 4 * (j + kLanesPerRow * q);
-      store_quad<kQuads>(out + c, available - c, words[q]);
-    }
+    quantize_row_tile<kFormat, kQuads>(values, scale, codes + (n0 + t) * cols + c0, available, j);
   }
   __syncthreads();  // the block is staged
 

@@ -54,9 +54,8 @@ __device__ inline void quantize_staged_columns(const float* staged, int tokens, 
         values[4 * i + k] = staged[(4 * j + 32 * i + k) * kRowLength + c];
       }
     }
-    float absmax = 0.0f;
-    for (int e = 0; e < 4 * kStagedWordsPerLane; ++e) absmax = fmaxf(absmax, fabsf(values[e]));
-    const float scale = fine_grained_scale(lane_group_max<kStagedLanesPerColumn>(absmax), kFormat);
+    const float scale =
+        fine_grained_scale(lane_group_max<kStagedLanesPerColumn>(abs_max(values)), kFormat);
     if (c >= columns) continue;  // the group's bound: after the shuffles, which name the warp
     if (j == 0) scales_t[vec128_scale_index(c0 + c, n0 / kStagedTokens, cols)] = scale;
     uint32_t words[kStagedWordsPerLane];

@@ -10,7 +10,9 @@
 // An all-zero tile has scale 0 and codes +0.
 // CUDA twins: kernels/quantize_fp_tile_1x128.cu, quantize_fp_block_128x128.cu,
 // quantize_fp_tile_128x1_transposed.cu and quantize_fp_tile_1x128_and_transposed.cu (every
-// format) call quantize_fp_tile_elements, which gives quantize_fp_element's codes.
+// format) call quantize_fp_tile_code_words (kernels/fp_storage_conversion.cuh), which gives
+// quantize_fp_element's codes by the fp8 conversion instructions (e4m3, e3m2, e2m3) or by
+// quantize_fp_tile_elements (e5m2, e2m1, tiles without a reciprocal).
 #pragma once
 
 #include <cmath>
@@ -201,8 +203,9 @@ GNMR_HD_INLINE uint8_t encode_fp_storage_non_nan(uint32_t bits) {
 // kE5M2): the exponent rebiased and the top mantissa bits, or for a storage subnormal the
 // value as a multiple of the storage's subnormal step. Bit-identical to encode_fp_storage for
 // every float (tests/precision). Its core, encode_fp_storage_non_nan, is what the GPU's FP
-// quantizer kernels run per element (quantize_fp_tile_elements): the codecs' general rounding
-// (twice for the fp6 / fp4 formats: to the format, then to e4m3) made them compute-bound.
+// quantizer kernels run per element where no conversion instruction fits (e5m2, e2m1:
+// quantize_fp_tile_elements): the codecs' general rounding (twice for the fp6 / fp4 formats: to
+// the format, then to e4m3) made them compute-bound.
 template <FpFormat kFormat>
 GNMR_HD_INLINE uint8_t encode_fp_storage_fast(float v) {
   const uint32_t bits = float_bits(v);
