@@ -2,7 +2,7 @@
 // §3.3.2), the FP8 GEMM's weight operands: the codes of W (forward), optionally the codes of
 // W^T (the input gradient's TN operand; the same blocks transposed, so the same scales), and
 // the scales in cuBLASLt's BLK128x128 order for W and for W^T (precision/scale_layout.h; the
-// L4 padding entries are zero). One thread block per 128x128 block.
+// L4 padding entries are zero, written by the kernel). One thread block per 128x128 block.
 // CPU twin: gnmr::quantize_fp_block_128x128 in src/precision/quantize_fine_grained.h (CPU
 // scale order; blk128_from_blocks reorders, transposed or not); both call fine_grained_scale
 // and quantize_fp_element (here quantize_fp_tile_code_words, kernels/fp_storage_conversion.cuh:
@@ -63,6 +63,19 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) {
     scales[blk128_scale_index(rb, cb, cols)] = scale;
     if (scales_t) scales_t[blk128_scale_index(cb, rb, rows)] = scale;
+    // The L4 padding of the BLK128x128 grids: the last block of each grid row writes its zeros
+    // (two memsets before each launch cost more device time than the small weights' kernels).
+    const int64_t col_blocks = block_count(cols, kBlock), row_blocks = block_count(rows, kBlock);
+    if (cb == col_blocks - 1) {
+      for (int64_t p = col_blocks; p < blk128_scale_stride(cols); ++p) {
+        scales[blk128_scale_index(rb, p, cols)] = 0.0f;
+      }
+    }
+    if (scales_t && rb == row_blocks - 1) {
+      for (int64_t p = row_blocks; p < blk128_scale_stride(rows); ++p) {
+        scales_t[blk128_scale_index(cb, p, rows)] = 0.0f;
+      }
+    }
   }
   uint32_t words[kRowsPerWarp];
   quantize_fp_tile_code_words<kFormat>(values, tile_divisor(scale), words);
@@ -88,13 +101,6 @@ void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFor
                                uint8_t* codes, float* scales, uint8_t* codes_t, float* scales_t,
                                cudaStream_t stream) {
   if (rows == 0 || cols == 0) return;
-  // The padding of the BLK128x128 grids is never written by a block: zero it first.
-  GNMR_CUDA_CHECK(
-      cudaMemsetAsync(scales, 0, blk128_scale_count(rows, cols) * sizeof(float), stream));
-  if (scales_t) {
-    GNMR_CUDA_CHECK(
-        cudaMemsetAsync(scales_t, 0, blk128_scale_count(cols, rows) * sizeof(float), stream));
-  }
   const dim3 grid(static_cast<unsigned>(block_count(cols, kBlock)),
                   static_cast<unsigned>(block_count(rows, kBlock)));
   const bool quads = quad_rows(w, cols, codes);

@@ -246,6 +246,45 @@ TEST(CudaProjectionPlan, TheBackwardPreparesDyOnceWhereBothGemmsReadOneForm) {
   EXPECT_EQ(b.dy_scales, l.scales_bytes);
 }
 
+TEST(CudaProjectionPlan, AnFp8ForwardKeepsXTransposedCodesForItsGroupsWeightGradients) {
+  auto keeps = [](const PathSpec& path, int sm = 90,
+                  GemmPrecision precision = GemmPrecision::FP32) {
+    return forward_keeps_x_t(gemm(GemmRole::kForward, path, sm, precision),
+                             gemm(GemmRole::kWeightGradient, path, sm, precision));
+  };
+  const PathSpec fp8 = path_of(PathKind::kFineGrainedFp), bf16 = path_of(PathKind::kBf16Gemm);
+  EXPECT_TRUE(keeps(fp8));
+  EXPECT_TRUE(keeps(path_of(PathKind::kFineGrainedFp, FpFormat::kE2M1)));  // e4m3 codes too
+  EXPECT_FALSE(keeps(fp8, 80));  // emulated: fake-quantized fp32 copies, nothing to keep
+  EXPECT_FALSE(keeps(bf16));
+  EXPECT_FALSE(keeps(path_of(PathKind::kInt8Gemm)));  // int8 codes forward, bf16 weight gradient
+  EXPECT_FALSE(keeps(path_of(PathKind::kSavedIntGroupwise), 90, GemmPrecision::BF16));
+  EXPECT_FALSE(keeps(path_of(PathKind::kBackendGemm), 90, GemmPrecision::BF16));
+
+  // The leader of an input holds x^T [384, 256]'s codes and VEC128 scales (384 x 2) when
+  // either of its paths keeps them; a member of its group and a path keeping none hold none.
+  for (const ProjectionBuffers& b :
+       {projection_buffers(kShape, fp8, bf16, GemmPrecision::FP32, {90}),
+        projection_buffers(kShape, bf16, fp8, GemmPrecision::FP32, {90})}) {
+    EXPECT_EQ(b.saved_x_t_codes, kIn * kN);
+    EXPECT_EQ(b.saved_x_t_scales, sizeof(float) * 384 * 2);
+  }
+  struct SomeLeader final : ProjectionState {
+    bool reads_forward_input(const PathSpec&) const override { return true; }
+    size_t saved_bytes(const PathSpec&) const override { return 0; }
+    size_t planned_saved_bytes() const override { return 0; }
+  } some_leader;
+  ProjectionShape member = kShape;
+  member.input_leader = &some_leader;
+  const ProjectionBuffers m = projection_buffers(member, fp8, fp8, GemmPrecision::FP32, {90});
+  EXPECT_EQ(m.saved_x_t_codes + m.saved_x_t_scales, 0u);
+  EXPECT_EQ(m.x_low, kN * kIn);  // its forward may still quantize x (another format)
+  const ProjectionBuffers none = projection_buffers(kShape, bf16, bf16, GemmPrecision::FP32, {90});
+  EXPECT_EQ(none.saved_x_t_codes + none.saved_x_t_scales, 0u);
+  const ProjectionBuffers ampere = projection_buffers(kShape, fp8, fp8, GemmPrecision::FP32, {80});
+  EXPECT_EQ(ampere.saved_x_t_codes + ampere.saved_x_t_scales, 0u);
+}
+
 TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {
   const GpuTarget hopper{90}, ampere{80};
   EXPECT_EQ(describe_projection_gemms(kShape, path_of(PathKind::kFineGrainedFp),

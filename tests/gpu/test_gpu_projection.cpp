@@ -103,15 +103,20 @@ TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
   }
 }
 
-// Three projections of one x, as q, k, v: planned as an input group (the later two naming the
-// first as their input_leader) or each on its own, two micro-steps each, with another
-// projection running between the forwards and the backwards as o, gate, up and down do.
+// Three projections of one x, as q, k, v, each planned with the paths `low` and `recovery` and
+// run on paths[i]: planned as an input group (the later two naming the first as their
+// input_leader) or each on its own, two micro-steps each, with another projection (on
+// paths[0]) running between the forwards and the backwards as o, gate, up and down do.
 struct GroupRun {
-  std::vector<Outputs> outputs;           // by micro-step, then projection
-  std::vector<int64_t> prepared, reused;  // by projection: x-side preparations (cuda)
+  std::vector<Outputs> outputs;  // by micro-step, then projection
+  // By projection (cuda): x-side preparations made and found made, and weight gradients that
+  // read x^T's codes kept by the group's forward.
+  std::vector<int64_t> prepared, reused, kept_reads;
 };
 
-GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool grouped) {
+GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& low, const PathSpec& recovery,
+                   const std::vector<PathSpec>& paths, bool grouped) {
+  const PathSpec& path = paths[0];
   be.set_gemm_precision(gemms);
   const int64_t outs[3] = {kOut, kOut / 2, kOut / 2};
   std::vector<std::unique_ptr<ProjectionState>> states;
@@ -119,7 +124,7 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool 
   for (int i = 0; i < 3; ++i) {
     ProjectionShape shape{kTokens, kIn, outs[i]};
     if (grouped && i > 0) shape.input_leader = states.front().get();
-    states.push_back(be.plan_projection("unit" + std::to_string(i), shape, path, path));
+    states.push_back(be.plan_projection("unit" + std::to_string(i), shape, low, recovery));
     w.push_back(
         upload(be, gnmr_test::random_normal(size_t(outs[i] * kIn), 10 + i), {outs[i], kIn}));
     dw.push_back(upload(be, std::vector<float>(size_t(outs[i] * kIn), 0.0f), {outs[i], kIn}));
@@ -140,8 +145,8 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool 
   for (uint32_t step = 0; step < 2; ++step) {  // a new x in the same memory
     be.copy_from_host(x, gnmr_test::random_normal(size_t(kTokens * kIn), 30 + step).data());
     for (int i = 0; i < 3; ++i) {
-      be.projection_forward(*states[size_t(i)], path, w[size_t(i)], x, y[size_t(i)], true,
-                            RngKey{7, step, uint32_t(i)});
+      be.projection_forward(*states[size_t(i)], paths[size_t(i)], w[size_t(i)], x, y[size_t(i)],
+                            true, RngKey{7, step, uint32_t(i)});
     }
     be.projection_forward(*other, path, other_w, other_x, other_y, true, RngKey{7, step, 3});
     Tensor other_dy =
@@ -151,7 +156,7 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool 
       be.copy_from_host(
           dy[size_t(i)],
           gnmr_test::random_normal(size_t(kTokens * outs[i]), 50 + 3 * step + uint32_t(i)).data());
-      be.projection_backward(*states[size_t(i)], path, w[size_t(i)], dy[size_t(i)], dx,
+      be.projection_backward(*states[size_t(i)], paths[size_t(i)], w[size_t(i)], dy[size_t(i)], dx,
                              /*accumulate_dx=*/i > 0, dw[size_t(i)]);
     }
     for (int i = 0; i < 3; ++i) {
@@ -163,8 +168,19 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& path, bool 
     const auto* cuda_state = dynamic_cast<const cuda::CudaProjectionState*>(state.get());
     r.prepared.push_back(cuda_state != nullptr ? cuda_state->x_prepared : -1);
     r.reused.push_back(cuda_state != nullptr ? cuda_state->x_reused : -1);
+    r.kept_reads.push_back(cuda_state != nullptr ? cuda_state->x_t_kept_reads : -1);
   }
   return r;
+}
+
+void expect_same_bits(const GroupRun& grouped, const GroupRun& alone) {
+  ASSERT_EQ(alone.outputs.size(), grouped.outputs.size());
+  for (size_t i = 0; i < alone.outputs.size(); ++i) {
+    SCOPED_TRACE("micro-step " + std::to_string(i / 3) + ", projection " + std::to_string(i % 3));
+    EXPECT_EQ(grouped.outputs[i].y, alone.outputs[i].y);
+    EXPECT_EQ(grouped.outputs[i].dx, alone.outputs[i].dx);
+    EXPECT_EQ(grouped.outputs[i].dw, alone.outputs[i].dw);
+  }
 }
 
 TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
@@ -176,32 +192,64 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
     GemmPrecision gemms;
     PathSpec path;
     int64_t shared_per_step;  // x preparations per micro-step the group makes once
+    int64_t kept_per_step;    // weight gradients per projection reading the forward's x^T codes
   };
-  // bf16 is one form for the forward and the weight gradient, fp8 and int8 a form each, the
-  // saved path's weight gradient reads its own restored codes (never shared).
+  // bf16 is one form for the forward and the weight gradient, int8 a form each, fp8 one
+  // kernel for both (x^T's codes kept from the forward: forward_keeps_x_t), the saved path's
+  // weight gradient reads its own restored codes (never shared).
   const std::vector<GroupCase> cases = {
-      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 2},
-      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 2},
-      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 2},
-      {"int8 path", GemmPrecision::FP32, path_of(PathKind::kInt8Gemm), 2},
-      {"saved int4, bf16 gemms", GemmPrecision::BF16, saved_int4, 1}};
+      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 2, 0},
+      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 2, 0},
+      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1, 1},
+      {"int8 path", GemmPrecision::FP32, path_of(PathKind::kInt8Gemm), 2, 0},
+      {"saved int4, bf16 gemms", GemmPrecision::BF16, saved_int4, 1, 0}};
   for (const GroupCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Backend> gpu = make_cuda_backend(CudaBackendOptions{});
-    const GroupRun alone = run_group(*gpu, c.gemms, c.path, false);
-    const GroupRun grouped = run_group(*gpu, c.gemms, c.path, true);
-    ASSERT_EQ(alone.outputs.size(), grouped.outputs.size());
-    for (size_t i = 0; i < alone.outputs.size(); ++i) {
-      SCOPED_TRACE("micro-step " + std::to_string(i / 3) + ", projection " + std::to_string(i % 3));
-      EXPECT_EQ(grouped.outputs[i].y, alone.outputs[i].y);
-      EXPECT_EQ(grouped.outputs[i].dx, alone.outputs[i].dx);
-      EXPECT_EQ(grouped.outputs[i].dw, alone.outputs[i].dw);
-    }
+    const std::vector<PathSpec> paths(3, c.path);
+    const GroupRun alone = run_group(*gpu, c.gemms, c.path, c.path, paths, false);
+    const GroupRun grouped = run_group(*gpu, c.gemms, c.path, c.path, paths, true);
+    expect_same_bits(grouped, alone);
     const int64_t steps = 2, per_step = c.shared_per_step;
     EXPECT_EQ(grouped.prepared, (std::vector<int64_t>{steps * per_step, 0, 0}));
     EXPECT_EQ(grouped.reused, (std::vector<int64_t>{0, steps * per_step, steps * per_step}));
     EXPECT_EQ(alone.prepared, std::vector<int64_t>(3, steps * per_step));
     EXPECT_EQ(alone.reused, std::vector<int64_t>(3, 0));
+    EXPECT_EQ(grouped.kept_reads, std::vector<int64_t>(3, steps * c.kept_per_step));
+    EXPECT_EQ(alone.kept_reads, std::vector<int64_t>(3, steps * c.kept_per_step));
+  }
+}
+
+// A group whose projections run different paths of the two they were planned with, as GNMR
+// routes q, k, v: each projection's own bits whatever the others ran. The kept x^T codes hold
+// one format at a time: a weight gradient whose format the group's last keeping forward did not
+// write quantizes x again.
+TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
+  SKIP_WITHOUT_GPU();
+  PathSpec fp8 = path_of(PathKind::kFineGrainedFp), e3m2 = fp8;
+  e3m2.format = FpFormat::kE3M2;
+  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  struct MixedCase {
+    const char* name;
+    PathSpec low, recovery;
+    std::vector<PathSpec> paths;
+    std::vector<int64_t> kept_reads;  // grouped, per projection, over two micro-steps
+  };
+  const std::vector<MixedCase> cases = {
+      {"fp8 / bf16: bf16, fp8, fp8", fp8, bf16, {bf16, fp8, fp8}, {0, 2, 2}},
+      {"fp8 / bf16: fp8, bf16, fp8", fp8, bf16, {fp8, bf16, fp8}, {2, 0, 2}},
+      // k's forward keeps e3m2 codes over q's e4m3 ones; v finds both of its forms made.
+      {"e3m2 / e4m3: e4m3, e3m2, e3m2", e3m2, fp8, {fp8, e3m2, e3m2}, {0, 2, 2}}};
+  for (const MixedCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> gpu = make_cuda_backend(CudaBackendOptions{});
+    const GroupRun alone = run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, false);
+    const GroupRun grouped = run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, true);
+    expect_same_bits(grouped, alone);
+    EXPECT_EQ(grouped.kept_reads, c.kept_reads);
+    for (size_t i = 0; i < 3; ++i) {  // alone, every fp8 projection keeps its own
+      EXPECT_EQ(alone.kept_reads[i], c.paths[i].kind == PathKind::kFineGrainedFp ? 2 : 0);
+    }
   }
 }
 

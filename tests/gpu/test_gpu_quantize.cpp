@@ -157,6 +157,9 @@ TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
       DeviceBuffer<uint8_t> d_codes(w.size()), d_codes_t(w.size());
       DeviceBuffer<float> d_scales(blk128_scale_count(rows, cols)),
           d_scales_t(blk128_scale_count(cols, rows));
+      // NaN bytes: the kernel writes every entry, the padding's zeros included.
+      poison(d_scales, size_t(blk128_scale_count(rows, cols)));
+      poison(d_scales_t, size_t(blk128_scale_count(cols, rows)));
       cuda::quantize_fp_block_128x128(d_w.get(), rows, cols, format, d_codes.get(), d_scales.get(),
                                       d_codes_t.get(), d_scales_t.get(), nullptr);
       GNMR_CUDA_CHECK(cudaDeviceSynchronize());

@@ -109,9 +109,10 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
 }
 
 // The x side: B of the forward (1 x tile tiles along in) or A of the weight gradient (tile x 1
-// along N, transposed for FP8).
+// along N, transposed for FP8). keep_x_t (a saving forward, forward_keeps_x_t): x^T's 128x1
+// codes go to the group's kept copy too, for its weight gradients.
 Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                  OperandPrep prep, GemmRole role, const Tensor& x) {
+                  OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x_t = false) {
   const int64_t n = s.shape.tokens, in = s.shape.in;
   const bool wgrad = role == GemmRole::kWeightGradient;
   ProjectionScratch& sc = c.scratch;
@@ -120,6 +121,12 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
   const CudaProjectionState& leader = s.input_leader != nullptr ? *s.input_leader : s;
   const PreparedInputKey key =
       prepared_input_key(&leader, leader.input_generation, x.data, prep, role, path);
+  // x^T's codes as the group's forward kept them: the weight gradient reads them there.
+  CudaSavedTransposedX* kept = s.saved_x_t.get();
+  if (wgrad && kept != nullptr && same_prepared_input(kept->holds, key)) {
+    ++s.x_t_kept_reads;
+    return {kept->codes, kept->scales};
+  }
   const bool held = same_prepared_input(sc.x_low_holds, key);
   if (key.group != nullptr) ++(held ? s.x_reused : s.x_prepared);
   switch (prep) {
@@ -136,12 +143,23 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       auto* scales = static_cast<float*>(need(
           sc.x_scales, sizeof(float) * size_t(vec128_scale_count(wgrad ? in : n, wgrad ? n : in)),
           "x scales"));
+      const PreparedInputKey t_key = prepared_input_key(&leader, leader.input_generation, x.data,
+                                                        prep, GemmRole::kWeightGradient, path);
+      const bool keep = !wgrad && keep_x_t && kept != nullptr && t_key.group != nullptr &&
+                        !same_prepared_input(kept->holds, t_key);
       if (!held && wgrad) {
         quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales, c.stream);
+      } else if (!held && keep) {  // both from one read of x
+        quantize_fp_tile_1x128_and_transposed(f32_data(x), n, in, path.format, codes, scales,
+                                              kept->codes, kept->scales, c.stream);
       } else if (!held) {
         quantize_fp_tile_1x128(f32_data(x), n, in, path.format, ScaleOrder::kVec128, codes, scales,
                                c.stream);
+      } else if (keep) {  // the forward's codes were made by a call that kept none
+        quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, kept->codes,
+                                          kept->scales, c.stream);
       }
+      if (keep) kept->holds = t_key;
       sc.x_low_holds = key;
       return {codes, scales};
     }
@@ -331,6 +349,13 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     }
     s->shared_member = s->shared->book.join();
   }
+  if (b.saved_x_t_codes > 0) {
+    s->saved_x_t = std::make_shared<CudaSavedTransposedX>();
+    s->saved_x_t->codes = static_cast<uint8_t*>(
+        m.allocate(name + ".saved_x_t_codes", b.saved_x_t_codes, MemoryRole::SavedActivations));
+    s->saved_x_t->scales = static_cast<float*>(
+        m.allocate(name + ".saved_x_t_scales", b.saved_x_t_scales, MemoryRole::SavedActivations));
+  }
   if (b.weight_bf16 > 0) {
     s->weight_bf16.data = m.allocate(name + ".weight_bf16", b.weight_bf16, MemoryRole::Scratch);
   }
@@ -365,6 +390,7 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                    s->input_leader->shape.in == shape.in,
                "cuda plan_projection " + name +
                    ": input_leader is not a cuda projection leading an input of this shape");
+    s->saved_x_t = s->input_leader->saved_x_t;  // null when the leader's paths keep none
   }
   return s;
 }
@@ -388,7 +414,10 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   }
   {
     const OpTimer::Scope timing(c.timer, "prep x");
-    b = x_operand(c, s, path, g.b, GemmRole::kForward, x);
+    const bool keep_x_t =
+        save && forward_keeps_x_t(g, plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path,
+                                                          c.precision, c.target, true));
+    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x_t);
   }
   run(c, g, a, b, y);
   if (!save) return;

@@ -43,6 +43,15 @@ struct CudaSharedCodes {
   size_t planned_bytes = 0;    // all copies, as allocated
 };
 
+// x^T's 128x1 codes that an input group's saving forward wrote for its weight gradients
+// (forward_keeps_x_t), allocated by the group's leader and shared by its members, with the key
+// of what they hold (prepared_input_key for the weight gradient's A).
+struct CudaSavedTransposedX {
+  uint8_t* codes = nullptr;  // [in, N]
+  float* scales = nullptr;   // VEC128
+  PreparedInputKey holds;
+};
+
 class CudaProjectionState final : public ProjectionState {
  public:
   bool reads_forward_input(const PathSpec& path) const override {
@@ -50,7 +59,8 @@ class CudaProjectionState final : public ProjectionState {
   }
   size_t saved_bytes(const PathSpec& path) const override;
   size_t planned_saved_bytes() const override {
-    return buffers.saved_codes + buffers.saved_scales +
+    return buffers.saved_codes + buffers.saved_scales + buffers.saved_x_t_codes +
+           buffers.saved_x_t_scales +
            (shared != nullptr && shared_member == 0 ? shared->planned_bytes : 0);
   }
   GroupwiseSpec saved_spec(const PathSpec& path) const {
@@ -74,8 +84,11 @@ class CudaProjectionState final : public ProjectionState {
   // leads; in a leader, the generation its last forward started (ProjectionScratch).
   const CudaProjectionState* input_leader = nullptr;
   uint64_t input_generation = 0;
-  // x-side preparations this projection ran, and those it found already in the scratch.
-  int64_t x_prepared = 0, x_reused = 0;
+  // The group's kept x^T codes (the leader's allocation); null when its paths keep none.
+  std::shared_ptr<CudaSavedTransposedX> saved_x_t;
+  // x-side preparations this projection ran, and those it found already in the scratch; and
+  // its weight gradients that read x^T's codes kept by the group's forward.
+  int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.

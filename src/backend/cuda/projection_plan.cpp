@@ -127,6 +127,10 @@ DyPreparation backward_dy_preparation(const ProjectionGemm& weight_gradient,
   }
 }
 
+bool forward_keeps_x_t(const ProjectionGemm& forward, const ProjectionGemm& weight_gradient) {
+  return forward.b == OperandPrep::kFp8Codes && weight_gradient.a == OperandPrep::kFp8Codes;
+}
+
 Fp8DyPairLayout fp8_dy_pair_layout(int64_t tokens, int64_t out) {
   auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   Fp8DyPairLayout l;
@@ -231,6 +235,14 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
                                                      backend_precision, target, false),
                                 plan_projection_gemm(GemmRole::kInputGradient, shape, *path,
                                                      backend_precision, target, false));
+    const bool keeps_x_t = forward_keeps_x_t(
+        plan_projection_gemm(GemmRole::kForward, shape, *path, backend_precision, target, false),
+        plan_projection_gemm(GemmRole::kWeightGradient, shape, *path, backend_precision, target,
+                             false));
+    if (keeps_x_t && shape.input_leader == nullptr) {
+      b.saved_x_t_codes = in * n;
+      b.saved_x_t_scales = sizeof(float) * u(vec128_scale_count(shape.in, shape.tokens));
+    }
     if (dy == DyPreparation::kFp8BothOnce) {
       const Fp8DyPairLayout pair = fp8_dy_pair_layout(shape.tokens, shape.out);
       b.dy_low = std::max(b.dy_low, pair.codes_bytes);

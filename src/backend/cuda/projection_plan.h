@@ -81,6 +81,13 @@ enum class DyPreparation : uint8_t {
 DyPreparation backward_dy_preparation(const ProjectionGemm& weight_gradient,
                                       const ProjectionGemm& input_gradient);
 
+// Whether a saving forward on `forward`'s path also writes x^T's 128x1 codes for its backward:
+// both the forward's B and the weight gradient's A are FP8 codes of x (in the path's format),
+// so one read of x gives both (quantize_fp_tile_1x128_and_transposed, as dy's pair), kept in the
+// input group's saved copy until the weight gradient reads them, instead of x being read and
+// quantized again in the backward.
+bool forward_keeps_x_t(const ProjectionGemm& forward, const ProjectionGemm& weight_gradient);
+
 // Where kFp8BothOnce puts its two operands in the dy-side scratch: byte offsets into dy_low
 // (codes) and dy_scales (scales), each on a 256-byte boundary, and the bytes each holds in all.
 struct Fp8DyPairLayout {
@@ -106,6 +113,10 @@ struct ProjectionBuffers {
   // The shared copies (ProjectionShape::shared_saved_specs), one per spec, when this is
   // their leader; empty otherwise.
   std::vector<size_t> shared_codes, shared_scales;
+  // forward_keeps_x_t on either path, when this projection leads its input (no input_leader):
+  // x^T's 128x1 codes [in, N] and their VEC128 scales, kept from the forward for the group's
+  // weight gradients.
+  size_t saved_x_t_codes = 0, saved_x_t_scales = 0;
 };
 
 // Both paths' three GEMMs (accumulating or not changes no buffer). A path whose saved spec is
