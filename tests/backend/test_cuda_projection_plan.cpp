@@ -23,6 +23,14 @@ PathSpec path_of(PathKind kind, FpFormat format = FpFormat::kE4M3) {
 const ProjectionShape kShape{256, 384, 512, false};
 constexpr size_t kN = 256, kIn = 384, kOut = 512;
 
+// A leader of an input for ProjectionShape's input_leader and saved_input_leader: the plan only
+// asks whether there is one.
+struct SomeLeader final : ProjectionState {
+  bool reads_forward_input(const PathSpec&) const override { return true; }
+  size_t saved_bytes(const PathSpec&) const override { return 0; }
+  size_t planned_saved_bytes() const override { return 0; }
+};
+
 ProjectionGemm gemm(GemmRole role, const PathSpec& path, int sm = 90,
                     GemmPrecision precision = GemmPrecision::FP32) {
   return plan_projection_gemm(role, kShape, path, precision, GpuTarget{sm}, false);
@@ -107,12 +115,7 @@ TEST(CudaProjectionPlan, SharedSpecsAreCopiesOfTheLeaderNotOwnCodes) {
   EXPECT_EQ(b.shared_codes[0], kN * kIn / 4);
   EXPECT_EQ(b.shared_codes[1], kN * kIn);
   EXPECT_EQ(b.shared_scales[1], sizeof(float) * kN * kIn / 128);
-  // The plan only asks whether there is a leader.
-  struct SomeLeader final : ProjectionState {
-    bool reads_forward_input(const PathSpec&) const override { return false; }
-    size_t saved_bytes(const PathSpec&) const override { return 0; }
-    size_t planned_saved_bytes() const override { return 0; }
-  } some_leader;
+  const SomeLeader some_leader;
   ProjectionShape sharer = leader;
   sharer.saved_input_leader = &some_leader;
   const ProjectionBuffers s = projection_buffers(sharer, int2, int8, GemmPrecision::FP32, {90});
@@ -269,11 +272,7 @@ TEST(CudaProjectionPlan, AnFp8ForwardKeepsXTransposedCodesForItsGroupsWeightGrad
     EXPECT_EQ(b.saved_x_t_codes, kIn * kN);
     EXPECT_EQ(b.saved_x_t_scales, sizeof(float) * 384 * 2);
   }
-  struct SomeLeader final : ProjectionState {
-    bool reads_forward_input(const PathSpec&) const override { return true; }
-    size_t saved_bytes(const PathSpec&) const override { return 0; }
-    size_t planned_saved_bytes() const override { return 0; }
-  } some_leader;
+  const SomeLeader some_leader;
   ProjectionShape member = kShape;
   member.input_leader = &some_leader;
   const ProjectionBuffers m = projection_buffers(member, fp8, fp8, GemmPrecision::FP32, {90});
