@@ -143,10 +143,14 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       auto* scales = static_cast<float*>(need(
           sc.x_scales, sizeof(float) * size_t(vec128_scale_count(wgrad ? in : n, wgrad ? n : in)),
           "x scales"));
-      const PreparedInputKey t_key = prepared_input_key(&leader, leader.input_generation, x.data,
-                                                        prep, GemmRole::kWeightGradient, path);
-      const bool keep = !wgrad && keep_x_t && kept != nullptr && t_key.group != nullptr &&
-                        !same_prepared_input(kept->holds, t_key);
+      // keep_x_t (the forward only): x^T's codes too, unless the kept copy holds them.
+      PreparedInputKey t_key;
+      bool keep = false;
+      if (keep_x_t && kept != nullptr) {
+        t_key = prepared_input_key(&leader, leader.input_generation, x.data, prep,
+                                   GemmRole::kWeightGradient, path);
+        keep = !same_prepared_input(kept->holds, t_key);
+      }
       if (!held && wgrad) {
         quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales, c.stream);
       } else if (!held && keep) {  // both from one read of x
