@@ -4,7 +4,8 @@
 // one float per array per thread, they moved their bytes at 40-70% of an H200's bandwidth (ncu).
 // - aligned_quad_elements: how much of a flat element-wise op the four-wide kernel takes.
 // - load_quad / store_quad: a lane's four adjacent elements of a row as the FP quantizer
-//   kernels move them, four codes stored as one 4-byte word, where the row allows it (the row
+//   kernels move them, four codes stored as one 4-byte word (or four floats as one 16-byte
+//   store: the SwiGLU output the pair kernel writes), where the row allows it (the row
 //   length a multiple of 4 and the arrays aligned: the kernel's kQuads), else four bounded
 //   scalar accesses. Past the row's end: zeros in (|0| changes no absmax), nothing out.
 #pragma once
@@ -39,6 +40,18 @@ __device__ inline void store_quad(uint8_t* p, int64_t available, uint32_t word) 
   } else {
     for (int k = 0; k < 4; ++k) {
       if (k < available) p[k] = static_cast<uint8_t>(word >> (8 * k));
+    }
+  }
+}
+
+// p[0..3] = v, those at or past `available` not written. kQuads: as load_quad's.
+template <bool kQuads>
+__device__ inline void store_quad(float* p, int64_t available, const float (&v)[4]) {
+  if (kQuads) {
+    if (available > 0) *reinterpret_cast<float4*>(p) = float4{v[0], v[1], v[2], v[3]};
+  } else {
+    for (int k = 0; k < 4; ++k) {
+      if (k < available) p[k] = v[k];
     }
   }
 }

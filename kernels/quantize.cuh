@@ -59,6 +59,26 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
                                            uint8_t* codes, float* scales, uint8_t* codes_t,
                                            float* scales_t, cudaStream_t stream);
 
+// The same two operands of a SwiGLU backward output that is never written: dgate (kGate) or
+// dup (kUp) of gate, up, dout [n, cols], computed as swiglu_backward computes them
+// (backend/train_math.h), then quantized as above (dup reads no up). The fused MLP backward's
+// dy (Backend::swiglu_projections_backward). Twins: cpu::swiglu_backward, then
+// quantize_fp_tile_1x128_and_transposed's.
+enum class SwigluGradient { kGate, kUp };
+void quantize_swiglu_gradient_1x128_and_transposed(const float* gate, const float* up,
+                                                   const float* dout, SwigluGradient which,
+                                                   int64_t n, int64_t cols, FpFormat format,
+                                                   uint8_t* codes, float* scales, uint8_t* codes_t,
+                                                   float* scales_t, cudaStream_t stream);
+// The SwiGLU forward's out = silu(gate) * up [n, cols] (as swiglu_forward computes and writes
+// it), quantized in the same pass as quantize_fp_tile_1x128_and_transposed quantizes x: the
+// MLP's down projection's forward operands (Backend::swiglu_projection_forward). Twins:
+// cpu::swiglu_forward, then quantize_fp_tile_1x128_and_transposed's.
+void quantize_swiglu_output_1x128_and_transposed(const float* gate, const float* up, float* out,
+                                                 int64_t n, int64_t cols, FpFormat format,
+                                                 uint8_t* codes, float* scales, uint8_t* codes_t,
+                                                 float* scales_t, cudaStream_t stream);
+
 // The check of kernels/fp_storage_conversion.cuh: the 32-bit patterns first + stride * i
 // (i < count, mod 2^32) as quotients, coded by the conversion instructions and by the codec.
 // For the formats that have the instructions (e4m3, e3m2, e2m3; an error for the others).

@@ -96,4 +96,19 @@ GemmPrecision parse_gemm_precision(const std::string& name) {
               "config: train.gemm_precision \"" + name + "\" is not one of fp32, bf16");
 }
 
+void Backend::swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
+                                        const ProjectionForwardCall& down, Tensor& y, bool save) {
+  swiglu_forward(gate, up, out);
+  projection_forward(down.state, down.path, down.w, out, y, save, down.key);
+}
+
+void Backend::swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
+                                          Tensor& dgate, Tensor& dup,
+                                          const ProjectionBackwardCall& gate_proj,
+                                          const ProjectionBackwardCall& up_proj, Tensor& dx) {
+  swiglu_backward(gate, up, dout, dgate, dup);
+  projection_backward(gate_proj.state, gate_proj.path, gate_proj.w, dgate, dx, false, gate_proj.dw);
+  projection_backward(up_proj.state, up_proj.path, up_proj.w, dup, dx, true, up_proj.dw);
+}
+
 }  // namespace gnmr

@@ -124,6 +124,24 @@ class ProjectionState {
   virtual size_t planned_saved_bytes() const = 0;
 };
 
+// One projection's forward as a fused op takes it (Backend::swiglu_projection_forward): its
+// state, the path it runs, its weight and the stochastic-rounding key of its saved codes.
+struct ProjectionForwardCall {
+  ProjectionState& state;
+  const PathSpec& path;
+  const Tensor& w;
+  const RngKey& key;
+};
+
+// One projection's backward as a fused op takes it (Backend::swiglu_projections_backward): its
+// state, the path its forward ran, its weight, and the gradient it adds dy^T x to.
+struct ProjectionBackwardCall {
+  ProjectionState& state;
+  const PathSpec& path;
+  const Tensor& w;
+  Tensor& dw;
+};
+
 // B = batch, T = seq, H = query heads, Hkv = key/value heads, hd = head dim.
 struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
@@ -288,6 +306,24 @@ class Backend {
   virtual void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
   virtual void swiglu_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                Tensor& dgate, Tensor& dup) = 0;
+  // The MLP's SwiGLU and the down projection reading its output:
+  //   swiglu_forward(gate, up, out); down's projection_forward(out) -> y (saving when `save`).
+  // A backend may make the projection's x operand in the SwiGLU's own pass (the CUDA backend,
+  // where a saving FP8 forward quantizes x: out is written by the kernel that quantizes it, a
+  // read of out fewer). out is written either way. This implementation runs the two ops.
+  virtual void swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
+                                         const ProjectionForwardCall& down, Tensor& y, bool save);
+  // The MLP's backward from the SwiGLU's output gradient dout to its input xn's gradient dx:
+  //   swiglu_backward(gate, up, dout, dgate, dup);
+  //   gate_proj's projection_backward(dgate) into dx (overwritten), up_proj's (dup) into dx (+=).
+  // dgate and dup are the op's workspace: a backend that makes the projections' dy operands
+  // from gate, up and dout as it reads them (the CUDA backend, where both paths quantize dy to
+  // FP8 codes and nothing else: the gradients are never written, a write and a read of each
+  // fewer) leaves them as they were. This implementation runs the three ops.
+  virtual void swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
+                                           Tensor& dgate, Tensor& dup,
+                                           const ProjectionBackwardCall& gate_proj,
+                                           const ProjectionBackwardCall& up_proj, Tensor& dx);
 
   // out = a + b (same shape)
   virtual void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) = 0;

@@ -269,8 +269,8 @@ void LlamaModel::forward(bool save_for_backward) {
     be.rmsnorm_forward(a.h, P[idx.post_norm].weight, config_.norm_eps, a.xn_mlp, a.rstd_mlp);
     project_forward(unit(l, ProjectionKind::Gate), a.xn_mlp, a.gate);
     project_forward(unit(l, ProjectionKind::Up), a.xn_mlp, a.up);
-    be.swiglu_forward(a.gate, a.up, a.act);
-    project_forward(unit(l, ProjectionKind::Down), a.act, scratch_.d_att);
+    paths_->swiglu_forward(unit(l, ProjectionKind::Down), a.gate, a.up, a.act, scratch_.d_att,
+                           save_for_backward_);
     be.residual_forward(a.h, scratch_.d_att, act_.residual[l + 1]);
   }
   be.rmsnorm_forward(act_.residual[config_.n_layers], P[table_.final_norm].weight, config_.norm_eps,
@@ -298,9 +298,8 @@ void LlamaModel::backward() {
     LayerActivations& a = act_.layers[l];
     // MLP block: residual[l+1] = h + down(swiglu(gate(xn), up(xn))), xn = norm(h)
     project_backward(unit(l, ProjectionKind::Down), s.d_residual, s.d_act, false);
-    be.swiglu_backward(a.gate, a.up, s.d_act, s.d_gate, s.d_up);
-    project_backward(unit(l, ProjectionKind::Gate), s.d_gate, s.d_normed, false);
-    project_backward(unit(l, ProjectionKind::Up), s.d_up, s.d_normed, true);
+    paths_->swiglu_backward(unit(l, ProjectionKind::Gate), unit(l, ProjectionKind::Up), a.gate,
+                            a.up, s.d_act, s.d_gate, s.d_up, s.d_normed);
     be.rmsnorm_backward(a.h, P[idx.post_norm].weight, a.rstd_mlp, s.d_normed, s.d_residual,
                         P[idx.post_norm].grad);
     // attention block: h = x + o(attention(rope(q(xn)), rope(k(xn)), v(xn))), xn = norm(x)

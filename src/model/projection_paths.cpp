@@ -205,16 +205,30 @@ void ProjectionPaths::recompute_stats() {
   }
 }
 
+RngKey ProjectionPaths::rounding_key(const ProjectionUnit& u) const {
+  const uint32_t n_units = static_cast<uint32_t>(table_.units.size());
+  return RngKey{recipe_.seed, static_cast<uint32_t>(step_),
+                static_cast<uint32_t>(u.id) + n_units * static_cast<uint32_t>(micro_step_)};
+}
+
 void ProjectionPaths::forward(const ProjectionUnit& u, const Tensor& x, Tensor& y,
                               bool save_for_backward) {
   // Each unit saves x at its own path's precision; units of one input on the same
   // deterministic spec share one copy (plan_sharing), written by the first of them.
-  const uint32_t n_units = static_cast<uint32_t>(table_.units.size());
-  const RngKey key{recipe_.seed, static_cast<uint32_t>(step_),
-                   static_cast<uint32_t>(u.id) + n_units * static_cast<uint32_t>(micro_step_)};
   backend_.projection_forward(*states_[static_cast<size_t>(u.id)], path_of(u.id),
                               table_.params[static_cast<size_t>(u.param_index)].weight, x, y,
-                              save_for_backward, key);
+                              save_for_backward, rounding_key(u));
+}
+
+void ProjectionPaths::swiglu_forward(const ProjectionUnit& down_unit, const Tensor& gate,
+                                     const Tensor& up, Tensor& out, Tensor& y,
+                                     bool save_for_backward) {
+  const RngKey key = rounding_key(down_unit);
+  backend_.swiglu_projection_forward(
+      gate, up, out,
+      {*states_[static_cast<size_t>(down_unit.id)], path_of(down_unit.id),
+       table_.params[static_cast<size_t>(down_unit.param_index)].weight, key},
+      y, save_for_backward);
 }
 
 void ProjectionPaths::backward(const ProjectionUnit& u, Tensor& dy, Tensor& dx,
@@ -222,6 +236,18 @@ void ProjectionPaths::backward(const ProjectionUnit& u, Tensor& dy, Tensor& dx,
   ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
   backend_.projection_backward(*states_[static_cast<size_t>(u.id)], path_of(u.id), p.weight, dy, dx,
                                accumulate_dx, p.grad);
+}
+
+void ProjectionPaths::swiglu_backward(const ProjectionUnit& gate_unit,
+                                      const ProjectionUnit& up_unit, const Tensor& gate,
+                                      const Tensor& up, const Tensor& dout, Tensor& dgate,
+                                      Tensor& dup, Tensor& dx) {
+  ParamInfo& g = table_.params[static_cast<size_t>(gate_unit.param_index)];
+  ParamInfo& u = table_.params[static_cast<size_t>(up_unit.param_index)];
+  backend_.swiglu_projections_backward(
+      gate, up, dout, dgate, dup,
+      {*states_[static_cast<size_t>(gate_unit.id)], path_of(gate_unit.id), g.weight, g.grad},
+      {*states_[static_cast<size_t>(up_unit.id)], path_of(up_unit.id), u.weight, u.grad}, dx);
 }
 
 void ProjectionPaths::lm_head_forward(const Tensor& x, Tensor& logits, bool save_for_backward) {

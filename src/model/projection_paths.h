@@ -1,11 +1,11 @@
 // ProjectionPaths: the routing half of the projection op (docs/DESIGN.md §2 step 2, §4). It keeps
 // the plan, the path each unit takes this step, the stochastic-rounding key and the
-// statistics; the backend executes the path (Backend::projection_forward / _backward), with
-// the memory both paths of each unit need planned once, at construction
-// (Backend::plan_projection). LlamaModel::project_forward / project_backward are the only
-// callers. The backend's prepared weights are dropped (invalidate_weights) on zero_grads(),
-// init_weights(), forward_loss() and LlamaModel::weights_changed(); a caller that writes
-// weights between zero_grads() and forward_backward() must call weights_changed().
+// statistics; the backend executes the path (Backend::projection_forward / _backward,
+// swiglu_projections_backward), with the memory both paths of each unit need planned once, at
+// construction (Backend::plan_projection). LlamaModel is the only caller. The backend's
+// prepared weights are dropped (invalidate_weights) on zero_grads(), init_weights(),
+// forward_loss() and LlamaModel::weights_changed(); a caller that writes weights between
+// zero_grads() and forward_backward() must call weights_changed().
 #pragma once
 
 #include <cstddef>
@@ -86,6 +86,16 @@ class ProjectionPaths {
   void forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y, bool save_for_backward);
   // dW += dy^T saved; dx = dy W (dx += when accumulate_dx). dy is left unchanged.
   void backward(const ProjectionUnit& unit, Tensor& dy, Tensor& dx, bool accumulate_dx);
+  // The SwiGLU forward and the forward of the down unit reading its output
+  // (Backend::swiglu_projection_forward): out = silu(gate) * up, y = out W_down^T.
+  void swiglu_forward(const ProjectionUnit& down_unit, const Tensor& gate, const Tensor& up,
+                      Tensor& out, Tensor& y, bool save_for_backward);
+  // The SwiGLU backward and the backward of the gate and up units that read its gradients
+  // (Backend::swiglu_projections_backward): dx = dgate W_gate + dup W_up. dgate and dup are
+  // workspace, not necessarily written.
+  void swiglu_backward(const ProjectionUnit& gate_unit, const ProjectionUnit& up_unit,
+                       const Tensor& gate, const Tensor& up, const Tensor& dout, Tensor& dgate,
+                       Tensor& dup, Tensor& dx);
 
   // The lm_head (not a unit: always train.gemm_precision, kBackendGemm) through the same op.
   void lm_head_forward(const Tensor& x, Tensor& logits, bool save_for_backward);
@@ -94,6 +104,8 @@ class ProjectionPaths {
 
  private:
   void recompute_stats();
+  // The stochastic-rounding key of unit u's saved codes this micro-step.
+  RngKey rounding_key(const ProjectionUnit& u) const;
   int64_t input_width(int layer, UnitInput input) const;  // columns of that activation
   // Which units share saved copies of their input, and of which specs (shared_specs_).
   void plan_sharing(SavedInputSharing sharing);

@@ -2,7 +2,8 @@
 // against the CPU backend, per path and GEMM precision: y, dx (accumulated) and dw (accumulated)
 // from the same inputs. Narrower than the training comparison (test_gpu_training.cpp), so a
 // disagreement there can be placed in one role of one path. And an input group (q, k, v) against
-// the same projections each on its own: the same bits, x prepared once. Skip without a GPU.
+// the same projections each on its own: the same bits, x prepared once; and the MLP's fused
+// forward and backward against their ops one by one. Skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -250,6 +251,143 @@ TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
     for (size_t i = 0; i < 3; ++i) {  // alone, every fp8 projection keeps its own
       EXPECT_EQ(alone.kept_reads[i], c.paths[i].kind == PathKind::kFineGrainedFp ? 2 : 0);
     }
+  }
+}
+
+// The MLP's backward (swiglu_projections_backward) for gate and up as an input group: where
+// both paths quantize dy to FP8 codes and nothing else, the codes come from gate, up and dout
+// (the gradients never written); elsewhere the SwiGLU backward and two projection backwards
+// run. Either way dx and both dW are the bits of those three ops run one by one.
+TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  PathSpec fp8 = path_of(PathKind::kFineGrainedFp), e3m2 = fp8;
+  e3m2.format = FpFormat::kE3M2;
+  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  struct MlpCase {
+    const char* name;
+    PathSpec gate_path, up_path;
+    bool fused;
+  };
+  const std::vector<MlpCase> cases = {{"e4m3, e4m3", fp8, fp8, true},
+                                      {"e3m2, e4m3 (GNMR's routing)", e3m2, fp8, true},
+                                      {"e4m3, bf16", fp8, bf16, false},
+                                      {"bf16, bf16", bf16, bf16, false}};
+  using gnmr_test::random_normal;
+  for (const MlpCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
+    be->set_gemm_precision(GemmPrecision::FP32);
+    ProjectionShape shape{kTokens, kIn, kOut};
+    std::unique_ptr<ProjectionState> gate_state =
+        be->plan_projection("gate", shape, c.gate_path, c.up_path);
+    shape.input_leader = gate_state.get();
+    std::unique_ptr<ProjectionState> up_state =
+        be->plan_projection("up", shape, c.gate_path, c.up_path);
+    const Tensor w_gate = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
+    const Tensor w_up = upload(*be, random_normal(size_t(kOut * kIn), 2), {kOut, kIn});
+    const Tensor x = upload(*be, random_normal(size_t(kTokens * kIn), 3), {kTokens, kIn});
+    const Tensor dout = upload(*be, random_normal(size_t(kTokens * kOut), 4), {kTokens, kOut});
+    Tensor gate = be->allocate("gate", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+    Tensor up = be->allocate("up", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+    be->projection_forward(*gate_state, c.gate_path, w_gate, x, gate, true, RngKey{});
+    be->projection_forward(*up_state, c.up_path, w_up, x, up, true, RngKey{});
+    const std::vector<float> poison(size_t(kTokens * kOut), 123.0f);
+    Outputs fused, alone;  // dx, and dw holding dW_gate then dW_up
+    std::vector<float> dgate_fused, dgate_alone;
+    for (bool one_by_one : {false, true}) {
+      Tensor dgate = upload(*be, poison, {kTokens, kOut}),
+             dup = upload(*be, poison, {kTokens, kOut});
+      Tensor dx = be->allocate("dx", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+      Tensor dw_gate = be->allocate("dw_gate", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      Tensor dw_up = be->allocate("dw_up", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      if (one_by_one) {
+        be->swiglu_backward(gate, up, dout, dgate, dup);
+        be->projection_backward(*gate_state, c.gate_path, w_gate, dgate, dx, false, dw_gate);
+        be->projection_backward(*up_state, c.up_path, w_up, dup, dx, true, dw_up);
+      } else {
+        be->swiglu_projections_backward(gate, up, dout, dgate, dup,
+                                        {*gate_state, c.gate_path, w_gate, dw_gate},
+                                        {*up_state, c.up_path, w_up, dw_up}, dx);
+      }
+      Outputs& o = one_by_one ? alone : fused;
+      o.dx = download(*be, dx);
+      o.dw = download(*be, dw_gate);
+      const std::vector<float> dw_up_host = download(*be, dw_up);
+      o.dw.insert(o.dw.end(), dw_up_host.begin(), dw_up_host.end());
+      (one_by_one ? dgate_alone : dgate_fused) = download(*be, dgate);
+    }
+    EXPECT_EQ(fused.dx, alone.dx);
+    EXPECT_EQ(fused.dw, alone.dw);
+    const auto& gs = dynamic_cast<const cuda::CudaProjectionState&>(*gate_state);
+    const auto& us = dynamic_cast<const cuda::CudaProjectionState&>(*up_state);
+    EXPECT_EQ(gs.swiglu_dy_backwards, c.fused ? 1 : 0);
+    EXPECT_EQ(us.swiglu_dy_backwards, c.fused ? 1 : 0);
+    // Fused, dgate is never written; else it is the SwiGLU backward's.
+    EXPECT_EQ(dgate_fused, c.fused ? poison : dgate_alone);
+    EXPECT_NE(dgate_alone, poison);
+  }
+}
+
+// The MLP's forward (swiglu_projection_forward) for the down projection: where its saving
+// forward quantizes x to FP8 codes with x^T's kept ones, the SwiGLU runs in that kernel, which
+// writes out too; elsewhere the SwiGLU and the projection run one after the other. Either way
+// out, y and, after the backward, dx and dW are the bits of the two ops run one by one.
+TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  PathSpec fp8 = path_of(PathKind::kFineGrainedFp), e3m2 = fp8;
+  e3m2.format = FpFormat::kE3M2;
+  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  struct MlpCase {
+    const char* name;
+    PathSpec path;
+    bool save, fused;
+  };
+  const std::vector<MlpCase> cases = {{"e4m3, saving", fp8, true, true},
+                                      {"e3m2, saving", e3m2, true, true},
+                                      {"e4m3, not saving (eval)", fp8, false, false},
+                                      {"bf16, saving", bf16, true, false}};
+  using gnmr_test::random_normal;
+  for (const MlpCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
+    be->set_gemm_precision(GemmPrecision::FP32);
+    std::unique_ptr<ProjectionState> down =
+        be->plan_projection("down", ProjectionShape{kTokens, kIn, kOut}, fp8, c.path);
+    const Tensor w = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
+    const Tensor gate = upload(*be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
+    const Tensor up = upload(*be, random_normal(size_t(kTokens * kIn), 3), {kTokens, kIn});
+    Tensor dy = upload(*be, random_normal(size_t(kTokens * kOut), 4), {kTokens, kOut});
+    const std::vector<float> poison(size_t(kTokens * kIn), 123.0f);
+    Outputs fused, alone;
+    std::vector<float> out_fused, out_alone;
+    for (bool one_by_one : {false, true}) {
+      Tensor out = upload(*be, poison, {kTokens, kIn});
+      Tensor y = be->allocate("y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+      Tensor dx = be->allocate("dx", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+      Tensor dw = be->allocate("dw", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      const RngKey key{7, 1, 2};
+      if (one_by_one) {
+        be->swiglu_forward(gate, up, out);
+        be->projection_forward(*down, c.path, w, out, y, c.save, key);
+      } else {
+        be->swiglu_projection_forward(gate, up, out, {*down, c.path, w, key}, y, c.save);
+      }
+      Outputs& o = one_by_one ? alone : fused;
+      o.y = download(*be, y);
+      if (c.save) {
+        be->projection_backward(*down, c.path, w, dy, dx, false, dw);
+        o.dx = download(*be, dx);
+        o.dw = download(*be, dw);
+      }
+      (one_by_one ? out_alone : out_fused) = download(*be, out);
+    }
+    EXPECT_EQ(out_fused, out_alone);
+    EXPECT_NE(out_alone, poison);
+    EXPECT_EQ(fused.y, alone.y);
+    EXPECT_EQ(fused.dx, alone.dx);
+    EXPECT_EQ(fused.dw, alone.dw);
+    const auto& s = dynamic_cast<const cuda::CudaProjectionState&>(*down);
+    EXPECT_EQ(s.swiglu_x_forwards, c.fused ? 1 : 0);
   }
 }
 

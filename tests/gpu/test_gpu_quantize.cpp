@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/quantize.cuh"
@@ -199,38 +200,121 @@ TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
   }
 }
 
+// The pair kernels' two operands as their CPU twins give them: 1x128 tiles of x, and 128x1
+// tiles of x written transposed, with the scales in VEC128 order.
+struct PairOperands {
+  std::vector<uint8_t> codes, codes_t;
+  std::vector<float> scales, scales_t;
+};
+PairOperands cpu_pair_operands(const std::vector<float>& x, int64_t n, int64_t cols,
+                               FpFormat format) {
+  PairOperands p;
+  std::vector<uint8_t> column_codes(x.size());
+  std::vector<float> row_scales(fp_blockwise_scale_count(n, cols, 1, 128));
+  std::vector<float> column_scales(fp_blockwise_scale_count(n, cols, 128, 1));
+  p.codes.resize(x.size());
+  p.codes_t.resize(x.size());
+  quantize_fp_tile_1x128(x.data(), n, cols, format, p.codes.data(), row_scales.data());
+  quantize_fp_blockwise(x.data(), n, cols, 128, 1, format, column_codes.data(),
+                        column_scales.data());
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t c = 0; c < cols; ++c) p.codes_t[c * n + t] = column_codes[t * cols + c];
+  p.scales = vec128_from_row_tiles(row_scales.data(), n, cols);
+  p.scales_t = vec128_from_column_tiles(column_scales.data(), cols, n);
+  return p;
+}
+
+// Device buffers for a pair kernel's output over [n, cols], compared with the twins'.
+struct DevicePairOperands {
+  DevicePairOperands(int64_t n, int64_t cols)
+      : codes(n * cols),
+        codes_t(n * cols),
+        scales(vec128_scale_count(n, cols)),
+        scales_t(vec128_scale_count(cols, n)) {}
+  void expect_equal(const PairOperands& cpu) {
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    ASSERT_EQ(codes.to_host(), cpu.codes);
+    ASSERT_EQ(codes_t.to_host(), cpu.codes_t);
+    expect_same_bits(scales.to_host(), cpu.scales, "row scales");
+    expect_same_bits(scales_t.to_host(), cpu.scales_t, "column scales");
+  }
+  DeviceBuffer<uint8_t> codes, codes_t;
+  DeviceBuffer<float> scales, scales_t;
+};
+
+// Partial tiles both ways (300 x 70, 129 x 200), whole ones (256 x 512), one element.
+const std::pair<int64_t, int64_t> kPairShapes[] = {{300, 70}, {256, 512}, {129, 200}, {1, 1}};
+
 TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) {
   SKIP_WITHOUT_GPU();
   for (FpFormat format : kAllFpFormats) {
-    // Partial tiles both ways (300 x 70, 129 x 200), whole ones (256 x 512), one element.
-    for (auto [n, cols] : {std::pair<int64_t, int64_t>{300, 70}, {256, 512}, {129, 200}, {1, 1}}) {
+    for (auto [n, cols] : kPairShapes) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
       std::vector<float> x = random_activations(n, cols, 11);
       add_fp_tile_edge_cases(x, n, cols);
       x[0] = 1e30f;  // an outlier: the rest of its row tile and its column tile underflow
-      // The twins: 1x128 tiles of dy, and 128x1 tiles of dy written transposed.
-      std::vector<uint8_t> row_codes(x.size()), column_codes(x.size()), column_codes_t(x.size());
-      std::vector<float> row_scales(fp_blockwise_scale_count(n, cols, 1, 128));
-      std::vector<float> column_scales(fp_blockwise_scale_count(n, cols, 128, 1));
-      quantize_fp_tile_1x128(x.data(), n, cols, format, row_codes.data(), row_scales.data());
-      quantize_fp_blockwise(x.data(), n, cols, 128, 1, format, column_codes.data(),
-                            column_scales.data());
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t c = 0; c < cols; ++c) column_codes_t[c * n + t] = column_codes[t * cols + c];
       DeviceBuffer<float> d_x(x);
-      DeviceBuffer<uint8_t> d_codes(x.size()), d_codes_t(x.size());
-      DeviceBuffer<float> d_scales(vec128_scale_count(n, cols)),
-          d_scales_t(vec128_scale_count(cols, n));
-      cuda::quantize_fp_tile_1x128_and_transposed(d_x.get(), n, cols, format, d_codes.get(),
-                                                  d_scales.get(), d_codes_t.get(), d_scales_t.get(),
-                                                  nullptr);
-      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-      ASSERT_EQ(d_codes.to_host(), row_codes);
-      ASSERT_EQ(d_codes_t.to_host(), column_codes_t);
-      expect_same_bits(d_scales.to_host(), vec128_from_row_tiles(row_scales.data(), n, cols),
-                       "row scales");
-      expect_same_bits(d_scales_t.to_host(),
-                       vec128_from_column_tiles(column_scales.data(), cols, n), "column scales");
+      DevicePairOperands out(n, cols);
+      cuda::quantize_fp_tile_1x128_and_transposed(d_x.get(), n, cols, format, out.codes.get(),
+                                                  out.scales.get(), out.codes_t.get(),
+                                                  out.scales_t.get(), nullptr);
+      out.expect_equal(cpu_pair_operands(x, n, cols, format));
+    }
+  }
+}
+
+// The fused MLP forward's x: the SwiGLU output computed from gate and up inside the pair kernel
+// is written with the CPU's bits (cpu::swiglu_forward) over poison, and its codes and scales
+// are the twins' of that output.
+TEST(GpuQuantize, SwigluOutputPairKernelWritesAndQuantizesTheCpusSwigluForward) {
+  SKIP_WITHOUT_GPU();
+  for (FpFormat format : kAllFpFormats) {
+    for (auto [n, cols] : kPairShapes) {
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
+      std::vector<float> gate = random_activations(n, cols, 15),
+                         up = random_activations(n, cols, 16);
+      add_fp_tile_edge_cases(up, n, cols);
+      std::vector<float> out(gate.size());
+      cpu::swiglu_forward(gate.data(), up.data(), out.data(), static_cast<int64_t>(gate.size()), 1);
+      DeviceBuffer<float> d_gate(gate), d_up(up), d_out(std::vector<float>(gate.size(), 7.0f));
+      DevicePairOperands codes(n, cols);
+      cuda::quantize_swiglu_output_1x128_and_transposed(
+          d_gate.get(), d_up.get(), d_out.get(), n, cols, format, codes.codes.get(),
+          codes.scales.get(), codes.codes_t.get(), codes.scales_t.get(), nullptr);
+      codes.expect_equal(cpu_pair_operands(out, n, cols, format));
+      expect_same_bits(d_out.to_host(), out, "the SwiGLU output");
+    }
+  }
+}
+
+// The fused MLP backward's dy: dgate and dup computed from gate, up, dout inside the pair kernel
+// give the codes and scales of the CPU's SwiGLU backward (cpu::swiglu_backward) quantized by
+// the pair kernel's twins, bit for bit, the gradients never written.
+TEST(GpuQuantize, SwigluGradientPairKernelQuantizesTheCpusSwigluBackward) {
+  SKIP_WITHOUT_GPU();
+  for (FpFormat format : kAllFpFormats) {
+    for (auto [n, cols] : kPairShapes) {
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
+      std::vector<float> gate = random_activations(n, cols, 12),
+                         up = random_activations(n, cols, 13),
+                         dout = random_activations(n, cols, 14);
+      add_fp_tile_edge_cases(dout, n, cols);
+      gate[gate.size() / 2] = -90.0f;  // sigmoid underflows to 0: dgate and dup -0 or 0
+      std::vector<float> dgate(gate.size()), dup(gate.size());
+      cpu::swiglu_backward(gate.data(), up.data(), dout.data(), dgate.data(), dup.data(),
+                           static_cast<int64_t>(gate.size()), 1);
+      DeviceBuffer<float> d_gate(gate), d_up(up), d_dout(dout);
+      for (const auto& [which, cpu] : {std::pair{cuda::SwigluGradient::kGate, &dgate},
+                                       std::pair{cuda::SwigluGradient::kUp, &dup}}) {
+        SCOPED_TRACE(which == cuda::SwigluGradient::kGate ? "dgate" : "dup");
+        DevicePairOperands out(n, cols);
+        // dup must not read up: it gets none.
+        cuda::quantize_swiglu_gradient_1x128_and_transposed(
+            d_gate.get(), which == cuda::SwigluGradient::kGate ? d_up.get() : nullptr, d_dout.get(),
+            which, n, cols, format, out.codes.get(), out.scales.get(), out.codes_t.get(),
+            out.scales_t.get(), nullptr);
+        out.expect_equal(cpu_pair_operands(*cpu, n, cols, format));
+      }
     }
   }
 }

@@ -389,6 +389,48 @@ class CudaBackend final : public Backend {
     cuda::projection_backward(projection_context(), cuda_state(state), path, w, dy, dx,
                               accumulate_dx, dw);
   }
+  // Where the down projection's saving forward makes x's FP8 codes and x^T's, the SwiGLU runs in
+  // their kernel (cuda::SwigluX), which writes out too.
+  void swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
+                                 const ProjectionForwardCall& down, Tensor& y, bool save) override {
+    const cuda::ProjectionContext c = projection_context();
+    cuda::CudaProjectionState& s = cuda_state(down.state);
+    if (!cuda::forward_takes_swiglu_x(c, s, down.path, save)) {
+      Backend::swiglu_projection_forward(gate, up, out, down, y, save);
+      return;
+    }
+    check_same_numel(gate, up, "swiglu_projection_forward");
+    check_same_numel(gate, out, "swiglu_projection_forward");
+    const cuda::SwigluX x{f32_data(gate), f32_data(up)};
+    cuda::projection_forward(c, s, down.path, down.w, out, y, save, down.key, &x);
+  }
+  // Where both gate and up quantize dy to FP8 codes and nothing else, their dy codes come from
+  // gate, up and dout directly (cuda::SwigluDy): dgate and dup are never written.
+  void swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
+                                   Tensor& dgate, Tensor& dup,
+                                   const ProjectionBackwardCall& gate_proj,
+                                   const ProjectionBackwardCall& up_proj, Tensor& dx) override {
+    const cuda::ProjectionContext c = projection_context();
+    cuda::CudaProjectionState& gs = cuda_state(gate_proj.state);
+    cuda::CudaProjectionState& us = cuda_state(up_proj.state);
+    if (!cuda::backward_takes_swiglu_dy(c, gs, gate_proj.path, false) ||
+        !cuda::backward_takes_swiglu_dy(c, us, up_proj.path, true)) {
+      Backend::swiglu_projections_backward(gate, up, dout, dgate, dup, gate_proj, up_proj, dx);
+      return;
+    }
+    check_same_numel(gate, up, "swiglu_projections_backward");
+    check_same_numel(gate, dout, "swiglu_projections_backward");
+    check_same_numel(gate, dgate, "swiglu_projections_backward");
+    check_same_numel(gate, dup, "swiglu_projections_backward");
+    const cuda::SwigluDy dgate_codes{f32_data(gate), f32_data(up), f32_data(dout),
+                                     cuda::SwigluGradient::kGate};
+    const cuda::SwigluDy dup_codes{f32_data(gate), f32_data(up), f32_data(dout),
+                                   cuda::SwigluGradient::kUp};
+    cuda::projection_backward(c, gs, gate_proj.path, gate_proj.w, dgate, dx, false, gate_proj.dw,
+                              &dgate_codes);
+    cuda::projection_backward(c, us, up_proj.path, up_proj.w, dup, dx, true, up_proj.dw,
+                              &dup_codes);
+  }
   void invalidate_prepared_weights() override { ++weights_epoch_; }
   std::string describe_projection(const ProjectionShape& shape,
                                   const PathSpec& path) const override {

@@ -111,8 +111,10 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
 // The x side: B of the forward (1 x tile tiles along in) or A of the weight gradient (tile x 1
 // along N, transposed for FP8). keep_x_t (a saving forward, forward_keeps_x_t): x^T's 128x1
 // codes go to the group's kept copy too, for its weight gradients.
+// x_from_swiglu (keep_x_t only): x is written by the kernel that makes both.
 Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                  OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x_t = false) {
+                  OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x_t = false,
+                  const SwigluX* x_from_swiglu = nullptr) {
   const int64_t n = s.shape.tokens, in = s.shape.in;
   const bool wgrad = role == GemmRole::kWeightGradient;
   ProjectionScratch& sc = c.scratch;
@@ -151,7 +153,14 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
                                    GemmRole::kWeightGradient, path);
         keep = !same_prepared_input(kept->holds, t_key);
       }
-      if (!held && wgrad) {
+      GNMR_CHECK(x_from_swiglu == nullptr || (!held && keep),
+                 "cuda projection: a SwiGLU output as x needs a forward that makes both of its "
+                 "FP8 operands");
+      if (x_from_swiglu != nullptr) {  // x itself written here too
+        quantize_swiglu_output_1x128_and_transposed(x_from_swiglu->gate, x_from_swiglu->up,
+                                                    f32_data(x), n, in, path.format, codes, scales,
+                                                    kept->codes, kept->scales, c.stream);
+      } else if (!held && wgrad) {
         quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales, c.stream);
       } else if (!held && keep) {  // both from one read of x
         quantize_fp_tile_1x128_and_transposed(f32_data(x), n, in, path.format, codes, scales,
@@ -274,7 +283,7 @@ struct DyOperands {
   Operand weight_gradient, input_gradient;
 };
 DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState& s,
-                           const PathSpec& path, const Tensor& dy) {
+                           const PathSpec& path, const Tensor& dy, const SwigluDy* from_swiglu) {
   const int64_t n = s.shape.tokens, out = s.shape.out;
   const Fp8DyPairLayout l = fp8_dy_pair_layout(n, out);
   auto* codes = static_cast<uint8_t*>(need(c.scratch.dy_low, l.codes_bytes, "dy codes (both)"));
@@ -283,8 +292,15 @@ DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState
   uint8_t *codes_t = codes + l.codes_t, *codes_n = codes + l.codes;
   auto* scales_t = reinterpret_cast<float*>(scales + l.scales_t);
   auto* scales_n = reinterpret_cast<float*>(scales + l.scales);
-  quantize_fp_tile_1x128_and_transposed(f32_data(dy), n, out, path.format, codes_n, scales_n,
-                                        codes_t, scales_t, c.stream);
+  if (from_swiglu != nullptr) {
+    const SwigluDy& g = *from_swiglu;
+    quantize_swiglu_gradient_1x128_and_transposed(g.gate, g.up, g.dout, g.which, n, out,
+                                                  path.format, codes_n, scales_n, codes_t, scales_t,
+                                                  c.stream);
+  } else {
+    quantize_fp_tile_1x128_and_transposed(f32_data(dy), n, out, path.format, codes_n, scales_n,
+                                          codes_t, scales_t, c.stream);
+  }
   return {{codes_t, scales_t}, {codes_n, scales_n}};
 }
 
@@ -399,12 +415,25 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
   return s;
 }
 
+bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
+                            const PathSpec& path, bool save) {
+  if (!save || s.input_leader != nullptr || s.saved_x_t == nullptr) return false;
+  return forward_keeps_x_t(
+      plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false),
+      plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true));
+}
+
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                        const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key) {
+                        const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key,
+                        const SwigluX* x_from_swiglu) {
   check_shapes(s, w, "projection_forward");
   GNMR_CHECK(x.numel() == s.shape.tokens * s.shape.in && y.numel() == s.shape.tokens * s.shape.out,
              "projection_forward: x " + x.shape_string() + ", y " + y.shape_string() +
                  " do not match the plan");
+  GNMR_CHECK(x_from_swiglu == nullptr || forward_takes_swiglu_x(c, s, path, save),
+             "projection_forward: a SwiGLU output as x needs a saving forward that leads its input "
+             "and quantizes x to FP8 codes with x^T's, not " +
+                 path.describe());
   // A leader's forward starts a new x for its group: a generation no call has seen.
   if (s.input_leader == nullptr) s.input_generation = ++c.scratch.group_forwards;
   const ProjectionGemm g =
@@ -421,7 +450,8 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
     const bool keep_x_t =
         save && forward_keeps_x_t(g, plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path,
                                                           c.precision, c.target, true));
-    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x_t);
+    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x_t, x_from_swiglu);
+    if (x_from_swiglu != nullptr) ++s.swiglu_x_forwards;
   }
   run(c, g, a, b, y);
   if (!save) return;
@@ -443,8 +473,18 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   }
 }
 
+bool backward_takes_swiglu_dy(const ProjectionContext& c, const CudaProjectionState& s,
+                              const PathSpec& path, bool accumulate_dx) {
+  const ProjectionGemm wg =
+      plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
+  const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
+                                                 c.precision, c.target, accumulate_dx);
+  return backward_dy_preparation(wg, ig) == DyPreparation::kFp8BothOnce;
+}
+
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                         const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw) {
+                         const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
+                         const SwigluDy* dy_from_swiglu) {
   check_shapes(s, w, "projection_backward");
   GNMR_CHECK(!s.reads_forward_input(path) || s.saved_input.data != nullptr,
              "projection_backward before a saving projection_forward");
@@ -457,6 +497,10 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
                                                  c.precision, c.target, accumulate_dx);
   const DyPreparation dy_prep = backward_dy_preparation(wg, ig);
+  GNMR_CHECK(dy_from_swiglu == nullptr || dy_prep == DyPreparation::kFp8BothOnce,
+             "projection_backward: a dy made from the SwiGLU backward's inputs needs a path whose "
+             "GEMMs both read dy as FP8 codes, not " +
+                 path.describe());
   Operand xa, wa;
   DyOperands dyo;
   {
@@ -465,7 +509,8 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   }
   if (dy_prep == DyPreparation::kFp8BothOnce) {
     const OpTimer::Scope timing(c.timer, "prep dy (dW+dx)");
-    dyo = fp8_dy_operands(c, s, path, dy);
+    dyo = fp8_dy_operands(c, s, path, dy, dy_from_swiglu);
+    if (dy_from_swiglu != nullptr) ++s.swiglu_dy_backwards;
   } else {
     const OpTimer::Scope timing(c.timer, "prep dy (dW)");
     dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);

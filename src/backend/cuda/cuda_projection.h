@@ -19,6 +19,7 @@
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/projection_plan.h"
 #include "backend/shared_saved_input.h"
+#include "kernels/quantize.cuh"
 
 namespace gnmr {
 namespace cuda {
@@ -86,9 +87,12 @@ class CudaProjectionState final : public ProjectionState {
   uint64_t input_generation = 0;
   // The group's kept x^T codes (the leader's allocation); null when its paths keep none.
   std::shared_ptr<CudaSavedTransposedX> saved_x_t;
-  // x-side preparations this projection ran, and those it found already in the scratch; and
-  // its weight gradients that read x^T's codes kept by the group's forward.
+  // x-side preparations this projection ran, and those it found already in the scratch; its
+  // weight gradients that read x^T's codes kept by the group's forward; its forwards whose x
+  // the SwiGLU ran in the quantizing kernel (SwigluX); and its backwards whose dy codes were
+  // made from the SwiGLU backward's inputs (SwigluDy).
   int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0;
+  int64_t swiglu_x_forwards = 0, swiglu_dy_backwards = 0;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.
@@ -113,14 +117,46 @@ struct ProjectionContext {
   uint64_t weights_epoch;
 };
 
+// A backward's dy that is never written: the SwiGLU backward's dgate or dup (`which`) of gate,
+// up, dout [N, out], computed by the kernel that quantizes it
+// (quantize_swiglu_gradient_1x128_and_transposed). Only a path whose dy becomes FP8 codes and
+// nothing else takes one (backward_takes_swiglu_dy).
+struct SwigluDy {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+  const float* dout = nullptr;
+  SwigluGradient which = SwigluGradient::kGate;
+};
+
+// A forward's x that the kernel quantizing it writes: the SwiGLU forward's silu(gate) * up of
+// gate, up [N, in] (quantize_swiglu_output_1x128_and_transposed). Only a forward that makes x's
+// operands with that kernel takes one (forward_takes_swiglu_x).
+struct SwigluX {
+  const float* gate = nullptr;
+  const float* up = nullptr;
+};
+
 std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                                                      const std::string& name,
                                                      const ProjectionShape& shape,
                                                      const PathSpec& low, const PathSpec& recovery);
+// x_from_swiglu: x is written by the kernel that quantizes it, from that SwiGLU's inputs.
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                        const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key);
+                        const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key,
+                        const SwigluX* x_from_swiglu = nullptr);
+// Whether projection_forward on `path` takes a SwigluX: a saving forward of a projection that
+// leads its input (so it prepares x, never finds it made) and keeps x^T's codes
+// (forward_keeps_x_t: x's FP8 codes and x^T's from one kernel).
+bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
+                            const PathSpec& path, bool save);
+// dy_from_swiglu: dy (then only its shape is read) is that SwiGLU gradient.
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                         const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw);
+                         const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
+                         const SwigluDy* dy_from_swiglu = nullptr);
+// Whether projection_backward on `path` takes a SwigluDy: both of its GEMMs read dy as FP8 codes
+// (DyPreparation::kFp8BothOnce), so dy itself is read by nothing else.
+bool backward_takes_swiglu_dy(const ProjectionContext& c, const CudaProjectionState& s,
+                              const PathSpec& path, bool accumulate_dx);
 
 }  // namespace cuda
 }  // namespace gnmr
