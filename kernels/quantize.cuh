@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "precision/counter_rng.h"
 #include "precision/fp_format.h"
@@ -59,6 +60,12 @@ void quantize_fp_tile_1x128_and_transposed(const float* x, int64_t n, int64_t co
                                            uint8_t* codes, float* scales, uint8_t* codes_t,
                                            float* scales_t, cudaStream_t stream);
 
+// Whether the fused pair kernels below (the pair kernel computing its input from what it is
+// made of) take a call: a format with FP8 GEMMs (not e5m2), rows of `cols` a multiple of 4
+// floats and every float array 16-byte aligned (they have only the four-wide accesses; an FP8
+// GEMM's operands always are; the codes 4-byte aligned). They throw a Runtime error elsewhere.
+bool fused_pair_takes(FpFormat format, int64_t cols, std::initializer_list<const void*> arrays);
+
 // The same two operands of a SwiGLU backward output that is never written: dgate (kGate) or
 // dup (kUp) of gate, up, dout [n, cols], computed as swiglu_backward computes them
 // (backend/train_math.h), then quantized as above (dup reads no up). The fused MLP backward's
@@ -76,6 +83,20 @@ void quantize_swiglu_gradient_1x128_and_transposed(const float* gate, const floa
 // cpu::swiglu_forward, then quantize_fp_tile_1x128_and_transposed's.
 void quantize_swiglu_output_1x128_and_transposed(const float* gate, const float* up, float* out,
                                                  int64_t n, int64_t cols, FpFormat format,
+                                                 uint8_t* codes, float* scales, uint8_t* codes_t,
+                                                 float* scales_t, cudaStream_t stream);
+
+// q's or k's dy: RoPE's backward (rope_backward's transposed rotation) of dx [n, heads x hd],
+// token r at position r % seq of the tables cos, sin [>= seq, hd / 2], quantized as
+// quantize_fp_tile_1x128_and_transposed quantizes x, dx never written (the fused attention
+// backward, Backend::rope_projection_backward). Twins: cpu::rope_backward, then
+// quantize_fp_tile_1x128_and_transposed's. rope_gradient_quantizable: whether it takes hd and
+// the tables (head dim 64 or 128, so each 128-column tile holds whole heads; the tables 16-byte
+// aligned); with fused_pair_takes, whether the call is taken.
+bool rope_gradient_quantizable(int64_t hd, const float* cos, const float* sin);
+void quantize_rope_gradient_1x128_and_transposed(const float* dx, const float* cos,
+                                                 const float* sin, int64_t n, int64_t seq,
+                                                 int64_t heads, int64_t hd, FpFormat format,
                                                  uint8_t* codes, float* scales, uint8_t* codes_t,
                                                  float* scales_t, cudaStream_t stream);
 

@@ -96,6 +96,14 @@ GemmPrecision parse_gemm_precision(const std::string& name) {
               "config: train.gemm_precision \"" + name + "\" is not one of fp32, bf16");
 }
 
+void Backend::rope_projection_backward(Tensor& dx, const Tensor& cos, const Tensor& sin,
+                                       const ProjectionBackwardCall& proj, Tensor& d_in,
+                                       bool accumulate) {
+  rope_backward(dx, cos, sin);
+  Tensor dy = tensor_view(dx, {dx.dim(0) * dx.dim(1), dx.dim(2) * dx.dim(3)});  // [N, out]
+  projection_backward(proj.state, proj.path, proj.w, dy, d_in, accumulate, proj.dw);
+}
+
 void Backend::swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
                                         const ProjectionForwardCall& down, Tensor& y, bool save) {
   swiglu_forward(gate, up, out);

@@ -133,7 +133,8 @@ struct ProjectionForwardCall {
   const RngKey& key;
 };
 
-// One projection's backward as a fused op takes it (Backend::swiglu_projections_backward): its
+// One projection's backward as a fused op takes it (Backend::swiglu_projections_backward,
+// rope_projection_backward): its
 // state, the path its forward ran, its weight, and the gradient it adds dy^T x to.
 struct ProjectionBackwardCall {
   ProjectionState& state;
@@ -283,6 +284,16 @@ class Backend {
   virtual void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) = 0;
   // The transpose rotation, in place on the gradient.
   virtual void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) = 0;
+  // RoPE's backward and the backward of the projection (q's or k's) that made its input, dx
+  // [B, T, heads, hd] as rope_backward takes it:
+  //   rope_backward(dx, cos, sin); proj's projection_backward(dx as [B T, heads hd]) -> d_in
+  //   (+= when accumulate).
+  // dx is the op's workspace: a backend that rotates dy as it quantizes it (the CUDA backend,
+  // where the path quantizes dy to FP8 codes and nothing else, head dims 64 and 128: a read and
+  // a write of dx fewer) leaves it unrotated. This implementation runs the two ops.
+  virtual void rope_projection_backward(Tensor& dx, const Tensor& cos, const Tensor& sin,
+                                        const ProjectionBackwardCall& proj, Tensor& d_in,
+                                        bool accumulate);
 
   // Causal softmax attention with scale 1/sqrt(hd); query head h reads kv head h / (H / Hkv).
   // Planned once per layer: the state holds what the backward reads beyond q, k, v (the cpu:

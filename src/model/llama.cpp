@@ -307,10 +307,10 @@ void LlamaModel::backward() {
     Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
     Tensor dq4 = heads_view(s.dq, h), dk4 = heads_view(s.dk, hkv), dv4 = heads_view(s.dv, hkv);
     be.attention_backward(q4, k4, v4, *a.attention, heads_view(s.d_att, h), dq4, dk4, dv4);
-    be.rope_backward(dq4, act_.rope_cos, act_.rope_sin);
-    be.rope_backward(dk4, act_.rope_cos, act_.rope_sin);
-    project_backward(unit(l, ProjectionKind::Q), s.dq, s.d_normed, false);
-    project_backward(unit(l, ProjectionKind::K), s.dk, s.d_normed, true);
+    paths_->rope_backward(unit(l, ProjectionKind::Q), dq4, act_.rope_cos, act_.rope_sin, s.d_normed,
+                          false);
+    paths_->rope_backward(unit(l, ProjectionKind::K), dk4, act_.rope_cos, act_.rope_sin, s.d_normed,
+                          true);
     project_backward(unit(l, ProjectionKind::V), s.dv, s.d_normed, true);
     be.rmsnorm_backward(act_.residual[l], P[idx.input_norm].weight, a.rstd_attn, s.d_normed,
                         s.d_residual, P[idx.input_norm].grad);

@@ -238,6 +238,14 @@ void ProjectionPaths::backward(const ProjectionUnit& u, Tensor& dy, Tensor& dx,
                                accumulate_dx, p.grad);
 }
 
+void ProjectionPaths::rope_backward(const ProjectionUnit& u, Tensor& dy, const Tensor& cos,
+                                    const Tensor& sin, Tensor& dx, bool accumulate_dx) {
+  ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
+  backend_.rope_projection_backward(
+      dy, cos, sin, {*states_[static_cast<size_t>(u.id)], path_of(u.id), p.weight, p.grad}, dx,
+      accumulate_dx);
+}
+
 void ProjectionPaths::swiglu_backward(const ProjectionUnit& gate_unit,
                                       const ProjectionUnit& up_unit, const Tensor& gate,
                                       const Tensor& up, const Tensor& dout, Tensor& dgate,

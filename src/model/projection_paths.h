@@ -86,6 +86,11 @@ class ProjectionPaths {
   void forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y, bool save_for_backward);
   // dW += dy^T saved; dx = dy W (dx += when accumulate_dx). dy is left unchanged.
   void backward(const ProjectionUnit& unit, Tensor& dy, Tensor& dx, bool accumulate_dx);
+  // RoPE's backward and the backward of the unit (q or k) whose output it rotated
+  // (Backend::rope_projection_backward): dx = rope^T(dy) W (+= when accumulate_dx). dy is
+  // workspace, not necessarily rotated.
+  void rope_backward(const ProjectionUnit& unit, Tensor& dy, const Tensor& cos, const Tensor& sin,
+                     Tensor& dx, bool accumulate_dx);
   // The SwiGLU forward and the forward of the down unit reading its output
   // (Backend::swiglu_projection_forward): out = silu(gate) * up, y = out W_down^T.
   void swiglu_forward(const ProjectionUnit& down_unit, const Tensor& gate, const Tensor& up,

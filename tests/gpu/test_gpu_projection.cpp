@@ -2,8 +2,9 @@
 // against the CPU backend, per path and GEMM precision: y, dx (accumulated) and dw (accumulated)
 // from the same inputs. Narrower than the training comparison (test_gpu_training.cpp), so a
 // disagreement there can be placed in one role of one path. And an input group (q, k, v) against
-// the same projections each on its own: the same bits, x prepared once; and the MLP's fused
-// forward and backward against their ops one by one. Skip without a GPU.
+// the same projections each on its own: the same bits, x prepared once; and the fused ops (the
+// MLP's forward and backward, RoPE's backward with q's or k's) against their ops one by one.
+// Skip without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_projection.h"
+#include "backend/rope_table.h"
 #include "gpu_test_util.h"
 
 namespace gnmr {
@@ -61,6 +63,20 @@ PathSpec path_of(PathKind kind) {
   PathSpec path;
   path.kind = kind;
   return path;
+}
+
+// The fine-grained FP path in `format` (e4m3: fp8mix's recovery; e3m2: its low path).
+PathSpec fp_path(FpFormat format) {
+  PathSpec path = path_of(PathKind::kFineGrainedFp);
+  path.format = format;
+  return path;
+}
+
+// A CUDA backend whose GEMMs outside the paths run fp32.
+std::unique_ptr<Backend> cuda_backend_fp32_gemms() {
+  std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
+  be->set_gemm_precision(GemmPrecision::FP32);
+  return be;
 }
 
 // max |gpu - cpu| / max |cpu| over a tensor.
@@ -227,9 +243,8 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
 // write quantizes x again.
 TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
   SKIP_WITHOUT_GPU();
-  PathSpec fp8 = path_of(PathKind::kFineGrainedFp), e3m2 = fp8;
-  e3m2.format = FpFormat::kE3M2;
-  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
+                 bf16 = path_of(PathKind::kBf16Gemm);
   struct MixedCase {
     const char* name;
     PathSpec low, recovery;
@@ -260,9 +275,8 @@ TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
 // run. Either way dx and both dW are the bits of those three ops run one by one.
 TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) {
   SKIP_WITHOUT_GPU();
-  PathSpec fp8 = path_of(PathKind::kFineGrainedFp), e3m2 = fp8;
-  e3m2.format = FpFormat::kE3M2;
-  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
+                 bf16 = path_of(PathKind::kBf16Gemm);
   struct MlpCase {
     const char* name;
     PathSpec gate_path, up_path;
@@ -275,8 +289,7 @@ TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) 
   using gnmr_test::random_normal;
   for (const MlpCase& c : cases) {
     SCOPED_TRACE(c.name);
-    std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
-    be->set_gemm_precision(GemmPrecision::FP32);
+    std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
     ProjectionShape shape{kTokens, kIn, kOut};
     std::unique_ptr<ProjectionState> gate_state =
         be->plan_projection("gate", shape, c.gate_path, c.up_path);
@@ -320,8 +333,8 @@ TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) 
     EXPECT_EQ(fused.dw, alone.dw);
     const auto& gs = dynamic_cast<const cuda::CudaProjectionState&>(*gate_state);
     const auto& us = dynamic_cast<const cuda::CudaProjectionState&>(*up_state);
-    EXPECT_EQ(gs.swiglu_dy_backwards, c.fused ? 1 : 0);
-    EXPECT_EQ(us.swiglu_dy_backwards, c.fused ? 1 : 0);
+    EXPECT_EQ(gs.computed_dy_backwards, c.fused ? 1 : 0);
+    EXPECT_EQ(us.computed_dy_backwards, c.fused ? 1 : 0);
     // Fused, dgate is never written; else it is the SwiGLU backward's.
     EXPECT_EQ(dgate_fused, c.fused ? poison : dgate_alone);
     EXPECT_NE(dgate_alone, poison);
@@ -334,9 +347,8 @@ TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) 
 // out, y and, after the backward, dx and dW are the bits of the two ops run one by one.
 TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSameBits) {
   SKIP_WITHOUT_GPU();
-  PathSpec fp8 = path_of(PathKind::kFineGrainedFp), e3m2 = fp8;
-  e3m2.format = FpFormat::kE3M2;
-  const PathSpec bf16 = path_of(PathKind::kBf16Gemm);
+  const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
+                 bf16 = path_of(PathKind::kBf16Gemm);
   struct MlpCase {
     const char* name;
     PathSpec path;
@@ -349,8 +361,7 @@ TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSam
   using gnmr_test::random_normal;
   for (const MlpCase& c : cases) {
     SCOPED_TRACE(c.name);
-    std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
-    be->set_gemm_precision(GemmPrecision::FP32);
+    std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
     std::unique_ptr<ProjectionState> down =
         be->plan_projection("down", ProjectionShape{kTokens, kIn, kOut}, fp8, c.path);
     const Tensor w = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
@@ -388,6 +399,68 @@ TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSam
     EXPECT_EQ(fused.dw, alone.dw);
     const auto& s = dynamic_cast<const cuda::CudaProjectionState&>(*down);
     EXPECT_EQ(s.swiglu_x_forwards, c.fused ? 1 : 0);
+  }
+}
+
+// The attention backward's rope_projection_backward for q or k: where the path quantizes dy to
+// FP8 codes and nothing else and the head dim is 64 or 128, dy is rotated back inside the pair
+// kernel and left unrotated; elsewhere RoPE's backward runs in place, then the projection's.
+// Either way dx (accumulated) and dW are the bits of the two ops one by one.
+TEST(GpuProjection, TheAttentionBackwardRotatesFp8DyInItsQuantizerWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
+                 bf16 = path_of(PathKind::kBf16Gemm);
+  struct RopeCase {
+    const char* name;
+    PathSpec path;
+    int64_t hd;
+    bool fused;
+  };
+  const std::vector<RopeCase> cases = {{"e4m3, hd 64", fp8, 64, true},
+                                       {"e3m2, hd 128", e3m2, 128, true},
+                                       {"e4m3, hd 32 (pairs across lanes)", fp8, 32, false},
+                                       {"bf16, hd 64", bf16, 64, false}};
+  using gnmr_test::random_normal;
+  constexpr int64_t kBatch = 2, kSeq = kTokens / kBatch;
+  for (const RopeCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
+    std::unique_ptr<ProjectionState> state =
+        be->plan_projection("q", ProjectionShape{kTokens, kIn, kOut}, c.path, c.path);
+    const Tensor w = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
+    const Tensor x = upload(*be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
+    Tensor y = be->allocate("y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+    be->projection_forward(*state, c.path, w, x, y, true, RngKey{});
+    std::vector<float> cos_host, sin_host;
+    compute_rope_table(10000.0f, static_cast<int>(c.hd), static_cast<int>(kSeq + 5), cos_host,
+                       sin_host);
+    const Tensor cos = upload(*be, cos_host, {kSeq + 5, c.hd / 2});
+    const Tensor sin = upload(*be, sin_host, {kSeq + 5, c.hd / 2});
+    const std::vector<float> dy_host = random_normal(size_t(kTokens * kOut), 3);
+    const std::vector<int64_t> heads_shape = {kBatch, kSeq, kOut / c.hd, c.hd};
+    Outputs fused, alone;  // dx and dw
+    std::vector<float> dy_fused, dy_alone;
+    for (bool one_by_one : {false, true}) {
+      Tensor dy = upload(*be, dy_host, heads_shape);
+      Tensor dx = upload(*be, random_normal(size_t(kTokens * kIn), 4), {kTokens, kIn});
+      Tensor dw = be->allocate("dw", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      if (one_by_one) {
+        be->rope_backward(dy, cos, sin);
+        be->projection_backward(*state, c.path, w, dy, dx, true, dw);
+      } else {
+        be->rope_projection_backward(dy, cos, sin, {*state, c.path, w, dw}, dx, true);
+      }
+      Outputs& o = one_by_one ? alone : fused;
+      o.dx = download(*be, dx);
+      o.dw = download(*be, dw);
+      (one_by_one ? dy_alone : dy_fused) = download(*be, dy);
+    }
+    EXPECT_EQ(fused.dx, alone.dx);
+    EXPECT_EQ(fused.dw, alone.dw);
+    const auto& s = dynamic_cast<const cuda::CudaProjectionState&>(*state);
+    EXPECT_EQ(s.computed_dy_backwards, c.fused ? 1 : 0);
+    EXPECT_EQ(dy_fused, c.fused ? dy_host : dy_alone);  // fused: left unrotated
+    EXPECT_NE(dy_alone, dy_host);
   }
 }
 

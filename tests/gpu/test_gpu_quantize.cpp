@@ -9,10 +9,13 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/rope_table.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/quantize.cuh"
@@ -21,6 +24,7 @@
 #include "precision/quantize_fine_grained.h"
 #include "precision/quantize_groupwise.h"
 #include "precision/scale_layout.h"
+#include "util/error.h"
 
 namespace gnmr {
 namespace {
@@ -244,6 +248,10 @@ struct DevicePairOperands {
 
 // Partial tiles both ways (300 x 70, 129 x 200), whole ones (256 x 512), one element.
 const std::pair<int64_t, int64_t> kPairShapes[] = {{300, 70}, {256, 512}, {129, 200}, {1, 1}};
+// The fused pair kernels' (fused_pair_takes: rows of whole quads, the formats with FP8 GEMMs).
+const std::pair<int64_t, int64_t> kFusedPairShapes[] = {{300, 72}, {256, 512}, {129, 200}, {1, 4}};
+const FpFormat kFusedPairFormats[] = {FpFormat::kE4M3, FpFormat::kE3M2, FpFormat::kE2M3,
+                                      FpFormat::kE2M1};
 
 TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) {
   SKIP_WITHOUT_GPU();
@@ -268,8 +276,8 @@ TEST(GpuQuantize, FpTile1x128AndTransposedKernelWritesBothBackwardOperandsOfDy) 
 // are the twins' of that output.
 TEST(GpuQuantize, SwigluOutputPairKernelWritesAndQuantizesTheCpusSwigluForward) {
   SKIP_WITHOUT_GPU();
-  for (FpFormat format : kAllFpFormats) {
-    for (auto [n, cols] : kPairShapes) {
+  for (FpFormat format : kFusedPairFormats) {
+    for (auto [n, cols] : kFusedPairShapes) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
       std::vector<float> gate = random_activations(n, cols, 15),
                          up = random_activations(n, cols, 16);
@@ -287,13 +295,75 @@ TEST(GpuQuantize, SwigluOutputPairKernelWritesAndQuantizesTheCpusSwigluForward) 
   }
 }
 
+// The fused attention backward's dy for q and k: RoPE's backward computed inside the pair kernel
+// gives the codes and scales of the CPU's rope_backward (cpu::rope_backward) quantized by the
+// pair kernel's twins, bit for bit, dx left unrotated. Head dims 64 and 128 (the two the kernel
+// takes), a partial tile each way, the tables longer than the sequence (positions t % T).
+TEST(GpuQuantize, RopeGradientPairKernelQuantizesTheCpusRopeBackward) {
+  SKIP_WITHOUT_GPU();
+  struct RopeCase {
+    int64_t b, t, heads, hd;
+  };
+  for (FpFormat format : {FpFormat::kE4M3, FpFormat::kE3M2, FpFormat::kE2M1}) {
+    for (const RopeCase& r : {RopeCase{2, 150, 3, 64}, RopeCase{1, 129, 2, 128},
+                              RopeCase{3, 40, 5, 64}, RopeCase{1, 1, 1, 128}}) {
+      const int64_t n = r.b * r.t, cols = r.heads * r.hd;
+      SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << r.b << "x" << r.t << "x"
+                                        << r.heads << "x" << r.hd);
+      std::vector<float> cos, sin;
+      compute_rope_table(10000.0f, static_cast<int>(r.hd), static_cast<int>(r.t + 7), cos, sin);
+      std::vector<float> dx = random_activations(n, cols, 17);
+      add_fp_tile_edge_cases(dx, n, cols);
+      std::vector<float> rotated = dx;
+      cpu::rope_backward(rotated.data(), cos.data(), sin.data(), r.b, r.t, r.heads, r.hd, 1);
+      DeviceBuffer<float> d_dx(dx), d_cos(cos), d_sin(sin);
+      ASSERT_TRUE(cuda::rope_gradient_quantizable(r.hd, d_cos.get(), d_sin.get()));
+      DevicePairOperands out(n, cols);
+      cuda::quantize_rope_gradient_1x128_and_transposed(
+          d_dx.get(), d_cos.get(), d_sin.get(), n, r.t, r.heads, r.hd, format, out.codes.get(),
+          out.scales.get(), out.codes_t.get(), out.scales_t.get(), nullptr);
+      out.expect_equal(cpu_pair_operands(rotated, n, cols, format));
+      expect_same_bits(d_dx.to_host(), dx, "dx, unrotated");
+    }
+  }
+  EXPECT_FALSE(cuda::rope_gradient_quantizable(32, nullptr, nullptr));   // pairs across lanes
+  EXPECT_FALSE(cuda::rope_gradient_quantizable(256, nullptr, nullptr));  // a head over two tiles
+}
+
+// What the fused pair kernels do not take is refused before any launch, naming the kernel:
+// e5m2 (no FP8 GEMM), rows that are not whole quads, an array off its 16-byte boundary.
+TEST(GpuQuantize, FusedPairKernelsRefuseWhatTheyDoNotTake) {
+  SKIP_WITHOUT_GPU();
+  DeviceBuffer<float> in(4096), out(4096), scales(64);
+  DeviceBuffer<uint8_t> codes(4096);
+  EXPECT_TRUE(cuda::fused_pair_takes(FpFormat::kE4M3, 64, {in.get(), out.get()}));
+  EXPECT_FALSE(cuda::fused_pair_takes(FpFormat::kE5M2, 64, {in.get()}));
+  EXPECT_FALSE(cuda::fused_pair_takes(FpFormat::kE4M3, 62, {in.get()}));
+  EXPECT_FALSE(cuda::fused_pair_takes(FpFormat::kE4M3, 64, {in.get() + 1}));
+  for (auto [format, cols, gate] :
+       {std::tuple{FpFormat::kE5M2, int64_t{64}, static_cast<const float*>(in.get())},
+        std::tuple{FpFormat::kE4M3, int64_t{62}, static_cast<const float*>(in.get())},
+        std::tuple{FpFormat::kE4M3, int64_t{64}, static_cast<const float*>(in.get() + 1)}}) {
+    try {
+      cuda::quantize_swiglu_output_1x128_and_transposed(gate, in.get(), out.get(), 32, cols, format,
+                                                        codes.get(), scales.get(), codes.get(),
+                                                        scales.get(), nullptr);
+      ADD_FAILURE() << "no error for " << fp_format_name(format) << ", " << cols << " columns";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("quantize_swiglu_output_1x128_and_transposed"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // The fused MLP backward's dy: dgate and dup computed from gate, up, dout inside the pair kernel
 // give the codes and scales of the CPU's SwiGLU backward (cpu::swiglu_backward) quantized by
 // the pair kernel's twins, bit for bit, the gradients never written.
 TEST(GpuQuantize, SwigluGradientPairKernelQuantizesTheCpusSwigluBackward) {
   SKIP_WITHOUT_GPU();
-  for (FpFormat format : kAllFpFormats) {
-    for (auto [n, cols] : kPairShapes) {
+  for (FpFormat format : kFusedPairFormats) {
+    for (auto [n, cols] : kFusedPairShapes) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << n << "x" << cols);
       std::vector<float> gate = random_activations(n, cols, 12),
                          up = random_activations(n, cols, 13),

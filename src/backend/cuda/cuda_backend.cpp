@@ -395,7 +395,9 @@ class CudaBackend final : public Backend {
                                  const ProjectionForwardCall& down, Tensor& y, bool save) override {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& s = cuda_state(down.state);
-    if (!cuda::forward_takes_swiglu_x(c, s, down.path, save)) {
+    if (!cuda::forward_takes_swiglu_x(c, s, down.path, save) ||
+        !cuda::fused_pair_takes(down.path.format, matrix_cols(gate),
+                                {f32_data(gate), f32_data(up), f32_data(out)})) {
       Backend::swiglu_projection_forward(gate, up, out, down, y, save);
       return;
     }
@@ -405,7 +407,7 @@ class CudaBackend final : public Backend {
     cuda::projection_forward(c, s, down.path, down.w, out, y, save, down.key, &x);
   }
   // Where both gate and up quantize dy to FP8 codes and nothing else, their dy codes come from
-  // gate, up and dout directly (cuda::SwigluDy): dgate and dup are never written.
+  // gate, up and dout directly (cuda::ComputedDy): dgate and dup are never written.
   void swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                    Tensor& dgate, Tensor& dup,
                                    const ProjectionBackwardCall& gate_proj,
@@ -413,8 +415,12 @@ class CudaBackend final : public Backend {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& gs = cuda_state(gate_proj.state);
     cuda::CudaProjectionState& us = cuda_state(up_proj.state);
-    if (!cuda::backward_takes_swiglu_dy(c, gs, gate_proj.path, false) ||
-        !cuda::backward_takes_swiglu_dy(c, us, up_proj.path, true)) {
+    auto fused = [&](const ProjectionBackwardCall& p, cuda::CudaProjectionState& s, bool acc) {
+      return cuda::backward_takes_computed_dy(c, s, p.path, acc) &&
+             cuda::fused_pair_takes(p.path.format, matrix_cols(gate),
+                                    {f32_data(gate), f32_data(up), f32_data(dout)});
+    };
+    if (!fused(gate_proj, gs, false) || !fused(up_proj, us, true)) {
       Backend::swiglu_projections_backward(gate, up, dout, dgate, dup, gate_proj, up_proj, dx);
       return;
     }
@@ -422,14 +428,44 @@ class CudaBackend final : public Backend {
     check_same_numel(gate, dout, "swiglu_projections_backward");
     check_same_numel(gate, dgate, "swiglu_projections_backward");
     check_same_numel(gate, dup, "swiglu_projections_backward");
-    const cuda::SwigluDy dgate_codes{f32_data(gate), f32_data(up), f32_data(dout),
-                                     cuda::SwigluGradient::kGate};
-    const cuda::SwigluDy dup_codes{f32_data(gate), f32_data(up), f32_data(dout),
-                                   cuda::SwigluGradient::kUp};
+    auto swiglu_gradient = [&](cuda::SwigluGradient which) {
+      return cuda::ComputedDy([&, which](FpFormat format, uint8_t* codes, float* scales,
+                                         uint8_t* codes_t, float* scales_t) {
+        cuda::quantize_swiglu_gradient_1x128_and_transposed(
+            f32_data(gate), f32_data(up), f32_data(dout), which, matrix_rows(gate),
+            matrix_cols(gate), format, codes, scales, codes_t, scales_t, stream_);
+      });
+    };
+    const cuda::ComputedDy dgate_codes = swiglu_gradient(cuda::SwigluGradient::kGate);
+    const cuda::ComputedDy dup_codes = swiglu_gradient(cuda::SwigluGradient::kUp);
     cuda::projection_backward(c, gs, gate_proj.path, gate_proj.w, dgate, dx, false, gate_proj.dw,
                               &dgate_codes);
     cuda::projection_backward(c, us, up_proj.path, up_proj.w, dup, dx, true, up_proj.dw,
                               &dup_codes);
+  }
+  // Where the projection quantizes dy to FP8 codes and nothing else, its dy codes come from the
+  // unrotated gradient, rotated as it is read (cuda::ComputedDy), for head dims 64 and 128: dx is
+  // left unrotated.
+  void rope_projection_backward(Tensor& dx, const Tensor& cos, const Tensor& sin,
+                                const ProjectionBackwardCall& proj, Tensor& d_in,
+                                bool accumulate) override {
+    const cuda::ProjectionContext c = projection_context();
+    cuda::CudaProjectionState& s = cuda_state(proj.state);
+    if (dx.shape.size() != 4 || !cuda::backward_takes_computed_dy(c, s, proj.path, accumulate) ||
+        !cuda::rope_gradient_quantizable(dx.dim(3), f32_data(cos), f32_data(sin)) ||
+        !cuda::fused_pair_takes(proj.path.format, matrix_cols(dx), {f32_data(dx)})) {
+      Backend::rope_projection_backward(dx, cos, sin, proj, d_in, accumulate);
+      return;
+    }
+    check_rope_tables(dx, cos, sin, "rope_projection_backward");
+    const cuda::ComputedDy rotated = [&](FpFormat format, uint8_t* codes, float* scales,
+                                         uint8_t* codes_t, float* scales_t) {
+      cuda::quantize_rope_gradient_1x128_and_transposed(
+          f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0) * dx.dim(1), dx.dim(1), dx.dim(2),
+          dx.dim(3), format, codes, scales, codes_t, scales_t, stream_);
+    };
+    Tensor dy = tensor_view(dx, {dx.dim(0) * dx.dim(1), dx.dim(2) * dx.dim(3)});  // [N, out]
+    cuda::projection_backward(c, s, proj.path, proj.w, dy, d_in, accumulate, proj.dw, &rotated);
   }
   void invalidate_prepared_weights() override { ++weights_epoch_; }
   std::string describe_projection(const ProjectionShape& shape,
@@ -438,17 +474,23 @@ class CudaBackend final : public Backend {
   }
 
   // ---- rope, attention, swiglu, residual, loss ----
+  // x [B, T, heads, hd] against the tables [>= T, hd / 2].
+  static void check_rope_tables(const Tensor& x, const Tensor& cos, const Tensor& sin,
+                                const char* op) {
+    GNMR_CHECK(x.shape.size() == 4 && cos.shape.size() == 2 && cos.dim(0) >= x.dim(1) &&
+                   cos.dim(1) * 2 == x.dim(3) && sin.shape == cos.shape,
+               std::string(op) + ": x " + x.shape_string() + " vs tables " + cos.shape_string() +
+                   ", " + sin.shape_string());
+  }
   void rope_forward(Tensor& x, const Tensor& cos, const Tensor& sin) override {
     const auto timing = time_op("rope");
-    GNMR_CHECK(x.shape.size() == 4 && cos.dim(0) >= x.dim(1) && cos.dim(1) * 2 == x.dim(3),
-               "rope_forward: x " + x.shape_string() + " vs table " + cos.shape_string());
+    check_rope_tables(x, cos, sin, "rope_forward");
     cuda::rope_forward(f32_data(x), f32_data(cos), f32_data(sin), x.dim(0), x.dim(1), x.dim(2),
                        x.dim(3), stream_);
   }
   void rope_backward(Tensor& dx, const Tensor& cos, const Tensor& sin) override {
     const auto timing = time_op("rope");
-    GNMR_CHECK(dx.shape.size() == 4 && cos.dim(0) >= dx.dim(1) && cos.dim(1) * 2 == dx.dim(3),
-               "rope_backward: dx " + dx.shape_string() + " vs table " + cos.shape_string());
+    check_rope_tables(dx, cos, sin, "rope_backward");
     cuda::rope_backward(f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0), dx.dim(1), dx.dim(2),
                         dx.dim(3), stream_);
   }

@@ -283,7 +283,7 @@ struct DyOperands {
   Operand weight_gradient, input_gradient;
 };
 DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState& s,
-                           const PathSpec& path, const Tensor& dy, const SwigluDy* from_swiglu) {
+                           const PathSpec& path, const Tensor& dy, const ComputedDy* computed) {
   const int64_t n = s.shape.tokens, out = s.shape.out;
   const Fp8DyPairLayout l = fp8_dy_pair_layout(n, out);
   auto* codes = static_cast<uint8_t*>(need(c.scratch.dy_low, l.codes_bytes, "dy codes (both)"));
@@ -292,11 +292,8 @@ DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState
   uint8_t *codes_t = codes + l.codes_t, *codes_n = codes + l.codes;
   auto* scales_t = reinterpret_cast<float*>(scales + l.scales_t);
   auto* scales_n = reinterpret_cast<float*>(scales + l.scales);
-  if (from_swiglu != nullptr) {
-    const SwigluDy& g = *from_swiglu;
-    quantize_swiglu_gradient_1x128_and_transposed(g.gate, g.up, g.dout, g.which, n, out,
-                                                  path.format, codes_n, scales_n, codes_t, scales_t,
-                                                  c.stream);
+  if (computed != nullptr) {
+    (*computed)(path.format, codes_n, scales_n, codes_t, scales_t);
   } else {
     quantize_fp_tile_1x128_and_transposed(f32_data(dy), n, out, path.format, codes_n, scales_n,
                                           codes_t, scales_t, c.stream);
@@ -473,8 +470,8 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   }
 }
 
-bool backward_takes_swiglu_dy(const ProjectionContext& c, const CudaProjectionState& s,
-                              const PathSpec& path, bool accumulate_dx) {
+bool backward_takes_computed_dy(const ProjectionContext& c, const CudaProjectionState& s,
+                                const PathSpec& path, bool accumulate_dx) {
   const ProjectionGemm wg =
       plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
@@ -484,7 +481,7 @@ bool backward_takes_swiglu_dy(const ProjectionContext& c, const CudaProjectionSt
 
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                          const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
-                         const SwigluDy* dy_from_swiglu) {
+                         const ComputedDy* computed_dy) {
   check_shapes(s, w, "projection_backward");
   GNMR_CHECK(!s.reads_forward_input(path) || s.saved_input.data != nullptr,
              "projection_backward before a saving projection_forward");
@@ -497,9 +494,9 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
                                                  c.precision, c.target, accumulate_dx);
   const DyPreparation dy_prep = backward_dy_preparation(wg, ig);
-  GNMR_CHECK(dy_from_swiglu == nullptr || dy_prep == DyPreparation::kFp8BothOnce,
-             "projection_backward: a dy made from the SwiGLU backward's inputs needs a path whose "
-             "GEMMs both read dy as FP8 codes, not " +
+  GNMR_CHECK(computed_dy == nullptr || dy_prep == DyPreparation::kFp8BothOnce,
+             "projection_backward: a dy computed by its quantizer needs a path whose GEMMs both "
+             "read dy as FP8 codes, not " +
                  path.describe());
   Operand xa, wa;
   DyOperands dyo;
@@ -509,8 +506,8 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   }
   if (dy_prep == DyPreparation::kFp8BothOnce) {
     const OpTimer::Scope timing(c.timer, "prep dy (dW+dx)");
-    dyo = fp8_dy_operands(c, s, path, dy, dy_from_swiglu);
-    if (dy_from_swiglu != nullptr) ++s.swiglu_dy_backwards;
+    dyo = fp8_dy_operands(c, s, path, dy, computed_dy);
+    if (computed_dy != nullptr) ++s.computed_dy_backwards;
   } else {
     const OpTimer::Scope timing(c.timer, "prep dy (dW)");
     dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -90,9 +91,9 @@ class CudaProjectionState final : public ProjectionState {
   // x-side preparations this projection ran, and those it found already in the scratch; its
   // weight gradients that read x^T's codes kept by the group's forward; its forwards whose x
   // the SwiGLU ran in the quantizing kernel (SwigluX); and its backwards whose dy codes were
-  // made from the SwiGLU backward's inputs (SwigluDy).
+  // computed from what dy is made of (ComputedDy).
   int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0;
-  int64_t swiglu_x_forwards = 0, swiglu_dy_backwards = 0;
+  int64_t swiglu_x_forwards = 0, computed_dy_backwards = 0;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.
@@ -117,16 +118,15 @@ struct ProjectionContext {
   uint64_t weights_epoch;
 };
 
-// A backward's dy that is never written: the SwiGLU backward's dgate or dup (`which`) of gate,
-// up, dout [N, out], computed by the kernel that quantizes it
-// (quantize_swiglu_gradient_1x128_and_transposed). Only a path whose dy becomes FP8 codes and
-// nothing else takes one (backward_takes_swiglu_dy).
-struct SwigluDy {
-  const float* gate = nullptr;
-  const float* up = nullptr;
-  const float* dout = nullptr;
-  SwigluGradient which = SwigluGradient::kGate;
-};
+// A backward's dy that is never written, computed by the kernel that quantizes it from what it
+// is made of: the SwiGLU backward's dgate or dup (quantize_swiglu_gradient_1x128_and_transposed),
+// or RoPE's backward of q's or k's unrotated gradient
+// (quantize_rope_gradient_1x128_and_transposed). Called with the path's format and the dy
+// scratch, it writes dy's 1x128 codes and dy^T's 128x1 codes, as
+// quantize_fp_tile_1x128_and_transposed would from dy. Only a path whose dy becomes FP8 codes
+// and nothing else takes one (backward_takes_computed_dy).
+using ComputedDy = std::function<void(FpFormat format, uint8_t* codes, float* scales,
+                                      uint8_t* codes_t, float* scales_t)>;
 
 // A forward's x that the kernel quantizing it writes: the SwiGLU forward's silu(gate) * up of
 // gate, up [N, in] (quantize_swiglu_output_1x128_and_transposed). Only a forward that makes x's
@@ -149,14 +149,14 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
 // (forward_keeps_x_t: x's FP8 codes and x^T's from one kernel).
 bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
                             const PathSpec& path, bool save);
-// dy_from_swiglu: dy (then only its shape is read) is that SwiGLU gradient.
+// computed_dy: dy's codes come from it, dy itself (then only its shape is read) is not read.
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                          const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
-                         const SwigluDy* dy_from_swiglu = nullptr);
-// Whether projection_backward on `path` takes a SwigluDy: both of its GEMMs read dy as FP8 codes
-// (DyPreparation::kFp8BothOnce), so dy itself is read by nothing else.
-bool backward_takes_swiglu_dy(const ProjectionContext& c, const CudaProjectionState& s,
-                              const PathSpec& path, bool accumulate_dx);
+                         const ComputedDy* computed_dy = nullptr);
+// Whether projection_backward on `path` takes a ComputedDy: both of its GEMMs read dy as FP8
+// codes (DyPreparation::kFp8BothOnce), so dy itself is read by nothing else.
+bool backward_takes_computed_dy(const ProjectionContext& c, const CudaProjectionState& s,
+                                const PathSpec& path, bool accumulate_dx);
 
 }  // namespace cuda
 }  // namespace gnmr
