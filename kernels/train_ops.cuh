@@ -33,6 +33,12 @@ void swiglu_forward(const float* gate, const float* up, float* out, int64_t coun
                     cudaStream_t stream);
 void swiglu_backward(const float* gate, const float* up, const float* dout, float* dgate,
                      float* dup, int64_t count, cudaStream_t stream);
+// swiglu_backward's dgate, or dup where up_gradient (then up is not read and may be null),
+// rounded to bf16 (encode_bf16) into out [count], the fp32 gradient never written: a bf16
+// projection's dy (Backend::swiglu_projections_backward). Twins: cpu::swiglu_backward, then
+// encode_bf16.
+void swiglu_gradient_to_bf16(const float* gate, const float* up, const float* dout,
+                             bool up_gradient, uint16_t* out, int64_t count, cudaStream_t stream);
 
 // logits: [n, vocab]; targets: [n] i32 (< 0: ignored, loss 0, zero gradient row; otherwise
 // < vocab); losses: [n]. One block per row, one pass over the vocabulary for the online max and

@@ -270,13 +270,14 @@ TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
 }
 
 // The MLP's backward (swiglu_projections_backward) for gate and up as an input group: where
-// both paths quantize dy to FP8 codes and nothing else, the codes come from gate, up and dout
-// (the gradients never written); elsewhere the SwiGLU backward and two projection backwards
-// run. Either way dx and both dW are the bits of those three ops run one by one.
-TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) {
+// both paths make one form of dy (FP8 codes, bf16), the kernel making it computes it from gate,
+// up and dout (the gradients never written); elsewhere (e5m2 runs emulated, its GEMMs each
+// quantizing dy) the SwiGLU backward and two projection backwards run. Either way dx and both
+// dW are the bits of those three ops run one by one.
+TEST(GpuProjection, TheMlpBackwardMakesDyFromTheSwigluInputsWithTheSameBits) {
   SKIP_WITHOUT_GPU();
   const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
-                 bf16 = path_of(PathKind::kBf16Gemm);
+                 e5m2 = fp_path(FpFormat::kE5M2), bf16 = path_of(PathKind::kBf16Gemm);
   struct MlpCase {
     const char* name;
     PathSpec gate_path, up_path;
@@ -284,8 +285,9 @@ TEST(GpuProjection, TheMlpBackwardMakesFp8DyFromTheSwigluInputsWithTheSameBits) 
   };
   const std::vector<MlpCase> cases = {{"e4m3, e4m3", fp8, fp8, true},
                                       {"e3m2, e4m3 (GNMR's routing)", e3m2, fp8, true},
-                                      {"e4m3, bf16", fp8, bf16, false},
-                                      {"bf16, bf16", bf16, bf16, false}};
+                                      {"e4m3, bf16", fp8, bf16, true},
+                                      {"bf16, bf16", bf16, bf16, true},
+                                      {"e5m2 (emulated: dy per GEMM), e4m3", e5m2, fp8, false}};
   using gnmr_test::random_normal;
   for (const MlpCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -402,14 +404,14 @@ TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSam
   }
 }
 
-// The attention backward's rope_projection_backward for q or k: where the path quantizes dy to
-// FP8 codes and nothing else and the head dim is 64 or 128, dy is rotated back inside the pair
-// kernel and left unrotated; elsewhere RoPE's backward runs in place, then the projection's.
-// Either way dx (accumulated) and dW are the bits of the two ops one by one.
-TEST(GpuProjection, TheAttentionBackwardRotatesFp8DyInItsQuantizerWithTheSameBits) {
+// The attention backward's rope_projection_backward for q or k: where the path makes one form
+// of dy (bf16; FP8 codes for head dims 64 and 128), the kernel making it rotates dy back as it
+// reads it and leaves it unrotated; elsewhere RoPE's backward runs in place, then the
+// projection's. Either way dx (accumulated) and dW are the bits of the two ops one by one.
+TEST(GpuProjection, TheAttentionBackwardRotatesDyInTheKernelPreparingItWithTheSameBits) {
   SKIP_WITHOUT_GPU();
   const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
-                 bf16 = path_of(PathKind::kBf16Gemm);
+                 e5m2 = fp_path(FpFormat::kE5M2), bf16 = path_of(PathKind::kBf16Gemm);
   struct RopeCase {
     const char* name;
     PathSpec path;
@@ -419,7 +421,9 @@ TEST(GpuProjection, TheAttentionBackwardRotatesFp8DyInItsQuantizerWithTheSameBit
   const std::vector<RopeCase> cases = {{"e4m3, hd 64", fp8, 64, true},
                                        {"e3m2, hd 128", e3m2, 128, true},
                                        {"e4m3, hd 32 (pairs across lanes)", fp8, 32, false},
-                                       {"bf16, hd 64", bf16, 64, false}};
+                                       {"bf16, hd 64", bf16, 64, true},
+                                       {"bf16, hd 32", bf16, 32, true},
+                                       {"e5m2 (emulated: dy per GEMM), hd 64", e5m2, 64, false}};
   using gnmr_test::random_normal;
   constexpr int64_t kBatch = 2, kSeq = kTokens / kBatch;
   for (const RopeCase& c : cases) {

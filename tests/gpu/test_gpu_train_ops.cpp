@@ -20,6 +20,7 @@
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/train_ops.cuh"
+#include "precision/bf16.h"
 #include "precision/fp_format.h"
 #include "precision/host_device.h"
 
@@ -135,7 +136,7 @@ TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDw) {
   }
 }
 
-TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExact) {
+TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExactAndSoAreTheirBf16Gradients) {
   SKIP_WITHOUT_GPU();
   const int64_t count = 37 * 70 + 3;
   // stddev 8: gates past the exp's clamps (|g| > 87) are rare, so add some by hand
@@ -159,6 +160,24 @@ TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExact) {
   expect_same_bits(d_out.to_host(), out, "forward");
   expect_same_bits(d_dgate.to_host(), dgate, "dgate");
   expect_same_bits(d_dup.to_host(), dup, "dup");
+  // A bf16 projection's dy from the fused MLP backward: each gradient rounded to bf16 as
+  // encode_bf16 rounds the CPU's, over the four-wide kernel and the tail (count % 4 = 1), and
+  // over the one-element kernel alone (from an element off the 16-byte boundary). dup reads no up.
+  for (const int64_t offset : {0, 1}) {
+    const int64_t n = count - offset;
+    for (const bool up_gradient : {false, true}) {
+      SCOPED_TRACE(testing::Message() << (up_gradient ? "dup" : "dgate") << ", from " << offset);
+      const std::vector<float>& cpu = up_gradient ? dup : dgate;
+      std::vector<uint16_t> expected(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) expected[size_t(i)] = encode_bf16(cpu[size_t(i + offset)]);
+      DeviceBuffer<uint16_t> d_bf16(std::vector<uint16_t>(size_t(n), 0x7FC1));
+      cuda::swiglu_gradient_to_bf16(d_gate.get() + offset,
+                                    up_gradient ? nullptr : d_up.get() + offset,
+                                    d_dout.get() + offset, up_gradient, d_bf16.get(), n, nullptr);
+      sync();
+      EXPECT_EQ(d_bf16.to_host(), expected);
+    }
+  }
 }
 
 // The two sides sum exp(x - max) in different orders, the kernel rescaling partial sums by

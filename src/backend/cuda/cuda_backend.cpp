@@ -406,8 +406,24 @@ class CudaBackend final : public Backend {
     const cuda::SwigluX x{f32_data(gate), f32_data(up)};
     cuda::projection_forward(c, s, down.path, down.w, out, y, save, down.key, &x);
   }
-  // Where both gate and up quantize dy to FP8 codes and nothing else, their dy codes come from
-  // gate, up and dout directly (cuda::ComputedDy): dgate and dup are never written.
+  // Whether a projection's backward takes a dy that the kernel making its one form computes
+  // (cuda::ComputedDy): bf16 always; FP8 codes where the fused pair kernel takes the arrays
+  // (rows of `cols`).
+  bool takes_computed_dy(const cuda::ProjectionContext& c, cuda::CudaProjectionState& s,
+                         const PathSpec& path, bool accumulate, int64_t cols,
+                         std::initializer_list<const void*> arrays) const {
+    switch (cuda::backward_dy_preparation_of(c, s, path, accumulate)) {
+      case DyPreparation::kBf16Once:
+        return true;
+      case DyPreparation::kFp8BothOnce:
+        return cuda::fused_pair_takes(path.format, cols, arrays);
+      case DyPreparation::kPerGemm:
+        break;
+    }
+    return false;
+  }
+  // Where gate and up each make one form of dy (FP8 codes or bf16), the kernel making it
+  // computes dgate (dup) from gate, up and dout: dgate and dup are never written.
   void swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                    Tensor& dgate, Tensor& dup,
                                    const ProjectionBackwardCall& gate_proj,
@@ -415,12 +431,11 @@ class CudaBackend final : public Backend {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& gs = cuda_state(gate_proj.state);
     cuda::CudaProjectionState& us = cuda_state(up_proj.state);
-    auto fused = [&](const ProjectionBackwardCall& p, cuda::CudaProjectionState& s, bool acc) {
-      return cuda::backward_takes_computed_dy(c, s, p.path, acc) &&
-             cuda::fused_pair_takes(p.path.format, matrix_cols(gate),
-                                    {f32_data(gate), f32_data(up), f32_data(dout)});
-    };
-    if (!fused(gate_proj, gs, false) || !fused(up_proj, us, true)) {
+    const int64_t n = matrix_rows(gate), cols = matrix_cols(gate);
+    const std::initializer_list<const void*> inputs = {f32_data(gate), f32_data(up),
+                                                       f32_data(dout)};
+    if (!takes_computed_dy(c, gs, gate_proj.path, false, cols, inputs) ||
+        !takes_computed_dy(c, us, up_proj.path, true, cols, inputs)) {
       Backend::swiglu_projections_backward(gate, up, dout, dgate, dup, gate_proj, up_proj, dx);
       return;
     }
@@ -429,12 +444,18 @@ class CudaBackend final : public Backend {
     check_same_numel(gate, dgate, "swiglu_projections_backward");
     check_same_numel(gate, dup, "swiglu_projections_backward");
     auto swiglu_gradient = [&](cuda::SwigluGradient which) {
-      return cuda::ComputedDy([&, which](FpFormat format, uint8_t* codes, float* scales,
-                                         uint8_t* codes_t, float* scales_t) {
+      cuda::ComputedDy dy;
+      dy.fp8_pair = [&, which](FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
+                               float* scales_t) {
         cuda::quantize_swiglu_gradient_1x128_and_transposed(
-            f32_data(gate), f32_data(up), f32_data(dout), which, matrix_rows(gate),
-            matrix_cols(gate), format, codes, scales, codes_t, scales_t, stream_);
-      });
+            f32_data(gate), f32_data(up), f32_data(dout), which, n, cols, format, codes, scales,
+            codes_t, scales_t, stream_);
+      };
+      dy.bf16 = [&, which](uint16_t* out) {
+        cuda::swiglu_gradient_to_bf16(f32_data(gate), f32_data(up), f32_data(dout),
+                                      which == cuda::SwigluGradient::kUp, out, n * cols, stream_);
+      };
+      return dy;
     };
     const cuda::ComputedDy dgate_codes = swiglu_gradient(cuda::SwigluGradient::kGate);
     const cuda::ComputedDy dup_codes = swiglu_gradient(cuda::SwigluGradient::kUp);
@@ -443,28 +464,35 @@ class CudaBackend final : public Backend {
     cuda::projection_backward(c, us, up_proj.path, up_proj.w, dup, dx, true, up_proj.dw,
                               &dup_codes);
   }
-  // Where the projection quantizes dy to FP8 codes and nothing else, its dy codes come from the
-  // unrotated gradient, rotated as it is read (cuda::ComputedDy), for head dims 64 and 128: dx is
-  // left unrotated.
+  // Where the projection makes one form of dy, the kernel making it rotates the gradient back
+  // as it reads it (cuda::ComputedDy; FP8 codes for head dims 64 and 128): dx is left
+  // unrotated.
   void rope_projection_backward(Tensor& dx, const Tensor& cos, const Tensor& sin,
                                 const ProjectionBackwardCall& proj, Tensor& d_in,
                                 bool accumulate) override {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& s = cuda_state(proj.state);
-    if (dx.shape.size() != 4 || !cuda::backward_takes_computed_dy(c, s, proj.path, accumulate) ||
-        !cuda::rope_gradient_quantizable(dx.dim(3), f32_data(cos), f32_data(sin)) ||
-        !cuda::fused_pair_takes(proj.path.format, matrix_cols(dx), {f32_data(dx)})) {
+    check_rope_tables(dx, cos, sin, "rope_projection_backward");
+    const int64_t b = dx.dim(0), t = dx.dim(1), heads = dx.dim(2), hd = dx.dim(3);
+    const bool fp8 = cuda::backward_dy_preparation_of(c, s, proj.path, accumulate) ==
+                     DyPreparation::kFp8BothOnce;
+    if (!takes_computed_dy(c, s, proj.path, accumulate, heads * hd, {f32_data(dx)}) ||
+        (fp8 && !cuda::rope_gradient_quantizable(hd, f32_data(cos), f32_data(sin)))) {
       Backend::rope_projection_backward(dx, cos, sin, proj, d_in, accumulate);
       return;
     }
-    check_rope_tables(dx, cos, sin, "rope_projection_backward");
-    const cuda::ComputedDy rotated = [&](FpFormat format, uint8_t* codes, float* scales,
-                                         uint8_t* codes_t, float* scales_t) {
-      cuda::quantize_rope_gradient_1x128_and_transposed(
-          f32_data(dx), f32_data(cos), f32_data(sin), dx.dim(0) * dx.dim(1), dx.dim(1), dx.dim(2),
-          dx.dim(3), format, codes, scales, codes_t, scales_t, stream_);
+    cuda::ComputedDy rotated;
+    rotated.fp8_pair = [&](FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
+                           float* scales_t) {
+      cuda::quantize_rope_gradient_1x128_and_transposed(f32_data(dx), f32_data(cos), f32_data(sin),
+                                                        b * t, t, heads, hd, format, codes, scales,
+                                                        codes_t, scales_t, stream_);
     };
-    Tensor dy = tensor_view(dx, {dx.dim(0) * dx.dim(1), dx.dim(2) * dx.dim(3)});  // [N, out]
+    rotated.bf16 = [&](uint16_t* out) {
+      cuda::rope_backward_to_bf16(f32_data(dx), f32_data(cos), f32_data(sin), b, t, heads, hd, out,
+                                  stream_);
+    };
+    Tensor dy = tensor_view(dx, {b * t, heads * hd});  // [N, out]
     cuda::projection_backward(c, s, proj.path, proj.w, dy, d_in, accumulate, proj.dw, &rotated);
   }
   void invalidate_prepared_weights() override { ++weights_epoch_; }

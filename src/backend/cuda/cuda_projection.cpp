@@ -293,7 +293,7 @@ DyOperands fp8_dy_operands(const ProjectionContext& c, const CudaProjectionState
   auto* scales_t = reinterpret_cast<float*>(scales + l.scales_t);
   auto* scales_n = reinterpret_cast<float*>(scales + l.scales);
   if (computed != nullptr) {
-    (*computed)(path.format, codes_n, scales_n, codes_t, scales_t);
+    computed->fp8_pair(path.format, codes_n, scales_n, codes_t, scales_t);
   } else {
     quantize_fp_tile_1x128_and_transposed(f32_data(dy), n, out, path.format, codes_n, scales_n,
                                           codes_t, scales_t, c.stream);
@@ -470,13 +470,12 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   }
 }
 
-bool backward_takes_computed_dy(const ProjectionContext& c, const CudaProjectionState& s,
-                                const PathSpec& path, bool accumulate_dx) {
-  const ProjectionGemm wg =
-      plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
-  const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
-                                                 c.precision, c.target, accumulate_dx);
-  return backward_dy_preparation(wg, ig) == DyPreparation::kFp8BothOnce;
+DyPreparation backward_dy_preparation_of(const ProjectionContext& c, const CudaProjectionState& s,
+                                         const PathSpec& path, bool accumulate_dx) {
+  return backward_dy_preparation(
+      plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true),
+      plan_projection_gemm(GemmRole::kInputGradient, s.shape, path, c.precision, c.target,
+                           accumulate_dx));
 }
 
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
@@ -494,9 +493,11 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
   const ProjectionGemm ig = plan_projection_gemm(GemmRole::kInputGradient, s.shape, path,
                                                  c.precision, c.target, accumulate_dx);
   const DyPreparation dy_prep = backward_dy_preparation(wg, ig);
-  GNMR_CHECK(computed_dy == nullptr || dy_prep == DyPreparation::kFp8BothOnce,
-             "projection_backward: a dy computed by its quantizer needs a path whose GEMMs both "
-             "read dy as FP8 codes, not " +
+  GNMR_CHECK(computed_dy == nullptr ||
+                 (dy_prep == DyPreparation::kFp8BothOnce && computed_dy->fp8_pair) ||
+                 (dy_prep == DyPreparation::kBf16Once && computed_dy->bf16),
+             "projection_backward: a dy computed by the kernel that prepares it needs a path "
+             "whose GEMMs both read one form of dy, not " +
                  path.describe());
   Operand xa, wa;
   DyOperands dyo;
@@ -508,6 +509,13 @@ void projection_backward(const ProjectionContext& c, CudaProjectionState& s, con
     const OpTimer::Scope timing(c.timer, "prep dy (dW+dx)");
     dyo = fp8_dy_operands(c, s, path, dy, computed_dy);
     if (computed_dy != nullptr) ++s.computed_dy_backwards;
+  } else if (computed_dy != nullptr) {  // kBf16Once
+    const OpTimer::Scope timing(c.timer, "prep dy (dW)");
+    auto* low = static_cast<uint16_t*>(
+        need(c.scratch.dy_low, size_t(s.shape.tokens * s.shape.out) * 2, "dy bf16"));
+    computed_dy->bf16(low);
+    dyo.weight_gradient = {low, nullptr};
+    ++s.computed_dy_backwards;
   } else {
     const OpTimer::Scope timing(c.timer, "prep dy (dW)");
     dyo.weight_gradient = dy_operand(c, s, path, wg.b, GemmRole::kWeightGradient, dy);

@@ -118,15 +118,20 @@ struct ProjectionContext {
   uint64_t weights_epoch;
 };
 
-// A backward's dy that is never written, computed by the kernel that quantizes it from what it
-// is made of: the SwiGLU backward's dgate or dup (quantize_swiglu_gradient_1x128_and_transposed),
-// or RoPE's backward of q's or k's unrotated gradient
-// (quantize_rope_gradient_1x128_and_transposed). Called with the path's format and the dy
-// scratch, it writes dy's 1x128 codes and dy^T's 128x1 codes, as
-// quantize_fp_tile_1x128_and_transposed would from dy. Only a path whose dy becomes FP8 codes
-// and nothing else takes one (backward_takes_computed_dy).
-using ComputedDy = std::function<void(FpFormat format, uint8_t* codes, float* scales,
-                                      uint8_t* codes_t, float* scales_t)>;
+// A backward's dy that is never written in fp32: the kernel that makes its one form computes it
+// from what it is made of (the SwiGLU backward's dgate or dup of gate, up and dout; RoPE's
+// backward of q's or k's unrotated gradient). Only a path whose dy takes one form for both of
+// its GEMMs takes one (DyPreparation::kFp8BothOnce or kBf16Once, backward_dy_preparation_of),
+// and calls the member for that form with the dy scratch:
+struct ComputedDy {
+  // DyPreparation::kFp8BothOnce: dy's 1x128 codes and dy^T's 128x1 codes in the path's format,
+  // as quantize_fp_tile_1x128_and_transposed would write them from dy.
+  std::function<void(FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
+                     float* scales_t)>
+      fp8_pair;
+  // DyPreparation::kBf16Once: dy rounded to bf16 [N, out], as convert_to_bf16 would write it.
+  std::function<void(uint16_t* bf16)> bf16;
+};
 
 // A forward's x that the kernel quantizing it writes: the SwiGLU forward's silu(gate) * up of
 // gate, up [N, in] (quantize_swiglu_output_1x128_and_transposed). Only a forward that makes x's
@@ -153,10 +158,11 @@ bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionStat
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                          const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
                          const ComputedDy* computed_dy = nullptr);
-// Whether projection_backward on `path` takes a ComputedDy: both of its GEMMs read dy as FP8
-// codes (DyPreparation::kFp8BothOnce), so dy itself is read by nothing else.
-bool backward_takes_computed_dy(const ProjectionContext& c, const CudaProjectionState& s,
-                                const PathSpec& path, bool accumulate_dx);
+// How projection_backward on `path` prepares dy (projection_plan.h). With kFp8BothOnce or
+// kBf16Once both GEMMs read one form of dy, so dy itself is read by nothing else: the backward
+// takes a ComputedDy.
+DyPreparation backward_dy_preparation_of(const ProjectionContext& c, const CudaProjectionState& s,
+                                         const PathSpec& path, bool accumulate_dx);
 
 }  // namespace cuda
 }  // namespace gnmr
