@@ -2,9 +2,10 @@
 // (kernels/quad_access.cuh), else per element. CPU twin:
 // gnmr::cpu::swiglu_forward / swiglu_backward (src/backend/cpu/swiglu.cpp); both call
 // swiglu_forward_element / swiglu_backward_element (src/backend/train_math.h), so the results
-// are bit-identical. And one of the backward's gradients rounded to bf16 and nothing else (a
-// bf16 projection's dy, the fused MLP backward): encode_bf16 (precision/bf16.h) of the same
-// value, as convert_to_bf16 would round it.
+// are bit-identical. And, for a bf16 projection beside it (the fused MLP ops), the forward's
+// output written with its bf16 copy (down's x), and one of the backward's gradients rounded to
+// bf16 and nothing else (gate's or up's dy): encode_bf16 (precision/bf16.h) of the same value,
+// as convert_to_bf16 would round it.
 #include <algorithm>
 
 #include "backend/train_math.h"
@@ -66,6 +67,31 @@ __global__ void swiglu_backward_x4_kernel(const float4* gate, const float4* up, 
   }
 }
 
+// The forward's output written and rounded to bf16 (a bf16 projection's x), four a thread.
+__global__ void swiglu_forward_with_bf16_x4_kernel(const float4* gate, const float4* up,
+                                                   float4* out, uint2* out_bf16, int64_t quads) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < quads; i += stride) {
+    const float4 g = gate[i], u = up[i];
+    const float4 h =
+        make_float4(swiglu_forward_element(g.x, u.x), swiglu_forward_element(g.y, u.y),
+                    swiglu_forward_element(g.z, u.z), swiglu_forward_element(g.w, u.w));
+    out[i] = h;
+    out_bf16[i] = make_uint2(uint32_t{encode_bf16(h.x)} | uint32_t{encode_bf16(h.y)} << 16,
+                             uint32_t{encode_bf16(h.z)} | uint32_t{encode_bf16(h.w)} << 16);
+  }
+}
+
+__global__ void swiglu_forward_with_bf16_kernel(const float* gate, const float* up, float* out,
+                                                uint16_t* out_bf16, int64_t count) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count; i += stride) {
+    const float h = swiglu_forward_element(gate[i], up[i]);
+    out[i] = h;
+    out_bf16[i] = encode_bf16(h);
+  }
+}
+
 // dgate, or dup where up_gradient, of element i.
 __device__ inline float swiglu_gradient(float gate, float up, float dout, bool up_gradient) {
   float dgate, dup;
@@ -100,6 +126,23 @@ __global__ void swiglu_gradient_to_bf16_x4_kernel(const float4* gate, const floa
 }
 
 }  // namespace
+
+void swiglu_forward_with_bf16(const float* gate, const float* up, float* out, uint16_t* out_bf16,
+                              int64_t count, cudaStream_t stream) {
+  const bool aligned =
+      all_16_byte_aligned({gate, up, out}) && reinterpret_cast<uintptr_t>(out_bf16) % 8 == 0;
+  const int64_t wide = aligned ? count - count % 4 : 0;
+  if (wide > 0) {
+    swiglu_forward_with_bf16_x4_kernel<<<blocks_for(wide / 4), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(gate), reinterpret_cast<const float4*>(up),
+        reinterpret_cast<float4*>(out), reinterpret_cast<uint2*>(out_bf16), wide / 4);
+    GNMR_CUDA_CHECK(cudaGetLastError());
+  }
+  if (count == wide) return;
+  swiglu_forward_with_bf16_kernel<<<blocks_for(count - wide), kThreads, 0, stream>>>(
+      gate + wide, up + wide, out + wide, out_bf16 + wide, count - wide);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
 
 void swiglu_gradient_to_bf16(const float* gate, const float* up, const float* dout,
                              bool up_gradient, uint16_t* out, int64_t count, cudaStream_t stream) {

@@ -33,6 +33,11 @@ void swiglu_forward(const float* gate, const float* up, float* out, int64_t coun
                     cudaStream_t stream);
 void swiglu_backward(const float* gate, const float* up, const float* dout, float* dgate,
                      float* dup, int64_t count, cudaStream_t stream);
+// swiglu_forward's out, and out rounded to bf16 (encode_bf16) into out_bf16 [count]: a bf16
+// projection's x (Backend::swiglu_projection_forward). Twins: cpu::swiglu_forward, then
+// encode_bf16.
+void swiglu_forward_with_bf16(const float* gate, const float* up, float* out, uint16_t* out_bf16,
+                              int64_t count, cudaStream_t stream);
 // swiglu_backward's dgate, or dup where up_gradient (then up is not read and may be null),
 // rounded to bf16 (encode_bf16) into out [count], the fp32 gradient never written: a bf16
 // projection's dy (Backend::swiglu_projections_backward). Twins: cpu::swiglu_backward, then

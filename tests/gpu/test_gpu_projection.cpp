@@ -343,14 +343,15 @@ TEST(GpuProjection, TheMlpBackwardMakesDyFromTheSwigluInputsWithTheSameBits) {
   }
 }
 
-// The MLP's forward (swiglu_projection_forward) for the down projection: where its saving
-// forward quantizes x to FP8 codes with x^T's kept ones, the SwiGLU runs in that kernel, which
-// writes out too; elsewhere the SwiGLU and the projection run one after the other. Either way
-// out, y and, after the backward, dx and dW are the bits of the two ops run one by one.
-TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSameBits) {
+// The MLP's forward (swiglu_projection_forward) for the down projection: where its forward
+// rounds x to bf16, or its saving forward quantizes x to FP8 codes with x^T's kept ones, the
+// SwiGLU runs in the kernel that does, which writes out too; elsewhere the SwiGLU and the
+// projection run one after the other. Either way out, y and, after the backward, dx and dW are
+// the bits of the two ops run one by one.
+TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheKernelPreparingDownsInputWithTheSameBits) {
   SKIP_WITHOUT_GPU();
   const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
-                 bf16 = path_of(PathKind::kBf16Gemm);
+                 e5m2 = fp_path(FpFormat::kE5M2), bf16 = path_of(PathKind::kBf16Gemm);
   struct MlpCase {
     const char* name;
     PathSpec path;
@@ -359,7 +360,9 @@ TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheDownInputsQuantizerWithTheSam
   const std::vector<MlpCase> cases = {{"e4m3, saving", fp8, true, true},
                                       {"e3m2, saving", e3m2, true, true},
                                       {"e4m3, not saving (eval)", fp8, false, false},
-                                      {"bf16, saving", bf16, true, false}};
+                                      {"bf16, saving", bf16, true, true},
+                                      {"bf16, not saving (eval)", bf16, false, true},
+                                      {"e5m2 (emulated), saving", e5m2, true, false}};
   using gnmr_test::random_normal;
   for (const MlpCase& c : cases) {
     SCOPED_TRACE(c.name);

@@ -160,6 +160,18 @@ TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExactAndSoAreTheirBf16Gradients)
   expect_same_bits(d_out.to_host(), out, "forward");
   expect_same_bits(d_dgate.to_host(), dgate, "dgate");
   expect_same_bits(d_dup.to_host(), dup, "dup");
+  // A bf16 projection's x from the fused MLP forward: out as above, and its bf16 rounding.
+  {
+    std::vector<uint16_t> out_bf16(out.size());
+    for (size_t i = 0; i < out.size(); ++i) out_bf16[i] = encode_bf16(out[i]);
+    DeviceBuffer<float> d_out2(nan_vector(out.size()));
+    DeviceBuffer<uint16_t> d_out_bf16(std::vector<uint16_t>(out.size(), 0x7FC1));
+    cuda::swiglu_forward_with_bf16(d_gate.get(), d_up.get(), d_out2.get(), d_out_bf16.get(), count,
+                                   nullptr);
+    sync();
+    expect_same_bits(d_out2.to_host(), out, "forward with bf16");
+    EXPECT_EQ(d_out_bf16.to_host(), out_bf16);
+  }
   // A bf16 projection's dy from the fused MLP backward: each gradient rounded to bf16 as
   // encode_bf16 rounds the CPU's, over the four-wide kernel and the tail (count % 4 = 1), and
   // over the one-element kernel alone (from an element off the 16-byte boundary). dup reads no up.

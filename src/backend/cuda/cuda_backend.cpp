@@ -389,21 +389,20 @@ class CudaBackend final : public Backend {
     cuda::projection_backward(projection_context(), cuda_state(state), path, w, dy, dx,
                               accumulate_dx, dw);
   }
-  // Where the down projection's saving forward makes x's FP8 codes and x^T's, the SwiGLU runs in
-  // their kernel (cuda::SwigluX), which writes out too.
+  // Where the down projection's forward rounds x to bf16, or its saving forward makes x's FP8
+  // codes and x^T's, the SwiGLU runs in the kernel that does (cuda::SwigluX), which writes out
+  // too.
   void swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
                                  const ProjectionForwardCall& down, Tensor& y, bool save) override {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& s = cuda_state(down.state);
-    if (!cuda::forward_takes_swiglu_x(c, s, down.path, save) ||
-        !cuda::fused_pair_takes(down.path.format, matrix_cols(gate),
-                                {f32_data(gate), f32_data(up), f32_data(out)})) {
-      Backend::swiglu_projection_forward(gate, up, out, down, y, save);
-      return;
-    }
     check_same_numel(gate, up, "swiglu_projection_forward");
     check_same_numel(gate, out, "swiglu_projection_forward");
     const cuda::SwigluX x{f32_data(gate), f32_data(up)};
+    if (!cuda::forward_takes_swiglu_x(c, s, down.path, save, x, out)) {
+      Backend::swiglu_projection_forward(gate, up, out, down, y, save);
+      return;
+    }
     cuda::projection_forward(c, s, down.path, down.w, out, y, save, down.key, &x);
   }
   // Whether a projection's backward takes a dy that the kernel making its one form computes

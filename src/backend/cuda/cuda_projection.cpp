@@ -111,7 +111,7 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
 // The x side: B of the forward (1 x tile tiles along in) or A of the weight gradient (tile x 1
 // along N, transposed for FP8). keep_x_t (a saving forward, forward_keeps_x_t): x^T's 128x1
 // codes go to the group's kept copy too, for its weight gradients.
-// x_from_swiglu (keep_x_t only): x is written by the kernel that makes both.
+// x_from_swiglu (forward_takes_swiglu_x): x is written by the kernel that makes its form.
 Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                   OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x_t = false,
                   const SwigluX* x_from_swiglu = nullptr) {
@@ -136,7 +136,14 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       return {f32_data(x), nullptr};
     case OperandPrep::kBf16: {
       auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
-      if (!held) convert_to_bf16(f32_data(x), n * in, out, c.stream);
+      GNMR_CHECK(x_from_swiglu == nullptr || !held,
+                 "cuda projection: a SwiGLU output as x needs a forward that prepares x");
+      if (x_from_swiglu != nullptr) {  // x itself written here too
+        swiglu_forward_with_bf16(x_from_swiglu->gate, x_from_swiglu->up, f32_data(x), out, n * in,
+                                 c.stream);
+      } else if (!held) {
+        convert_to_bf16(f32_data(x), n * in, out, c.stream);
+      }
       sc.x_low_holds = key;
       return {out, nullptr};
     }
@@ -413,11 +420,15 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
 }
 
 bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
-                            const PathSpec& path, bool save) {
-  if (!save || s.input_leader != nullptr || s.saved_x_t == nullptr) return false;
-  return forward_keeps_x_t(
-      plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false),
-      plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true));
+                            const PathSpec& path, bool save, const SwigluX& from, const Tensor& x) {
+  if (s.input_leader != nullptr) return false;
+  const ProjectionGemm g =
+      plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false);
+  if (g.b == OperandPrep::kBf16) return true;
+  return save && s.saved_x_t != nullptr &&
+         forward_keeps_x_t(g, plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path,
+                                                   c.precision, c.target, true)) &&
+         fused_pair_takes(path.format, s.shape.in, {from.gate, from.up, x.data});
 }
 
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
@@ -427,10 +438,11 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   GNMR_CHECK(x.numel() == s.shape.tokens * s.shape.in && y.numel() == s.shape.tokens * s.shape.out,
              "projection_forward: x " + x.shape_string() + ", y " + y.shape_string() +
                  " do not match the plan");
-  GNMR_CHECK(x_from_swiglu == nullptr || forward_takes_swiglu_x(c, s, path, save),
-             "projection_forward: a SwiGLU output as x needs a saving forward that leads its input "
-             "and quantizes x to FP8 codes with x^T's, not " +
-                 path.describe());
+  GNMR_CHECK(
+      x_from_swiglu == nullptr || forward_takes_swiglu_x(c, s, path, save, *x_from_swiglu, x),
+      "projection_forward: a SwiGLU output as x needs a saving forward that leads its input "
+      "and quantizes x to FP8 codes with x^T's, not " +
+          path.describe());
   // A leader's forward starts a new x for its group: a generation no call has seen.
   if (s.input_leader == nullptr) s.input_generation = ++c.scratch.group_forwards;
   const ProjectionGemm g =

@@ -133,9 +133,10 @@ struct ComputedDy {
   std::function<void(uint16_t* bf16)> bf16;
 };
 
-// A forward's x that the kernel quantizing it writes: the SwiGLU forward's silu(gate) * up of
-// gate, up [N, in] (quantize_swiglu_output_1x128_and_transposed). Only a forward that makes x's
-// operands with that kernel takes one (forward_takes_swiglu_x).
+// A forward's x that the kernel preparing it writes: the SwiGLU forward's silu(gate) * up of
+// gate, up [N, in], written with its FP8 codes and x^T's
+// (quantize_swiglu_output_1x128_and_transposed) or with its bf16 copy (swiglu_forward_with_bf16).
+// Only a forward that prepares x with one of those takes one (forward_takes_swiglu_x).
 struct SwigluX {
   const float* gate = nullptr;
   const float* up = nullptr;
@@ -149,11 +150,12 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                         const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key,
                         const SwigluX* x_from_swiglu = nullptr);
-// Whether projection_forward on `path` takes a SwigluX: a saving forward of a projection that
-// leads its input (so it prepares x, never finds it made) and keeps x^T's codes
-// (forward_keeps_x_t: x's FP8 codes and x^T's from one kernel).
+// Whether projection_forward on `path` takes `from` as its x: a forward of a projection that
+// leads its input (so it prepares x, never finds it made) that rounds x to bf16, or a saving one
+// that keeps x^T's codes (forward_keeps_x_t: x's FP8 codes and x^T's from one kernel) where the
+// fused pair kernel takes the arrays (fused_pair_takes).
 bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
-                            const PathSpec& path, bool save);
+                            const PathSpec& path, bool save, const SwigluX& from, const Tensor& x);
 // computed_dy: dy's codes come from it, dy itself (then only its shape is read) is not read.
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                          const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
