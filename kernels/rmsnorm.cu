@@ -51,18 +51,27 @@ struct RowElements {
 };
 
 // x, out: [n, d]; w: [d]; rstd: [n]. The row loop is uniform across the block (block_sum).
-template <bool kQuads>
-__global__ void rmsnorm_forward_kernel(const float* x, const float* w, float eps, float* out,
-                                       float* rstd, int64_t n, int64_t d) {
+// kResidual: the normalized row is x + b (residual_forward's one IEEE add), written to sum [n, d]
+// as it is made and read back by the same thread for the output: the residual add and the
+// RMSNorm after it in one pass, the bits of the two kernels (sum may be x).
+template <bool kQuads, bool kResidual>
+__global__ void rmsnorm_forward_kernel(const float* x, const float* b, float* sum, const float* w,
+                                       float eps, float* out, float* rstd, int64_t n, int64_t d) {
   using E = RowElements<kQuads>;
   constexpr int kW = E::kWidth;
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
-    const float* xr = x + row * d;
+    const float* xr = kResidual ? sum + row * d : x + row * d;  // the row normalized
     float* yr = out + row * d;
     double sum_sq = 0.0;
     for (int64_t j = threadIdx.x * int64_t{kW}; j < d; j += blockDim.x * int64_t{kW}) {
       float v[kW];
-      E::load(xr, j, v);
+      E::load(x + row * d, j, v);
+      if constexpr (kResidual) {
+        float bv[kW];
+        E::load(b + row * d, j, bv);
+        for (int k = 0; k < kW; ++k) v[k] = v[k] + bv[k];
+        E::store(sum + row * d, j, v);
+      }
       for (int k = 0; k < kW; ++k) sum_sq += static_cast<double>(v[k]) * v[k];
     }
     sum_sq = block_sum(sum_sq);
@@ -153,16 +162,33 @@ __global__ void rmsnorm_backward_dw_combine_kernel(const float* workspace, int64
 
 }  // namespace
 
-void rmsnorm_forward(const float* x, const float* w, float eps, float* out, float* rstd, int64_t n,
-                     int64_t d, cudaStream_t stream) {
+namespace {
+
+template <bool kResidual>
+void launch_rmsnorm_forward(const float* x, const float* b, float* sum, const float* w, float eps,
+                            float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream) {
   if (n == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>(n, kMaxBlocks));
-  if (d % 4 == 0 && all_16_byte_aligned({x, w, out})) {
-    rmsnorm_forward_kernel<true><<<blocks, kRowThreads, 0, stream>>>(x, w, eps, out, rstd, n, d);
+  if (d % 4 == 0 && all_16_byte_aligned({x, b, sum, w, out})) {
+    rmsnorm_forward_kernel<true, kResidual>
+        <<<blocks, kRowThreads, 0, stream>>>(x, b, sum, w, eps, out, rstd, n, d);
   } else {
-    rmsnorm_forward_kernel<false><<<blocks, kRowThreads, 0, stream>>>(x, w, eps, out, rstd, n, d);
+    rmsnorm_forward_kernel<false, kResidual>
+        <<<blocks, kRowThreads, 0, stream>>>(x, b, sum, w, eps, out, rstd, n, d);
   }
   GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void rmsnorm_forward(const float* x, const float* w, float eps, float* out, float* rstd, int64_t n,
+                     int64_t d, cudaStream_t stream) {
+  launch_rmsnorm_forward<false>(x, nullptr, nullptr, w, eps, out, rstd, n, d, stream);
+}
+
+void residual_rmsnorm_forward(const float* a, const float* b, float* sum, const float* w, float eps,
+                              float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream) {
+  launch_rmsnorm_forward<true>(a, b, sum, w, eps, out, rstd, n, d, stream);
 }
 
 int64_t rmsnorm_backward_workspace_floats(int64_t n, int64_t d) {

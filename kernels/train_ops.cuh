@@ -20,6 +20,10 @@ namespace gnmr::cuda {
 // (a fixed tree, not the CPU's index order). Twin: cpu::rmsnorm_forward<float>.
 void rmsnorm_forward(const float* x, const float* w, float eps, float* out, float* rstd, int64_t n,
                      int64_t d, cudaStream_t stream);
+// sum = a + b (residual_forward's bits), then rmsnorm_forward of sum, in one pass over each row
+// (sum may be a). Twins: cpu::residual_forward, then cpu::rmsnorm_forward<float>.
+void residual_rmsnorm_forward(const float* a, const float* b, float* sum, const float* w, float eps,
+                              float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream);
 // dx += ..., dw += ... (as backend.h). workspace: rmsnorm_backward_workspace_floats(n, d) floats
 // (device): dw's partial sums per kRmsnormChunkRows rows, combined in chunk order as on the CPU.
 // Twin: cpu::rmsnorm_backward<float>.

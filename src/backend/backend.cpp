@@ -96,6 +96,12 @@ GemmPrecision parse_gemm_precision(const std::string& name) {
               "config: train.gemm_precision \"" + name + "\" is not one of fp32, bf16");
 }
 
+void Backend::residual_rmsnorm_forward(const Tensor& a, const Tensor& b, Tensor& sum,
+                                       const Tensor& weight, float eps, Tensor& out, Tensor& rstd) {
+  residual_forward(a, b, sum);
+  rmsnorm_forward(sum, weight, eps, out, rstd);
+}
+
 void Backend::rope_projection_backward(Tensor& dx, const Tensor& cos, const Tensor& sin,
                                        const ProjectionBackwardCall& proj, Tensor& d_in,
                                        bool accumulate) {

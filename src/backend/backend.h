@@ -338,6 +338,11 @@ class Backend {
 
   // out = a + b (same shape)
   virtual void residual_forward(const Tensor& a, const Tensor& b, Tensor& out) = 0;
+  // A residual add and the RMSNorm of its result: residual_forward(a, b, sum);
+  // rmsnorm_forward(sum, weight, eps, out, rstd). A backend may do both in one pass over each row
+  // (the CUDA backend: the sum is not read back from memory). This implementation runs the two.
+  virtual void residual_rmsnorm_forward(const Tensor& a, const Tensor& b, Tensor& sum,
+                                        const Tensor& weight, float eps, Tensor& out, Tensor& rstd);
 
   // losses[i] = logsumexp(logits[i]) - logits[i, targets[i]]; 0 where targets[i] < 0.
   // logits: [N, V]; targets: [N] i32; losses: [N]

@@ -248,12 +248,20 @@ void LlamaModel::forward(bool save_for_backward) {
   const auto& P = table_.params;
   const int h = config_.n_heads, hkv = config_.n_kv_heads;
   be.embedding_forward(act_.tokens, P[table_.embedding].weight, act_.residual[0]);
+  // Each residual add runs with the RMSNorm after it (residual_rmsnorm_forward): layer l's
+  // input norm is the previous layer's last op, the final norm the last layer's.
+  if (config_.n_layers > 0) {
+    be.rmsnorm_forward(act_.residual[0], P[table_.layers[0].input_norm].weight, config_.norm_eps,
+                       act_.layers[0].xn_attn, act_.layers[0].rstd_attn);
+  } else {
+    be.rmsnorm_forward(act_.residual[0], P[table_.final_norm].weight, config_.norm_eps,
+                       act_.xn_final, act_.rstd_final);
+  }
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerParamIndex& idx = table_.layers[l];
     LayerActivations& a = act_.layers[l];
     Tensor& x = act_.residual[l];
-    // attention block
-    be.rmsnorm_forward(x, P[idx.input_norm].weight, config_.norm_eps, a.xn_attn, a.rstd_attn);
+    // attention block (xn_attn: the input norm, made above or by the layer before)
     project_forward(unit(l, ProjectionKind::Q), a.xn_attn, a.q);
     project_forward(unit(l, ProjectionKind::K), a.xn_attn, a.k);
     project_forward(unit(l, ProjectionKind::V), a.xn_attn, a.v);
@@ -264,17 +272,21 @@ void LlamaModel::forward(bool save_for_backward) {
     be.attention_forward(q4, k4, v4, att4, *a.attention);
     // o_proj output goes to d_att as scratch before the residual add
     project_forward(unit(l, ProjectionKind::O), a.att, scratch_.d_att);
-    be.residual_forward(x, scratch_.d_att, a.h);
     // MLP block
-    be.rmsnorm_forward(a.h, P[idx.post_norm].weight, config_.norm_eps, a.xn_mlp, a.rstd_mlp);
+    be.residual_rmsnorm_forward(x, scratch_.d_att, a.h, P[idx.post_norm].weight, config_.norm_eps,
+                                a.xn_mlp, a.rstd_mlp);
     project_forward(unit(l, ProjectionKind::Gate), a.xn_mlp, a.gate);
     project_forward(unit(l, ProjectionKind::Up), a.xn_mlp, a.up);
     paths_->swiglu_forward(unit(l, ProjectionKind::Down), a.gate, a.up, a.act, scratch_.d_att,
                            save_for_backward_);
-    be.residual_forward(a.h, scratch_.d_att, act_.residual[l + 1]);
+    // the next layer's input norm, or the final norm
+    const bool last = l + 1 == config_.n_layers;
+    LayerActivations* next = last ? nullptr : &act_.layers[l + 1];
+    be.residual_rmsnorm_forward(
+        a.h, scratch_.d_att, act_.residual[l + 1],
+        P[last ? table_.final_norm : table_.layers[l + 1].input_norm].weight, config_.norm_eps,
+        last ? act_.xn_final : next->xn_attn, last ? act_.rstd_final : next->rstd_attn);
   }
-  be.rmsnorm_forward(act_.residual[config_.n_layers], P[table_.final_norm].weight, config_.norm_eps,
-                     act_.xn_final, act_.rstd_final);
   paths_->lm_head_forward(act_.xn_final, act_.logits, save_for_backward);
 }
 

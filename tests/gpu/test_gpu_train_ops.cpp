@@ -73,7 +73,7 @@ void sync() {
 // margin; a wrong formula misses by O(1).
 constexpr float kRmsnormTolerance = 2e-6f;
 
-TEST(GpuTrainOps, RmsnormForwardMatchesCpuAndIsDeterministic) {
+TEST(GpuTrainOps, RmsnormForwardMatchesCpuIsDeterministicAndTakesTheResidualAddInItsPass) {
   SKIP_WITHOUT_GPU();
   // d = 70: an element per load; d = 1028: four (and more quads than the block's threads).
   for (const int64_t d : {70, 1028}) {
@@ -94,6 +94,25 @@ TEST(GpuTrainOps, RmsnormForwardMatchesCpuAndIsDeterministic) {
     sync();
     expect_same_bits(d_out.to_host(), gpu_out, "out, second run");
     expect_same_bits(d_rstd.to_host(), gpu_rstd, "rstd, second run");
+    // The residual add in the same pass: x = a + b written as residual_forward writes it, out and
+    // rstd the bits of rmsnorm_forward of that sum (the same kernel's reduction).
+    const std::vector<float> b = random_vector(size_t(n * d), 3);
+    std::vector<float> a(x.size());
+    for (size_t i = 0; i < x.size(); ++i) a[i] = x[i] - b[i];
+    std::vector<float> sum(x.size());
+    cpu::residual_forward<float>(a.data(), b.data(), sum.data(), n * d, 2);
+    DeviceBuffer<float> d_a(a), d_b(b), d_sum(nan_vector(sum.size())), d_sum_alone(sum);
+    cuda::rmsnorm_forward(d_sum_alone.get(), d_w.get(), eps, d_out.get(), d_rstd.get(), n, d,
+                          nullptr);
+    sync();
+    const std::vector<float> alone_out = d_out.to_host(), alone_rstd = d_rstd.to_host();
+    DeviceBuffer<float> d_out2(nan_vector(out.size())), d_rstd2(nan_vector(rstd.size()));
+    cuda::residual_rmsnorm_forward(d_a.get(), d_b.get(), d_sum.get(), d_w.get(), eps, d_out2.get(),
+                                   d_rstd2.get(), n, d, nullptr);
+    sync();
+    expect_same_bits(d_sum.to_host(), sum, "residual sum");
+    expect_same_bits(d_out2.to_host(), alone_out, "out of the sum");
+    expect_same_bits(d_rstd2.to_host(), alone_rstd, "rstd of the sum");
   }
 }
 

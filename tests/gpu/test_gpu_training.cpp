@@ -151,9 +151,9 @@ TEST_P(GpuTraining, IsDeterministicAndReadsNoUnwrittenMemory) {
 }
 
 // `gnmr bench`'s breakdown (Backend::set_op_timing): with timing on, a step's ops fall in their
-// families, each family the step runs has time (not `swiglu`: fp8mix fuses it), and together they
-// fit in the step; with timing off nothing is recorded; and the timed steps give the untimed steps'
-// bits (the events only mark the stream).
+// families, each family the step runs has time (not `swiglu` or `residual`: fused), and together
+// they fit in the step; with timing off nothing is recorded; and the timed steps give the untimed
+// steps' bits (the events only mark the stream).
 TEST(GpuTrainingOpTiming, SplitsTheDeviceTimeOfAStepByOpFamilyAndChangesNoBit) {
   SKIP_WITHOUT_GPU();
   const RunConfig config = config_for("cuda", {"precision.recipe=fp8mix"});
@@ -169,12 +169,14 @@ TEST(GpuTrainingOpTiming, SplitsTheDeviceTimeOfAStepByOpFamilyAndChangesNoBit) {
   double total = 0;
   for (const char* family :
        {"embedding", "rmsnorm", "prep W", "prep x", "prep x (dW)", "prep dy (dW+dx)", "gemm",
-        "rope", "attention", "residual", "cross_entropy", "norms", "optimizer"}) {
+        "rope", "attention", "cross_entropy", "norms", "optimizer"}) {
     ASSERT_EQ(ms.count(family), 1u) << family;
     EXPECT_GT(ms.at(family), 0.0) << family;
   }
-  // fp8mix runs the SwiGLU, forward and backward, inside the pair kernels of its projections.
+  // fp8mix runs the SwiGLU, forward and backward, inside the pair kernels of its projections,
+  // and every residual add in the RMSNorm kernel after it.
   EXPECT_EQ(ms.count("swiglu"), 0u);
+  EXPECT_EQ(ms.count("residual"), 0u);
   for (const auto& [family, family_ms] : ms) total += family_ms;
   EXPECT_LE(total, wall_ms) << "the spans do not overlap, so they fit in the steps' time";
   for (size_t s = 0; s < losses.size(); ++s) {

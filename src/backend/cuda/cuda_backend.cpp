@@ -311,6 +311,19 @@ class CudaBackend final : public Backend {
     cuda::rmsnorm_forward(f32_data(x), f32_data(weight), eps, f32_data(out), f32_data(rstd), n, d,
                           stream_);
   }
+  // The residual add in the RMSNorm kernel's pass over each row: a, b read once, the sum written
+  // and not read back from memory (timed as rmsnorm).
+  void residual_rmsnorm_forward(const Tensor& a, const Tensor& b, Tensor& sum, const Tensor& weight,
+                                float eps, Tensor& out, Tensor& rstd) override {
+    const auto timing = time_op("rmsnorm");
+    const int64_t n = matrix_rows(a), d = matrix_cols(a);
+    GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "residual_rmsnorm_forward: shapes");
+    check_same_numel(a, b, "residual_rmsnorm_forward");
+    check_same_numel(a, sum, "residual_rmsnorm_forward");
+    check_same_numel(a, out, "residual_rmsnorm_forward");
+    cuda::residual_rmsnorm_forward(f32_data(a), f32_data(b), f32_data(sum), f32_data(weight), eps,
+                                   f32_data(out), f32_data(rstd), n, d, stream_);
+  }
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                         const Tensor& dout, Tensor& dx, Tensor& dweight) override {
     const auto timing = time_op("rmsnorm");
