@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <vector>
 
 #include "precision/counter_rng.h"
 #include "precision/fp_format.h"
@@ -45,6 +46,21 @@ void quantize_fp_tile_1x128(const float* x, int64_t rows, int64_t cols, FpFormat
 void quantize_fp_block_128x128(const float* w, int64_t rows, int64_t cols, FpFormat format,
                                uint8_t* codes, float* scales, uint8_t* codes_t, float* scales_t,
                                cudaStream_t stream);
+// One weight of quantize_fp_block_128x128_batch: quantize_fp_block_128x128's arguments.
+struct FpBlock128x128Weight {
+  const float* w;
+  int64_t rows, cols;
+  FpFormat format;
+  uint8_t* codes;
+  float* scales;
+  uint8_t* codes_t;  // null: no W^T (then scales_t is not written)
+  float* scales_t;
+};
+// quantize_fp_block_128x128 of each weight, the same bytes, in one launch per format and
+// access width for up to 48 weights (the CUDA backend's prepare_projection_weights: a step's
+// FP8 weights in a few launches).
+void quantize_fp_block_128x128_batch(const std::vector<FpBlock128x128Weight>& weights,
+                                     cudaStream_t stream);
 
 // x: [n, cols] fp32 -> codes_t: [cols, n] (x^T, quantized in 128 x 1 tiles along n), scales:
 // vec128_scale_count(cols, n) in VEC128 order. Twin: gnmr::quantize_fp_blockwise(x, n, cols,

@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "backend/launch_batch.h"
 #include "backend/train_math.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/train_ops.cuh"
@@ -61,8 +62,7 @@ __global__ void sum_squares_chunks_kernel(SumSquaresBatch batch, double* workspa
   __shared__ float tile[kTile];
   __shared__ double lane_sums[4];
   const int64_t chunk = batch.first_chunk[0] + blockIdx.x;
-  int t = 0;  // the tensor holding this chunk (tensors without chunks are skipped)
-  while (batch.first_chunk[t + 1] <= chunk) ++t;
+  const int t = batch_member(batch.first_chunk, batch.num, chunk);  // the tensor holding it
   const float* x = batch.tensors[t];
   const int64_t begin = (chunk - batch.first_chunk[t]) * kSumSquaresChunk;
   const int64_t len = min_int64(kSumSquaresChunk, batch.counts[t] - begin);

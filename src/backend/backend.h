@@ -143,6 +143,14 @@ struct ProjectionBackwardCall {
   Tensor& dw;
 };
 
+// One projection's weight as Backend::prepare_projection_weights takes it: its state, the path
+// its GEMMs run next, and the weight.
+struct ProjectionWeight {
+  ProjectionState& state;
+  const PathSpec& path;
+  const Tensor& w;
+};
+
 // B = batch, T = seq, H = query heads, Hkv = key/value heads, hd = head dim.
 struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
@@ -273,6 +281,13 @@ class Backend {
   // Drops every prepared (rounded / quantized) weight: call after the weights change. Each
   // is redone on its next use, then reused by the step's forward and backward GEMMs.
   virtual void invalidate_prepared_weights() = 0;
+  // Prepares these projections' weights for their paths now, as each one's first GEMM would:
+  // a backend may do together what it would otherwise do one weight at a time (the CUDA
+  // backend quantizes all FP8 weights' 128x128 blocks in a few launches). The GEMMs read the
+  // same operands either way. This implementation leaves each weight to its first use.
+  virtual void prepare_projection_weights(const std::vector<ProjectionWeight>& weights) {
+    (void)weights;
+  }
   // How this backend runs `path` for a projection of `shape`: "fp32", "bf16", "fp8_block", or
   // "emulated (why)"; per GEMM ("forward ..., input_gradient ..., weight_gradient ...") when
   // its three GEMMs differ. What `gnmr bench` reports as gemm_impl and the run log names.

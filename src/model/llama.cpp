@@ -247,6 +247,7 @@ void LlamaModel::forward(bool save_for_backward) {
   Backend& be = backend_;
   const auto& P = table_.params;
   const int h = config_.n_heads, hkv = config_.n_kv_heads;
+  paths_->prepare_weights();  // the quantized weights of every unit, before the first GEMM
   be.embedding_forward(act_.tokens, P[table_.embedding].weight, act_.residual[0]);
   // Each residual add runs with the RMSNorm after it (residual_rmsnorm_forward): layer l's
   // input norm is the previous layer's last op, the final norm the last layer's.

@@ -211,6 +211,16 @@ RngKey ProjectionPaths::rounding_key(const ProjectionUnit& u) const {
                 static_cast<uint32_t>(u.id) + n_units * static_cast<uint32_t>(micro_step_)};
 }
 
+void ProjectionPaths::prepare_weights() {
+  std::vector<ProjectionWeight> weights;
+  weights.reserve(states_.size());
+  for (const ProjectionUnit& u : table_.units) {
+    weights.push_back({*states_[static_cast<size_t>(u.id)], path_of(u.id),
+                       table_.params[static_cast<size_t>(u.param_index)].weight});
+  }
+  backend_.prepare_projection_weights(weights);
+}
+
 void ProjectionPaths::forward(const ProjectionUnit& u, const Tensor& x, Tensor& y,
                               bool save_for_backward) {
   // Each unit saves x at its own path's precision; units of one input on the same

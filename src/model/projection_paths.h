@@ -81,6 +81,9 @@ class ProjectionPaths {
   void set_step(int64_t step) { step_ = step; }
   void set_micro_step(int micro_step) { micro_step_ = micro_step; }
   void invalidate_weights() { backend_.invalidate_prepared_weights(); }
+  // Every unit's weight prepared for its path under the current plan, all at once
+  // (Backend::prepare_projection_weights), before a forward's first GEMM reads one.
+  void prepare_weights();
 
   // y = x W^T; when save_for_backward, keeps what the weight gradient will read.
   void forward(const ProjectionUnit& unit, const Tensor& x, Tensor& y, bool save_for_backward);

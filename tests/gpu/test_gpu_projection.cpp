@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -469,6 +470,78 @@ TEST(GpuProjection, TheAttentionBackwardRotatesDyInTheKernelPreparingItWithTheSa
     EXPECT_EQ(dy_fused, c.fused ? dy_host : dy_alone);  // fused: left unrotated
     EXPECT_NE(dy_alone, dy_host);
   }
+}
+
+// Backend::prepare_projection_weights: the FP8 weights among the projections (e4m3, e3m2) are
+// quantized in one batch before any GEMM, and the GEMMs read those codes: W written after the
+// batch (without invalidate_prepared_weights, which no caller may do) leaves y and dx those of
+// the W the batch read, while the paths it leaves to first use (bf16; e5m2, emulated) read the
+// new W. A new weights epoch makes them again. y, dx and dW are the bits of a run without it.
+TEST(GpuProjection, PreparedWeightsAreQuantizedInOneBatchAndTheGemmsReadThoseCodes) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<std::pair<PathSpec, bool>> paths = {{fp_path(FpFormat::kE4M3), true},
+                                                        {fp_path(FpFormat::kE3M2), true},
+                                                        {path_of(PathKind::kBf16Gemm), false},
+                                                        {fp_path(FpFormat::kE5M2), false}};
+  using gnmr_test::random_normal;
+  std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
+  const Tensor x = upload(*be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
+  Tensor dy = upload(*be, random_normal(size_t(kTokens * kOut), 3), {kTokens, kOut});
+  std::vector<std::unique_ptr<ProjectionState>> states;
+  std::vector<Tensor> w;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    states.push_back(be->plan_projection("unit" + std::to_string(i),
+                                         ProjectionShape{kTokens, kIn, kOut}, paths[i].first,
+                                         paths[i].first));
+    w.push_back(upload(*be, random_normal(size_t(kOut * kIn), 10 + uint32_t(i)), {kOut, kIn}));
+  }
+  auto run_all = [&] {
+    std::vector<Outputs> out;
+    for (size_t i = 0; i < paths.size(); ++i) {
+      Tensor y = be->allocate("y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+      Tensor dx = be->allocate("dx", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+      Tensor dw = be->allocate("dw", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      be->projection_forward(*states[i], paths[i].first, w[i], x, y, true, RngKey{7, 1, 2});
+      be->projection_backward(*states[i], paths[i].first, w[i], dy, dx, false, dw);
+      out.push_back({download(*be, y), download(*be, dx), download(*be, dw)});
+    }
+    return out;
+  };
+  auto prepare = [&] {
+    std::vector<ProjectionWeight> weights;
+    for (size_t i = 0; i < paths.size(); ++i) weights.push_back({*states[i], paths[i].first, w[i]});
+    be->prepare_projection_weights(weights);
+  };
+  auto batched = [&](size_t i) {
+    return dynamic_cast<const cuda::CudaProjectionState&>(*states[i]).weights_prepared_in_batch;
+  };
+  const std::vector<Outputs> alone = run_all();  // each weight prepared by its forward
+
+  be->invalidate_prepared_weights();
+  prepare();
+  for (size_t i = 0; i < paths.size(); ++i) EXPECT_EQ(batched(i), paths[i].second ? 1 : 0) << i;
+  for (size_t i = 0; i < paths.size(); ++i) {
+    be->copy_from_host(w[i], random_normal(size_t(kOut * kIn), 20 + uint32_t(i)).data());
+  }
+  const std::vector<Outputs> after = run_all();
+  for (size_t i = 0; i < paths.size(); ++i) {
+    SCOPED_TRACE(paths[i].first.describe());
+    EXPECT_EQ(after[i].dw, alone[i].dw);  // the weight gradient reads no W
+    if (paths[i].second) {
+      EXPECT_EQ(after[i].y, alone[i].y);
+      EXPECT_EQ(after[i].dx, alone[i].dx);
+    } else {
+      EXPECT_NE(after[i].y, alone[i].y);
+    }
+  }
+  prepare();  // the same epoch: nothing to make
+  for (size_t i = 0; i < paths.size(); ++i) EXPECT_EQ(batched(i), paths[i].second ? 1 : 0) << i;
+
+  be->invalidate_prepared_weights();
+  prepare();
+  for (size_t i = 0; i < paths.size(); ++i) EXPECT_EQ(batched(i), paths[i].second ? 2 : 0) << i;
+  const std::vector<Outputs> remade = run_all();
+  for (size_t i = 0; i < paths.size(); ++i) EXPECT_NE(remade[i].y, alone[i].y) << i;
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <memory>
 #include <random>
 #include <string>
 #include <tuple>
@@ -144,6 +146,28 @@ TEST(GpuQuantize, FpTile1x128KernelWritesTheCpuCodesAndScalesInEitherOrder) {
   }
 }
 
+// A kernel's two FP8 operands of one tensor as their CPU twins give them: codes and scales of
+// the tensor and of its transpose, the scales in cuBLASLt's order.
+struct PairOperands {
+  std::vector<uint8_t> codes, codes_t;
+  std::vector<float> scales, scales_t;
+};
+// W's 128x128 blocks (quantize_fp_block_128x128 with blk128_from_blocks), and W^T's (the same
+// blocks transposed, so the same scales).
+PairOperands cpu_block_128x128_operands(const std::vector<float>& w, int64_t rows, int64_t cols,
+                                        FpFormat format) {
+  PairOperands p;
+  p.codes.resize(w.size());
+  std::vector<float> block_scales(fp_blockwise_scale_count(rows, cols, 128, 128));
+  quantize_fp_block_128x128(w.data(), rows, cols, format, p.codes.data(), block_scales.data());
+  p.codes_t.resize(w.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) p.codes_t[c * rows + r] = p.codes[r * cols + c];
+  p.scales = blk128_from_blocks(block_scales.data(), rows, cols, false);
+  p.scales_t = blk128_from_blocks(block_scales.data(), cols, rows, true);
+  return p;
+}
+
 TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
   SKIP_WITHOUT_GPU();
   for (FpFormat format : kAllFpFormats) {
@@ -152,12 +176,7 @@ TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
       SCOPED_TRACE(::testing::Message() << fp_format_name(format) << " " << rows << "x" << cols);
       std::vector<float> w = random_activations(rows, cols, 7);
       add_fp_tile_edge_cases(w, rows, cols);
-      std::vector<uint8_t> cpu_codes(w.size());
-      std::vector<float> cpu_scales(fp_blockwise_scale_count(rows, cols, 128, 128));
-      quantize_fp_block_128x128(w.data(), rows, cols, format, cpu_codes.data(), cpu_scales.data());
-      std::vector<uint8_t> cpu_codes_t(w.size());
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t c = 0; c < cols; ++c) cpu_codes_t[c * rows + r] = cpu_codes[r * cols + c];
+      const PairOperands cpu = cpu_block_128x128_operands(w, rows, cols, format);
       DeviceBuffer<float> d_w(w);
       DeviceBuffer<uint8_t> d_codes(w.size()), d_codes_t(w.size());
       DeviceBuffer<float> d_scales(blk128_scale_count(rows, cols)),
@@ -168,13 +187,68 @@ TEST(GpuQuantize, FpBlock128x128KernelWritesWAndWTransposedOperands) {
       cuda::quantize_fp_block_128x128(d_w.get(), rows, cols, format, d_codes.get(), d_scales.get(),
                                       d_codes_t.get(), d_scales_t.get(), nullptr);
       GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-      ASSERT_EQ(d_codes.to_host(), cpu_codes);
-      ASSERT_EQ(d_codes_t.to_host(), cpu_codes_t);
-      expect_same_bits(d_scales.to_host(), blk128_from_blocks(cpu_scales.data(), rows, cols, false),
-                       "W scales");
-      expect_same_bits(d_scales_t.to_host(),
-                       blk128_from_blocks(cpu_scales.data(), cols, rows, true), "W^T scales");
+      ASSERT_EQ(d_codes.to_host(), cpu.codes);
+      ASSERT_EQ(d_codes_t.to_host(), cpu.codes_t);
+      expect_same_bits(d_scales.to_host(), cpu.scales, "W scales");
+      expect_same_bits(d_scales_t.to_host(), cpu.scales_t, "W^T scales");
     }
+  }
+}
+
+// The batched launch (one grid over the blocks of many weights) writes each weight's operands
+// as a call of its own would: 80 weights, over 48 of them e4m3 (more than one launch takes),
+// the others of every format; shapes with partial blocks, empty ones, some without W^T, and one
+// read one float off 16-byte alignment (the one-float path, launched apart). Every buffer
+// starts as NaN bytes.
+TEST(GpuQuantize, FpBlock128x128BatchWritesEachWeightAsItsOwnCallWould) {
+  SKIP_WITHOUT_GPU();
+  const std::pair<int64_t, int64_t> shapes[] = {{5, 3}, {129, 257}, {1, 1}, {128, 128}, {0, 7}};
+  struct Member {
+    int64_t rows, cols;
+    FpFormat format;
+    bool transposed, offset;
+    std::vector<float> w;
+    std::unique_ptr<DeviceBuffer<float>> d_w, d_scales, d_scales_t;
+    std::unique_ptr<DeviceBuffer<uint8_t>> d_codes, d_codes_t;
+  };
+  std::vector<Member> members(80);
+  std::vector<cuda::FpBlock128x128Weight> batch;
+  for (size_t i = 0; i < members.size(); ++i) {
+    Member& m = members[i];
+    std::tie(m.rows, m.cols) = i == 0 ? std::pair<int64_t, int64_t>{300, 700} : shapes[i % 5];
+    m.format = i % 6 == 0 ? kAllFpFormats[i / 6 % std::size(kAllFpFormats)] : FpFormat::kE4M3;
+    m.transposed = i % 7 != 3;
+    m.offset = i == 11;
+    m.w = random_activations(m.rows, m.cols, 100 + static_cast<uint32_t>(i));
+    add_fp_tile_edge_cases(m.w, m.rows, m.cols);
+    std::vector<float> stored(m.w.size() + 1);
+    std::copy(m.w.begin(), m.w.end(), stored.begin() + (m.offset ? 1 : 0));
+    const size_t scales = size_t(blk128_scale_count(m.rows, m.cols)),
+                 scales_t = size_t(blk128_scale_count(m.cols, m.rows));
+    m.d_w = std::make_unique<DeviceBuffer<float>>(stored);
+    m.d_codes = std::make_unique<DeviceBuffer<uint8_t>>(m.w.size());
+    m.d_codes_t = std::make_unique<DeviceBuffer<uint8_t>>(m.w.size());
+    m.d_scales = std::make_unique<DeviceBuffer<float>>(scales);
+    m.d_scales_t = std::make_unique<DeviceBuffer<float>>(scales_t);
+    poison(*m.d_scales, scales);
+    poison(*m.d_scales_t, scales_t);
+    batch.push_back({m.d_w->get() + (m.offset ? 1 : 0), m.rows, m.cols, m.format, m.d_codes->get(),
+                     m.d_scales->get(), m.transposed ? m.d_codes_t->get() : nullptr,
+                     m.transposed ? m.d_scales_t->get() : nullptr});
+  }
+  cuda::quantize_fp_block_128x128_batch(batch, nullptr);
+  GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+  for (size_t i = 0; i < members.size(); ++i) {
+    const Member& m = members[i];
+    if (m.w.empty()) continue;
+    SCOPED_TRACE(::testing::Message() << "weight " << i << ": " << fp_format_name(m.format) << " "
+                                      << m.rows << "x" << m.cols);
+    const PairOperands cpu = cpu_block_128x128_operands(m.w, m.rows, m.cols, m.format);
+    ASSERT_EQ(m.d_codes->to_host(), cpu.codes);
+    expect_same_bits(m.d_scales->to_host(), cpu.scales, "W scales");
+    if (!m.transposed) continue;
+    ASSERT_EQ(m.d_codes_t->to_host(), cpu.codes_t);
+    expect_same_bits(m.d_scales_t->to_host(), cpu.scales_t, "W^T scales");
   }
 }
 
@@ -204,12 +278,6 @@ TEST(GpuQuantize, FpTile128x1TransposedKernelWritesTheWeightGradientOperand) {
   }
 }
 
-// The pair kernels' two operands as their CPU twins give them: 1x128 tiles of x, and 128x1
-// tiles of x written transposed, with the scales in VEC128 order.
-struct PairOperands {
-  std::vector<uint8_t> codes, codes_t;
-  std::vector<float> scales, scales_t;
-};
 PairOperands cpu_pair_operands(const std::vector<float>& x, int64_t n, int64_t cols,
                                FpFormat format) {
   PairOperands p;

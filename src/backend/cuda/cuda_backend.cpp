@@ -508,6 +508,12 @@ class CudaBackend final : public Backend {
     cuda::projection_backward(c, s, proj.path, proj.w, dy, d_in, accumulate, proj.dw, &rotated);
   }
   void invalidate_prepared_weights() override { ++weights_epoch_; }
+  void prepare_projection_weights(const std::vector<ProjectionWeight>& weights) override {
+    std::vector<cuda::WeightToPrepare> units;
+    units.reserve(weights.size());
+    for (const ProjectionWeight& u : weights) units.push_back({cuda_state(u.state), u.path, u.w});
+    cuda::prepare_weights(projection_context(), units);
+  }
   std::string describe_projection(const ProjectionShape& shape,
                                   const PathSpec& path) const override {
     return describe_projection_gemms(shape, path, gemm_precision(), target_);

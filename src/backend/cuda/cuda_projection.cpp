@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "backend/tensor_checks.h"
 #include "kernels/quantize.cuh"
@@ -35,53 +36,68 @@ void* need(const DeviceScratch& s, size_t bytes, const char* what) {
   return s.data;
 }
 
+// Whether p holds W prepared as `prep` for `path` in this weights epoch; stamp: it now does.
+bool fresh(const PreparedWeight& p, const ProjectionContext& c, const PathSpec& path,
+           OperandPrep prep) {
+  return p.epoch == c.weights_epoch && p.prep == prep && p.format == path.format &&
+         p.tile == path.tile;
+}
+void stamp(PreparedWeight& p, const ProjectionContext& c, const PathSpec& path, OperandPrep prep) {
+  p.epoch = c.weights_epoch;
+  p.prep = prep;
+  p.format = path.format;
+  p.tile = path.tile;
+}
+
+// W's FP8 operands in s.weight_fp8: W's 128x128 codes, then W^T's; W's scales, then W^T's.
+FpBlock128x128Weight fp8_weight_operands(const CudaProjectionState& s, const PathSpec& path,
+                                         const Tensor& w) {
+  const PreparedWeight& p = s.weight_fp8;
+  GNMR_CHECK(p.data != nullptr, "cuda projection: no fp8 weight was planned");
+  const int64_t out = s.shape.out, in = s.shape.in;
+  uint8_t* codes = static_cast<uint8_t*>(p.data);
+  return {f32_data(w),
+          out,
+          in,
+          path.format,
+          codes,
+          p.scales,
+          codes + out * in,
+          p.scales + blk128_scale_count(out, in)};
+}
+
 // The weight side: W as the forward (transposed = false) or the input gradient (true) reads it.
 Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                        OperandPrep prep, const Tensor& w, bool transposed) {
   const int64_t out = s.shape.out, in = s.shape.in;
   const float* wf = f32_data(w);
-  auto fresh = [&](PreparedWeight& p) {
-    return p.epoch == c.weights_epoch && p.prep == prep && p.format == path.format &&
-           p.tile == path.tile;
-  };
-  auto stamp = [&](PreparedWeight& p) {
-    p.epoch = c.weights_epoch;
-    p.prep = prep;
-    p.format = path.format;
-    p.tile = path.tile;
-  };
   switch (prep) {
     case OperandPrep::kAsIs:
       return {wf, nullptr};
     case OperandPrep::kBf16: {
       PreparedWeight& p = s.weight_bf16;
       GNMR_CHECK(p.data != nullptr, "cuda projection: no bf16 weight was planned");
-      if (!fresh(p)) {
+      if (!fresh(p, c, path, prep)) {
         convert_to_bf16(wf, out * in, static_cast<uint16_t*>(p.data), c.stream);
-        stamp(p);
+        stamp(p, c, path, prep);
       }
       return {p.data, nullptr};  // the descriptor transposes for the input gradient
     }
     case OperandPrep::kFp8Codes: {
-      PreparedWeight& p = s.weight_fp8;
-      GNMR_CHECK(p.data != nullptr, "cuda projection: no fp8 weight was planned");
-      uint8_t* codes = static_cast<uint8_t*>(p.data);
-      uint8_t* codes_t = codes + out * in;
-      float* scales_t = p.scales + blk128_scale_count(out, in);
-      if (!fresh(p)) {
-        quantize_fp_block_128x128(wf, out, in, path.format, codes, p.scales, codes_t, scales_t,
-                                  c.stream);
-        stamp(p);
+      const FpBlock128x128Weight m = fp8_weight_operands(s, path, w);
+      if (!fresh(s.weight_fp8, c, path, prep)) {  // not made by prepare_weights
+        quantize_fp_block_128x128_batch({m}, c.stream);
+        stamp(s.weight_fp8, c, path, prep);
       }
-      return transposed ? Operand{codes_t, scales_t} : Operand{codes, p.scales};
+      return transposed ? Operand{m.codes_t, m.scales_t} : Operand{m.codes, m.scales};
     }
     case OperandPrep::kInt8Codes: {  // the forward's A only (gemm_plan.h)
       PreparedWeight& p = s.weight_int8;
       GNMR_CHECK(p.data != nullptr && !transposed, "cuda projection: no int8 weight was planned");
-      if (!fresh(p)) {
+      if (!fresh(p, c, path, prep)) {
         quantize_int_groupwise(wf, out, in, kInt8PerRow, static_cast<uint8_t*>(p.data), p.scales,
                                RngKey{}, c.stream);
-        stamp(p);
+        stamp(p, c, path, prep);
       }
       return {p.data, p.scales};
     }
@@ -90,13 +106,13 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
       PreparedWeight& p = s.weight_fake_quant;
       GNMR_CHECK(p.data != nullptr, "cuda projection: no fake-quantized weight was planned");
       float* wq = static_cast<float*>(p.data);
-      if (!fresh(p)) {
+      if (!fresh(p, c, path, prep)) {
         if (prep == OperandPrep::kFakeQuantFp) {  // DeepSeek-V3: tile x tile weight blocks
           fake_quantize_fp_blockwise(wf, wq, out, in, path.format, path.tile, path.tile, c.stream);
         } else {  // one scale per output channel
           fake_quantize_int8_per_row(wf, out, in, wq, c.stream);
         }
-        stamp(p);
+        stamp(p, c, path, prep);
       }
       return {wq, nullptr};
     }
@@ -417,6 +433,34 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     s->saved_x_t = s->input_leader->saved_x_t;  // null when the leader's paths keep none
   }
   return s;
+}
+
+void prepare_weights(const ProjectionContext& c, const std::vector<WeightToPrepare>& weights) {
+  std::vector<FpBlock128x128Weight> batch;
+  std::vector<const WeightToPrepare*> made;
+  for (const WeightToPrepare& u : weights) {
+    check_shapes(u.state, u.w, "prepare_projection_weights");
+    // The forward's A and the input gradient's A are W's operands (projection_plan.h).
+    const OperandPrep forward = plan_projection_gemm(GemmRole::kForward, u.state.shape, u.path,
+                                                     c.precision, c.target, false)
+                                    .a;
+    const OperandPrep input_gradient = plan_projection_gemm(GemmRole::kInputGradient, u.state.shape,
+                                                            u.path, c.precision, c.target, false)
+                                           .a;
+    const OperandPrep prep = OperandPrep::kFp8Codes;
+    if ((forward != prep && input_gradient != prep) || fresh(u.state.weight_fp8, c, u.path, prep)) {
+      continue;
+    }
+    batch.push_back(fp8_weight_operands(u.state, u.path, u.w));
+    made.push_back(&u);
+  }
+  if (batch.empty()) return;
+  const OpTimer::Scope timing(c.timer, "prep W");
+  quantize_fp_block_128x128_batch(batch, c.stream);
+  for (const WeightToPrepare* u : made) {
+    stamp(u->state.weight_fp8, c, u->path, OperandPrep::kFp8Codes);
+    ++u->state.weights_prepared_in_batch;
+  }
 }
 
 bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,

@@ -20,7 +20,6 @@
 #include "backend/cuda/op_timer.h"
 #include "backend/cuda/projection_plan.h"
 #include "backend/shared_saved_input.h"
-#include "kernels/quantize.cuh"
 
 namespace gnmr {
 namespace cuda {
@@ -90,10 +89,11 @@ class CudaProjectionState final : public ProjectionState {
   std::shared_ptr<CudaSavedTransposedX> saved_x_t;
   // x-side preparations this projection ran, and those it found already in the scratch; its
   // weight gradients that read x^T's codes kept by the group's forward; its forwards whose x
-  // the SwiGLU ran in the quantizing kernel (SwigluX); and its backwards whose dy codes were
-  // computed from what dy is made of (ComputedDy).
+  // the SwiGLU ran in the quantizing kernel (SwigluX); its backwards whose dy codes were
+  // computed from what dy is made of (ComputedDy); and its FP8 weights that prepare_weights
+  // quantized in a batch.
   int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0;
-  int64_t swiglu_x_forwards = 0, computed_dy_backwards = 0;
+  int64_t swiglu_x_forwards = 0, computed_dy_backwards = 0, weights_prepared_in_batch = 0;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.
@@ -146,6 +146,18 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                                                      const std::string& name,
                                                      const ProjectionShape& shape,
                                                      const PathSpec& low, const PathSpec& recovery);
+// One projection's weight as prepare_weights takes it (Backend::prepare_projection_weights).
+struct WeightToPrepare {
+  CudaProjectionState& state;
+  const PathSpec& path;
+  const Tensor& w;
+};
+// Quantizes the weights among these whose paths' GEMMs read W's FP8 128x128 codes and whose
+// codes this weights epoch has not yet made, all of them in a few launches
+// (quantize_fp_block_128x128_batch), where each one's first GEMM would otherwise run a launch
+// of its own; the same codes, so the GEMMs find them made. Other preparations (bf16, int8,
+// fake-quantized) stay with the first GEMM that reads them.
+void prepare_weights(const ProjectionContext& c, const std::vector<WeightToPrepare>& weights);
 // x_from_swiglu: x is written by the kernel that quantizes it, from that SwiGLU's inputs.
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                         const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key,
