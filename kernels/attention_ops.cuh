@@ -44,27 +44,32 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                              int64_t head_dim, cudaStream_t stream);
 
-// Bytes of device scratch flash_attention_forward_mma and flash_attention_backward_mma need
-// (src/backend/flash_layout.h, flash_mma_scratch_layout: bf16 copies of q, k, v, dout and the
-// backward's delta).
+// Bytes of the two device buffers of the tensor-core kernels (src/backend/flash_layout.h,
+// flash_mma_buffers): `inputs`, the forward's bf16 copies of q, k, v, which the backward reads;
+// and the backward's scratch (bf16 dout and delta).
+int64_t flash_attention_mma_inputs_bytes(int64_t batch, int64_t seq, int64_t heads,
+                                         int64_t kv_heads, int64_t head_dim);
 int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
                                           int64_t kv_heads, int64_t head_dim);
 
 // The same forward and backward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k,
 // v, dout rounded to bf16, and P and dS rounded to bf16 where they enter a product; fp32
-// accumulation and softmax statistics. The backward takes this forward's out and lse. scratch:
-// flash_attention_mma_scratch_bytes, 16-byte aligned (checked), overwritten by both. The
-// backend runs them for model.attention = flash_bf16 (opt-in until they have passed their GPU
-// tests; the SIMT kernels are auto's).
-void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
-                                 float* lse, void* scratch, int64_t batch, int64_t seq,
+// accumulation and softmax statistics. The forward writes its bf16 copies of q, k, v to
+// `inputs` (flash_attention_mma_inputs_bytes), q and k rotated by RoPE as they are copied when
+// given the tables rope_cos, rope_sin ([>= seq, head_dim / 2], backend/rope_table.h; q and k
+// not written: the attention of rope_forward's q and k); the backward takes that forward's
+// inputs, out and lse, and reads neither q, k nor v, so those need not outlive the forward.
+// scratch: flash_attention_mma_scratch_bytes, overwritten. Both buffers 16-byte aligned
+// (checked). The backend runs them for model.attention = flash_bf16 (and auto under bf16 GEMMs).
+void flash_attention_forward_mma(const float* q, const float* k, const float* v,
+                                 const float* rope_cos, const float* rope_sin, float* out,
+                                 float* lse, void* inputs, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
                                  cudaStream_t stream);
-void flash_attention_backward_mma(const float* q, const float* k, const float* v, const float* out,
-                                  const float* lse, const float* dout, float* dq, float* dk,
-                                  float* dv, void* scratch, int64_t batch, int64_t seq,
-                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                  cudaStream_t stream);
+void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,
+                                  const float* dout, float* dq, float* dk, float* dv, void* scratch,
+                                  int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, cudaStream_t stream);
 
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:

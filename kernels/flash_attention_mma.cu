@@ -2,15 +2,16 @@
 // sm_80 and sm_90): causal GQA, fp32 softmax statistics and accumulation, FlashAttention-2's
 // loops (arXiv 2307.08691, algorithms 1 and 2) over the same 64 x 64 tiles as the SIMT kernels
 // (kernels/flash_attention.cu, src/backend/flash_tiling.h). model.attention = flash_bf16 selects
-// it; `auto` keeps the SIMT kernels until it has passed its tests on a GPU (docs/DESIGN.md §6).
+// it, and so does `auto` under bf16 GEMMs (docs/DESIGN.md §6).
 //
 // Reference: the exact attention of the bf16-rounded q, k, v in double precision
 // (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
 // bf16 before P V, so each output is within 2^-8 * max |v| of it (the tests' bound).
 //
 // One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. The host
-// side first converts q, k, v (and dout) to bf16 copies in the scratch (flash_mma_scratch_layout
-// in src/backend/flash_layout.h); the kernels copy tiles of those to shared memory by cp.async,
+// side first converts q, k, v to bf16 copies that the caller keeps for the backward, and the
+// backward dout to one in its scratch (flash_mma_buffers in src/backend/flash_layout.h); the
+// kernels copy tiles of those to shared memory by cp.async,
 // 16 bytes per thread and step, and take fragments from there by ldmatrix, one instruction per A
 // fragment or pair of B fragments, with the row addresses and delivery rules of
 // src/backend/mma_fragment.h. The forward overlaps its copies with its math as
@@ -34,6 +35,7 @@
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/flash_launch.cuh"
+#include "kernels/model_ops.cuh"
 #include "kernels/quantize.cuh"
 
 namespace gnmr::cuda {
@@ -118,7 +120,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 
 // Issues (cp.async, not yet committed) the copy of rows [0, tile_rows) of HD bf16 codes into
 // shared memory: row r from global src + r * src_stride to dst + r * dst_stride, 16 bytes per
-// thread and step (the scratch's regions and rows are 16-byte aligned: flash_mma_scratch_layout);
+// thread and step (the buffers' regions and rows are 16-byte aligned: flash_mma_buffers);
 // rows from `rows` on are zero-filled, so a partial tile's missing keys and queries multiply as
 // 0 (the mask removes their scores).
 template <int HD>
@@ -575,24 +577,27 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 
 // ---- device code end
 
-// The bf16 copies of the scratch (flash_mma_scratch_layout).
+// The bf16 copies in the two buffers (flash_mma_buffers): q, k, v in `inputs`, dout and delta
+// in the backward's scratch (null in the forward).
 struct Bf16Copies {
   uint16_t *q, *k, *v, *dout;
   float* delta;
 };
-Bf16Copies scratch_regions(void* scratch, const FlashDims& s, int64_t head_dim) {
-  const FlashMmaScratch l = flash_mma_scratch_layout(s, head_dim);
-  auto* base = static_cast<unsigned char*>(scratch);
-  return {reinterpret_cast<uint16_t*>(base + l.q), reinterpret_cast<uint16_t*>(base + l.k),
-          reinterpret_cast<uint16_t*>(base + l.v), reinterpret_cast<uint16_t*>(base + l.dout),
-          reinterpret_cast<float*>(base + l.delta)};
+Bf16Copies buffer_regions(const void* inputs, void* scratch, const FlashDims& s, int64_t head_dim) {
+  const FlashMmaBuffers l = flash_mma_buffers(s, head_dim);
+  auto* in = static_cast<unsigned char*>(const_cast<void*>(inputs));
+  auto* sc = static_cast<unsigned char*>(scratch);
+  return {reinterpret_cast<uint16_t*>(in + l.q), reinterpret_cast<uint16_t*>(in + l.k),
+          reinterpret_cast<uint16_t*>(in + l.v),
+          sc ? reinterpret_cast<uint16_t*>(sc + l.dout) : nullptr,
+          sc ? reinterpret_cast<float*>(sc + l.delta) : nullptr};
 }
 
-// The kernels read the scratch's rows 16 bytes at a time.
-void check_scratch(const void* scratch, const FlashDims& s, int64_t head_dim) {
-  if (reinterpret_cast<uintptr_t>(scratch) % 16 != 0) {
-    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): the scratch for " +
-                                        flash_launch::shape_text(s, head_dim) +
+// The kernels read the buffers' rows 16 bytes at a time.
+void check_aligned(const void* buffer, const char* what, const FlashDims& s, int64_t head_dim) {
+  if (reinterpret_cast<uintptr_t>(buffer) % 16 != 0) {
+    throw Error(ErrorKind::Runtime, std::string("flash attention (tensor cores): the ") + what +
+                                        " for " + flash_launch::shape_text(s, head_dim) +
                                         " does not start on a 16-byte boundary");
   }
 }
@@ -641,22 +646,34 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
 
 }  // namespace
 
+int64_t flash_attention_mma_inputs_bytes(int64_t batch, int64_t seq, int64_t heads,
+                                         int64_t kv_heads, int64_t head_dim) {
+  return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).inputs_bytes;
+}
 int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
                                           int64_t kv_heads, int64_t head_dim) {
-  return flash_mma_scratch_layout(FlashDims{batch, seq, heads, kv_heads}, head_dim).total_bytes;
+  return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).scratch_bytes;
 }
 
-void flash_attention_forward_mma(const float* q, const float* k, const float* v, float* out,
-                                 float* lse, void* scratch, int64_t batch, int64_t seq,
+void flash_attention_forward_mma(const float* q, const float* k, const float* v,
+                                 const float* rope_cos, const float* rope_sin, float* out,
+                                 float* lse, void* inputs, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
                                  cudaStream_t stream) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
-  check_scratch(scratch, s, head_dim);
-  const Bf16Copies c = scratch_regions(scratch, s, head_dim);
-  convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
-  convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  GNMR_CHECK((rope_cos == nullptr) == (rope_sin == nullptr),
+             "flash attention (tensor cores): RoPE needs both tables, cos and sin");
+  const Bf16Copies c = buffer_regions(inputs, nullptr, s, head_dim);
+  if (rope_cos != nullptr) {  // q and k rotated as they are copied
+    rope_forward_to_bf16(q, rope_cos, rope_sin, batch, seq, heads, head_dim, c.q, stream);
+    rope_forward_to_bf16(k, rope_cos, rope_sin, batch, seq, kv_heads, head_dim, c.k, stream);
+  } else {
+    convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
+    convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
+  }
   convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
   if (head_dim == 64) {
     forward_mma_for<64>(c, out, lse, s, stream);
@@ -665,19 +682,16 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
   }
 }
 
-void flash_attention_backward_mma(const float* q, const float* k, const float* v, const float* out,
-                                  const float* lse, const float* dout, float* dq, float* dk,
-                                  float* dv, void* scratch, int64_t batch, int64_t seq,
-                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                  cudaStream_t stream) {
+void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,
+                                  const float* dout, float* dq, float* dk, float* dv, void* scratch,
+                                  int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                                  int64_t head_dim, cudaStream_t stream) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
   if (batch * seq * heads == 0) return;
-  check_scratch(scratch, s, head_dim);
-  const Bf16Copies c = scratch_regions(scratch, s, head_dim);
-  convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
-  convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
-  convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  check_aligned(scratch, "scratch", s, head_dim);
+  const Bf16Copies c = buffer_regions(inputs, scratch, s, head_dim);
   convert_to_bf16(dout, batch * seq * heads * head_dim, c.dout, stream);
   if (head_dim == 64) {
     backward_mma_for<64>(c, out, dout, lse, dq, dk, dv, s, stream);

@@ -27,9 +27,12 @@ void rope_forward(float* x, const float* cos, const float* sin, int64_t b, int64
                   int64_t hd, cudaStream_t stream);
 void rope_backward(float* dx, const float* cos, const float* sin, int64_t b, int64_t t,
                    int64_t heads, int64_t hd, cudaStream_t stream);
-// rope_backward's result rounded to bf16 (encode_bf16) into out [b, t, heads, hd], dx not
-// written: q's or k's bf16 dy (Backend::rope_projection_backward). Twins: cpu::rope_backward,
-// then encode_bf16.
+// rope_forward's (rope_backward's) result rounded to bf16 (encode_bf16) into out [b, t, heads,
+// hd], x (dx) not written: the tensor-core flash attention's bf16 q and k
+// (Backend::rope_attention_forward); q's or k's bf16 dy (Backend::rope_projection_backward).
+// Twins: cpu::rope_forward (rope_backward), then encode_bf16.
+void rope_forward_to_bf16(const float* x, const float* cos, const float* sin, int64_t b, int64_t t,
+                          int64_t heads, int64_t hd, uint16_t* out, cudaStream_t stream);
 void rope_backward_to_bf16(const float* dx, const float* cos, const float* sin, int64_t b,
                            int64_t t, int64_t heads, int64_t hd, uint16_t* out,
                            cudaStream_t stream);

@@ -110,6 +110,13 @@ void Backend::rope_projection_backward(Tensor& dx, const Tensor& cos, const Tens
   projection_backward(proj.state, proj.path, proj.w, dy, d_in, accumulate, proj.dw);
 }
 
+void Backend::rope_attention_forward(Tensor& q, Tensor& k, const Tensor& v, const Tensor& cos,
+                                     const Tensor& sin, Tensor& out, AttentionState& saved) {
+  rope_forward(q, cos, sin);
+  rope_forward(k, cos, sin);
+  attention_forward(q, k, v, out, saved);
+}
+
 void Backend::swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
                                         const ProjectionForwardCall& down, Tensor& y, bool save) {
   swiglu_forward(gate, up, out);

@@ -164,6 +164,10 @@ class AttentionState {
   virtual size_t saved_bytes() const = 0;  // as allocated, under MemoryRole::SavedActivations
   // Which kernels run this attention, in words (the bench JSON's `attention`, the train log).
   virtual std::string kernel() const = 0;
+  // Whether the state keeps what its backward reads of q, k and v (the CUDA tensor-core flash
+  // kernels: the forward's bf16 copies), so that attention_backward reads only the shapes of
+  // the q, k, v passed to it: the caller need not keep them from the forward to the backward.
+  virtual bool keeps_inputs() const { return false; }
 };
 
 // One AdamW step as torch.optim.AdamW computes it (decoupled weight decay), with the gradient
@@ -323,7 +327,16 @@ class Backend {
   // q, out: [B, T, H, hd]; k, v: [B, T, Hkv, hd]; `saved` from plan_attention of that shape.
   virtual void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                                  AttentionState& saved) = 0;
-  // From the q, k, v and `saved` of the forward; dq, dk, dv overwritten.
+  // RoPE on q and k, then the attention forward:
+  //   rope_forward(q, cos, sin); rope_forward(k, cos, sin); attention_forward(q, k, v, out, saved).
+  // q and k are the op's workspace: a backend whose attention keeps its own copies of its
+  // inputs (keeps_inputs) may rotate q and k as it copies them and leave them unrotated (the
+  // CUDA tensor-core flash kernels: a read and a write of each fewer). This implementation
+  // runs the three ops.
+  virtual void rope_attention_forward(Tensor& q, Tensor& k, const Tensor& v, const Tensor& cos,
+                                      const Tensor& sin, Tensor& out, AttentionState& saved);
+  // From the q, k, v and `saved` of the forward (only q's, k's and v's shapes where
+  // saved.keeps_inputs()); dq, dk, dv overwritten.
   virtual void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                                   const AttentionState& saved, const Tensor& dout, Tensor& dq,
                                   Tensor& dk, Tensor& dv) = 0;

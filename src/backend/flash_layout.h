@@ -172,28 +172,31 @@ GNMR_HD_INLINE int64_t flash_backward_scratch_floats(int64_t batch, int64_t head
   return batch * heads * seq;
 }
 
-// The tensor-core kernels' device scratch, one buffer for the forward and the backward: bf16
-// copies of q, k, v (both) and dout (the backward), made by one conversion pass per call, so the
-// kernels read half the bytes of fp32 and convert nothing in their loops; then the backward's
-// delta (flash_backward_scratch_floats). Byte offsets, each region 256-byte aligned (the
-// kernels read rows 16 bytes at a time).
-struct FlashMmaScratch {
-  int64_t q = 0, k = 0, v = 0, dout = 0, delta = 0;
-  int64_t total_bytes = 0;
+// The tensor-core kernels' device buffers, as byte offsets, each region 256-byte aligned (the
+// kernels read rows 16 bytes at a time):
+// - inputs: bf16 copies of q, k, v, made by one conversion pass in the forward, so the kernels
+//   read half the bytes of fp32 and convert nothing in their loops. The caller keeps them for
+//   the backward (the CUDA backend per layer, in the attention state), which reads them instead
+//   of q, k, v, so they are converted once a step, and q, k, v need not outlive the forward.
+// - scratch, the backward's alone: dout's bf16 copy, then delta (flash_backward_scratch_floats).
+struct FlashMmaBuffers {
+  int64_t q = 0, k = 0, v = 0, inputs_bytes = 0;
+  int64_t dout = 0, delta = 0, scratch_bytes = 0;
 };
 GNMR_HD_INLINE int64_t flash_round_up_256(int64_t bytes) {
   return (bytes + 255) / 256 * 256;
 }
-GNMR_HD_INLINE FlashMmaScratch flash_mma_scratch_layout(const FlashDims& s, int64_t head_dim) {
+GNMR_HD_INLINE FlashMmaBuffers flash_mma_buffers(const FlashDims& s, int64_t head_dim) {
   const int64_t q_bytes = flash_round_up_256(2 * s.batch * s.seq * s.heads * head_dim);
   const int64_t kv_bytes = flash_round_up_256(2 * s.batch * s.seq * s.kv_heads * head_dim);
-  FlashMmaScratch l;
+  FlashMmaBuffers l;
   l.q = 0;
   l.k = l.q + q_bytes;
   l.v = l.k + kv_bytes;
-  l.dout = l.v + kv_bytes;
+  l.inputs_bytes = l.v + kv_bytes;
+  l.dout = 0;
   l.delta = l.dout + q_bytes;
-  l.total_bytes = l.delta + 4 * flash_backward_scratch_floats(s.batch, s.heads, s.seq);
+  l.scratch_bytes = l.delta + 4 * flash_backward_scratch_floats(s.batch, s.heads, s.seq);
   return l;
 }
 

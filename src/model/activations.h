@@ -16,9 +16,11 @@ namespace gnmr {
 struct LayerActivations {
   Tensor xn_attn;    // [N, D]  input_layernorm(x): the input of units q, k, v
   Tensor rstd_attn;  // [N]
-  Tensor q;          // [N, H * hd]   after rotary
-  Tensor k;          // [N, Hkv * hd] after rotary
-  Tensor v;          // [N, Hkv * hd]
+  // The layer's own, or one per-step set shared by all layers where the attention state keeps
+  // what its backward reads (AttentionState::keeps_inputs).
+  Tensor q;  // [N, H * hd]   after rotary
+  Tensor k;  // [N, Hkv * hd] after rotary
+  Tensor v;  // [N, Hkv * hd]
   // What attention's backward reads beyond q, k, v (Backend::plan_attention).
   std::unique_ptr<AttentionState> attention;
   Tensor att;       // [N, D]  attention output: the input of unit o

@@ -73,20 +73,37 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   for (int l = 0; l <= config.n_layers; ++l) {
     act_.residual.push_back(saved("residual." + std::to_string(l), {n, d}));
   }
+  struct {
+    Tensor q, k, v;
+  } attention_inputs;  // allocated with the first layer that shares them
   for (int l = 0; l < config.n_layers; ++l) {
     const std::string p = "layer." + std::to_string(l) + ".";
     LayerActivations a;
     a.xn_attn = input(l, UnitInput::kAttentionNorm, p + "xn_attn", d);
     a.rstd_attn = saved(p + "rstd_attn", {n});
-    a.q = saved(p + "q", {n, d});
-    a.k = saved(p + "k", {n, kv});
-    a.v = saved(p + "v", {n, kv});
     a.att = input(l, UnitInput::kAttentionOut, p + "att", d);
     // att is attention's out; when it is the layer's own (not per-step scratch), nothing writes
     // it between the forward and the backward, so the backend may read it there.
     a.attention = backend_.plan_attention(
         p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd},
         paths_->input_kept(l, UnitInput::kAttentionOut));
+    // q, k, v are the layer's own where attention's backward reads them; where its state keeps
+    // its own copies (keeps_inputs), one per-step set shared by all layers, which only has to
+    // last from the projections to the attention forward.
+    if (a.attention->keeps_inputs()) {
+      if (attention_inputs.q.data == nullptr) {
+        attention_inputs.q = f32("attention_q", {n, d});
+        attention_inputs.k = f32("attention_k", {n, kv});
+        attention_inputs.v = f32("attention_v", {n, kv});
+      }
+      a.q = attention_inputs.q;
+      a.k = attention_inputs.k;
+      a.v = attention_inputs.v;
+    } else {
+      a.q = saved(p + "q", {n, d});
+      a.k = saved(p + "k", {n, kv});
+      a.v = saved(p + "v", {n, kv});
+    }
     a.h = saved(p + "h", {n, d});
     a.xn_mlp = input(l, UnitInput::kMlpNorm, p + "xn_mlp", d);
     a.rstd_mlp = saved(p + "rstd_mlp", {n});
@@ -268,9 +285,8 @@ void LlamaModel::forward(bool save_for_backward) {
     project_forward(unit(l, ProjectionKind::V), a.xn_attn, a.v);
     Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
     Tensor att4 = heads_view(a.att, h);
-    be.rope_forward(q4, act_.rope_cos, act_.rope_sin);
-    be.rope_forward(k4, act_.rope_cos, act_.rope_sin);
-    be.attention_forward(q4, k4, v4, att4, *a.attention);
+    // RoPE on q and k, then attention (q and k are workspace: rope_attention_forward).
+    be.rope_attention_forward(q4, k4, v4, act_.rope_cos, act_.rope_sin, att4, *a.attention);
     // o_proj output goes to d_att as scratch before the residual add
     project_forward(unit(l, ProjectionKind::O), a.att, scratch_.d_att);
     // MLP block

@@ -116,37 +116,39 @@ TEST(FlashLayout, GridsHaveOneBlockPerTileTask) {
   }
 }
 
-// The tensor-core kernels' scratch: bf16 q and dout ([B, T, H, hd]), k and v ([B, T, Hkv, hd])
-// and the fp32 delta ([B, H, T]), one after another without overlap, each 256-byte aligned (so
+// The tensor-core kernels' two buffers: the inputs, bf16 q ([B, T, H, hd]), k and v
+// ([B, T, Hkv, hd]); the backward's scratch, bf16 dout ([B, T, H, hd]) and the fp32 delta
+// ([B, H, T]). Each one's regions one after another without overlap, each 256-byte aligned (so
 // every row the kernels copy 16 bytes at a time is aligned), nothing wasted beyond the padding.
-TEST(FlashLayout, TensorCoreScratchHoldsEveryCopyAlignedWithoutOverlap) {
+TEST(FlashLayout, TensorCoreBuffersHoldEveryCopyAlignedWithoutOverlap) {
   for (const FlashDims& s : {FlashDims{1, 1, 1, 1}, FlashDims{2, 17, 8, 2},
                              FlashDims{3, 1000, 6, 3}, FlashDims{8, 1024, 32, 32}}) {
     for (int64_t hd : {64, 128}) {
       SCOPED_TRACE(::testing::Message() << "B=" << s.batch << " T=" << s.seq << " H=" << s.heads
                                         << " Hkv=" << s.kv_heads << " hd=" << hd);
-      const FlashMmaScratch l = flash_mma_scratch_layout(s, hd);
+      const FlashMmaBuffers l = flash_mma_buffers(s, hd);
       const int64_t q_bytes = 2 * s.batch * s.seq * s.heads * hd;
       const int64_t kv_bytes = 2 * s.batch * s.seq * s.kv_heads * hd;
-      const std::vector<std::pair<int64_t, int64_t>> regions = {
-          {l.q, q_bytes},
-          {l.k, kv_bytes},
-          {l.v, kv_bytes},
-          {l.dout, q_bytes},
-          {l.delta, 4 * flash_backward_scratch_floats(s.batch, s.heads, s.seq)}};
-      int64_t padding = 0;
-      for (size_t i = 0; i < regions.size(); ++i) {
-        EXPECT_EQ(regions[i].first % 256, 0) << "region " << i;
-        const int64_t end = regions[i].first + regions[i].second;
-        const int64_t next = i + 1 < regions.size() ? regions[i + 1].first : l.total_bytes;
-        EXPECT_LE(end, next) << "region " << i;
-        EXPECT_LT(next - end, 256) << "region " << i;
-        padding += next - end;
+      using Regions = std::vector<std::pair<int64_t, int64_t>>;
+      const Regions inputs = {{l.q, q_bytes}, {l.k, kv_bytes}, {l.v, kv_bytes}};
+      const Regions scratch = {
+          {l.dout, q_bytes}, {l.delta, 4 * flash_backward_scratch_floats(s.batch, s.heads, s.seq)}};
+      for (const auto& [regions, total] :
+           {std::pair<Regions, int64_t>{inputs, l.inputs_bytes}, {scratch, l.scratch_bytes}}) {
+        int64_t padding = 0;
+        for (size_t i = 0; i < regions.size(); ++i) {
+          EXPECT_EQ(regions[i].first % 256, 0) << "region " << i;
+          const int64_t end = regions[i].first + regions[i].second;
+          const int64_t next = i + 1 < regions.size() ? regions[i + 1].first : total;
+          EXPECT_LE(end, next) << "region " << i;
+          EXPECT_LT(next - end, 256) << "region " << i;
+          padding += next - end;
+        }
+        EXPECT_EQ(regions.front().first, 0);
+        EXPECT_EQ(total % 4, 0);  // whole floats
+        EXPECT_LT(padding, int64_t(regions.size()) * 256);
       }
-      EXPECT_EQ(regions.front().first, 0);
-      EXPECT_EQ(l.total_bytes % 4, 0);
       EXPECT_EQ(2 * hd % 16, 0);  // each row of a copy is whole 16-byte chunks
-      EXPECT_LT(padding, 4 * 256);
     }
   }
 }

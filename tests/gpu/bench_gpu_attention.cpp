@@ -102,22 +102,25 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
            double(sizeof(float)) * double(nq + rows + scratch_floats), device);
   }
   {
+    const size_t inputs_floats = size_t(gnmr::cuda::flash_attention_mma_inputs_bytes(
+                                            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) /
+                                        4);
     const size_t scratch_floats = size_t(gnmr::cuda::flash_attention_mma_scratch_bytes(
                                              s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) /
                                          4);
-    Buffer lse(rows), scratch(scratch_floats);
+    Buffer lse(rows), inputs(inputs_floats), scratch(scratch_floats);
     const double forward_ms = time_ms([&] {
-      gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, out.data, lse.data,
-                                              scratch.data, s.batch, s.seq, s.heads, s.kv_heads,
-                                              s.head_dim, nullptr);
+      gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, nullptr, nullptr, out.data,
+                                              lse.data, inputs.data, s.batch, s.seq, s.heads,
+                                              s.kv_heads, s.head_dim, nullptr);
     });
     const double backward_ms = time_ms([&] {
-      gnmr::cuda::flash_attention_backward_mma(
-          q.data, k.data, v.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data,
-          scratch.data, s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+      gnmr::cuda::flash_attention_backward_mma(inputs.data, out.data, lse.data, dout.data, dq.data,
+                                               dk.data, dv.data, scratch.data, s.batch, s.seq,
+                                               s.heads, s.kv_heads, s.head_dim, nullptr);
     });
     report("flash-mma", s, forward_ms, backward_ms,
-           double(sizeof(float)) * double(nq + rows + scratch_floats), device);
+           double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats), device);
   }
   {
     const size_t probs_floats = rows * size_t(s.seq);

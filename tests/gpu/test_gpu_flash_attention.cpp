@@ -19,6 +19,7 @@
 #include <initializer_list>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../backend/attention_bf16_reference.h"
@@ -26,6 +27,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/flash_layout.h"
+#include "backend/rope_table.h"
 #include "gpu_test_util.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
@@ -219,17 +221,24 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
 
 Result run_gpu_mma(const Inputs& in, const AttentionShape& s) {
   const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
+  const size_t inputs_floats =
+      size_t(flash_attention_mma_inputs_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
   const size_t scratch_floats = size_t(
       flash_attention_mma_scratch_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
-  DeviceBuffer<float> out(nq), lse(nrows), dq(nq), dk(nkv), dv(nkv), scratch(scratch_floats);
+  DeviceBuffer<float> out(nq), lse(nrows), dq(nq), dk(nkv), dv(nkv), inputs(inputs_floats),
+      scratch(scratch_floats);
   poison(out, nq), poison(lse, nrows), poison(dq, nq), poison(dk, nkv), poison(dv, nkv);
-  poison(scratch, scratch_floats);  // the bf16 copies and delta: every byte read is written first
-  flash_attention_forward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), scratch.get(),
-                              s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
-  flash_attention_backward_mma(q.get(), k.get(), v.get(), out.get(), lse.get(), dout.get(),
-                               dq.get(), dk.get(), dv.get(), scratch.get(), s.batch, s.seq, s.heads,
-                               s.kv_heads, s.head_dim, nullptr);
+  // The bf16 copies and delta: every byte read is written first.
+  poison(inputs, inputs_floats), poison(scratch, scratch_floats);
+  flash_attention_forward_mma(q.get(), k.get(), v.get(), nullptr, nullptr, out.get(), lse.get(),
+                              inputs.get(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
+                              nullptr);
+  // The backward reads the forward's copies, not q, k, v: the caller may reuse them.
+  poison(q, nq), poison(k, nkv), poison(v, nkv);
+  flash_attention_backward_mma(inputs.get(), out.get(), lse.get(), dout.get(), dq.get(), dk.get(),
+                               dv.get(), scratch.get(), s.batch, s.seq, s.heads, s.kv_heads,
+                               s.head_dim, nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   return {out.to_host(), lse.to_host(), dq.to_host(), dk.to_host(), dv.to_host()};
 }
@@ -326,6 +335,137 @@ TEST(GpuFlashAttention, TheBackendReadsTheCallersOutWhenItIsKeptAndItsCopyOtherw
   }
 }
 
+// Through the backend: the tensor-core kernels' state keeps the forward's bf16 copies of q, k, v
+// (keeps_inputs, their bytes in saved_bytes), so a backward after q, k, v were overwritten gives
+// the bits of one after they were not; the other kernels read the q, k, v passed to them.
+TEST(GpuFlashAttention, TheTensorCoreStateKeepsItsBf16InputsSoTheBackwardReadsNoQKV) {
+  SKIP_WITHOUT_GPU();
+  const AttentionShape shape{2, 130, 8, 2, 64};
+  const int64_t b = shape.batch, t = shape.seq, h = shape.heads, hkv = shape.kv_heads,
+                hd = shape.head_dim;
+  for (CudaAttention kernel :
+       {CudaAttention::FlashBf16, CudaAttention::Flash, CudaAttention::Materialized}) {
+    CudaBackendOptions options;
+    options.attention = kernel;
+    std::unique_ptr<Backend> be = make_cuda_backend(options);
+    std::unique_ptr<AttentionState> state = be->plan_attention("attention", shape, false);
+    SCOPED_TRACE(state->kernel());
+    const bool keeps = kernel == CudaAttention::FlashBf16;
+    EXPECT_EQ(state->keeps_inputs(), keeps);
+    if (!keeps) continue;
+    const size_t out_and_lse = size_t(b * t * h * hd + b * h * t) * sizeof(float);
+    EXPECT_EQ(state->saved_bytes(),
+              out_and_lse + size_t(flash_attention_mma_inputs_bytes(b, t, h, hkv, hd)));
+    auto tensor = [&](const char* name, std::vector<int64_t> dims) {
+      return be->allocate(name, std::move(dims), DType::F32, MemoryRole::Scratch);
+    };
+    auto fill = [&](Tensor& x, uint32_t seed) {
+      const std::vector<float> values = gnmr_test::random_normal(size_t(x.numel()), seed);
+      be->copy_from_host(x, values.data());
+    };
+    Tensor q = tensor("q", {b, t, h, hd}), k = tensor("k", {b, t, hkv, hd}),
+           v = tensor("v", {b, t, hkv, hd}), dout = tensor("dout", {b, t, h, hd});
+    fill(dout, 4);
+    std::vector<float> grads[2][3];
+    for (int overwritten = 0; overwritten < 2; ++overwritten) {
+      fill(q, 1), fill(k, 2), fill(v, 3);
+      Tensor out = tensor("out", {b, t, h, hd}), dq = tensor("dq", {b, t, h, hd}),
+             dk = tensor("dk", {b, t, hkv, hd}), dv = tensor("dv", {b, t, hkv, hd});
+      be->attention_forward(q, k, v, out, *state);
+      if (overwritten == 1) {
+        for (Tensor* x : {&q, &k, &v}) {
+          const std::vector<float> nan(size_t(x->numel()), std::nanf(""));
+          be->copy_from_host(*x, nan.data());
+        }
+      }
+      be->attention_backward(q, k, v, *state, dout, dq, dk, dv);
+      Tensor* outs[3] = {&dq, &dk, &dv};
+      for (int i = 0; i < 3; ++i) {
+        grads[overwritten][i].resize(size_t(outs[i]->numel()));
+        be->copy_to_host(*outs[i], grads[overwritten][i].data());
+      }
+    }
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_EQ(
+          std::memcmp(grads[0][i].data(), grads[1][i].data(), grads[0][i].size() * sizeof(float)),
+          0)
+          << "gradient " << i;
+      EXPECT_TRUE(std::all_of(grads[1][i].begin(), grads[1][i].end(),
+                              [](float g) { return std::isfinite(g); }))
+          << "gradient " << i;
+    }
+  }
+}
+
+// Through the backend: rope_attention_forward gives the out of RoPE on q and k, then
+// attention_forward, and after the backward the same gradients, bit for bit (tables longer than
+// the sequence, as the model's). The tensor-core kernels rotate q and k as they copy them to
+// bf16 and leave them as they were; the SIMT kernels rotate them in place first.
+TEST(GpuFlashAttention, RopeAttentionForwardIsRopeThenAttentionAndTheTensorCoresLeaveQAndK) {
+  SKIP_WITHOUT_GPU();
+  const AttentionShape shape{2, 130, 8, 2, 64};
+  const int64_t b = shape.batch, t = shape.seq, h = shape.heads, hkv = shape.kv_heads,
+                hd = shape.head_dim;
+  std::vector<float> cos, sin;
+  compute_rope_table(10000.0f, int(hd), int(t + 3), cos, sin);
+  const std::vector<int64_t> q_dims = {b, t, h, hd}, kv_dims = {b, t, hkv, hd};
+  const std::vector<float> q0 = gnmr_test::random_normal(size_t(b * t * h * hd), 1),
+                           k0 = gnmr_test::random_normal(size_t(b * t * hkv * hd), 2),
+                           v0 = gnmr_test::random_normal(size_t(b * t * hkv * hd), 3),
+                           dout0 = gnmr_test::random_normal(size_t(b * t * h * hd), 4);
+  for (CudaAttention kernel : {CudaAttention::FlashBf16, CudaAttention::Flash}) {
+    CudaBackendOptions options;
+    options.attention = kernel;
+    std::unique_ptr<Backend> be = make_cuda_backend(options);
+    auto upload = [&](const char* name, std::vector<int64_t> dims, const std::vector<float>& x) {
+      Tensor tensor = be->allocate(name, std::move(dims), DType::F32, MemoryRole::Scratch);
+      be->copy_from_host(tensor, x.data());
+      return tensor;
+    };
+    auto download = [&](const Tensor& x) {
+      std::vector<float> host(size_t(x.numel()));
+      be->copy_to_host(x, host.data());
+      return host;
+    };
+    const Tensor cos_t = upload("cos", {t + 3, hd / 2}, cos),
+                 sin_t = upload("sin", {t + 3, hd / 2}, sin);
+    std::vector<std::vector<float>> results[2];  // out, dq, dk, dv, q and k afterwards
+    std::string name;
+    for (int fused = 0; fused < 2; ++fused) {
+      std::unique_ptr<AttentionState> state = be->plan_attention("attention", shape, false);
+      name = state->kernel();
+      Tensor q = upload("q", q_dims, q0), k = upload("k", kv_dims, k0);
+      const Tensor v = upload("v", kv_dims, v0), dout = upload("dout", q_dims, dout0);
+      Tensor out = upload("out", q_dims, q0), dq = upload("dq", q_dims, q0),
+             dk = upload("dk", kv_dims, k0), dv = upload("dv", kv_dims, k0);
+      if (fused == 1) {
+        be->rope_attention_forward(q, k, v, cos_t, sin_t, out, *state);
+      } else {
+        be->rope_forward(q, cos_t, sin_t);
+        be->rope_forward(k, cos_t, sin_t);
+        be->attention_forward(q, k, v, out, *state);
+      }
+      be->attention_backward(q, k, v, *state, dout, dq, dk, dv);
+      for (const Tensor* x : {&out, &dq, &dk, &dv, &q, &k}) results[fused].push_back(download(*x));
+    }
+    SCOPED_TRACE(name);
+    const char* what[] = {"out", "dq", "dk", "dv"};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_EQ(std::memcmp(results[0][i].data(), results[1][i].data(),
+                            results[0][i].size() * sizeof(float)),
+                0)
+          << what[i];
+    }
+    if (kernel == CudaAttention::FlashBf16) {
+      EXPECT_EQ(results[1][4], q0) << "q left as it was";
+      EXPECT_EQ(results[1][5], k0) << "k left as it was";
+    } else {
+      EXPECT_EQ(results[1][4], results[0][4]) << "q rotated in place";
+      EXPECT_NE(results[1][4], q0);
+    }
+  }
+}
+
 // Decided on the host before any launch, so it runs without a GPU too.
 // model.attention auto follows the GEMMs' precision: the tensor-core kernels under bf16 GEMMs,
 // the fp32 SIMT ones under fp32, v1 for a head dim the flash kernels lack.
@@ -356,31 +496,36 @@ TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
   }
 }
 
-// The tensor-core kernels read their scratch's bf16 rows 16 bytes at a time: a scratch off a
+// The tensor-core kernels read their buffers' bf16 rows 16 bytes at a time: a buffer off a
 // 16-byte boundary is refused before anything runs (no GPU needed: the check comes first).
-TEST(GpuFlashAttention, TensorCoreKernelsRefuseAScratchOffA16ByteBoundary) {
+TEST(GpuFlashAttention, TensorCoreKernelsRefuseABufferOffA16ByteBoundary) {
   alignas(16) static float storage[8];
   float* aligned = storage;
   void* off_by_one_float = storage + 1;
-  const auto expect_refused = [](const std::function<void()>& call) {
+  const auto expect_refused = [](const char* buffer, const std::function<void()>& call) {
     try {
       call();
-      FAIL() << "a scratch off a 16-byte boundary was accepted";
+      FAIL() << buffer << " off a 16-byte boundary was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::Runtime);
-      EXPECT_NE(std::string(e.what()).find("the scratch for B=1 T=5 H=2 Hkv=1 hd=64 does not "
-                                           "start on a 16-byte boundary"),
+      EXPECT_NE(std::string(e.what()).find(std::string("the ") + buffer +
+                                           " for B=1 T=5 H=2 Hkv=1 hd=64 does not start on a "
+                                           "16-byte boundary"),
                 std::string::npos)
           << e.what();
     }
   };
-  expect_refused([&] {
-    flash_attention_forward_mma(aligned, aligned, aligned, aligned, aligned, off_by_one_float, 1, 5,
-                                2, 1, 64, nullptr);
+  expect_refused("inputs' bf16 copies", [&] {
+    flash_attention_forward_mma(aligned, aligned, aligned, nullptr, nullptr, aligned, aligned,
+                                off_by_one_float, 1, 5, 2, 1, 64, nullptr);
   });
-  expect_refused([&] {
+  expect_refused("inputs' bf16 copies", [&] {
+    flash_attention_backward_mma(off_by_one_float, aligned, aligned, aligned, aligned, aligned,
+                                 aligned, aligned, 1, 5, 2, 1, 64, nullptr);
+  });
+  expect_refused("scratch", [&] {
     flash_attention_backward_mma(aligned, aligned, aligned, aligned, aligned, aligned, aligned,
-                                 aligned, aligned, off_by_one_float, 1, 5, 2, 1, 64, nullptr);
+                                 off_by_one_float, 1, 5, 2, 1, 64, nullptr);
   });
 }
 

@@ -63,7 +63,7 @@ TEST(GpuModelOps, EmbeddingForwardAndBackwardAreBitExact) {
   expect_same_bits(d_dtable.to_host(), dtable, "backward");
 }
 
-TEST(GpuModelOps, RopeIncludingItsBf16BackwardResidualAndScaleAreBitExact) {
+TEST(GpuModelOps, RopeIncludingItsBf16FormsResidualAndScaleAreBitExact) {
   SKIP_WITHOUT_GPU();
   // A token's pairs under one block's threads (3 x 32), and more (9 x 64: the block loops).
   for (auto [heads, hd] : {std::pair<int64_t, int64_t>{3, 64}, {9, 128}}) {
@@ -72,21 +72,29 @@ TEST(GpuModelOps, RopeIncludingItsBf16BackwardResidualAndScaleAreBitExact) {
     compute_rope_table(10000.0f, int(hd), int(t), cos, sin);
     std::vector<float> x = random_vector(size_t(b * t * heads * hd), 5);
     DeviceBuffer<float> d_x(x), d_cos(cos), d_sin(sin);
+    // Either rotation rounded to bf16 into another array (the tensor-core attention's q and k; a
+    // bf16 projection's dy), x not written.
+    for (bool inverse : {false, true}) {
+      SCOPED_TRACE(inverse ? "rope backward to bf16" : "rope forward to bf16");
+      std::vector<float> rotated = x;
+      if (inverse) {
+        cpu::rope_backward(rotated.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
+      } else {
+        cpu::rope_forward(rotated.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
+      }
+      std::vector<uint16_t> rotated_bf16(rotated.size());
+      for (size_t i = 0; i < rotated.size(); ++i) rotated_bf16[i] = encode_bf16(rotated[i]);
+      DeviceBuffer<uint16_t> d_bf16(std::vector<uint16_t>(rotated.size(), 0x7FC1));
+      (inverse ? cuda::rope_backward_to_bf16 : cuda::rope_forward_to_bf16)(
+          d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, d_bf16.get(), nullptr);
+      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+      EXPECT_EQ(d_bf16.to_host(), rotated_bf16);
+      expect_same_bits(d_x.to_host(), x, "x, left as it was");
+    }
     cpu::rope_forward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
     cuda::rope_forward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
     GNMR_CUDA_CHECK(cudaDeviceSynchronize());
     expect_same_bits(d_x.to_host(), x, "rope forward");
-    // The backward rounded to bf16 into another array (a bf16 projection's dy), x not written.
-    std::vector<float> rotated = x;
-    cpu::rope_backward(rotated.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
-    std::vector<uint16_t> rotated_bf16(rotated.size());
-    for (size_t i = 0; i < rotated.size(); ++i) rotated_bf16[i] = encode_bf16(rotated[i]);
-    DeviceBuffer<uint16_t> d_bf16(std::vector<uint16_t>(rotated.size(), 0x7FC1));
-    cuda::rope_backward_to_bf16(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, d_bf16.get(),
-                                nullptr);
-    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-    EXPECT_EQ(d_bf16.to_host(), rotated_bf16) << "rope backward to bf16";
-    expect_same_bits(d_x.to_host(), x, "x, left as it was");
     cpu::rope_backward(x.data(), cos.data(), sin.data(), b, t, heads, hd, 2);
     cuda::rope_backward(d_x.get(), d_cos.get(), d_sin.get(), b, t, heads, hd, nullptr);
     GNMR_CUDA_CHECK(cudaDeviceSynchronize());

@@ -59,9 +59,11 @@ class CudaAttentionState final : public AttentionState {
   // counts as one element.
   size_t saved_bytes() const override {
     size_t bytes = 0;
-    for (const Tensor* t : {&probs, &out, &lse}) bytes += t->data ? t->bytes() : 0;
+    for (const Tensor* t : {&probs, &out, &lse, &inputs_bf16}) bytes += t->data ? t->bytes() : 0;
     return bytes;
   }
+  // The tensor-core kernels' backward reads the forward's bf16 copies of q, k, v, kept here.
+  bool keeps_inputs() const override { return kernel_kind == AttentionKernel::FlashTensorCores; }
   std::string kernel() const override {
     switch (kernel_kind) {
       case AttentionKernel::Materialized:
@@ -86,6 +88,7 @@ class CudaAttentionState final : public AttentionState {
   Tensor out;                         // flash, out not kept: [B, T, H, hd]
   const float* caller_out = nullptr;  // flash, out kept: the last forward's out
   Tensor lse;                         // flash: [B, H, T]
+  Tensor inputs_bf16;  // tensor cores: bf16 q, k, v (flash_attention_mma_inputs_bytes)
   AttentionShape shape{};
 };
 
@@ -557,7 +560,14 @@ class CudaBackend final : public Backend {
     if (state->flash()) {
       state->lse = allocate(name + ".lse", {shape.batch, shape.heads, shape.seq}, DType::F32,
                             MemoryRole::SavedActivations);
-    } else {
+    }
+    if (state->keeps_inputs()) {  // whole floats: 256-byte regions (flash_mma_buffers)
+      const int64_t bytes = cuda::flash_attention_mma_inputs_bytes(
+          shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim);
+      state->inputs_bf16 =
+          allocate(name + ".inputs_bf16", {bytes / 4}, DType::F32, MemoryRole::SavedActivations);
+    }
+    if (!state->flash()) {
       state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
                               DType::F32, MemoryRole::SavedActivations);
     }
@@ -566,34 +576,21 @@ class CudaBackend final : public Backend {
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                          AttentionState& saved) override {
-    const auto timing = time_op("attention");
-    const AttentionShape s = attention_shape_of(q, k);
-    check_same_numel(k, v, "attention_forward");
-    check_same_numel(q, out, "attention_forward");
-    CudaAttentionState& state = attention_state(saved, s);
-    if (state.flash()) {
-      if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
-        // Its bf16 copies of q, k, v go to the attention scratch (dead after the forward).
-        cuda::flash_attention_forward_mma(
-            f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.lse),
-            attention_scratch_.reserve(memory_, attention_scratch_bytes(state)), s.batch, s.seq,
-            s.heads, s.kv_heads, s.head_dim, stream_);
-      } else {
-        cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
-                                      f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
-                                      s.head_dim, stream_);
-      }
-      if (state.out_kept) {
-        state.caller_out = f32_data(out);  // the caller leaves it unchanged until the backward
-      } else {
-        // The backward reads the state's out: the caller may overwrite its own.
-        GNMR_CUDA_CHECK(cudaMemcpyAsync(state.out.data, out.data, out.bytes(),
-                                        cudaMemcpyDeviceToDevice, stream_));
-      }
+    run_attention_forward(q, k, v, nullptr, out, saved);
+  }
+  // Where the tensor-core kernels run, RoPE rotates q and k as the forward copies them to bf16
+  // (rope_forward_to_bf16), q and k left unrotated; elsewhere the three ops.
+  void rope_attention_forward(Tensor& q, Tensor& k, const Tensor& v, const Tensor& cos,
+                              const Tensor& sin, Tensor& out, AttentionState& saved) override {
+    const CudaAttentionState& state = attention_state(saved, attention_shape_of(q, k));
+    if (state.kernel_kind != AttentionKernel::FlashTensorCores) {
+      Backend::rope_attention_forward(q, k, v, cos, sin, out, saved);
       return;
     }
-    attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.probs),
-                        s, stream_);
+    check_rope_tables(q, cos, sin, "rope_attention_forward");
+    check_rope_tables(k, cos, sin, "rope_attention_forward");
+    const RopeTables tables{f32_data(cos), f32_data(sin)};
+    run_attention_forward(q, k, v, &tables, out, saved);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
@@ -607,7 +604,9 @@ class CudaBackend final : public Backend {
     const CudaAttentionState& state = attention_state(saved, s);
     void* scratch = attention_scratch_.reserve(memory_, attention_scratch_bytes(state));
     if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
-      cuda::flash_attention_backward_mma(f32_data(q), f32_data(k), f32_data(v), state.flash_out(),
+      // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
+      // not read.
+      cuda::flash_attention_backward_mma(state.inputs_bf16.data, state.flash_out(),
                                          f32_data(state.lse), f32_data(dout), f32_data(dq),
                                          f32_data(dk), f32_data(dv), scratch, s.batch, s.seq,
                                          s.heads, s.kv_heads, s.head_dim, stream_);
@@ -805,6 +804,46 @@ class CudaBackend final : public Backend {
         cuda::sum_squares_workspace_doubles(counts.data(), int64_t(counts.size()));
     return sum_squares_workspace_.reserve(memory_,
                                           sizeof(double) * size_t(std::max<int64_t>(1, doubles)));
+  }
+  // The RoPE tables the tensor-core forward rotates q and k with (rope_attention_forward).
+  struct RopeTables {
+    const float* cos;
+    const float* sin;
+  };
+  // attention_forward, with q and k rotated by `rope` as the tensor-core kernels copy them where
+  // it is given (only for those kernels).
+  void run_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
+                             const RopeTables* rope, Tensor& out, AttentionState& saved) {
+    const auto timing = time_op("attention");
+    const AttentionShape s = attention_shape_of(q, k);
+    check_same_numel(k, v, "attention_forward");
+    check_same_numel(q, out, "attention_forward");
+    CudaAttentionState& state = attention_state(saved, s);
+    GNMR_CHECK(rope == nullptr || state.kernel_kind == AttentionKernel::FlashTensorCores,
+               "attention_forward: only the tensor-core kernels rotate q and k");
+    if (state.flash()) {
+      if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
+        // Its bf16 copies of q, k, v go to the state, for the backward.
+        cuda::flash_attention_forward_mma(
+            f32_data(q), f32_data(k), f32_data(v), rope ? rope->cos : nullptr,
+            rope ? rope->sin : nullptr, f32_data(out), f32_data(state.lse), state.inputs_bf16.data,
+            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_);
+      } else {
+        cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
+                                      f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
+                                      s.head_dim, stream_);
+      }
+      if (state.out_kept) {
+        state.caller_out = f32_data(out);  // the caller leaves it unchanged until the backward
+      } else {
+        // The backward reads the state's out: the caller may overwrite its own.
+        GNMR_CUDA_CHECK(cudaMemcpyAsync(state.out.data, out.data, out.bytes(),
+                                        cudaMemcpyDeviceToDevice, stream_));
+      }
+      return;
+    }
+    attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.probs),
+                        s, stream_);
   }
   static size_t attention_scratch_bytes(const CudaAttentionState& state) {
     const AttentionShape& s = state.shape;
