@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) quantize_fp_block_128x128_kernel(Blo
 }
 
 // One launch over batch's weights, all of `format`, four-wide where kQuads.
-void launch_batch(const BlockBatch& batch, FpFormat format, bool quads, cudaStream_t stream) {
+void launch_block_batch(const BlockBatch& batch, FpFormat format, bool quads, cudaStream_t stream) {
   dispatch_fp_format(format, [&](auto f) {
     constexpr FpFormat kFormat = decltype(f)::value;
     dispatch_quads(quads, [&](auto q) {
@@ -156,7 +156,7 @@ void quantize_fp_block_128x128_batch(const std::vector<FpBlock128x128Weight>& we
     const bool quads = kind.first.second;
     BlockBatch batch{};
     auto launch = [&] {
-      launch_batch(batch, format, quads, stream);
+      launch_block_batch(batch, format, quads, stream);
       batch = BlockBatch{};
     };
     for (const FpBlock128x128Weight* m : kind.second) {
