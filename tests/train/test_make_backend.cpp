@@ -70,9 +70,13 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
   EXPECT_EQ(v1->plan_attention("c", hd64, true)->saved_bytes(), probs_bytes);
   gnmr_test::expect_error([&] { flash->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"head dim 16 (B=2 T=128 H=8 Hkv=2 hd=16)", "materialized"});
-  // The tensor-core kernels save the same tensors and take the same head dims.
+  // The tensor-core kernels save the same tensors and the forward's bf16 copies of q, k, v
+  // (their backward reads those, not q, k, v: keeps_inputs), and take the same head dims.
   auto bf16 = gnmr::make_backend(tiny_config({"backend=cuda", "model.attention=flash_bf16"}));
-  EXPECT_EQ(bf16->plan_attention("a", hd64, false)->saved_bytes(), flash_bytes);
+  const size_t bf16_qkv_bytes = 2 * size_t(2 * 128 * 8 * 64 + 2 * (2 * 128 * 2 * 64));
+  EXPECT_EQ(bf16->plan_attention("a", hd64, false)->saved_bytes(), flash_bytes + bf16_qkv_bytes);
+  EXPECT_TRUE(bf16->plan_attention("e", hd64, false)->keeps_inputs());
+  EXPECT_FALSE(flash->plan_attention("e", hd64, false)->keeps_inputs());
   // Each names its kernels.
   EXPECT_EQ(v1->plan_attention("d", hd64, false)->kernel(),
             "materialized (cuBLASLt fp32 GEMMs + causal softmax)");
