@@ -39,9 +39,10 @@ constexpr int kPerLane = kBlock / 32;  // a lane's rows of a column of W^T
 
 // The weights of one launch, passed by value as a kernel parameter (~3.1 KB, under the 4 KB
 // limit). first_block: each weight's first block, in the order of its own grid (column blocks
-// fastest); [num] is one past the last. A step's 168 weights at llama2-1b-gpu take four
-// launches of 256 to 704 blocks a weight, instead of 168 launches of one or two waves each,
-// whose blocks all load, then all compute, then all store.
+// fastest); [num] is one past the last. A step's 168 weights at llama2-1b-gpu, 256 to 704
+// blocks a weight, take four launches (one more for the units GNMR routes to the recovery
+// path's format) instead of 168 launches of one or two waves each, whose blocks all load, then
+// all compute, then all store.
 constexpr int kBatchWeights = 48;
 struct BlockBatch {
   const float* w[kBatchWeights];
