@@ -440,6 +440,11 @@ void prepare_weights(const ProjectionContext& c, const std::vector<WeightToPrepa
   std::vector<const WeightToPrepare*> made;
   for (const WeightToPrepare& u : weights) {
     check_shapes(u.state, u.w, "prepare_projection_weights");
+    const OperandPrep prep = OperandPrep::kFp8Codes;
+    // Nothing to plan where no path of the unit has FP8 weights, or this epoch made them (every
+    // forward of a step after its first): this runs before each forward's first launch.
+    const PreparedWeight& p = u.state.weight_fp8;
+    if (p.data == nullptr || fresh(p, c, u.path, prep)) continue;
     // The forward's A and the input gradient's A are W's operands (projection_plan.h).
     const OperandPrep forward = plan_projection_gemm(GemmRole::kForward, u.state.shape, u.path,
                                                      c.precision, c.target, false)
@@ -447,10 +452,7 @@ void prepare_weights(const ProjectionContext& c, const std::vector<WeightToPrepa
     const OperandPrep input_gradient = plan_projection_gemm(GemmRole::kInputGradient, u.state.shape,
                                                             u.path, c.precision, c.target, false)
                                            .a;
-    const OperandPrep prep = OperandPrep::kFp8Codes;
-    if ((forward != prep && input_gradient != prep) || fresh(u.state.weight_fp8, c, u.path, prep)) {
-      continue;
-    }
+    if (forward != prep && input_gradient != prep) continue;
     batch.push_back(fp8_weight_operands(u.state, u.path, u.w));
     made.push_back(&u);
   }
