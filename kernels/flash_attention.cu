@@ -68,9 +68,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const FlashSharedLayout lay = flash_shared_layout(FlashKernel::Forward, HD, tiles);
   float *qs = smem + lay.q, *ks = smem + lay.k, *vs = smem + lay.v, *ss = smem + lay.s;
   float *m = smem + lay.row_a, *l = smem + lay.row_b, *rescale = smem + lay.row_c;
-  const int64_t q_tiles = flash_q_tiles(tiles);
-  const int64_t qi = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
-  const int64_t b = bh / s.heads, h = bh % s.heads, g = h / (s.heads / s.kv_heads);
+  const FlashBlockTask task = flash_block_task(FlashKernel::Forward, blockIdx.x, s, tiles);
+  const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
   const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
   const int64_t sst = lay.score_stride, kvs = lay.kv_stride;
 
@@ -177,9 +176,9 @@ __global__ void __launch_bounds__(kFlashThreads)
   float *qs = smem + lay.q, *dos = smem + lay.dout, *ks = smem + lay.k, *vs = smem + lay.v;
   float *ps = smem + lay.s, *dss = smem + lay.ds, *lse_rows = smem + lay.row_a,
         *delta_rows = smem + lay.row_b;
-  const int64_t kv_tiles = flash_kv_tiles(tiles), q_tiles = flash_q_tiles(tiles);
-  const int64_t kj = blockIdx.x % kv_tiles, bg = blockIdx.x / kv_tiles;
-  const int64_t b = bg / s.kv_heads, g = bg % s.kv_heads, group = s.heads / s.kv_heads;
+  const int64_t q_tiles = flash_q_tiles(tiles);
+  const FlashBlockTask task = flash_block_task(FlashKernel::BackwardKeyValue, blockIdx.x, s, tiles);
+  const int64_t kj = task.tile, b = task.batch, g = task.kv_head, group = s.heads / s.kv_heads;
   const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
   const int64_t sst = lay.score_stride;
 
@@ -234,9 +233,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const FlashSharedLayout lay = flash_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
   float *qs = smem + lay.q, *dos = smem + lay.dout, *ks = smem + lay.k, *vs = smem + lay.v;
   float *dss = smem + lay.ds, *lse_rows = smem + lay.row_a, *delta_rows = smem + lay.row_b;
-  const int64_t q_tiles = flash_q_tiles(tiles);
-  const int64_t qi = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
-  const int64_t b = bh / s.heads, h = bh % s.heads, g = h / (s.heads / s.kv_heads);
+  const FlashBlockTask task = flash_block_task(FlashKernel::BackwardQuery, blockIdx.x, s, tiles);
+  const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
   const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
   const int64_t sst = lay.score_stride, kvs = lay.kv_stride;
 
@@ -295,12 +293,24 @@ void forward_for(const float* q, const float* k, const float* v, float* out, flo
 }
 
 template <int HD>
+void delta_for(const float* out, const float* dout, float* delta, const FlashDims& s,
+               cudaStream_t stream) {
+  const int64_t rows = s.batch * s.heads * s.seq;
+  const int64_t delta_blocks = (rows + kFlashThreads - 1) / kFlashThreads;
+  GNMR_CHECK(delta_blocks <= INT_MAX, "flash attention delta: grid of " +
+                                          std::to_string(delta_blocks) + " blocks for " +
+                                          shape_text(s, HD) + " exceeds 2^31-1");
+  flash_delta_kernel<HD><<<unsigned(delta_blocks), kFlashThreads, 0, stream>>>(out, dout, delta, s);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
 void backward_for(const float* q, const float* k, const float* v, const float* out,
                   const float* lse, const float* dout, float* dq, float* dk, float* dv,
                   float* delta, const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  flash_launch::flash_attention_delta(out, dout, delta, s, HD, stream);
+  delta_for<HD>(out, dout, delta, s, stream);
 
   const int64_t kv_bytes = flash_shared_bytes(FlashKernel::BackwardKeyValue, HD, tiles);
   const unsigned kv_blocks = launch_blocks(
@@ -321,29 +331,7 @@ void backward_for(const float* q, const float* k, const float* v, const float* o
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HD>
-void delta_for(const float* out, const float* dout, float* delta, const FlashDims& s,
-               cudaStream_t stream) {
-  const int64_t rows = s.batch * s.heads * s.seq;
-  const int64_t delta_blocks = (rows + kFlashThreads - 1) / kFlashThreads;
-  GNMR_CHECK(delta_blocks <= INT_MAX, "flash attention delta: grid of " +
-                                          std::to_string(delta_blocks) + " blocks for " +
-                                          shape_text(s, HD) + " exceeds 2^31-1");
-  flash_delta_kernel<HD><<<unsigned(delta_blocks), kFlashThreads, 0, stream>>>(out, dout, delta, s);
-  GNMR_CUDA_CHECK(cudaGetLastError());
-}
-
 }  // namespace
-
-void flash_launch::flash_attention_delta(const float* out, const float* dout, float* delta,
-                                         const FlashDims& s, int64_t head_dim,
-                                         cudaStream_t stream) {
-  if (head_dim == 64) {
-    delta_for<64>(out, dout, delta, s, stream);
-  } else {
-    delta_for<128>(out, dout, delta, s, stream);
-  }
-}
 
 bool flash_attention_supports_head_dim(int64_t head_dim) {
   return head_dim == 64 || head_dim == 128;

@@ -8,19 +8,22 @@
 // (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
 // bf16 before P V, so each output is within 2^-8 * max |v| of it (the tests' bound).
 //
-// One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each. The host
-// side first converts q, k, v to bf16 copies that the caller keeps for the backward, and the
-// backward dout to one in its scratch (flash_mma_buffers in src/backend/flash_layout.h); the
-// kernels copy tiles of those to shared memory by cp.async,
-// 16 bytes per thread and step, and take fragments from there by ldmatrix, one instruction per A
-// fragment or pair of B fragments, with the row addresses and delivery rules of
-// src/backend/mma_fragment.h. The forward overlaps its copies with its math as
+// One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each, a head's
+// longest tiles first (flash_block_task in src/backend/flash_layout.h). The host side first
+// converts q, k, v to bf16 copies that the caller keeps for the backward, and the backward dout
+// to one in its scratch (flash_mma_buffers); the kernels copy tiles of those to shared memory by
+// cp.async, 16 bytes per thread and pass, and take fragments from there by ldmatrix, one
+// instruction per A fragment or pair of B fragments, with the row addresses and delivery rules
+// of src/backend/mma_fragment.h. The forward overlaps its copies with its math as
 // FlashAttention-2 does, with one K and one V buffer: V(j) lands during S = Q K(j)^T and the
-// softmax, K(j + 1) during O += P V(j); the dQ pass overlaps V(j + 1) with S, dS and dQ; the
-// dK/dV pass keeps two stages of its per-query-tile data (q, dout, lse, delta), the next tile's
-// landing while this one's math runs. Per key tile a warp computes its 16 x 64 scores S = Q K^T
-// (HD / 16 x 8 mma), masks them where the tile pair needs it, updates its rows' running max m and
-// partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by
+// softmax, K(j + 1) during O += P V(j); the dQ pass alternates the roles of its two buffers so
+// that V(j) lands during S and P, K(j + 1) during dS and dQ; the dK/dV pass keeps two stages of
+// its per-query-tile data (q, dout, lse, delta), the next tile's landing while this one's math
+// runs. Exponentials are one special-function instruction each (exp2_approx_ftz); the forward
+// and the dQ pass are capped at 168 registers so that three blocks fit a multiprocessor
+// (__launch_bounds__; the dK/dV pass, two). Per key tile a warp computes its 16 x 64 scores S = Q
+// K^T (HD / 16 x 8 mma), masks them where the tile pair needs it, updates its rows' running max m
+// and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by
 // butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused as the A
 // fragments. No atomics; every output element is written by one lane.
 #include <cuda_bf16.h>
@@ -37,6 +40,7 @@
 #include "kernels/flash_launch.cuh"
 #include "kernels/model_ops.cuh"
 #include "kernels/quantize.cuh"
+#include "precision/bf16.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -107,6 +111,30 @@ __device__ inline uint32_t pack_bf16x2_rn(float low, float high) {
 __device__ inline float warp_shfl_xor(float value, int lane_mask) {
   return __shfl_xor_sync(0xFFFFFFFFu, value, lane_mask);
 }
+
+// 2^x in one instruction: ex2.approx.ftz.f32, the special-function unit's MUFU.EX2 that exp2f
+// ends in too. exp2f (these kernels are built without fast math) adds three instructions around
+// it, halving inputs below -126 and squaring the result, to keep results under 2^-126 as
+// subnormals; here they are 0, the other results the same bits. Every exponential these kernels
+// take is a softmax weight in [0, 1], the row's largest 1 (the forward's running max; lse in
+// the backward), so a weight under 2^-126 is far below fp32's resolution of any sum or product
+// it enters.
+__device__ inline float exp2_approx_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// v = p[0..3] in one 16-byte load (p 16-byte aligned).
+__device__ inline void load_float4(const float* p, float v[4]) {
+  const float4 q = *reinterpret_cast<const float4*>(p);
+  v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+// p[0..3] = the bf16 codes in `low` (p[0] its low half, p[1] its high) and `high`, in one 8-byte
+// store (p 8-byte aligned).
+__device__ inline void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high) {
+  *reinterpret_cast<uint2*>(p) = make_uint2(low, high);
+}
 // ---- hardware only end
 
 // ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
@@ -118,19 +146,32 @@ __device__ inline float warp_shfl_xor(float value, int lane_mask) {
 // log units for the backward and the other kernels.
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Issues (cp.async, not yet committed) the copy of rows [0, tile_rows) of HD bf16 codes into
-// shared memory: row r from global src + r * src_stride to dst + r * dst_stride, 16 bytes per
-// thread and step (the buffers' regions and rows are 16-byte aligned: flash_mma_buffers);
-// rows from `rows` on are zero-filled, so a partial tile's missing keys and queries multiply as
-// 0 (the mask removes their scores).
-template <int HD>
-__device__ void load_tile_async(uint16_t* dst, int64_t dst_stride, const uint16_t* src,
-                                int64_t src_stride, int64_t rows, int64_t tile_rows) {
+// Issues (cp.async, not yet committed) the copy of a kRows x HD tile of bf16 codes into shared
+// memory: row r from global src + r * src_stride to dst + r * dst_stride, 16 bytes per thread
+// and pass (the buffers' regions and rows are 16-byte aligned: flash_mma_buffers); rows from
+// `rows` on are zero-filled, so a partial tile's missing keys and queries multiply as 0 (the
+// mask removes their scores). Thread t copies 16-byte chunk t % (HD / 8) of rows
+// t / (HD / 8) + pass kRowsPerPass, so both its addresses step by a fixed stride: a pass is a
+// few instructions, no division and no 64-bit multiply (the loop over element indices that this
+// replaced spent ~25 on each copy, as much as the tile's products, scripts/sass_counts.sh).
+template <int HD, int kRows>
+__device__ void load_tile_async(uint16_t* dst, int dst_stride, const uint16_t* src,
+                                int64_t src_stride, int rows) {
   constexpr int kChunks = HD / 8;
-  for (int64_t e = threadIdx.x; e < tile_rows * kChunks; e += blockDim.x) {
-    const int64_t r = e / kChunks, d = 8 * (e % kChunks);
-    const bool real = r < rows;
-    cp_async_16(dst + r * dst_stride + d, real ? src + r * src_stride + d : src, real ? 16 : 0);
+  constexpr int kRowsPerPass = kFlashMmaThreads / kChunks;
+  static_assert(kFlashMmaThreads % kChunks == 0 && kRows % kRowsPerPass == 0,
+                "every thread copies the same chunk of the same number of rows");
+  const int row = int(threadIdx.x) / kChunks, chunk = 8 * (int(threadIdx.x) % kChunks);
+  const uint16_t* from = src + row * src_stride + chunk;
+  uint16_t* to = dst + row * dst_stride + chunk;
+  const int64_t from_step = kRowsPerPass * src_stride;
+  const int to_step = kRowsPerPass * dst_stride;
+#pragma unroll
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
+    const bool real = row + pass * kRowsPerPass < rows;
+    cp_async_16(to, real ? from : src, real ? 16 : 0);
+    from += from_step;
+    to += to_step;
   }
 }
 
@@ -220,17 +261,17 @@ __device__ void accumulate_times_rows(float acc[HD / kMmaN][kMmaCElements],
 // Sets to `masked` each element of a warp's 16 x 8 kBlocks tile of scores (C fragments) that is
 // not a visible one: a key after its query, a key past the end, and with kMaskQueriesPastEnd a
 // query past the end. Element (row, column) is query row0 + row and key col0 + column, or with
-// kTransposed key row0 + row and query col0 + column.
+// kTransposed key row0 + row and query col0 + column. Positions in 32 bits (one compare each,
+// where 64-bit ones take two): sequences are shorter than 2^31 (flash_launch::check_shape).
 template <int kBlocks, bool kTransposed, bool kMaskQueriesPastEnd>
-__device__ void mask_scores(float acc[kBlocks][kMmaCElements], int64_t row0, int64_t col0,
-                            int64_t seq, float masked, int lane) {
+__device__ void mask_scores(float acc[kBlocks][kMmaCElements], int row0, int col0, int seq,
+                            float masked, int lane) {
 #pragma unroll
   for (int nb = 0; nb < kBlocks; ++nb) {
 #pragma unroll
     for (int i = 0; i < kMmaCElements; ++i) {
-      const int64_t row = row0 + mma_c_row(lane, i),
-                    column = col0 + nb * kMmaN + mma_c_col(lane, i);
-      const int64_t query = kTransposed ? column : row, key = kTransposed ? row : column;
+      const int row = row0 + mma_c_row(lane, i), column = col0 + nb * kMmaN + mma_c_col(lane, i);
+      const int query = kTransposed ? column : row, key = kTransposed ? row : column;
       const bool visible = key <= query && key < seq && (!kMaskQueriesPastEnd || query < seq);
       if (!visible) acc[nb][i] = masked;
     }
@@ -263,7 +304,7 @@ __device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
 }
 
 template <int HD>
-__global__ void __launch_bounds__(kFlashMmaThreads)
+__global__ void __launch_bounds__(kFlashMmaThreads, 3)
     flash_forward_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
                              float* lse, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
@@ -271,11 +312,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::Forward, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *qs = tile + lay.q, *ks = tile + lay.k, *vs = tile + lay.v;
-  const int64_t st = lay.row_stride;
-  const int64_t q_tiles = flash_q_tiles(tiles);
-  const int64_t qi = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
-  const int64_t b = bh / s.heads, h = bh % s.heads, g = h / (s.heads / s.kv_heads);
-  const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
+  const int st = int(lay.row_stride);
+  const FlashBlockTask task = flash_block_task(FlashKernel::Forward, blockIdx.x, s, tiles);
+  const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
+  const int64_t r0 = qi * tiles.q_tile;
+  const int rows = int(flash_tile_rows(qi, tiles.q_tile, s.seq));
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;  // the warp's first row in the query tile
 
@@ -284,10 +325,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   // FlashAttention-2's pipeline over one K and one V buffer: V(j) lands while S = Q K(j)^T and
   // the softmax run, K(j + 1) while O += P V(j) runs.
   const int64_t last_kj = flash_last_kv_tile(tiles, qi);
-  load_tile_async<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                      tiles.q_tile);
-  load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, 0, g, HD), s.kv_heads * HD,
-                      flash_tile_rows(0, tiles.kv_tile, s.seq), tiles.kv_tile);
+  load_tile_async<HD, kFlashQTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_tile_async<HD, kFlashKvTile>(ks, st, k + flash_kv_offset(s, b, 0, g, HD), s.kv_heads * HD,
+                                    int(flash_tile_rows(0, tiles.kv_tile, s.seq)));
   cp_async_commit_group();
   float o[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(o);
@@ -297,11 +337,12 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
-    const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
+    const int64_t c0 = kj * tiles.kv_tile;
+    const int cols = int(flash_tile_rows(kj, tiles.kv_tile, s.seq));
     cp_async_wait_group<0>();
     __syncthreads();  // q and K(kj) are in shared memory; every warp is done with V(kj - 1)
-    load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                        tiles.kv_tile);
+    load_tile_async<HD, kFlashKvTile>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
+                                      cols);
     cp_async_commit_group();
 
     float sc[kKeyBlocks][kMmaCElements];
@@ -309,7 +350,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     // The mask (keys after the query, and the zero rows past the end of a partial key tile) on
     // the tile pairs that hold such scores; the row max.
     if (flash_tile_needs_mask(tiles, qi, kj)) {
-      mask_scores<kKeyBlocks, false, false>(sc, r0 + w0, c0, s.seq, -INFINITY, lane);
+      mask_scores<kKeyBlocks, false, false>(sc, int(r0) + w0, int(c0), int(s.seq), -INFINITY, lane);
     }
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -323,7 +364,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
-      rescale[half] = exp2f((m[half] - m_new) * scale_log2);
+      rescale[half] = exp2_approx_ftz((m[half] - m_new) * scale_log2);
       m[half] = m_new;
       neg_m_scaled[half] = -m_new * scale_log2;
       l[half] *= rescale[half];
@@ -333,7 +374,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
-        const float p = exp2f(fmaf(sc[nb][i], scale_log2, neg_m_scaled[i >> 1]));
+        const float p = exp2_approx_ftz(fmaf(sc[nb][i], scale_log2, neg_m_scaled[i >> 1]));
         sc[nb][i] = p;
         l[i >> 1] += p;
       }
@@ -347,8 +388,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     __syncthreads();  // V(kj) is in shared memory; every warp is done with K(kj)
     if (kj < last_kj) {
       const int64_t next = (kj + 1) * tiles.kv_tile;
-      load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, next, g, HD), s.kv_heads * HD,
-                          flash_tile_rows(kj + 1, tiles.kv_tile, s.seq), tiles.kv_tile);
+      load_tile_async<HD, kFlashKvTile>(ks, st, k + flash_kv_offset(s, b, next, g, HD),
+                                        s.kv_heads * HD,
+                                        int(flash_tile_rows(kj + 1, tiles.kv_tile, s.seq)));
       cp_async_commit_group();
     }
     accumulate_times_rows<HD, kKeyBlocks>(o, sc, vs, st, lane);  // O += P V
@@ -376,11 +418,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 }
 
 // The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows,
-// over the key tiles the causal mask leaves. Per key tile: dP = dO V^T; as the forward, S = Q K^T
-// and P = exp(scale S - lse) (as exp2, masked only on the pairs that need it); then
+// over the key tiles the causal mask leaves. Per key tile: as the forward, S = Q K^T and
+// P = exp(scale S - lse) (as exp2, masked only on the pairs that need it); dP = dO V^T; then
 // dS = P (dP - delta) and dQ += dS K, the scale applied once at the end.
 template <int HD>
-__global__ void __launch_bounds__(kFlashMmaThreads)
+__global__ void __launch_bounds__(kFlashMmaThreads, 3)
     flash_backward_query_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                     const float* lse, const float* delta, const uint16_t* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
@@ -388,23 +430,27 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   extern __shared__ __align__(16) float smem[];  // ldmatrix, cp.async: 16-byte rows
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
-  uint16_t *qs = tile + lay.q, *dos = tile + lay.dout, *ks = tile + lay.k, *vs = tile + lay.v;
-  const int64_t st = lay.row_stride;
-  const int64_t q_tiles = flash_q_tiles(tiles);
-  const int64_t qi = blockIdx.x % q_tiles, bh = blockIdx.x / q_tiles;
-  const int64_t b = bh / s.heads, h = bh % s.heads, g = h / (s.heads / s.kv_heads);
-  const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
+  uint16_t *qs = tile + lay.q, *dos = tile + lay.dout;
+  const int st = int(lay.row_stride);
+  const FlashBlockTask task = flash_block_task(FlashKernel::BackwardQuery, blockIdx.x, s, tiles);
+  const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
+  const int64_t r0 = qi * tiles.q_tile;
+  const int rows = int(flash_tile_rows(qi, tiles.q_tile, s.seq));
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;
 
-  // One K and one V buffer: V(j + 1) lands while S, P, dS and dQ += dS K(j) run.
+  // The layout's k and v tiles as two buffers whose roles alternate: K(j) lies in buffer j % 2
+  // and V(j) in the other. V(j) lands while S = Q K(j)^T and P run (its buffer held K(j - 1),
+  // free once dQ(j - 1) is done), K(j + 1) while dS and dQ += dS K(j) run (its buffer held V(j),
+  // free once dP(j) is done). With fixed K and V buffers K(j + 1) could only start after dQ(j)
+  // and the loop would wait for each K tile's copy.
+  uint16_t *const buffer0 = tile + lay.k, *const buffer1 = tile + lay.v;
   const int64_t last_kj = flash_last_kv_tile(tiles, qi);
-  load_tile_async<HD>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                      tiles.q_tile);
-  load_tile_async<HD>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                      tiles.q_tile);
-  load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, 0, g, HD), s.kv_heads * HD,
-                      flash_tile_rows(0, tiles.kv_tile, s.seq), tiles.kv_tile);
+  load_tile_async<HD, kFlashQTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_tile_async<HD, kFlashQTile>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
+                                   rows);
+  load_tile_async<HD, kFlashKvTile>(buffer0, st, k + flash_kv_offset(s, b, 0, g, HD),
+                                    s.kv_heads * HD, int(flash_tile_rows(0, tiles.kv_tile, s.seq)));
   cp_async_commit_group();
   const float scale_log2 = scale * kLog2e;
   // This lane's two rows (group and group + 8 of the warp's 16): lse in log2 units, delta;
@@ -421,34 +467,39 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   zero_rows<HD>(dq_acc);
 
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
-    const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
-    __syncthreads();  // every warp is done with K(kj - 1)
-    load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                        tiles.kv_tile);
-    cp_async_commit_group();
+    const int64_t c0 = kj * tiles.kv_tile;
+    const int cols = int(flash_tile_rows(kj, tiles.kv_tile, s.seq));
+    const bool odd = (kj & 1) != 0;
+    uint16_t *ks = odd ? buffer1 : buffer0, *vs = odd ? buffer0 : buffer1;
     cp_async_wait_group<0>();
-    __syncthreads();  // q, dout, V(kj) and K(kj) are in shared memory
+    __syncthreads();  // q, dout and K(kj) are in shared memory; every warp is done with K(kj - 1)
+    load_tile_async<HD, kFlashKvTile>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
+                                      cols);
+    cp_async_commit_group();
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
-    __syncthreads();  // every warp is done with V(kj)
-    if (kj < last_kj) {
-      const int64_t next = (kj + 1) * tiles.kv_tile;
-      load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, next, g, HD), s.kv_heads * HD,
-                          flash_tile_rows(kj + 1, tiles.kv_tile, s.seq), tiles.kv_tile);
-      cp_async_commit_group();
-    }
     multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
     // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
-        sc[nb][i] = exp2f(fmaf(sc[nb][i], scale_log2, -row_lse_log2[i >> 1]));
+        sc[nb][i] = exp2_approx_ftz(fmaf(sc[nb][i], scale_log2, -row_lse_log2[i >> 1]));
       }
     }
     if (flash_tile_needs_mask(tiles, qi, kj)) {  // masked pairs exactly 0
-      mask_scores<kKeyBlocks, false, true>(sc, r0 + w0, c0, s.seq, 0.0f, lane);
+      mask_scores<kKeyBlocks, false, true>(sc, int(r0) + w0, int(c0), int(s.seq), 0.0f, lane);
+    }
+    cp_async_wait_group<0>();
+    __syncthreads();  // V(kj) is in shared memory
+    multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
+    __syncthreads();  // every warp is done with V(kj), whose buffer K(kj + 1) takes
+    if (kj < last_kj) {
+      const int64_t next = (kj + 1) * tiles.kv_tile;
+      load_tile_async<HD, kFlashKvTile>(vs, st, k + flash_kv_offset(s, b, next, g, HD),
+                                        s.kv_heads * HD,
+                                        int(flash_tile_rows(kj + 1, tiles.kv_tile, s.seq)));
+      cp_async_commit_group();
     }
     // dS = P (dP - delta) into sc.
 #pragma unroll
@@ -466,10 +517,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 // tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse) (as exp2, masked only where
 // needed), dV += P^T dO; then dP^T = V dO^T, dS^T = P^T (dP^T - delta) and dK += dS^T Q, the
 // scale applied once at the end. Each warp owns its 16 rows of dK and dV for the whole loop: no
-// atomics. At hd 128 the two 16 x 128 accumulators fill the registers: ptxas spills 32 bytes (4
-// stores before the loop, 4 loads per query tile; scripts/sass_counts.sh).
+// atomics. At hd 128 the two 16 x 128 accumulators nearly fill the registers (254 of 255, no
+// spills; scripts/sass_counts.sh).
 template <int HD>
-__global__ void __launch_bounds__(kFlashMmaThreads)
+__global__ void __launch_bounds__(kFlashMmaThreads, 2)
     flash_backward_key_value_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                         const float* lse, const float* delta, const uint16_t* dout,
                                         float* dk, float* dv, FlashDims s, FlashTiling tiles,
@@ -480,17 +531,20 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
       flash_mma_shared_layout(FlashKernel::BackwardKeyValue, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *ks = tile + lay.k, *vs = tile + lay.v;
-  const int64_t st = lay.row_stride;
-  const int64_t kv_tiles = flash_kv_tiles(tiles), q_tiles = flash_q_tiles(tiles);
-  const int64_t kj = blockIdx.x % kv_tiles, bg = blockIdx.x / kv_tiles;
-  const int64_t b = bg / s.kv_heads, g = bg % s.kv_heads, group = s.heads / s.kv_heads;
-  const int64_t c0 = kj * tiles.kv_tile, cols = flash_tile_rows(kj, tiles.kv_tile, s.seq);
+  const int st = int(lay.row_stride);
+  const FlashBlockTask task = flash_block_task(FlashKernel::BackwardKeyValue, blockIdx.x, s, tiles);
+  const int64_t kj = task.tile, b = task.batch, g = task.kv_head;
+  const uint32_t group = uint32_t(s.heads) / uint32_t(s.kv_heads);
+  const int64_t c0 = kj * tiles.kv_tile;
+  const int cols = int(flash_tile_rows(kj, tiles.kv_tile, s.seq));
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
   const float scale_log2 = scale * kLog2e;
-  // The block's tasks: the GQA group's heads, and for each the query tiles that see the key tile.
-  const int64_t first_qi = flash_first_q_tile(tiles, kj), per_head = q_tiles - first_qi;
-  const int64_t tasks = group * per_head;
+  // The block's tasks: the GQA group's heads, and for each the query tiles that see the key tile
+  // (32-bit: task n's head and query tile without a 64-bit division).
+  const int64_t first_qi = flash_first_q_tile(tiles, kj);
+  const uint32_t per_head = uint32_t(flash_q_tiles(tiles) - first_qi);
+  const int64_t tasks = int64_t(group) * per_head;
   // Task n's per-query-tile data sits in stage n % 2 (flash_mma_shared_layout): the copies for
   // task n + 1 land while task n's math runs.
   const auto stage_q = [&](int64_t n) { return tile + lay.q + (n & 1) * lay.stage_elements; };
@@ -501,12 +555,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   // delta rows, 4 bytes per query row (zero past the end).
   static_assert(kFlashQTile <= kFlashMmaThreads, "a thread per query row of the tile");
   const auto load_task = [&](int64_t n) {
-    const int64_t h = g * group + n / per_head, qi = first_qi + n % per_head;
-    const int64_t r0 = qi * tiles.q_tile, rows = flash_tile_rows(qi, tiles.q_tile, s.seq);
-    load_tile_async<HD>(stage_q(n), st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows,
-                        tiles.q_tile);
-    load_tile_async<HD>(stage_dout(n), st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
-                        rows, tiles.q_tile);
+    const int64_t h = g * group + uint32_t(n) / per_head, qi = first_qi + uint32_t(n) % per_head;
+    const int64_t r0 = qi * tiles.q_tile;
+    const int rows = int(flash_tile_rows(qi, tiles.q_tile, s.seq));
+    load_tile_async<HD, kFlashQTile>(stage_q(n), st, q + flash_q_offset(s, b, r0, h, HD),
+                                     s.heads * HD, rows);
+    load_tile_async<HD, kFlashQTile>(stage_dout(n), st, dout + flash_q_offset(s, b, r0, h, HD),
+                                     s.heads * HD, rows);
     const int64_t i = threadIdx.x;
     if (i < tiles.q_tile) {
       const int64_t at = flash_stat_offset(s, b, h, i < rows ? r0 + i : r0);
@@ -515,10 +570,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
     }
   };
 
-  load_tile_async<HD>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                      tiles.kv_tile);
-  load_tile_async<HD>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD, cols,
-                      tiles.kv_tile);
+  load_tile_async<HD, kFlashKvTile>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
+                                    cols);
+  load_tile_async<HD, kFlashKvTile>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
+                                    cols);
   load_task(0);
   cp_async_commit_group();
   float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
@@ -526,7 +581,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   zero_rows<HD>(dv_acc);
 
   for (int64_t n = 0; n < tasks; ++n) {
-    const int64_t qi = first_qi + n % per_head, r0 = qi * tiles.q_tile;
+    const int64_t qi = first_qi + uint32_t(n) % per_head, r0 = qi * tiles.q_tile;
     const uint16_t *qs = stage_q(n), *dos = stage_dout(n);
     const float *lse_rows = stage_lse(n), *delta_rows = stage_delta(n);
     // Task n + 1's copies go to the other stage, which every warp left at the end of task n - 1.
@@ -548,13 +603,13 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
         const int column = nb * kMmaN + mma_c_col(lane, i);
-        pt[nb][i] = exp2f(fmaf(pt[nb][i], scale_log2, -lse_rows[column] * kLog2e));
+        pt[nb][i] = exp2_approx_ftz(fmaf(pt[nb][i], scale_log2, -lse_rows[column] * kLog2e));
       }
     }
     if (flash_tile_needs_mask(tiles, qi, kj)) {
       // Masked pairs exactly 0 (queries past the end are zero rows of q and dout, whose terms
       // would be 0 anyway, but the mask does not rely on it).
-      mask_scores<kQueryBlocks, true, true>(pt, c0 + w0, r0, s.seq, 0.0f, lane);
+      mask_scores<kQueryBlocks, true, true>(pt, int(c0) + w0, int(r0), int(s.seq), 0.0f, lane);
     }
     accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
     // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) into it.
@@ -573,6 +628,55 @@ __global__ void __launch_bounds__(kFlashMmaThreads)
   const int64_t at = flash_kv_offset(s, b, c0, g, HD);
   store_rows<HD>(dk + at, s.kv_heads * HD, w0, cols, dk_acc, scale, lane);
   store_rows<HD>(dv + at, s.kv_heads * HD, w0, cols, dv_acc, 1.0f, lane);
+}
+
+// The backward's first pass: for each query row (b, t, h), delta = dout . out in fp32, which
+// both passes read, and dout's bf16 copy, whose tiles they read, from one read of dout (the
+// SIMT delta kernel and a conversion read it twice, and that delta kernel gives each thread a
+// row, so a warp's 32 loads lie H hd floats apart). kFlashDeltaLanes lanes a row, each 16
+// bytes of out and of dout per pass, lane j taking chunks j, j + 8, ...: a warp's loads are
+// kWarpSize / kFlashDeltaLanes whole consecutive rows of [B, T, H, hd], contiguous. A lane sums
+// its products in order, then the row's lanes by butterfly shuffles (every lane the same bits,
+// as quad_sum). The bf16 codes are encode_bf16's, as convert_to_bf16 makes them. Rows are
+// counted in 32 bits (the host checks B T H < 2^31) and whole warps leave together.
+constexpr int kFlashDeltaLanes = 8;
+template <int HD>
+__global__ void __launch_bounds__(kFlashMmaThreads)
+    flash_delta_and_dout_bf16_kernel(const float* out, const float* dout, float* delta,
+                                     uint16_t* dout_bf16, FlashDims s) {
+  constexpr int kRowsPerWarp = kWarpSize / kFlashDeltaLanes;
+  constexpr int kPasses = HD / (4 * kFlashDeltaLanes);
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const uint32_t rows = uint32_t(s.batch * s.seq * s.heads);
+  const uint32_t row = (blockIdx.x * kFlashMmaWarps + uint32_t(warp)) * kRowsPerWarp +
+                       uint32_t(lane) / kFlashDeltaLanes;
+  const uint32_t warp_first_row = row - uint32_t(lane) / kFlashDeltaLanes;
+  if (warp_first_row >= rows) return;
+  const int sub = lane % kFlashDeltaLanes;
+  float sum = 0.0f;
+  if (row < rows) {
+    const int64_t at = int64_t(row) * HD;
+#pragma unroll
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int64_t e = at + 4 * (pass * kFlashDeltaLanes + sub);
+      float o[4], d[4];
+      load_float4(out + e, o);
+      load_float4(dout + e, d);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sum += d[i] * o[i];
+      store_bf16x4(dout_bf16 + e, uint32_t{encode_bf16(d[0])} | uint32_t{encode_bf16(d[1])} << 16,
+                   uint32_t{encode_bf16(d[2])} | uint32_t{encode_bf16(d[3])} << 16);
+    }
+  }
+#pragma unroll
+  for (int lane_mask = 1; lane_mask < kFlashDeltaLanes; lane_mask *= 2) {
+    sum += warp_shfl_xor(sum, lane_mask);
+  }
+  if (row < rows && sub == 0) {
+    const uint32_t heads = uint32_t(s.heads), seq = uint32_t(s.seq);
+    const uint32_t h = row % heads, bt = row / heads, t = bt % seq, b = bt / seq;
+    delta[flash_stat_offset(s, b, h, t)] = sum;
+  }
 }
 
 // ---- device code end
@@ -622,7 +726,14 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
                       float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  flash_launch::flash_attention_delta(out, dout, c.delta, s, HD, stream);
+  const int64_t rows = s.batch * s.seq * s.heads;
+  constexpr int64_t kRowsPerBlock = kFlashMmaWarps * (kWarpSize / kFlashDeltaLanes);
+  const unsigned delta_blocks =
+      launch_blocks(flash_delta_and_dout_bf16_kernel<HD>,
+                    (rows + kRowsPerBlock - 1) / kRowsPerBlock, 0, s, HD, "backward delta");
+  flash_delta_and_dout_bf16_kernel<HD>
+      <<<delta_blocks, kFlashMmaThreads, 0, stream>>>(out, dout, c.delta, c.dout, s);
+  GNMR_CUDA_CHECK(cudaGetLastError());
 
   const int64_t kv_bytes = flash_mma_shared_bytes(FlashKernel::BackwardKeyValue, HD, tiles);
   const unsigned kv_blocks = launch_blocks(
@@ -691,8 +802,15 @@ void flash_attention_backward_mma(const void* inputs, const float* out, const fl
   if (batch * seq * heads == 0) return;
   check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
   check_aligned(scratch, "scratch", s, head_dim);
+  check_aligned(out, "output", s, head_dim);
+  check_aligned(dout, "output gradient", s, head_dim);
+  if (batch * seq * heads >= (int64_t{1} << 31)) {
+    throw Error(ErrorKind::Runtime,
+                "flash attention (tensor cores): " + flash_launch::shape_text(s, head_dim) +
+                    " has " + std::to_string(batch * seq * heads) +
+                    " query rows; the backward counts them in 31 bits");
+  }
   const Bf16Copies c = buffer_regions(inputs, scratch, s, head_dim);
-  convert_to_bf16(dout, batch * seq * heads * head_dim, c.dout, stream);
   if (head_dim == 64) {
     backward_mma_for<64>(c, out, dout, lse, dq, dk, dv, s, stream);
   } else {

@@ -29,6 +29,9 @@ inline void check_shape(const FlashDims& s, int64_t head_dim) {
   GNMR_CHECK(
       s.batch >= 0 && s.seq >= 0 && s.kv_heads > 0 && s.heads % s.kv_heads == 0,
       "flash attention: heads must be a multiple of kv_heads (" + shape_text(s, head_dim) + ")");
+  GNMR_CHECK(
+      s.seq < (int64_t{1} << 31),
+      "flash attention: the kernels count positions in 31 bits (" + shape_text(s, head_dim) + ")");
 }
 
 // A 1-D grid of `blocks` (checked against the hardware's 2^31 - 1) with `bytes` of dynamic
@@ -55,11 +58,5 @@ unsigned launch_blocks(Kernel kernel, int64_t blocks, int64_t bytes, const Flash
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
   return unsigned(blocks);
 }
-
-// delta = rowsum(dout * out) per (batch, head, query) into [B, H, T] (kernels/flash_attention.cu;
-// the SIMT and the tensor-core backward both start with it). head_dim 64 or 128, checked by
-// the caller.
-void flash_attention_delta(const float* out, const float* dout, float* delta, const FlashDims& s,
-                           int64_t head_dim, cudaStream_t stream);
 
 }  // namespace gnmr::cuda::flash_launch

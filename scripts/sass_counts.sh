@@ -3,7 +3,9 @@
 # bytes, and the static SASS instruction counts of the kinds that decide a tensor-core kernel's
 # speed (HMMA tensor-core products, LDSM ldmatrix loads, LDS plain shared loads, LDG.128 16-byte
 # global loads, LDGSTS cp.async copies, F2FP paired conversions, MUFU exp2/log/reciprocal, CALL
-# slow paths), and all (never-executed padding left out).
+# slow paths), and all (never-executed padding left out); then the main loop (of the loops, the
+# one holding the most HMMA): "loop", its instructions from its head to its branch back, each
+# once, and "inner", the loops inside it, whose bodies run more than once per iteration.
 # Static counts, not a measurement of speed: the loops run many times, an instruction once here.
 #   scripts/sass_counts.sh kernels/flash_attention_mma.cu [ARCH]   (ARCH default sm_90a)
 # Needs nvcc and a SASS disassembler on PATH: cuobjdump (the full CUDA toolkit) or nvdisasm
@@ -55,29 +57,71 @@ for line in open(sys.argv[1]):
     if m and current:
         resources[current]["registers"] = int(m.group(1))
 
-counts, current = collections.OrderedDict(), None
+counts, code, current = collections.OrderedDict(), {}, None
+labels, pending = {}, []
 for line in open(sys.argv[2]):
     m = re.search(r"Function : (\S+)", line) or re.search(r"^\s*\.text\.(\S+?):", line)
     if m:
         current = short(m.group(1))
         counts.setdefault(current, collections.Counter())
+        code.setdefault(current, [])
         continue
-    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", line)
+    m = re.match(r"^\s*\.(L\w+):", line)  # nvdisasm's label: the next instruction's address
+    if m:
+        pending.append(m.group(1))
+        continue
+    m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*)", line)
     if m and current:
-        if m.group(1) and m.group(1).strip() == "@!PT":
+        address = int(m.group(1), 16)
+        for label in pending:
+            labels[(current, label)] = address
+        pending = []
+        if m.group(2) and m.group(2).strip() == "@!PT":
             continue  # never executed: ptxas's padding
-        op = m.group(2)
+        op = m.group(3)
         counts[current]["all"] += 1
         counts[current][op.split(".")[0]] += 1
         if op.startswith("LDG.") and ".128" in op:
             counts[current]["LDG.128"] += 1
+        if not op.startswith("NOP"):
+            code[current].append((address, op, m.group(4)))
+
+# The main loop: of the loops (a branch back to an earlier address), the one holding the most
+# HMMA (else the most instructions). "loop": its instructions from its head to its branch back,
+# each once (what one iteration issues when it takes every path and each inner loop runs once);
+# "inner": the loops inside it, which run their bodies more than once per iteration.
+def branch_target(name, operands):
+    m = re.search(r"`\(\.(L\w+)\)", operands)  # nvdisasm
+    if m:
+        return labels.get((name, m.group(1)))
+    m = re.search(r"\b0x([0-9a-f]+)\b", operands)  # cuobjdump
+    return int(m.group(1), 16) if m else None
+
+def main_loop(name):
+    instructions = code.get(name, [])
+    loops = []
+    for i, (address, op, operands) in enumerate(instructions):
+        if op.split(".")[0] != "BRA":
+            continue
+        target = branch_target(name, operands)
+        if target is not None and target < address:  # (a branch to itself ends the code)
+            body = [x for x in instructions[: i + 1] if x[0] >= target]
+            loops.append((target, address, body))
+    if not loops:
+        return None
+    head, tail, body = max(loops, key=lambda l: (sum(x[1].startswith("HMMA") for x in l[2]), len(l[2])))
+    inner = sum(1 for l in loops if head <= l[0] and l[1] < tail)
+    return len(body), inner
 
 kinds = ["HMMA", "LDSM", "LDS", "LDG.128", "LDGSTS", "F2FP", "MUFU", "CALL", "all"]
-print(f"{'kernel':44s} {'regs':>4s} {'spill':>5s} " + " ".join(f"{k:>7s}" for k in kinds))
+print(f"{'kernel':44s} {'regs':>4s} {'spill':>5s} " + " ".join(f"{k:>7s}" for k in kinds)
+      + f" {'loop':>6s} {'inner':>5s}")
 for name, c in counts.items():
     if name.startswith("$") or c["all"] == 0:
         continue
     r = resources.get(name, {})
+    loop = main_loop(name)
     print(f"{name:44s} {r.get('registers', '?'):>4} {r.get('spill', '?'):>5} "
-          + " ".join(f"{c[k]:7d}" for k in kinds))
+          + " ".join(f"{c[k]:7d}" for k in kinds)
+          + (f" {loop[0]:6d} {loop[1]:5d}" if loop else f" {'-':>6s} {'-':>5s}"))
 EOF

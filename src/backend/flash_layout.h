@@ -109,6 +109,34 @@ GNMR_HD_INLINE int64_t flash_stat_offset(const FlashDims& s, int64_t b, int64_t 
   return (b * s.heads + h) * s.seq + t;
 }
 
+// What block `block` of a kernel's grid (flash_grid_blocks) computes: its batch row, its head
+// and the kv head that head reads (in the dK/dV pass both the kv head), and its tile (a query
+// tile; in the dK/dV pass a key tile). The blocks of one (batch, head) are consecutive and the
+// longest first: under the causal mask query tile qi visits qi + 1 key tiles, so the forward's
+// and the dQ pass's block i of a head takes query tile q_tiles - 1 - i, and key tile kj is seen
+// by q_tiles - flash_first_q_tile(kj) query tiles, so the dK/dV pass's block i takes key tile i.
+// A GPU starts blocks about in index order, so the blocks still running when the others are
+// done, the grid's tail, are the shortest ones (in index order it would be a whole head's
+// longest). 32-bit arithmetic: no 64-bit division on the GPU, and a grid has fewer than 2^31
+// blocks (flash_launch::launch_blocks checks).
+struct FlashBlockTask {
+  int64_t batch = 0, head = 0, kv_head = 0, tile = 0;
+};
+GNMR_HD_INLINE FlashBlockTask flash_block_task(FlashKernel kernel, uint32_t block,
+                                               const FlashDims& s, const FlashTiling& t) {
+  const bool per_key_tile = kernel == FlashKernel::BackwardKeyValue;
+  const uint32_t tiles = uint32_t(per_key_tile ? flash_kv_tiles(t) : flash_q_tiles(t));
+  const uint32_t heads = uint32_t(per_key_tile ? s.kv_heads : s.heads);
+  const uint32_t group = uint32_t(s.heads) / uint32_t(s.kv_heads);  // query heads per kv head
+  const uint32_t index = block % tiles, row_head = block / tiles;
+  FlashBlockTask task;
+  task.batch = row_head / heads;
+  task.head = row_head % heads;
+  task.kv_head = per_key_tile ? task.head : uint32_t(task.head) / group;
+  task.tile = per_key_tile ? index : tiles - 1 - index;
+  return task;
+}
+
 // The tensor-core kernels (kernels/flash_attention_mma.cu): kFlashMmaWarps warps per block,
 // each owning 16 rows (one mma M) of the 64-row query tile, over the same 64-key tiles.
 constexpr int kFlashMmaWarps = 4;

@@ -8,7 +8,9 @@
 // - The tensor-core forward (kernels/flash_attention_mma.cu) runs on an emulated mma whose
 //   fragments follow src/backend/mma_fragment.h (checked against the PTX ISA by
 //   test_mma_fragment.cpp); out must lie within the bf16 bound of attention_bf16_reference.h and
-//   lse within fp32 rounding of it.
+//   lse within fp32 rounding of it; the backward's dq, dk and dv within the bounds of its
+//   gradients, after its first pass, whose dout codes must be encode_bf16's and whose delta
+//   must lie within fp32 rounding of the exact dot product.
 // An indexing, tiling, masking, fragment or barrier error shows up here, without a GPU. What
 // only a GPU can check (launch configuration, the hardware's mma and shuffles, CUDA's expf) is
 // tests/gpu/test_gpu_flash_attention.cpp's job.
@@ -180,14 +182,14 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
   const size_t rows = size_t(batch * heads * seq);
   const std::vector<float> q = random_normal(nq, 31, 2.0f), k = random_normal(nkv, 32, 1.0f),
                            v = random_normal(nkv, 33, 1.0f), dout = random_normal(nq, 34, 1.0f);
-  const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k), vb = bf16_codes(v),
-                              doutb = bf16_codes(dout);
+  const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k), vb = bf16_codes(v);
   const FlashTiling tiles = flash_gpu_tiling(seq);
   const FlashDims d{batch, seq, heads, kv_heads};
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   const float nan = std::nanf("");
   std::vector<float> out(nq, nan), lse(rows, nan), delta(rows, nan), dq(nq, nan), dk(nkv, nan),
       dv(nkv, nan);
+  std::vector<uint16_t> doutb(nq, 0x7FC1);  // a NaN code: every one must be overwritten
   const auto shared_floats = [&](FlashKernel kernel) {
     return (flash_mma_shared_bytes(kernel, HD, tiles) + 3) / 4;
   };
@@ -199,8 +201,32 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
                     flash_forward_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), out.data(),
                                                  lse.data(), d, tiles, scale);
                   });
-  emulated_launch((int64_t(rows) + kFlashThreads - 1) / kFlashThreads, kFlashThreads, 0,
-                  [&] { flash_delta_kernel<HD>(out.data(), dout.data(), delta.data(), d); });
+  // The backward's first pass: delta, and dout's bf16 codes (encode_bf16's, every one), kernel
+  // rows of 4 warps x 4 rows.
+  const int64_t delta_rows_per_block = kFlashMmaWarps * (kWarpSize / kFlashDeltaLanes);
+  emulated_launch((int64_t(rows) + delta_rows_per_block - 1) / delta_rows_per_block,
+                  kFlashMmaThreads, 0, [&] {
+                    flash_delta_and_dout_bf16_kernel<HD>(out.data(), dout.data(), delta.data(),
+                                                         doutb.data(), d);
+                  });
+  EXPECT_TRUE(doutb == bf16_codes(dout)) << "dout's bf16 codes";
+  for (int64_t b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < seq; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        // delta = dout . out of the row, in double; fp32 products and sums: within HD 2^-23
+        // of the sum of the products' magnitudes.
+        double dot = 0.0, magnitude = 0.0;
+        for (int64_t e = 0; e < HD; ++e) {
+          const size_t i = size_t(flash_q_offset(d, b, t, h, HD) + e);
+          dot += double(dout[i]) * out[i];
+          magnitude += std::fabs(double(dout[i]) * out[i]);
+        }
+        const float got = delta[size_t(flash_stat_offset(d, b, h, t))];
+        ASSERT_LE(std::fabs(got - dot), HD * std::ldexp(magnitude, -23) + 1e-30)
+            << "delta of b " << b << " t " << t << " h " << h;
+      }
+    }
+  }
   emulated_launch(blocks(FlashKernel::BackwardKeyValue), kFlashMmaThreads,
                   shared_floats(FlashKernel::BackwardKeyValue), [&] {
                     flash_backward_key_value_mma_kernel<HD>(qb.data(), kb.data(), vb.data(),

@@ -116,6 +116,49 @@ TEST(FlashLayout, GridsHaveOneBlockPerTileTask) {
   }
 }
 
+// Every block of a grid has its own (batch, head, tile), together all of them, a head's blocks
+// consecutive with the longest first (the tile pairs it visits under the causal mask), and a
+// query head reads kv head head / (heads / kv_heads).
+TEST(FlashLayout, EveryTileTaskHasOneBlockAndAHeadsLongestStartFirst) {
+  for (int64_t seq : {1, 17, 64, 65, 1000}) {
+    const FlashTiling t = flash_gpu_tiling(seq);
+    const FlashDims s{3, seq, 8, 2};
+    for (FlashKernel kernel :
+         {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
+      SCOPED_TRACE(::testing::Message() << "T=" << seq << " kernel " << int(kernel));
+      const bool per_key_tile = kernel == FlashKernel::BackwardKeyValue;
+      const int64_t heads = per_key_tile ? s.kv_heads : s.heads;
+      const int64_t tiles = per_key_tile ? flash_kv_tiles(t) : flash_q_tiles(t);
+      const auto pairs = [&](int64_t tile) {  // the tile pairs a task visits
+        return per_key_tile ? flash_q_tiles(t) - flash_first_q_tile(t, tile)
+                            : flash_last_kv_tile(t, tile) + 1;
+      };
+      const int64_t blocks = flash_grid_blocks(kernel, s.batch, s.heads, s.kv_heads, t);
+      ASSERT_EQ(blocks, s.batch * heads * tiles);
+      std::vector<int> seen(size_t(blocks), 0);
+      for (int64_t block = 0; block < blocks; ++block) {
+        const FlashBlockTask task = flash_block_task(kernel, uint32_t(block), s, t);
+        ASSERT_TRUE(task.batch >= 0 && task.batch < s.batch && task.head >= 0 &&
+                    task.head < heads && task.tile >= 0 && task.tile < tiles)
+            << "block " << block;
+        ++seen[size_t((task.batch * heads + task.head) * tiles + task.tile)];
+        EXPECT_EQ(task.kv_head, per_key_tile ? task.head : task.head / (s.heads / s.kv_heads));
+        EXPECT_EQ(task.batch * heads + task.head, block / tiles) << "a head's blocks together";
+        if (block % tiles != 0) {
+          const FlashBlockTask before = flash_block_task(kernel, uint32_t(block - 1), s, t);
+          EXPECT_LE(pairs(task.tile), pairs(before.tile)) << "block " << block;
+        }
+      }
+      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+      // The longest first: a head's first block takes the tile with the most pairs.
+      if (tiles > 1) {
+        const FlashBlockTask first = flash_block_task(kernel, 0, s, t);
+        EXPECT_EQ(pairs(first.tile), per_key_tile ? flash_q_tiles(t) : flash_kv_tiles(t));
+      }
+    }
+  }
+}
+
 // The tensor-core kernels' two buffers: the inputs, bf16 q ([B, T, H, hd]), k and v
 // ([B, T, Hkv, hd]); the backward's scratch, bf16 dout ([B, T, H, hd]) and the fp32 delta
 // ([B, H, T]). Each one's regions one after another without overlap, each 256-byte aligned (so

@@ -597,6 +597,21 @@ void emulated_cp_async_wait_group(int pending) {
   }
 }
 
+void load_float4(const float* p, float v[4]) {
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+    fail_in_thread("a 16-byte load from an address off a 16-byte boundary");
+  }
+  for (int i = 0; i < 4; ++i) v[i] = p[i];
+}
+
+void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high) {
+  if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
+    fail_in_thread("an 8-byte store to an address off an 8-byte boundary");
+  }
+  p[0] = uint16_t(low), p[1] = uint16_t(low >> 16), p[2] = uint16_t(high),
+  p[3] = uint16_t(high >> 16);
+}
+
 uint32_t pack_bf16x2_rn(float low, float high) {
   return pack_bf16_pair(encode_bf16(low), encode_bf16(high));
 }

@@ -26,10 +26,12 @@
 // the hardware's mma summation order and CUDA's expf/logf (the host's libm runs instead).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <type_traits>
 
 namespace gnmr::cuda {
@@ -106,6 +108,20 @@ T warp_shuffle_xor(unsigned mask, T value, int lane_mask) {
 inline float warp_shfl_xor(float value, int lane_mask) {
   return warp_shuffle_xor(0xFFFFFFFFu, value, lane_mask);
 }
+
+// ex2.approx.ftz.f32 (kernels/flash_attention_mma.cu wraps it the same way): 2^x, a result
+// below the smallest normal float (2^-126) flushed to 0. The host's exp2 stands in for the
+// special-function unit's approximation, which may differ from it in the last bits.
+inline float exp2_approx_ftz(float x) {
+  const float y = std::exp2(x);
+  return y < std::numeric_limits<float>::min() ? 0.0f : y;
+}
+
+// The 16-byte load and 8-byte store kernels/flash_attention_mma.cu wraps the same way: v =
+// p[0..3]; p[0..3] = the bf16 codes of `low` (its low half first) and `high`. Fail the launch
+// for a pointer off its access's boundary (a GPU faults).
+void load_float4(const float* p, float v[4]);
+void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high);
 
 // mma.sync.m16n8k16 bf16 -> fp32 (fragments as src/backend/mma_fragment.h lays them out): each
 // output's 16 exact bf16 products and its accumulator summed in double and rounded once to
