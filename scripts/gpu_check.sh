@@ -32,7 +32,7 @@
 #                 attention; tokens/s, MFU and the GEMMs' share each; 45 s per run    (150 s)
 #   and, only when named (not in the default run):
 #     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
-#                 T = 1024, 2048, 4096, hd 128 (bin/bench_gpu_attention)               (60 s)
+#                 T = 1024, 2048, 4096 at hd 128, T = 1024 at hd 64 (bench_gpu_attention) (60 s)
 #     profile     Nsight Compute (ncu) over one llama2-1b-gpu bench step per kernel family:
 #                 each kernel shape's time, share of the DRAM bandwidth and of issue slots
 #                 (scripts/ncu_summary.py's table in profile.log)                    (120 s)
@@ -379,7 +379,7 @@ stage_bench() {
 }
 
 # Attention speed, flash next to v1 (forward and backward TFLOP/s, memory), one JSON line per
-# kernel and T in attention-bench.log. Not in the default stages (they fill 8.5 minutes):
+# kernel and shape (T, hd) in attention-bench.log. Not in the default stages (they fill 8.5 minutes):
 # run it as `gpu_check.sh attention-bench`.
 stage_attention_bench() {
   have_gpu || { status=SKIP why="no GPU"; return; }
@@ -388,7 +388,7 @@ stage_attention_bench() {
     cat "$work/attention-bench.json" >>"$logs/attention-bench.log"
     status=PASS why="$(python3 -c 'import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
-print("; ".join("%(kernel)s T=%(T)s fwd %(forward_tflops)s bwd %(backward_tflops)s TFLOP/s %(memory_mib)s MiB" % r for r in rows))' "$work/attention-bench.json")"
+print("; ".join("%(kernel)s T=%(T)s hd=%(hd)s fwd %(forward_tflops)s bwd %(backward_tflops)s TFLOP/s %(memory_mib)s MiB" % r for r in rows))' "$work/attention-bench.json")"
   else
     status=FAIL why="bench_gpu_attention failed (attention-bench.log)"
   fi

@@ -1,8 +1,9 @@
 // Attention speed on one GPU: the flash kernels (kernels/flash_attention.cu), the tensor-core
 // flash kernels (kernels/flash_attention_mma.cu) and the v1 attention
 // (backend/cuda/attention_v1.h), forward and backward, causal, hd 128, at T = 1024,
-// 2048 and 4096 with 16384 tokens per call (B = 16384 / T, H = Hkv = 16), and the memory each
-// keeps (saved for the backward, plus its backward scratch). Causal FLOPs are half the dense
+// 2048 and 4096 with 16384 tokens per call (B = 16384 / T, H = Hkv = 16), then llama2-1b-gpu's
+// heads (hd 64, H = Hkv = 32) at T = 1024, and the memory each keeps (saved for the backward,
+// plus its backward scratch). Causal FLOPs are half the dense
 // ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2, arXiv
 // 2307.08691, section 4: five matmuls against two). Prints one JSON line per (kernel, T).
 // Not a test: scripts/gpu_check.sh's attention-bench stage runs it. Exit 1 without a GPU.
@@ -157,6 +158,7 @@ int main() {
     for (int64_t t : {1024, 2048, 4096}) {
       bench(AttentionShape{16384 / t, t, 16, 16, 128}, lt, workspace, workspace_bytes, prop.name);
     }
+    bench(AttentionShape{16, 1024, 32, 32, 64}, lt, workspace, workspace_bytes, prop.name);
     cudaFree(workspace);
     cublasLtDestroy(lt);
   } catch (const std::exception& e) {
