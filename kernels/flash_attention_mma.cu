@@ -175,6 +175,17 @@ __device__ void load_tile_async(uint16_t* dst, int dst_stride, const uint16_t* s
   }
 }
 
+// Issues (not committed) the copy of key tile kj of `kv` (k or v: the rows of kv head g of
+// batch row b) into `dst` (row stride dst_stride).
+template <int HD>
+__device__ void load_kv_tile_async(uint16_t* dst, int dst_stride, const uint16_t* kv,
+                                   const FlashDims& s, const FlashTiling& tiles, int64_t b,
+                                   int64_t g, int64_t kj) {
+  load_tile_async<HD, kFlashKvTile>(
+      dst, dst_stride, kv + flash_kv_offset(s, b, kj * tiles.kv_tile, g, HD), s.kv_heads * HD,
+      int(flash_tile_rows(kj, tiles.kv_tile, s.seq)));
+}
+
 // The A fragment of the 16 x 16 block at `base` of a row-major bf16 tile (row stride `stride`).
 __device__ void load_a_fragment(uint32_t a[4], const uint16_t* base, int64_t stride, int lane) {
   ldmatrix_x4(a, base + ldmatrix_a_row(lane) * stride + ldmatrix_a_col(lane));
@@ -326,8 +337,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
   // the softmax run, K(j + 1) while O += P V(j) runs.
   const int64_t last_kj = flash_last_kv_tile(tiles, qi);
   load_tile_async<HD, kFlashQTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
-  load_tile_async<HD, kFlashKvTile>(ks, st, k + flash_kv_offset(s, b, 0, g, HD), s.kv_heads * HD,
-                                    int(flash_tile_rows(0, tiles.kv_tile, s.seq)));
+  load_kv_tile_async<HD>(ks, st, k, s, tiles, b, g, 0);
   cp_async_commit_group();
   float o[HD / kMmaN][kMmaCElements];
   zero_rows<HD>(o);
@@ -338,11 +348,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
 
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile;
-    const int cols = int(flash_tile_rows(kj, tiles.kv_tile, s.seq));
     cp_async_wait_group<0>();
     __syncthreads();  // q and K(kj) are in shared memory; every warp is done with V(kj - 1)
-    load_tile_async<HD, kFlashKvTile>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
-                                      cols);
+    load_kv_tile_async<HD>(vs, st, v, s, tiles, b, g, kj);
     cp_async_commit_group();
 
     float sc[kKeyBlocks][kMmaCElements];
@@ -387,10 +395,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     cp_async_wait_group<0>();
     __syncthreads();  // V(kj) is in shared memory; every warp is done with K(kj)
     if (kj < last_kj) {
-      const int64_t next = (kj + 1) * tiles.kv_tile;
-      load_tile_async<HD, kFlashKvTile>(ks, st, k + flash_kv_offset(s, b, next, g, HD),
-                                        s.kv_heads * HD,
-                                        int(flash_tile_rows(kj + 1, tiles.kv_tile, s.seq)));
+      load_kv_tile_async<HD>(ks, st, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
     accumulate_times_rows<HD, kKeyBlocks>(o, sc, vs, st, lane);  // O += P V
@@ -449,8 +454,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
   load_tile_async<HD, kFlashQTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
   load_tile_async<HD, kFlashQTile>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
                                    rows);
-  load_tile_async<HD, kFlashKvTile>(buffer0, st, k + flash_kv_offset(s, b, 0, g, HD),
-                                    s.kv_heads * HD, int(flash_tile_rows(0, tiles.kv_tile, s.seq)));
+  load_kv_tile_async<HD>(buffer0, st, k, s, tiles, b, g, 0);
   cp_async_commit_group();
   const float scale_log2 = scale * kLog2e;
   // This lane's two rows (group and group + 8 of the warp's 16): lse in log2 units, delta;
@@ -468,13 +472,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
 
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile;
-    const int cols = int(flash_tile_rows(kj, tiles.kv_tile, s.seq));
     const bool odd = (kj & 1) != 0;
     uint16_t *ks = odd ? buffer1 : buffer0, *vs = odd ? buffer0 : buffer1;
     cp_async_wait_group<0>();
     __syncthreads();  // q, dout and K(kj) are in shared memory; every warp is done with K(kj - 1)
-    load_tile_async<HD, kFlashKvTile>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
-                                      cols);
+    load_kv_tile_async<HD>(vs, st, v, s, tiles, b, g, kj);
     cp_async_commit_group();
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
@@ -495,10 +497,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
     __syncthreads();  // every warp is done with V(kj), whose buffer K(kj + 1) takes
     if (kj < last_kj) {
-      const int64_t next = (kj + 1) * tiles.kv_tile;
-      load_tile_async<HD, kFlashKvTile>(vs, st, k + flash_kv_offset(s, b, next, g, HD),
-                                        s.kv_heads * HD,
-                                        int(flash_tile_rows(kj + 1, tiles.kv_tile, s.seq)));
+      load_kv_tile_async<HD>(vs, st, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
     // dS = P (dP - delta) into sc.
@@ -570,10 +569,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     }
   };
 
-  load_tile_async<HD, kFlashKvTile>(ks, st, k + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
-                                    cols);
-  load_tile_async<HD, kFlashKvTile>(vs, st, v + flash_kv_offset(s, b, c0, g, HD), s.kv_heads * HD,
-                                    cols);
+  load_kv_tile_async<HD>(ks, st, k, s, tiles, b, g, kj);
+  load_kv_tile_async<HD>(vs, st, v, s, tiles, b, g, kj);
   load_task(0);
   cp_async_commit_group();
   float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
