@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/backend.h"
 #include "precision/fp_format.h"
@@ -83,6 +84,18 @@ void global_norm_clip(const double* sum_squares, int64_t count, const double* lo
 // device, and nothing written when clip[1] == 0. clip: device [2] f32. Bit-identical.
 void adamw_update(float* param, const float* grad, float* m, float* v, int64_t count,
                   const AdamWStep& s, const float* clip, cudaStream_t stream);
+// The same on each of `tensors` (each its own step: weight decay differs), in a few launches
+// of up to 32 tensors each: every tensor's bits as adamw_update's alone.
+struct AdamWTensor {
+  float* param;
+  const float* grad;
+  float* m;
+  float* v;
+  int64_t count;
+  AdamWStep step;
+};
+void adamw_update_batch(const std::vector<AdamWTensor>& tensors, const float* clip,
+                        cudaStream_t stream);
 
 // x, out: [rows, cols]; out = dequantize(quantize(x)) with one fp32 scale per
 // block_rows x block_cols block; any block shape (1 x t, t x 1, t x t, partial edge blocks);

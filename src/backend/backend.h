@@ -184,6 +184,13 @@ struct AdamWStep {
   int64_t step = 1;  // 1-based, for bias correction
 };
 
+// One tensor of an optimizer step (Backend::adamw_update_batch): param, grad, m, v of one
+// shape, F32, as adamw_update takes them (Tensor views: param, m and v are written through).
+struct AdamWUpdate {
+  Tensor param, grad, m, v;
+  AdamWStep step;
+};
+
 // Shapes below: N = tokens = batch * seq, D = model dim, F = ffn dim, V = vocab,
 // B = batch, T = seq, H = heads, Hkv = key/value heads, hd = head dim. All float tensors F32;
 // token ids and targets I32. "+=" marks an output that is accumulated into, not overwritten.
@@ -428,6 +435,12 @@ class Backend {
   // clip[0], and nothing is written when clip[1] == 0 (a non-finite step is skipped).
   virtual void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v,
                             const AdamWStep& s, const Tensor& clip) = 0;
+  // adamw_update on each of `updates` (the optimizer's step over all its tensors), each with its
+  // own AdamWStep. The default runs them one by one; a backend may batch them (the CUDA one: a
+  // few launches instead of one per tensor) but gives each tensor the bits of its own call.
+  virtual void adamw_update_batch(std::vector<AdamWUpdate>& updates, const Tensor& clip) {
+    for (AdamWUpdate& u : updates) adamw_update(u.param, u.grad, u.m, u.v, u.step, clip);
+  }
 
  private:
   GemmPrecision gemm_precision_ = GemmPrecision::FP32;

@@ -3,8 +3,8 @@
 // tensor overlap with those of the next instead of each launch ramping up and draining on its
 // own. The host lays the members' items end to end (first[t]: member t's first item, first[num]
 // one past the last); each block finds its member with batch_member. Used by the multi-tensor
-// sum of squares (kernels/sum_squares.cu) and the batched 128x128 weight quantizer
-// (kernels/quantize_fp_block_128x128.cu).
+// sum of squares (kernels/sum_squares.cu), the batched 128x128 weight quantizer
+// (kernels/quantize_fp_block_128x128.cu) and AdamW (kernels/adamw.cu).
 #pragma once
 
 #include <cstdint>

@@ -15,6 +15,8 @@ AdamW::AdamW(Backend& backend, const std::vector<ParamInfo>& params, const Train
 }
 
 void AdamW::step(double lr, const Tensor& clip, int64_t step) {
+  std::vector<AdamWUpdate> updates;
+  updates.reserve(params_.size());
   for (size_t i = 0; i < params_.size(); ++i) {
     AdamWStep s;
     s.lr = float(lr);
@@ -23,9 +25,10 @@ void AdamW::step(double lr, const Tensor& clip, int64_t step) {
     s.eps = float(train_.eps);
     s.weight_decay = params_[i].weight_decay ? float(train_.weight_decay) : 0.0f;
     s.step = step;
-    Tensor param = params_[i].weight;
-    backend_.adamw_update(param, params_[i].grad, first_moment_[i], second_moment_[i], s, clip);
+    updates.push_back(
+        AdamWUpdate{params_[i].weight, params_[i].grad, first_moment_[i], second_moment_[i], s});
   }
+  backend_.adamw_update_batch(updates, clip);
 }
 
 }  // namespace gnmr

@@ -1,5 +1,6 @@
 // AdamW over the model's fp32 master weights (decoupled weight decay, as torch.optim.AdamW).
-// The moments live in backend memory; the update itself is the backend's adamw_update op.
+// The moments live in backend memory; the update itself is the backend's adamw_update_batch op
+// (every tensor in one call).
 #pragma once
 
 #include <vector>

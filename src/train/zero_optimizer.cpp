@@ -57,6 +57,8 @@ void ZeroAdamW::sum_squares(Tensor& out_per_param) {
 }
 
 void ZeroAdamW::step(double lr, const Tensor& clip, int64_t step) {
+  std::vector<AdamWUpdate> updates;
+  updates.reserve(pieces_.size());
   for (PieceViews& v : pieces_) {
     AdamWStep s;
     s.lr = float(lr);
@@ -65,8 +67,9 @@ void ZeroAdamW::step(double lr, const Tensor& clip, int64_t step) {
     s.eps = float(train_.eps);
     s.weight_decay = v.weight_decay ? float(train_.weight_decay) : 0.0f;
     s.step = step;
-    backend_.adamw_update(v.weight, v.grad, v.first_moment, v.second_moment, s, clip);
+    updates.push_back(AdamWUpdate{v.weight, v.grad, v.first_moment, v.second_moment, s});
   }
+  backend_.adamw_update_batch(updates, clip);
 }
 
 void ZeroAdamW::gather_weights() {

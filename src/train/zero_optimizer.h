@@ -9,7 +9,7 @@
 //   sum_squares       every parameter's squared gradient norm: this rank's partial sum over
 //                     its piece of the parameter, all-reduced as doubles, so every rank holds
 //                     the same values for the global clip and the controller
-//   step              AdamW on the shard's pieces (Backend::adamw_update per piece)
+//   step              AdamW on the shard's pieces (Backend::adamw_update_batch: one call)
 //   gather_weights    all-gather of the flat weights: every rank ends with the same bits
 // The model's flat buffers must be padded to layout().padded_elements() (LlamaModel's
 // flat_elements_multiple).

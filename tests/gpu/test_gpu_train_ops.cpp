@@ -426,6 +426,75 @@ TEST(GpuTrainOps, AdamwIsBitExactAndWritesNothingOnASkippedStep) {
   expect_same_bits(skip_v.to_host(), v0, "v after a skipped step");
 }
 
+// A step's tensors in one batch, over three launches (70 > 32 a launch): each tensor's bits as
+// the CPU twin's alone, whatever its size (one element, a partial quad, a partial block, several
+// blocks), its alignment (one tensor's arrays start one float off a 16-byte boundary: scalar
+// accesses) and its weight decay; an empty tensor is skipped; and a skipped step writes nothing.
+TEST(GpuTrainOps, AdamwBatchGivesEachTensorItsOwnBitsAndWritesNothingOnASkippedStep) {
+  SKIP_WITHOUT_GPU();
+  std::vector<int64_t> counts;
+  for (int i = 0; i < 70; ++i) counts.push_back(int64_t{1 + (i * 977) % 9000});
+  counts[3] = 1, counts[4] = 3, counts[5] = 4096, counts[6] = 4097, counts[7] = 0;
+  counts[8] = 3 * 4096 + 5;
+  const size_t misaligned = 9;  // its arrays start one float into their buffers
+  const float grad_scale = 0.731f;
+  // Per tensor: param, grad, m, v as the host made them, one float of padding in front for the
+  // misaligned tensor, and their device copies.
+  std::vector<std::vector<std::vector<float>>> host(counts.size());
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> device;
+  std::vector<cuda::AdamWTensor> batch;
+  const auto pad_of = [&](size_t t) { return t == misaligned ? size_t{1} : size_t{0}; };
+  for (size_t t = 0; t < counts.size(); ++t) {
+    const size_t n = size_t(counts[t]) + pad_of(t);
+    for (int a = 0; a < 4; ++a) {
+      std::vector<float> x =
+          random_vector(n, uint32_t(100 + 4 * t + size_t(a)), a < 2 ? 1.0f : 0.1f);
+      if (a == 3) {
+        for (float& e : x) e = e * e;  // v >= 0
+      }
+      device.push_back(std::make_unique<DeviceBuffer<float>>(x.empty() ? nan_vector(1) : x));
+      host[t].push_back(std::move(x));
+    }
+    AdamWStep s;
+    s.lr = 3e-3f;
+    s.weight_decay = t % 2 == 0 ? 0.1f : 0.0f;
+    s.step = 7;
+    float* d[4];
+    for (size_t a = 0; a < 4; ++a) d[a] = device[4 * t + a]->get() + pad_of(t);
+    batch.push_back(cuda::AdamWTensor{d[0], d[1], d[2], d[3], counts[t], s});
+  }
+  // Array a of tensor t, without its padding: on the device, and as `want` holds it.
+  const auto on_device = [&](size_t t, size_t a) {
+    const std::vector<float> all = device[4 * t + a]->to_host();
+    return std::vector<float>(all.begin() + long(pad_of(t)),
+                              all.begin() + long(pad_of(t) + size_t(counts[t])));
+  };
+  const auto unpadded = [&](const std::vector<float>& x, size_t t) {
+    return std::vector<float>(x.begin() + long(pad_of(t)), x.end());
+  };
+  const char* names[4] = {"param", "grad", "m", "v"};
+
+  DeviceBuffer<float> skip_clip(std::vector<float>{grad_scale, 0.0f});
+  cuda::adamw_update_batch(batch, skip_clip.get(), nullptr);
+  sync();
+  for (size_t t = 0; t < counts.size(); ++t) {
+    SCOPED_TRACE("a skipped step, tensor " + std::to_string(t));
+    for (size_t a : {0, 2, 3}) expect_same_bits(on_device(t, a), unpadded(host[t][a], t), names[a]);
+  }
+
+  DeviceBuffer<float> clip(std::vector<float>{grad_scale, 1.0f});
+  cuda::adamw_update_batch(batch, clip.get(), nullptr);
+  sync();
+  for (size_t t = 0; t < counts.size(); ++t) {
+    SCOPED_TRACE("tensor " + std::to_string(t) + " of " + std::to_string(counts[t]) + " elements");
+    std::vector<std::vector<float>> want = host[t];
+    const size_t pad = pad_of(t);
+    cpu::adamw_update(want[0].data() + pad, want[1].data() + pad, want[2].data() + pad,
+                      want[3].data() + pad, counts[t], batch[t].step, grad_scale, 1);
+    for (size_t a : {0, 2, 3}) expect_same_bits(on_device(t, a), unpadded(want[a], t), names[a]);
+  }
+}
+
 TEST(GpuTrainOps, FakeQuantizeFpBlockwiseIsBitExactForEveryFormatAndBlockShape) {
   SKIP_WITHOUT_GPU();
   const int64_t rows = 200, cols = 300;  // partial edge blocks for every shape below

@@ -740,14 +740,23 @@ class CudaBackend final : public Backend {
   }
   void adamw_update(Tensor& param, const Tensor& grad, Tensor& m, Tensor& v, const AdamWStep& s,
                     const Tensor& clip) override {
+    std::vector<AdamWUpdate> one{AdamWUpdate{param, grad, m, v, s}};
+    adamw_update_batch(one, clip);
+  }
+  void adamw_update_batch(std::vector<AdamWUpdate>& updates, const Tensor& clip) override {
     const auto timing = time_op("optimizer");
-    check_same_numel(param, grad, "adamw_update");
-    check_same_numel(param, m, "adamw_update");
-    check_same_numel(param, v, "adamw_update");
-    GNMR_CHECK(s.step >= 1, "adamw_update: step is 1-based");
     GNMR_CHECK(clip.numel() == 2, "adamw_update: clip " + clip.shape_string() + " (want [2])");
-    cuda::adamw_update(f32_data(param), f32_data(grad), f32_data(m), f32_data(v), param.numel(), s,
-                       f32_data(clip), stream_);
+    std::vector<cuda::AdamWTensor> tensors;
+    tensors.reserve(updates.size());
+    for (AdamWUpdate& u : updates) {
+      check_same_numel(u.param, u.grad, "adamw_update");
+      check_same_numel(u.param, u.m, "adamw_update");
+      check_same_numel(u.param, u.v, "adamw_update");
+      GNMR_CHECK(u.step.step >= 1, "adamw_update: step is 1-based");
+      tensors.push_back(cuda::AdamWTensor{f32_data(u.param), f32_data(u.grad), f32_data(u.m),
+                                          f32_data(u.v), u.param.numel(), u.step});
+    }
+    cuda::adamw_update_batch(tensors, f32_data(clip), stream_);
   }
 
  private:
