@@ -4,7 +4,10 @@
 // and the message of the error it threw.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,6 +34,25 @@ struct Outcome {
   int exit_code;        // 0: got the payload; 1: Runtime error; 2: Usage error; 3: other bytes
   std::string message;  // the error a failed rank threw
 };
+
+// A TCP port no socket on this machine holds now: the one the kernel assigns to a socket bound
+// to port 0 on 127.0.0.1, closed again before the ranks start. (A port made from the test's
+// pid could be one another process was using: its rank 0 then failed to listen and the others
+// waited out their deadline.)
+inline int unused_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0) << "socket()";
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  socklen_t length = sizeof address;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
+  close(fd);
+  EXPECT_TRUE(ok) << "binding a socket to port 0 on 127.0.0.1";
+  return ok ? int(ntohs(address.sin_port)) : 0;
+}
 
 inline std::vector<uint8_t> test_payload() {
   std::vector<uint8_t> p(128);  // an NCCL unique id's size

@@ -28,7 +28,7 @@ using gnmr_test::Outcome;
 // Runs each launch in its own process against one port; returns their outcomes.
 std::vector<Outcome> run_ranks(const std::vector<Launch>& launches, double timeout_s,
                                const std::string& name) {
-  const int port = 20000 + int(getpid() % 20000);
+  const int port = gnmr_test::unused_tcp_port();
   return gnmr_test::run_forked_ranks(launches, gnmr_test::scratch_dir("rendezvous_" + name),
                                      [&](const Launch& l, const std::vector<uint8_t>& payload) {
                                        RendezvousOptions o;
@@ -82,7 +82,7 @@ TEST(TcpRendezvous, ANonRootRankWithoutRankZeroGivesUpAtItsDeadline) {
 TEST(TcpRendezvous, HandsRankZerosNcclUniqueIdToEveryRank) {
   const std::string dir = gnmr_test::scratch_dir("rendezvous_nccl_id");
   const int world = 3;
-  const int port = 20000 + int((getpid() + 7919) % 20000);
+  const int port = gnmr_test::unused_tcp_port();
   std::vector<pid_t> pids;
   for (int rank = world - 1; rank >= 0; --rank) {
     const pid_t pid = fork();
