@@ -153,7 +153,8 @@ constexpr float kLog2e = 1.4426950408889634f;
 // mask removes their scores). Thread t copies 16-byte chunk t % (HD / 8) of rows
 // t / (HD / 8) + pass kRowsPerPass, so both its addresses step by a fixed stride: a pass is a
 // few instructions, no division and no 64-bit multiply (the loop over element indices that this
-// replaced spent ~25 on each copy, as much as the tile's products, scripts/sass_counts.sh).
+// replaced spent ~26 on each copy: more, for a tile pair's K and V, than its 128 HMMA at hd 128;
+// scripts/sass_counts.sh).
 template <int HD, int kRows>
 __device__ void load_tile_async(uint16_t* dst, int dst_stride, const uint16_t* src,
                                 int64_t src_stride, int rows) {
