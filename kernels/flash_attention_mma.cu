@@ -8,8 +8,10 @@
 // (tests/backend/attention_bf16_reference.h). The only rounding beyond the inputs' is P's to
 // bf16 before P V, so each output is within 2^-8 * max |v| of it (the tests' bound).
 //
-// One block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows each, a head's
-// longest tiles first (flash_block_task in src/backend/flash_layout.h). The host side first
+// One block per (batch, head, query tile) (the dK/dV pass: per key tile), kFlashMmaWarps warps
+// of 16 rows each, a head's longest tiles first (flash_block_task in src/backend/flash_layout.h);
+// the forward's query tile is 128 rows by default, two 16-row blocks a warp
+// (kFlashMmaForwardQueryTile, the reasons beside kForwardBlocksPerSm), or 64. The host side first
 // converts q, k, v to bf16 copies that the caller keeps for the backward, and the backward dout
 // to one in its scratch (flash_mma_buffers); the kernels copy tiles of those to shared memory by
 // cp.async, 16 bytes per thread and pass, and take fragments from there by ldmatrix, one
@@ -20,12 +22,13 @@
 // that V(j) lands during S and P, K(j + 1) during dS and dQ; the dK/dV pass keeps two stages of
 // its per-query-tile data (q, dout, lse, delta), the next tile's landing while this one's math
 // runs. Exponentials are one special-function instruction each (exp2_approx_ftz); the forward
-// and the dQ pass are capped at 168 registers so that three blocks fit a multiprocessor
-// (__launch_bounds__; the dK/dV pass, two). Per key tile a warp computes its 16 x 64 scores S = Q
-// K^T (HD / 16 x 8 mma), masks them where the tile pair needs it, updates its rows' running max m
-// and partial sums l (each lane holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by
-// butterfly shuffles), then O += P V (4 x HD / 8 mma) with P's accumulators reused as the A
-// fragments. No atomics; every output element is written by one lane.
+// with 64-row tiles and the dQ pass are capped at 168 registers so that three blocks fit a
+// multiprocessor (__launch_bounds__; the 128-row forward and the dK/dV pass, two). Per key tile
+// and 16-row block a warp computes its 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks them
+// where the tile pair needs it, updates its rows' running max m and partial sums l (each lane
+// holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by butterfly shuffles), then
+// O += P V (4 x HD / 8 mma) with P's accumulators reused as the A fragments. No atomics; every
+// output element is written by one lane.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -217,57 +220,91 @@ __device__ float quad_sum(float value) {
   return value + warp_shfl_xor(value, 2);
 }
 
-// acc = A B^T for one warp: A the 16 rows x HD at `a`, B the kBlocks x 8 rows x HD at `b`
-// (both bf16, row stride `stride`), so acc is 16 x 8 kBlocks in C fragments. The score-like
-// products: S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
-template <int HD, int kBlocks>
-__device__ void multiply_by_rows_transposed(float acc[kBlocks][kMmaCElements], const uint16_t* a,
+// acc = A B^T for one warp: A kRowBlocks blocks of 16 rows x HD at `a` (block r's rows from
+// a + 16 r stride), B the kBlocks x 8 rows x HD at `b` (both bf16, row stride `stride`), so
+// acc[r] is 16 x 8 kBlocks in C fragments. Each pair of B fragments is loaded once for all the
+// row blocks. The score-like products: S = Q K^T, dP = dO V^T, S^T = K Q^T, dP^T = V dO^T.
+template <int HD, int kBlocks, int kRowBlocks>
+__device__ void multiply_by_rows_transposed(float acc[][kBlocks][kMmaCElements], const uint16_t* a,
                                             const uint16_t* b, int64_t stride, int lane) {
   static_assert(kBlocks % 2 == 0, "B fragments load two n-blocks at a time");
 #pragma unroll
-  for (int nb = 0; nb < kBlocks; ++nb) {
+  for (int r = 0; r < kRowBlocks; ++r) {
 #pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) acc[nb][i] = 0.0f;
+    for (int nb = 0; nb < kBlocks; ++nb) {
+#pragma unroll
+      for (int i = 0; i < kMmaCElements; ++i) acc[r][nb][i] = 0.0f;
+    }
   }
 #pragma unroll
   for (int kk = 0; kk < HD / kMmaK; ++kk) {
-    uint32_t af[4];
-    load_a_fragment(af, a + kk * kMmaK, stride, lane);
+    uint32_t af[kRowBlocks][4];
+#pragma unroll
+    for (int r = 0; r < kRowBlocks; ++r) {
+      load_a_fragment(af[r], a + r * kMmaM * stride + kk * kMmaK, stride, lane);
+    }
 #pragma unroll
     for (int nb = 0; nb < kBlocks; nb += 2) {
       uint32_t bf[4];
       load_b_fragments_from_n_rows(bf, b + nb * kMmaN * stride + kk * kMmaK, stride, lane);
-      mma_bf16_m16n8k16(acc[nb], af, bf);
-      mma_bf16_m16n8k16(acc[nb + 1], af, bf + 2);
+#pragma unroll
+      for (int r = 0; r < kRowBlocks; ++r) {
+        mma_bf16_m16n8k16(acc[r][nb], af[r], bf);
+        mma_bf16_m16n8k16(acc[r][nb + 1], af[r], bf + 2);
+      }
     }
   }
 }
 
-// acc += C B for one warp: C the 16 x 8 kBlocks fp32 C fragments of an earlier product,
-// rounded to bf16 and reused as A fragments (mma_fragment.h), B the 8 kBlocks rows x HD at `b`
-// (bf16, row stride `stride`); acc is 16 x HD. The value-like products: O += P V, dQ += dS K,
-// dV += P^T dO, dK += dS^T Q.
-template <int HD, int kBlocks>
-__device__ void accumulate_times_rows(float acc[HD / kMmaN][kMmaCElements],
-                                      const float c[kBlocks][kMmaCElements], const uint16_t* b,
-                                      int64_t stride, int lane) {
+// The C fragments of a 16 x 8 kBlocks product, rounded to bf16, as the A fragments of its
+// 16 x 16 blocks (mma_fragment.h): the next product's operand without leaving registers.
+template <int kBlocks>
+__device__ void a_fragments_from_c(uint32_t a[kBlocks / 2][4],
+                                   const float c[kBlocks][kMmaCElements]) {
 #pragma unroll
   for (int kk = 0; kk < kBlocks / 2; ++kk) {
-    uint32_t af[4];
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int lo = 2 * r, hi = 2 * r + 1;
-      af[r] = pack_bf16x2_rn(c[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)],
-                             c[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]);
+    for (int j = 0; j < 4; ++j) {
+      const int lo = 2 * j, hi = 2 * j + 1;
+      a[kk][j] = pack_bf16x2_rn(c[2 * kk + mma_a_from_c_block(lo)][mma_a_from_c_element(lo)],
+                                c[2 * kk + mma_a_from_c_block(hi)][mma_a_from_c_element(hi)]);
     }
+  }
+}
+
+// acc += A B for one warp: A kRowBlocks blocks of 16 x 16 kSteps bf16 A fragments, B the
+// 16 kSteps rows x HD at `b` (bf16, row stride `stride`); acc[r] is 16 x HD. Each pair of B
+// fragments is loaded once for all the row blocks.
+template <int HD, int kSteps, int kRowBlocks>
+__device__ void accumulate_a_times_rows(float acc[][HD / kMmaN][kMmaCElements],
+                                        const uint32_t a[][kSteps][4], const uint16_t* b,
+                                        int64_t stride, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
     for (int ob = 0; ob < HD / kMmaN; ob += 2) {
       uint32_t bf[4];
       load_b_fragments_from_k_rows(bf, b + kk * kMmaK * stride + ob * kMmaN, stride, lane);
-      mma_bf16_m16n8k16(acc[ob], af, bf);
-      mma_bf16_m16n8k16(acc[ob + 1], af, bf + 2);
+#pragma unroll
+      for (int r = 0; r < kRowBlocks; ++r) {
+        mma_bf16_m16n8k16(acc[r][ob], a[r][kk], bf);
+        mma_bf16_m16n8k16(acc[r][ob + 1], a[r][kk], bf + 2);
+      }
     }
   }
+}
+
+// acc += C B for one warp: C kRowBlocks blocks of 16 x 8 kBlocks fp32 C fragments of an
+// earlier product, as A fragments (a_fragments_from_c), B the 8 kBlocks rows x HD at `b`. The
+// value-like products: O += P V, dQ += dS K, dV += P^T dO, dK += dS^T Q.
+template <int HD, int kBlocks, int kRowBlocks>
+__device__ void accumulate_times_rows(float acc[][HD / kMmaN][kMmaCElements],
+                                      const float c[][kBlocks][kMmaCElements], const uint16_t* b,
+                                      int64_t stride, int lane) {
+  uint32_t a[kRowBlocks][kBlocks / 2][4];
+#pragma unroll
+  for (int r = 0; r < kRowBlocks; ++r) a_fragments_from_c<kBlocks>(a[r], c[r]);
+  accumulate_a_times_rows<HD, kBlocks / 2, kRowBlocks>(acc, a, b, stride, lane);
 }
 
 // Sets to `masked` each element of a warp's 16 x 8 kBlocks tile of scores (C fragments) that is
@@ -315,38 +352,62 @@ __device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
   }
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kFlashMmaThreads, 3)
+// The forward's query tile: kRowBlocks blocks of 16 rows a warp, 64 rows (1) or 128 (2;
+// flash_mma_forward_tiling). Per key tile a 64-row tile reads 32 KB of K and V (hd 128) for
+// 2.1 MFLOP, 64 FLOP a byte: at the flash issue's 350 TFLOP/s, 5.5 TB/s of reads from L2,
+// more than the HBM's whole bandwidth (4.8 TB/s on an H200). A 128-row tile does twice the math
+// per K and V tile, and each warp loads every K and V fragment once for its two row blocks:
+// half the ldmatrix traffic, barriers and copies per mma, and ~20% fewer instructions per mma
+// off the diagonal (scripts/sass_counts.sh). The cost is registers: two row blocks' O and
+// scores take 192 at hd 128 and fit only in 255 (254 used, no spills; two blocks a
+// multiprocessor, as FlashAttention-2's 128-row forward), and at hd 64 spill 420 bytes in the
+// 168 that three blocks allow (238 used of 255). Both tiles run the same rows' math in the same
+// order, so they give the same bits; tests/gpu/bench_gpu_attention.cpp times both.
+template <int HD, int kRowBlocks>
+constexpr int kForwardBlocksPerSm = kRowBlocks == 2 ? 2 : 3;
+
+template <int HD, int kRowBlocks>
+__global__ void __launch_bounds__(kFlashMmaThreads, kForwardBlocksPerSm<HD, kRowBlocks>)
     flash_forward_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
                              float* lse, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
-  extern __shared__ __align__(16) float smem[];          // ldmatrix, cp.async: 16-byte rows
+  constexpr int kWarpRows = kRowBlocks * kMmaM;
+  constexpr int kQueryTile = kFlashMmaWarps * kWarpRows;  // tiles.q_tile
+  extern __shared__ __align__(16) float smem[];           // ldmatrix, cp.async: 16-byte rows
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::Forward, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *qs = tile + lay.q, *ks = tile + lay.k, *vs = tile + lay.v;
   const int st = int(lay.row_stride);
   const FlashBlockTask task = flash_block_task(FlashKernel::Forward, blockIdx.x, s, tiles);
   const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
-  const int64_t r0 = qi * tiles.q_tile;
-  const int rows = int(flash_tile_rows(qi, tiles.q_tile, s.seq));
+  const int64_t r0 = qi * kQueryTile;
+  const int rows = int(flash_tile_rows(qi, kQueryTile, s.seq));
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
-  const int w0 = warp * kMmaM;  // the warp's first row in the query tile
+  const int w0 = warp * kWarpRows;  // the warp's first row in the query tile
 
   const float scale_log2 = scale * kLog2e;  // exp(scale x) = exp2(scale_log2 x)
 
   // FlashAttention-2's pipeline over one K and one V buffer: V(j) lands while S = Q K(j)^T and
   // the softmax run, K(j + 1) while O += P V(j) runs.
   const int64_t last_kj = flash_last_kv_tile(tiles, qi);
-  load_tile_async<HD, kFlashQTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_tile_async<HD, kQueryTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
   load_kv_tile_async<HD>(ks, st, k, s, tiles, b, g, 0);
   cp_async_commit_group();
-  float o[HD / kMmaN][kMmaCElements];
-  zero_rows<HD>(o);
-  // Rows w0 + group (half 0: c0, c1) and w0 + group + 8 (half 1: c2, c3): the running max of
-  // the unscaled scores, and this lane's share of the running sum (its 16 of each key tile's 64
-  // columns).
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[kRowBlocks][HD / kMmaN][kMmaCElements];
+#pragma unroll
+  for (int r = 0; r < kRowBlocks; ++r) zero_rows<HD>(o[r]);
+  // Rows w0 + 16 r + group (half 0: c0, c1) and w0 + 16 r + group + 8 (half 1: c2, c3): the
+  // running max of the unscaled scores, and this lane's share of the running sum (its 16 of each
+  // key tile's 64 columns).
+  float m[kRowBlocks][2], l[kRowBlocks][2];
+#pragma unroll
+  for (int r = 0; r < kRowBlocks; ++r) {
+    m[r][0] = m[r][1] = -INFINITY;
+    l[r][0] = l[r][1] = 0.0f;
+  }
 
+  const int64_t warp_last_query = r0 + w0 + kWarpRows - 1;
+  const bool warp_has_rows = w0 < rows;
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile;
     cp_async_wait_group<0>();
@@ -354,44 +415,62 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     load_kv_tile_async<HD>(vs, st, v, s, tiles, b, g, kj);
     cp_async_commit_group();
 
-    float sc[kKeyBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
-    // The mask (keys after the query, and the zero rows past the end of a partial key tile) on
-    // the tile pairs that hold such scores; the row max.
-    if (flash_tile_needs_mask(tiles, qi, kj)) {
-      mask_scores<kKeyBlocks, false, false>(sc, int(r0) + w0, int(c0), int(s.seq), -INFINITY, lane);
-    }
-    float tile_max[2] = {-INFINITY, -INFINITY};
+    // A warp whose scores here would all be masked skips the tile's math (warp-uniform), and
+    // still takes part in the copies and barriers.
+    const bool warp_math = flash_mma_warp_sees_key_tile(c0, warp_last_query, warp_has_rows);
+    // P as the A fragments of O += P V, rounded to bf16 as each row block's softmax ends, so
+    // its fp32 scores are dead before the next block's and during the product (registers).
+    uint32_t pa[kRowBlocks][kKeyBlocks / 2][4];
+    if (warp_math) {
+      float sc[kRowBlocks][kKeyBlocks][kMmaCElements];
+      multiply_by_rows_transposed<HD, kKeyBlocks, kRowBlocks>(sc, qs + w0 * st, ks, st, lane);
+      // The mask (keys after the query, and the zero rows past the end of a partial key tile)
+      // on the tile pairs that hold such scores.
+      if (flash_tile_needs_mask(tiles, qi, kj)) {
 #pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
-    }
-    // Every row sees a key in every tile it visits (key c0 <= its query, tile 0 holds key 0 and
-    // the diagonal tile starts at the query tile's first row), so m stays finite from tile 0 on.
-    float rescale[2], neg_m_scaled[2];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
-      rescale[half] = exp2_approx_ftz((m[half] - m_new) * scale_log2);
-      m[half] = m_new;
-      neg_m_scaled[half] = -m_new * scale_log2;
-      l[half] *= rescale[half];
-    }
-    // P = exp(scale (S - m)) = exp2(scale_log2 S - scale_log2 m): one fma and one exp2 each.
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) {
-        const float p = exp2_approx_ftz(fmaf(sc[nb][i], scale_log2, neg_m_scaled[i >> 1]));
-        sc[nb][i] = p;
-        l[i >> 1] += p;
+        for (int r = 0; r < kRowBlocks; ++r) {
+          mask_scores<kKeyBlocks, false, false>(sc[r], int(r0) + w0 + r * kMmaM, int(c0),
+                                                int(s.seq), -INFINITY, lane);
+        }
       }
-    }
 #pragma unroll
-    for (int ob = 0; ob < HD / kMmaN; ++ob) {
+      for (int r = 0; r < kRowBlocks; ++r) {
+        float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= rescale[i >> 1];
+        for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+          for (int i = 0; i < kMmaCElements; ++i) {
+            tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[r][nb][i]);
+          }
+        }
+        // Key tile 0 holds key 0, which every query sees, so m is finite from tile 0 on; a
+        // later tile with no key a row sees leaves its m, rescales by 1 and adds weights 0.
+        float rescale[2], neg_m_scaled[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float m_new = fmaxf(m[r][half], quad_max(tile_max[half]));
+          rescale[half] = exp2_approx_ftz((m[r][half] - m_new) * scale_log2);
+          m[r][half] = m_new;
+          neg_m_scaled[half] = -m_new * scale_log2;
+          l[r][half] *= rescale[half];
+        }
+        // P = exp(scale (S - m)) = exp2(scale_log2 S - scale_log2 m): one fma and one exp2 each.
+#pragma unroll
+        for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+          for (int i = 0; i < kMmaCElements; ++i) {
+            const float p = exp2_approx_ftz(fmaf(sc[r][nb][i], scale_log2, neg_m_scaled[i >> 1]));
+            sc[r][nb][i] = p;
+            l[r][i >> 1] += p;
+          }
+        }
+        a_fragments_from_c<kKeyBlocks>(pa[r], sc[r]);
+#pragma unroll
+        for (int ob = 0; ob < HD / kMmaN; ++ob) {
+#pragma unroll
+          for (int i = 0; i < kMmaCElements; ++i) o[r][ob][i] *= rescale[i >> 1];
+        }
+      }
     }
     cp_async_wait_group<0>();
     __syncthreads();  // V(kj) is in shared memory; every warp is done with K(kj)
@@ -399,25 +478,32 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
       load_kv_tile_async<HD>(ks, st, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
-    accumulate_times_rows<HD, kKeyBlocks>(o, sc, vs, st, lane);  // O += P V
+    if (warp_math) {
+      accumulate_a_times_rows<HD, kKeyBlocks / 2, kRowBlocks>(o, pa, vs, st, lane);  // O += P V
+    }
   }
 
   // O / l as O times 1 / l: two roundings instead of one, 2^-24 next to P's 2^-9, and no
   // division (with its slow path) per element.
-  const float row_sum[2] = {quad_sum(l[0]), quad_sum(l[1])};
-  const float inverse_sum[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
 #pragma unroll
-  for (int ob = 0; ob < HD / kMmaN; ++ob) {
+  for (int r = 0; r < kRowBlocks; ++r) {
+    const float row_sum[2] = {quad_sum(l[r][0]), quad_sum(l[r][1])};
+    const float inverse_sum[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
 #pragma unroll
-    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= inverse_sum[i >> 1];
-  }
-  store_rows<HD>(out + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, o, 1.0f, lane);
-  if (mma_quad(lane) == 0) {
+    for (int ob = 0; ob < HD / kMmaN; ++ob) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int64_t row = w0 + mma_group(lane) + 8 * half;
-      if (row < rows) {
-        lse[flash_stat_offset(s, b, h, r0 + row)] = m[half] * scale + logf(row_sum[half]);
+      for (int i = 0; i < kMmaCElements; ++i) o[r][ob][i] *= inverse_sum[i >> 1];
+    }
+    const int r_w0 = w0 + r * kMmaM;
+    store_rows<HD>(out + flash_q_offset(s, b, r0, h, HD), s.heads * HD, r_w0, rows, o[r], 1.0f,
+                   lane);
+    if (mma_quad(lane) == 0) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = r_w0 + mma_group(lane) + 8 * half;
+        if (row < rows) {
+          lse[flash_stat_offset(s, b, h, r0 + row)] = m[r][half] * scale + logf(row_sum[half]);
+        }
       }
     }
   }
@@ -481,7 +567,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     cp_async_commit_group();
 
     float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kKeyBlocks>(sc, qs + w0 * st, ks, st, lane);
+    multiply_by_rows_transposed<HD, kKeyBlocks, 1>(&sc, qs + w0 * st, ks, st, lane);
     // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
 #pragma unroll
     for (int nb = 0; nb < kKeyBlocks; ++nb) {
@@ -495,7 +581,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     }
     cp_async_wait_group<0>();
     __syncthreads();  // V(kj) is in shared memory
-    multiply_by_rows_transposed<HD, kKeyBlocks>(dp, dos + w0 * st, vs, st, lane);
+    multiply_by_rows_transposed<HD, kKeyBlocks, 1>(&dp, dos + w0 * st, vs, st, lane);
     __syncthreads();  // every warp is done with V(kj), whose buffer K(kj + 1) takes
     if (kj < last_kj) {
       load_kv_tile_async<HD>(vs, st, k, s, tiles, b, g, kj + 1);
@@ -507,7 +593,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] *= dp[nb][i] - row_delta[i >> 1];
     }
-    accumulate_times_rows<HD, kKeyBlocks>(dq_acc, sc, ks, st, lane);  // dQ += dS K
+    accumulate_times_rows<HD, kKeyBlocks, 1>(&dq_acc, &sc, ks, st, lane);  // dQ += dS K
   }
   store_rows<HD>(dq + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, dq_acc, scale, lane);
 }
@@ -595,7 +681,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     // P^T into pt: element (key row, query column). dV += P^T dO before dP^T exists, so
     // the two 16 x 64 products are not live at once with everything else (registers).
     float pt[kQueryBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kQueryBlocks>(pt, ks + w0 * st, qs, st, lane);
+    multiply_by_rows_transposed<HD, kQueryBlocks, 1>(&pt, ks + w0 * st, qs, st, lane);
 #pragma unroll
     for (int nb = 0; nb < kQueryBlocks; ++nb) {
 #pragma unroll
@@ -609,10 +695,10 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
       // would be 0 anyway, but the mask does not rely on it).
       mask_scores<kQueryBlocks, true, true>(pt, int(c0) + w0, int(r0), int(s.seq), 0.0f, lane);
     }
-    accumulate_times_rows<HD, kQueryBlocks>(dv_acc, pt, dos, st, lane);  // dV += P^T dO
+    accumulate_times_rows<HD, kQueryBlocks, 1>(&dv_acc, &pt, dos, st, lane);  // dV += P^T dO
     // dP^T = V dO^T, then dS^T = P^T (dP^T - delta) into it.
     float dst[kQueryBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kQueryBlocks>(dst, vs + w0 * st, dos, st, lane);
+    multiply_by_rows_transposed<HD, kQueryBlocks, 1>(&dst, vs + w0 * st, dos, st, lane);
 #pragma unroll
     for (int nb = 0; nb < kQueryBlocks; ++nb) {
 #pragma unroll
@@ -620,7 +706,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
         dst[nb][i] = pt[nb][i] * (dst[nb][i] - delta_rows[nb * kMmaN + mma_c_col(lane, i)]);
       }
     }
-    accumulate_times_rows<HD, kQueryBlocks>(dk_acc, dst, qs, st, lane);  // dK += dS^T Q
+    accumulate_times_rows<HD, kQueryBlocks, 1>(&dk_acc, &dst, qs, st, lane);  // dK += dS^T Q
     __syncthreads();  // every warp is done with stage n % 2, where task n + 2's copies go
   }
   const int64_t at = flash_kv_offset(s, b, c0, g, HD);
@@ -704,17 +790,17 @@ void check_aligned(const void* buffer, const char* what, const FlashDims& s, int
   }
 }
 
-template <int HD>
+template <int HD, int kRowBlocks>
 void forward_mma_for(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
                      cudaStream_t stream) {
-  const FlashTiling tiles = flash_gpu_tiling(s.seq);
+  const FlashTiling tiles = flash_mma_forward_tiling(s.seq, kFlashMmaWarps * kMmaM * kRowBlocks);
   const int64_t bytes = flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles);
   const unsigned blocks =
-      launch_blocks(flash_forward_mma_kernel<HD>,
+      launch_blocks(flash_forward_mma_kernel<HD, kRowBlocks>,
                     flash_grid_blocks(FlashKernel::Forward, s.batch, s.heads, s.kv_heads, tiles),
                     bytes, s, HD, "forward (tensor cores)");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  flash_forward_mma_kernel<HD><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
+  flash_forward_mma_kernel<HD, kRowBlocks><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
       c.q, c.k, c.v, out, lse, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
@@ -768,9 +854,13 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
                                  const float* rope_cos, const float* rope_sin, float* out,
                                  float* lse, void* inputs, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
+  if (query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a forward query tile of " +
+                                        std::to_string(query_tile) + " rows; it takes 64 or 128");
+  }
   if (batch * seq * heads == 0) return;
   check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
   GNMR_CHECK((rope_cos == nullptr) == (rope_sin == nullptr),
@@ -784,10 +874,13 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
     convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
   }
   convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
+  const bool two_row_blocks = query_tile == 2 * kFlashQTile;
   if (head_dim == 64) {
-    forward_mma_for<64>(c, out, lse, s, stream);
+    two_row_blocks ? forward_mma_for<64, 2>(c, out, lse, s, stream)
+                   : forward_mma_for<64, 1>(c, out, lse, s, stream);
   } else {
-    forward_mma_for<128>(c, out, lse, s, stream);
+    two_row_blocks ? forward_mma_for<128, 2>(c, out, lse, s, stream)
+                   : forward_mma_for<128, 1>(c, out, lse, s, stream);
   }
 }
 

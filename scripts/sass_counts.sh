@@ -41,7 +41,7 @@ def demangle(name):
 
 def short(name):
     # gnmr::cuda::(anonymous namespace)::flash_forward_mma_kernel<128>(...) -> the kernel<128>
-    m = re.search(r"(\w+)<(\d+)>\(", demangle(name))
+    m = re.search(r"(\w+)<([\d, ]+)>\(", demangle(name))
     return f"{m.group(1)}<{m.group(2)}>" if m else demangle(name).split("(")[0]
 
 resources, current = {}, None

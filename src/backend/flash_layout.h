@@ -143,6 +143,27 @@ constexpr int kFlashMmaWarps = 4;
 constexpr int kFlashMmaThreads = kFlashMmaWarps * 32;
 static_assert(kFlashMmaWarps * 16 == kFlashQTile, "the warps cover the query tile");
 static_assert(kFlashKvTile % 16 == 0, "the key tile is whole mma K steps");
+// The tensor-core forward alone may take query tiles of two 16-row blocks a warp, 128 rows, over
+// the same 64-key tiles: twice the math per K and V tile it copies (the reasons, and the
+// registers it costs, beside the kernel). Its tiling, for a query tile of 64 or 128 rows: the
+// log-sum-exp it writes is per row, so the backward's 64-row tiles read it as from a 64-row
+// forward.
+GNMR_HD_INLINE FlashTiling flash_mma_forward_tiling(int64_t seq, int64_t query_tile) {
+  return FlashTiling{seq, query_tile, kFlashKvTile};
+}
+// Whether a warp of the tensor-core forward has a score to compute in the key tile whose first
+// key is at `first_key`: its last query row is at `last_query`, and `has_rows` says whether any
+// of its rows exists (the others lie past the end of the sequence). Where not, every one of its
+// scores there would be masked and the kernel skips the tile's math for it (in a 128-row tile,
+// the first half's warps on the last key tile). Key tile 0 is never skipped by a warp with rows.
+GNMR_HD_INLINE bool flash_mma_warp_sees_key_tile(int64_t first_key, int64_t last_query,
+                                                 bool has_rows) {
+  return has_rows && first_key <= last_query;
+}
+// The forward's query tile the backend runs. 128, as FlashAttention-2's forward; both are
+// measured side by side by tests/gpu/bench_gpu_attention.cpp (scripts/gpu_check.sh
+// attention-bench).
+constexpr int64_t kFlashMmaForwardQueryTile = 128;
 
 // Their tiles in shared memory: bf16 tiles q and k, v (all kernels) and dout (the backward),
 // each row-major with head_dim + 8 elements per row. The 8 extra elements (16 bytes) shift each

@@ -119,8 +119,33 @@ TEST(FlashAttentionEmulated, KernelsEqualTheCpuTwinBitForBit) {
   expect_kernels_equal_the_twin<128>(1, 64, 2, 1);   // exactly one tile, all heads share kv
 }
 
+// The tensor-core forward as flash_attention_forward_mma launches it, with query tiles of
+// `query_tile` rows (64 or 128), on the bf16 codes of q, k, v; out and lse written.
+template <int HD>
+void launch_mma_forward(const std::vector<uint16_t>& qb, const std::vector<uint16_t>& kb,
+                        const std::vector<uint16_t>& vb, std::vector<float>& out,
+                        std::vector<float>& lse, const FlashDims& d, int64_t query_tile) {
+  const FlashTiling tiles = flash_mma_forward_tiling(d.seq, query_tile);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  // Shared memory in floats: the bf16 tiles' bytes rounded up.
+  const int64_t shared_floats = (flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles) + 3) / 4;
+  const int64_t blocks =
+      flash_grid_blocks(FlashKernel::Forward, d.batch, d.heads, d.kv_heads, tiles);
+  emulated_launch(blocks, kFlashMmaThreads, shared_floats, [&] {
+    if (query_tile == 2 * kFlashQTile) {
+      flash_forward_mma_kernel<HD, 2>(qb.data(), kb.data(), vb.data(), out.data(), lse.data(), d,
+                                      tiles, scale);
+    } else {
+      flash_forward_mma_kernel<HD, 1>(qb.data(), kb.data(), vb.data(), out.data(), lse.data(), d,
+                                      tiles, scale);
+    }
+  });
+}
+
 // The tensor-core forward against the double-precision reference of the bf16-rounded inputs,
-// and, as the SIMT kernel, every output written (NaN-poisoned before) and the same bits twice.
+// and, as the SIMT kernel, every output written (NaN-poisoned before) and the same bits twice;
+// and the same bits from 64- and 128-row query tiles (each row takes the same key tiles in the
+// same order; the 128-row tile's first half skips the key tile past its queries).
 template <int HD>
 void expect_mma_forward_within_the_bf16_bound(int64_t batch, int64_t seq, int64_t heads,
                                               int64_t kv_heads) {
@@ -133,28 +158,26 @@ void expect_mma_forward_within_the_bf16_bound(int64_t batch, int64_t seq, int64_
   const std::vector<float> q = random_normal(nq, 11, 2.0f), k = random_normal(nkv, 12, 1.0f),
                            v = random_normal(nkv, 13, 1.0f);
   const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k), vb = bf16_codes(v);
-  const FlashTiling tiles = flash_gpu_tiling(seq);
   const FlashDims d{batch, seq, heads, kv_heads};
-  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  // Shared memory in floats: the bf16 tiles' bytes rounded up.
-  const int64_t shared_floats = (flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles) + 3) / 4;
-  const int64_t blocks = flash_grid_blocks(FlashKernel::Forward, batch, heads, kv_heads, tiles);
-  const auto run = [&](std::vector<float>& out, std::vector<float>& lse) {
+  const auto run = [&](std::vector<float>& out, std::vector<float>& lse, int64_t query_tile) {
     out.assign(nq, std::nanf(""));
     lse.assign(rows, std::nanf(""));
-    emulated_launch(blocks, kFlashMmaThreads, shared_floats, [&] {
-      flash_forward_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), out.data(), lse.data(), d,
-                                   tiles, scale);
-    });
+    launch_mma_forward<HD>(qb, kb, vb, out, lse, d, query_tile);
   };
-  std::vector<float> out, lse, out_again, lse_again;
-  run(out, lse);
-  run(out_again, lse_again);
+  const int64_t other_tile = kFlashMmaForwardQueryTile == 128 ? 64 : 128;
+  std::vector<float> out, lse, out_again, lse_again, out_other, lse_other;
+  run(out, lse, kFlashMmaForwardQueryTile);
+  run(out_again, lse_again, kFlashMmaForwardQueryTile);
+  run(out_other, lse_other, other_tile);
   const attention_bf16_reference::Reference ref = attention_bf16_reference::reference(q, k, v, s);
   EXPECT_EQ(attention_bf16_reference::out_violations(out, ref), "");
   EXPECT_EQ(attention_bf16_reference::lse_violations(lse, ref), "");
   EXPECT_EQ(count_bit_differences(out, out_again), 0u) << "out differs between two runs";
   EXPECT_EQ(count_bit_differences(lse, lse_again), 0u) << "lse differs between two runs";
+  EXPECT_EQ(count_bit_differences(out, out_other), 0u)
+      << "out differs with " << other_tile << "-row query tiles";
+  EXPECT_EQ(count_bit_differences(lse, lse_other), 0u)
+      << "lse differs with " << other_tile << "-row query tiles";
 }
 
 TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference) {
@@ -164,8 +187,12 @@ TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference
   expect_mma_forward_within_the_bf16_bound<64>(1, 130, 2, 1);  // two full tiles and 2 rows
   expect_mma_forward_within_the_bf16_bound<128>(1, 70, 2, 2);  // hd 128, last tile of 6 rows
   expect_mma_forward_within_the_bf16_bound<128>(1, 64, 2, 1);  // exactly one tile
-  // Three full tiles: pairs (1, 0), (2, 0), (2, 1) skip the mask (flash_tile_needs_mask).
+  // Three full 64-row tiles: pairs (1, 0), (2, 0), (2, 1) skip the mask (flash_tile_needs_mask);
+  // in 128-row tiles, a full one and a half one whose last two warps have no rows.
   expect_mma_forward_within_the_bf16_bound<128>(1, 192, 2, 1);
+  // Two full 128-row tiles: pairs (1, 0) and (1, 1) unmasked, and on (1, 3) and (0, 1) the first
+  // half's warps skip their math.
+  expect_mma_forward_within_the_bf16_bound<64>(1, 256, 2, 1);
 }
 
 // The tensor-core backward (its dK/dV and dQ passes, after the emulated tensor-core forward and
@@ -196,11 +223,7 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
   const auto blocks = [&](FlashKernel kernel) {
     return flash_grid_blocks(kernel, batch, heads, kv_heads, tiles);
   };
-  emulated_launch(blocks(FlashKernel::Forward), kFlashMmaThreads,
-                  shared_floats(FlashKernel::Forward), [&] {
-                    flash_forward_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), out.data(),
-                                                 lse.data(), d, tiles, scale);
-                  });
+  launch_mma_forward<HD>(qb, kb, vb, out, lse, d, kFlashMmaForwardQueryTile);
   // The backward's first pass: delta, and dout's bf16 codes (encode_bf16's, every one), kernel
   // rows of 4 warps x 4 rows.
   const int64_t delta_rows_per_block = kFlashMmaWarps * (kWarpSize / kFlashDeltaLanes);
@@ -266,14 +289,9 @@ TEST(FlashAttentionEmulated, TheBf16BoundRejectsAnOutputOfTheWrongKeys) {
   for (int d = 0; d < 64; ++d) v_shifted[size_t(65 * 64 + d)] += 10.0f;  // key 65, second tile
   const std::vector<uint16_t> qb = bf16_codes(q), kb = bf16_codes(k),
                               vb_shifted = bf16_codes(v_shifted);
-  const FlashTiling tiles = flash_gpu_tiling(70);
   const FlashDims dims{1, 70, 2, 1};
   std::vector<float> out(nq, std::nanf("")), lse(size_t(2 * 70), std::nanf(""));
-  emulated_launch(flash_grid_blocks(FlashKernel::Forward, 1, 2, 1, tiles), kFlashMmaThreads,
-                  (flash_mma_shared_bytes(FlashKernel::Forward, 64, tiles) + 3) / 4, [&] {
-                    flash_forward_mma_kernel<64>(qb.data(), kb.data(), vb_shifted.data(),
-                                                 out.data(), lse.data(), dims, tiles, 0.125f);
-                  });
+  launch_mma_forward<64>(qb, kb, vb_shifted, out, lse, dims, kFlashMmaForwardQueryTile);
   const attention_bf16_reference::Reference ref = attention_bf16_reference::reference(q, k, v, s);
   EXPECT_NE(attention_bf16_reference::out_violations(out, ref), "");
   EXPECT_EQ(attention_bf16_reference::lse_violations(lse, ref), "");  // lse does not read v

@@ -56,39 +56,44 @@ TEST(FlashLayout, TensorCoreTilesDoNotOverlapAndFitAnSm80Block) {
   for (int64_t hd : {64, 128}) {
     for (FlashKernel kernel :
          {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
-      SCOPED_TRACE(::testing::Message() << "hd " << hd << " kernel " << int(kernel));
-      const FlashTiling t = flash_gpu_tiling(1000);
-      const FlashMmaSharedLayout l = flash_mma_shared_layout(kernel, hd, t);
-      // Byte ranges of every region.
-      std::vector<std::pair<int64_t, int64_t>> regions = {{2 * l.q, 2 * t.q_tile * l.row_stride},
-                                                          {2 * l.k, 2 * t.kv_tile * l.row_stride},
-                                                          {2 * l.v, 2 * t.kv_tile * l.row_stride}};
-      if (kernel != FlashKernel::Forward) {
-        regions.push_back({2 * l.dout, 2 * t.q_tile * l.row_stride});
-      }
-      if (kernel == FlashKernel::BackwardKeyValue) {
-        // Two stages of q, dout, lse and delta.
-        ASSERT_GT(l.stage_elements, 0);
-        ASSERT_GT(l.stage_floats, 0);
-        regions.push_back({2 * (l.q + l.stage_elements), 2 * t.q_tile * l.row_stride});
-        regions.push_back({2 * (l.dout + l.stage_elements), 2 * t.q_tile * l.row_stride});
-        for (int64_t stage = 0; stage < 2; ++stage) {
-          regions.push_back({4 * (l.lse + stage * l.stage_floats), 4 * t.q_tile});
-          regions.push_back({4 * (l.delta + stage * l.stage_floats), 4 * t.q_tile});
+      for (const int64_t query_tile : {kFlashQTile, 2 * kFlashQTile}) {
+        if (query_tile != kFlashQTile && kernel != FlashKernel::Forward) continue;  // forward only
+        SCOPED_TRACE(::testing::Message()
+                     << "hd " << hd << " kernel " << int(kernel) << " query tile " << query_tile);
+        const FlashTiling t = flash_mma_forward_tiling(1000, query_tile);
+        const FlashMmaSharedLayout l = flash_mma_shared_layout(kernel, hd, t);
+        // Byte ranges of every region.
+        std::vector<std::pair<int64_t, int64_t>> regions = {
+            {2 * l.q, 2 * t.q_tile * l.row_stride},
+            {2 * l.k, 2 * t.kv_tile * l.row_stride},
+            {2 * l.v, 2 * t.kv_tile * l.row_stride}};
+        if (kernel != FlashKernel::Forward) {
+          regions.push_back({2 * l.dout, 2 * t.q_tile * l.row_stride});
         }
-      } else {
-        EXPECT_EQ(l.stage_elements, 0);
+        if (kernel == FlashKernel::BackwardKeyValue) {
+          // Two stages of q, dout, lse and delta.
+          ASSERT_GT(l.stage_elements, 0);
+          ASSERT_GT(l.stage_floats, 0);
+          regions.push_back({2 * (l.q + l.stage_elements), 2 * t.q_tile * l.row_stride});
+          regions.push_back({2 * (l.dout + l.stage_elements), 2 * t.q_tile * l.row_stride});
+          for (int64_t stage = 0; stage < 2; ++stage) {
+            regions.push_back({4 * (l.lse + stage * l.stage_floats), 4 * t.q_tile});
+            regions.push_back({4 * (l.delta + stage * l.stage_floats), 4 * t.q_tile});
+          }
+        } else {
+          EXPECT_EQ(l.stage_elements, 0);
+        }
+        std::sort(regions.begin(), regions.end());
+        for (size_t i = 0; i + 1 < regions.size(); ++i) {
+          EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first);
+        }
+        EXPECT_LE(regions.back().first + regions.back().second, l.total_bytes);
+        EXPECT_EQ(flash_mma_shared_bytes(kernel, hd, t), l.total_bytes);
+        EXPECT_LE(l.total_bytes, kSm80SharedOptinBytes);
+        for (const auto& region : regions) EXPECT_EQ(region.first % 16, 0);
+        EXPECT_EQ(2 * l.row_stride % 16, 0);
+        EXPECT_EQ(2 * l.row_stride / 4 % 32, 4);
       }
-      std::sort(regions.begin(), regions.end());
-      for (size_t i = 0; i + 1 < regions.size(); ++i) {
-        EXPECT_LE(regions[i].first + regions[i].second, regions[i + 1].first);
-      }
-      EXPECT_LE(regions.back().first + regions.back().second, l.total_bytes);
-      EXPECT_EQ(flash_mma_shared_bytes(kernel, hd, t), l.total_bytes);
-      EXPECT_LE(l.total_bytes, kSm80SharedOptinBytes);
-      for (const auto& region : regions) EXPECT_EQ(region.first % 16, 0);
-      EXPECT_EQ(2 * l.row_stride % 16, 0);
-      EXPECT_EQ(2 * l.row_stride / 4 % 32, 4);
     }
   }
 }
@@ -121,40 +126,84 @@ TEST(FlashLayout, GridsHaveOneBlockPerTileTask) {
 // query head reads kv head head / (heads / kv_heads).
 TEST(FlashLayout, EveryTileTaskHasOneBlockAndAHeadsLongestStartFirst) {
   for (int64_t seq : {1, 17, 64, 65, 1000}) {
-    const FlashTiling t = flash_gpu_tiling(seq);
-    const FlashDims s{3, seq, 8, 2};
-    for (FlashKernel kernel :
-         {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
-      SCOPED_TRACE(::testing::Message() << "T=" << seq << " kernel " << int(kernel));
-      const bool per_key_tile = kernel == FlashKernel::BackwardKeyValue;
-      const int64_t heads = per_key_tile ? s.kv_heads : s.heads;
-      const int64_t tiles = per_key_tile ? flash_kv_tiles(t) : flash_q_tiles(t);
-      const auto pairs = [&](int64_t tile) {  // the tile pairs a task visits
-        return per_key_tile ? flash_q_tiles(t) - flash_first_q_tile(t, tile)
-                            : flash_last_kv_tile(t, tile) + 1;
-      };
-      const int64_t blocks = flash_grid_blocks(kernel, s.batch, s.heads, s.kv_heads, t);
-      ASSERT_EQ(blocks, s.batch * heads * tiles);
-      std::vector<int> seen(size_t(blocks), 0);
-      for (int64_t block = 0; block < blocks; ++block) {
-        const FlashBlockTask task = flash_block_task(kernel, uint32_t(block), s, t);
-        ASSERT_TRUE(task.batch >= 0 && task.batch < s.batch && task.head >= 0 &&
-                    task.head < heads && task.tile >= 0 && task.tile < tiles)
-            << "block " << block;
-        ++seen[size_t((task.batch * heads + task.head) * tiles + task.tile)];
-        EXPECT_EQ(task.kv_head, per_key_tile ? task.head : task.head / (s.heads / s.kv_heads));
-        EXPECT_EQ(task.batch * heads + task.head, block / tiles) << "a head's blocks together";
-        if (block % tiles != 0) {
-          const FlashBlockTask before = flash_block_task(kernel, uint32_t(block - 1), s, t);
-          EXPECT_LE(pairs(task.tile), pairs(before.tile)) << "block " << block;
+    for (const int64_t query_tile : {kFlashQTile, 2 * kFlashQTile}) {  // 128: the forward's only
+      const FlashTiling t = flash_mma_forward_tiling(seq, query_tile);
+      const FlashDims s{3, seq, 8, 2};
+      for (FlashKernel kernel :
+           {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
+        if (query_tile != kFlashQTile && kernel != FlashKernel::Forward) continue;
+        SCOPED_TRACE(::testing::Message()
+                     << "T=" << seq << " kernel " << int(kernel) << " query tile " << query_tile);
+        const bool per_key_tile = kernel == FlashKernel::BackwardKeyValue;
+        const int64_t heads = per_key_tile ? s.kv_heads : s.heads;
+        const int64_t tiles = per_key_tile ? flash_kv_tiles(t) : flash_q_tiles(t);
+        const auto pairs = [&](int64_t tile) {  // the tile pairs a task visits
+          return per_key_tile ? flash_q_tiles(t) - flash_first_q_tile(t, tile)
+                              : flash_last_kv_tile(t, tile) + 1;
+        };
+        const int64_t blocks = flash_grid_blocks(kernel, s.batch, s.heads, s.kv_heads, t);
+        ASSERT_EQ(blocks, s.batch * heads * tiles);
+        std::vector<int> seen(size_t(blocks), 0);
+        for (int64_t block = 0; block < blocks; ++block) {
+          const FlashBlockTask task = flash_block_task(kernel, uint32_t(block), s, t);
+          ASSERT_TRUE(task.batch >= 0 && task.batch < s.batch && task.head >= 0 &&
+                      task.head < heads && task.tile >= 0 && task.tile < tiles)
+              << "block " << block;
+          ++seen[size_t((task.batch * heads + task.head) * tiles + task.tile)];
+          EXPECT_EQ(task.kv_head, per_key_tile ? task.head : task.head / (s.heads / s.kv_heads));
+          EXPECT_EQ(task.batch * heads + task.head, block / tiles) << "a head's blocks together";
+          if (block % tiles != 0) {
+            const FlashBlockTask before = flash_block_task(kernel, uint32_t(block - 1), s, t);
+            EXPECT_LE(pairs(task.tile), pairs(before.tile)) << "block " << block;
+          }
+        }
+        EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
+        // The longest first: a head's first block takes the tile with the most pairs.
+        if (tiles > 1) {
+          const FlashBlockTask first = flash_block_task(kernel, 0, s, t);
+          EXPECT_EQ(pairs(first.tile), per_key_tile ? flash_q_tiles(t) : flash_kv_tiles(t));
         }
       }
-      EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](int n) { return n == 1; }));
-      // The longest first: a head's first block takes the tile with the most pairs.
-      if (tiles > 1) {
-        const FlashBlockTask first = flash_block_task(kernel, 0, s, t);
-        EXPECT_EQ(pairs(first.tile), per_key_tile ? flash_q_tiles(t) : flash_kv_tiles(t));
+    }
+  }
+}
+
+// A warp of the tensor-core forward skips a key tile only where every score it owns there is
+// masked (a key after its query, or a query past the end), and never skips key tile 0, which
+// gives every row a finite running max; at 128 rows the first half's warps do skip their last
+// key tile.
+TEST(FlashLayout, TheForwardsWarpsSkipOnlyKeyTilesWhoseScoresAreAllMasked) {
+  for (const int64_t query_tile : {kFlashQTile, 2 * kFlashQTile}) {
+    const int64_t warp_rows = query_tile / kFlashMmaWarps;
+    int64_t skipped = 0;
+    for (int64_t seq = 1; seq <= 300; ++seq) {
+      const FlashTiling t = flash_mma_forward_tiling(seq, query_tile);
+      for (int64_t qi = 0; qi < flash_q_tiles(t); ++qi) {
+        const int64_t r0 = qi * query_tile, rows = flash_tile_rows(qi, query_tile, seq);
+        for (int64_t kj = 0; kj <= flash_last_kv_tile(t, qi); ++kj) {
+          const int64_t c0 = kj * t.kv_tile;
+          for (int64_t warp = 0; warp < kFlashMmaWarps; ++warp) {
+            const int64_t w0 = warp * warp_rows;
+            const bool sees = flash_mma_warp_sees_key_tile(c0, r0 + w0 + warp_rows - 1, w0 < rows);
+            bool any_visible = false;
+            for (int64_t i = r0 + w0; i < r0 + w0 + warp_rows && i < seq; ++i) {
+              for (int64_t j = c0; j < c0 + t.kv_tile && j < seq; ++j) any_visible |= j <= i;
+            }
+            ASSERT_TRUE(sees || !any_visible)
+                << "tile " << query_tile << " T=" << seq << " qi " << qi << " kj " << kj << " warp "
+                << warp << " skips a visible score";
+            if (kj == 0 && w0 < rows) {
+              ASSERT_TRUE(sees) << "key tile 0 skipped";
+            }
+            skipped += !sees && w0 < rows;
+          }
+        }
       }
+    }
+    if (query_tile == 2 * kFlashQTile) {
+      EXPECT_GT(skipped, 0);
+    } else {
+      EXPECT_EQ(skipped, 0) << "64-row tiles: every warp sees every tile it visits";
     }
   }
 }

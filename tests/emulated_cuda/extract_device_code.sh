@@ -6,7 +6,7 @@
 # Used by tests/backend/test_flash_attention_emulated.cpp (built by CMake, not run by hand).
 set -euo pipefail
 awk '/---- device code begin/{p=1; next} /---- device code end/{p=0} p' "$1" \
-  | sed -e 's/__global__ void __launch_bounds__([A-Za-z0-9_, ]*)/void/' \
+  | sed -e 's/__global__ void __launch_bounds__([A-Za-z0-9_, <>]*)/void/' \
         -e 's/__global__ void/void/' \
         -e 's/__device__ //g' \
         -e 's/extern __shared__ \(__align__([0-9]*) \)\{0,1\}float \([a-z_]*\)\[\];/float* \2 = emulated_shared_memory();/' \

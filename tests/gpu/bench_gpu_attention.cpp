@@ -13,10 +13,12 @@
 #include <cstdio>
 #include <exception>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/attention_v1.h"
 #include "backend/cuda/cublaslt_descriptors.h"
+#include "backend/flash_layout.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 
@@ -110,18 +112,24 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
                                              s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) /
                                          4);
     Buffer lse(rows), inputs(inputs_floats), scratch(scratch_floats);
-    const double forward_ms = time_ms([&] {
-      gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, nullptr, nullptr, out.data,
-                                              lse.data, inputs.data, s.batch, s.seq, s.heads,
-                                              s.kv_heads, s.head_dim, nullptr);
-    });
-    const double backward_ms = time_ms([&] {
-      gnmr::cuda::flash_attention_backward_mma(inputs.data, out.data, lse.data, dout.data, dq.data,
-                                               dk.data, dv.data, scratch.data, s.batch, s.seq,
-                                               s.heads, s.kv_heads, s.head_dim, nullptr);
-    });
-    report("flash-mma", s, forward_ms, backward_ms,
-           double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats), device);
+    // The forward at both query tiles (the backend's, kFlashMmaForwardQueryTile, first); the
+    // backward is the same kernels after either.
+    for (const int64_t query_tile :
+         {gnmr::kFlashMmaForwardQueryTile,
+          gnmr::kFlashMmaForwardQueryTile == 128 ? int64_t{64} : int64_t{128}}) {
+      const double forward_ms = time_ms([&] {
+        gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, nullptr, nullptr, out.data,
+                                                lse.data, inputs.data, s.batch, s.seq, s.heads,
+                                                s.kv_heads, s.head_dim, nullptr, query_tile);
+      });
+      const double backward_ms = time_ms([&] {
+        gnmr::cuda::flash_attention_backward_mma(inputs.data, out.data, lse.data, dout.data,
+                                                 dq.data, dk.data, dv.data, scratch.data, s.batch,
+                                                 s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+      });
+      report(("flash-mma-q" + std::to_string(query_tile)).c_str(), s, forward_ms, backward_ms,
+             double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats), device);
+    }
   }
   {
     const size_t probs_floats = rows * size_t(s.seq);

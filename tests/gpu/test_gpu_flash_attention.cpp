@@ -219,7 +219,8 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
   }
 }
 
-Result run_gpu_mma(const Inputs& in, const AttentionShape& s) {
+// query_tile: the forward's (flash_attention_forward_mma).
+Result run_gpu_mma(const Inputs& in, const AttentionShape& s, int64_t query_tile) {
   const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
   const size_t inputs_floats =
       size_t(flash_attention_mma_inputs_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
@@ -233,7 +234,7 @@ Result run_gpu_mma(const Inputs& in, const AttentionShape& s) {
   poison(inputs, inputs_floats), poison(scratch, scratch_floats);
   flash_attention_forward_mma(q.get(), k.get(), v.get(), nullptr, nullptr, out.get(), lse.get(),
                               inputs.get(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
-                              nullptr);
+                              nullptr, query_tile);
   // The backward reads the forward's copies, not q, k, v: the caller may reuse them.
   poison(q, nq), poison(k, nkv), poison(v, nkv);
   flash_attention_backward_mma(inputs.get(), out.get(), lse.get(), dout.get(), dq.get(), dk.get(),
@@ -248,7 +249,7 @@ void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionSha
   for (const AttentionShape& s : all) {
     SCOPED_TRACE(shape_name(s));
     const Inputs in(s);
-    const Result first = run_gpu_mma(in, s);
+    const Result first = run_gpu_mma(in, s, kFlashMmaForwardQueryTile);
     for (const auto* x : {&first.out, &first.lse, &first.dq, &first.dk, &first.dv}) {
       ASSERT_EQ(count_non_finite(*x), 0u);
     }
@@ -259,14 +260,24 @@ void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionSha
     EXPECT_EQ(ref::violations("dq", first.dq, grads.dq, grads.dq_bound), "");
     EXPECT_EQ(ref::violations("dk", first.dk, grads.dk, grads.dk_bound), "");
     EXPECT_EQ(ref::violations("dv", first.dv, grads.dv, grads.dv_bound), "");
-    const Result second = run_gpu_mma(in, s);
+    // The same bits on a second run, and from the forward's other query tile: each row's
+    // scores, maxima, sums and products take the same key tiles in the same order in both (the
+    // 128-row tile's first half skips the key tile past its queries).
+    const int64_t other_tile = kFlashMmaForwardQueryTile == 128 ? 64 : 128;
+    const Result second = run_gpu_mma(in, s, kFlashMmaForwardQueryTile);
+    const Result other = run_gpu_mma(in, s, other_tile);
     const std::vector<const std::vector<float>*> a = {&first.out, &first.lse, &first.dq, &first.dk,
                                                       &first.dv};
     const std::vector<const std::vector<float>*> b = {&second.out, &second.lse, &second.dq,
                                                       &second.dk, &second.dv};
+    const std::vector<const std::vector<float>*> c = {&other.out, &other.lse, &other.dq, &other.dk,
+                                                      &other.dv};
     for (size_t i = 0; i < a.size(); ++i) {
       EXPECT_EQ(std::memcmp(a[i]->data(), b[i]->data(), a[i]->size() * sizeof(float)), 0)
           << "output " << i << " (out, lse, dq, dk, dv) differs between two runs";
+      EXPECT_EQ(std::memcmp(a[i]->data(), c[i]->data(), a[i]->size() * sizeof(float)), 0)
+          << "output " << i << " (out, lse, dq, dk, dv) differs with the forward's " << other_tile
+          << "-row query tiles";
     }
   }
 }
@@ -492,6 +503,25 @@ TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
   }
 }
 
+// The forward's query tile is 64 or 128 rows; another is refused, naming it, before anything
+// runs (no GPU needed).
+TEST(GpuFlashAttention, TensorCoreForwardRefusesAQueryTileOtherThan64Or128) {
+  alignas(16) static float storage[8];
+  for (const int64_t query_tile : {int64_t{0}, int64_t{32}, int64_t{96}, int64_t{256}}) {
+    try {
+      flash_attention_forward_mma(storage, storage, storage, nullptr, nullptr, storage, storage,
+                                  storage, 1, 5, 2, 1, 64, nullptr, query_tile);
+      ADD_FAILURE() << "a query tile of " << query_tile << " rows was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+      EXPECT_NE(std::string(e.what()).find("a forward query tile of " + std::to_string(query_tile) +
+                                           " rows; it takes 64 or 128"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // The tensor-core kernels read their buffers' bf16 rows 16 bytes at a time: a buffer off a
 // 16-byte boundary is refused before anything runs (no GPU needed: the check comes first).
 TEST(GpuFlashAttention, TensorCoreKernelsRefuseABufferOffA16ByteBoundary) {
@@ -513,7 +543,8 @@ TEST(GpuFlashAttention, TensorCoreKernelsRefuseABufferOffA16ByteBoundary) {
   };
   expect_refused("inputs' bf16 copies", [&] {
     flash_attention_forward_mma(aligned, aligned, aligned, nullptr, nullptr, aligned, aligned,
-                                off_by_one_float, 1, 5, 2, 1, 64, nullptr);
+                                off_by_one_float, 1, 5, 2, 1, 64, nullptr,
+                                kFlashMmaForwardQueryTile);
   });
   expect_refused("inputs' bf16 copies", [&] {
     flash_attention_backward_mma(off_by_one_float, aligned, aligned, aligned, aligned, aligned,

@@ -17,6 +17,7 @@
 #include "backend/cuda/device_probe.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/embedding_index.h"
+#include "backend/flash_layout.h"
 #include "backend/tensor_checks.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
@@ -836,7 +837,7 @@ class CudaBackend final : public Backend {
         cuda::flash_attention_forward_mma(
             f32_data(q), f32_data(k), f32_data(v), rope ? rope->cos : nullptr,
             rope ? rope->sin : nullptr, f32_data(out), f32_data(state.lse), state.inputs_bf16.data,
-            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_);
+            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, kFlashMmaForwardQueryTile);
       } else {
         cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
                                       f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
