@@ -11,6 +11,11 @@
 
 namespace gnmr {
 
+// The hyperparameters of one AdamW update of a tensor from the run's config: learning rate lr
+// at `step` (1-based), weight decay where the tensor takes it (ParamInfo::weight_decay). AdamW
+// and ZeroAdamW (zero_optimizer.h) build every update from this.
+AdamWStep adamw_step(const TrainConfig& train, double lr, int64_t step, bool weight_decay);
+
 class AdamW {
  public:
   AdamW(Backend& backend, const std::vector<ParamInfo>& params, const TrainConfig& train);

@@ -1,5 +1,6 @@
 #include "train/zero_optimizer.h"
 
+#include "train/optimizer.h"
 #include "util/error.h"
 
 namespace gnmr {
@@ -60,14 +61,8 @@ void ZeroAdamW::step(double lr, const Tensor& clip, int64_t step) {
   std::vector<AdamWUpdate> updates;
   updates.reserve(pieces_.size());
   for (PieceViews& v : pieces_) {
-    AdamWStep s;
-    s.lr = float(lr);
-    s.beta1 = float(train_.beta1);
-    s.beta2 = float(train_.beta2);
-    s.eps = float(train_.eps);
-    s.weight_decay = v.weight_decay ? float(train_.weight_decay) : 0.0f;
-    s.step = step;
-    updates.push_back(AdamWUpdate{v.weight, v.grad, v.first_moment, v.second_moment, s});
+    updates.push_back(AdamWUpdate{v.weight, v.grad, v.first_moment, v.second_moment,
+                                  adamw_step(train_, lr, step, v.weight_decay)});
   }
   backend_.adamw_update_batch(updates, clip);
 }
