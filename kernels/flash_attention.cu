@@ -342,7 +342,11 @@ int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq, bool tensor_
   int64_t most = 0;
   for (FlashKernel kernel :
        {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
-    most = std::max(most, tensor_cores ? flash_mma_shared_bytes(kernel, head_dim, tiles)
+    // The tensor-core forward runs its own query tile (kFlashMmaForwardQueryTile).
+    const FlashTiling mma_tiles = kernel == FlashKernel::Forward
+                                      ? flash_mma_forward_tiling(seq, kFlashMmaForwardQueryTile)
+                                      : tiles;
+    most = std::max(most, tensor_cores ? flash_mma_shared_bytes(kernel, head_dim, mma_tiles)
                                        : flash_shared_bytes(kernel, head_dim, tiles));
   }
   return most;

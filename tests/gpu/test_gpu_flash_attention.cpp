@@ -482,7 +482,8 @@ TEST(GpuFlashAttention, AutoRunsTheFlashKernelsOfTheGemmPrecision) {
   const AttentionShape shape{2, 130, 8, 2, 64}, unsupported{2, 130, 8, 2, 96};
   be->set_gemm_precision(GemmPrecision::BF16);
   EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(),
-            "flash_bf16 (bf16 tensor cores, mma.sync)");
+            "flash_bf16 (bf16 tensor cores, mma.sync; forward query tiles of " +
+                std::to_string(kFlashMmaForwardQueryTile) + " rows)");
   EXPECT_EQ(be->plan_attention("a", unsupported, false)->kernel().rfind("materialized", 0), 0u);
   be->set_gemm_precision(GemmPrecision::FP32);
   EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(), "flash (fp32 SIMT)");

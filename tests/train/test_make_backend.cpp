@@ -2,6 +2,8 @@
 // a backend this binary lacks is refused with the fix.
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "config/config.h"
 #include "expect_error.h"
 #include "test_paths.h"
@@ -9,6 +11,7 @@
 #ifdef GNMR_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/device_probe.h"
+#include "backend/flash_layout.h"
 #endif
 
 namespace {
@@ -82,7 +85,8 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
             "materialized (cuBLASLt fp32 GEMMs + causal softmax)");
   EXPECT_EQ(flash->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   EXPECT_EQ(bf16->plan_attention("d", hd64, false)->kernel(),
-            "flash_bf16 (bf16 tensor cores, mma.sync)");
+            "flash_bf16 (bf16 tensor cores, mma.sync; forward query tiles of " +
+                std::to_string(gnmr::kFlashMmaForwardQueryTile) + " rows)");
   EXPECT_EQ(auto_backend->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   gnmr_test::expect_error([&] { bf16->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"\"flash_bf16\": head dim 16", "materialized"});

@@ -72,7 +72,8 @@ class CudaAttentionState final : public AttentionState {
       case AttentionKernel::FlashSimt:
         return "flash (fp32 SIMT)";
       case AttentionKernel::FlashTensorCores:
-        return "flash_bf16 (bf16 tensor cores, mma.sync)";
+        return "flash_bf16 (bf16 tensor cores, mma.sync; forward query tiles of " +
+               std::to_string(kFlashMmaForwardQueryTile) + " rows)";
     }
     return "?";
   }
