@@ -62,7 +62,8 @@ int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t he
 // scratch: flash_attention_mma_scratch_bytes, overwritten. Both buffers 16-byte aligned
 // (checked). The backend runs them for model.attention = flash_bf16 (and auto under bf16 GEMMs).
 // query_tile: the forward's query rows per thread block, 64 or 128 (the backend's:
-// kFlashMmaForwardQueryTile, backend/flash_layout.h); the same results, other speeds.
+// kFlashMmaForwardQueryTile, backend/flash_layout.h), and the backward's dq pass's, 64 or at
+// head dim 64 128 (flash_mma_query_pass_tile); the same results, other speeds.
 void flash_attention_forward_mma(const float* q, const float* k, const float* v,
                                  const float* rope_cos, const float* rope_sin, float* out,
                                  float* lse, void* inputs, int64_t batch, int64_t seq,
@@ -71,7 +72,7 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
 void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv, void* scratch,
                                   int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, cudaStream_t stream);
+                                  int64_t head_dim, cudaStream_t stream, int64_t query_tile);
 
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:

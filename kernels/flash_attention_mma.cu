@@ -11,7 +11,8 @@
 // One block per (batch, head, query tile) (the dK/dV pass: per key tile), kFlashMmaWarps warps
 // of 16 rows each, a head's longest tiles first (flash_block_task in src/backend/flash_layout.h);
 // the forward's query tile is 128 rows by default, two 16-row blocks a warp
-// (kFlashMmaForwardQueryTile, the reasons beside kForwardBlocksPerSm), or 64. The host side first
+// (kFlashMmaForwardQueryTile, the reasons beside kForwardBlocksPerSm), or 64, and so is the dQ
+// pass's at hd 64 (flash_mma_query_pass_tile). The host side first
 // converts q, k, v to bf16 copies that the caller keeps for the backward, and the backward dout
 // to one in its scratch (flash_mma_buffers); the kernels copy tiles of those to shared memory by
 // cp.async, 16 bytes per thread and pass, and take fragments from there by ldmatrix, one
@@ -22,8 +23,8 @@
 // that V(j) lands during S and P, K(j + 1) during dS and dQ; the dK/dV pass keeps two stages of
 // its per-query-tile data (q, dout, lse, delta), the next tile's landing while this one's math
 // runs. Exponentials are one special-function instruction each (exp2_approx_ftz); the forward
-// with 64-row tiles and the dQ pass are capped at 168 registers so that three blocks fit a
-// multiprocessor (__launch_bounds__; the 128-row forward and the dK/dV pass, two). Per key tile
+// and the dQ pass with 64-row tiles are capped at 168 registers so that three blocks fit a
+// multiprocessor (__launch_bounds__; with 128-row tiles, and the dK/dV pass, two). Per key tile
 // and 16-row block a warp computes its 16 x 64 scores S = Q K^T (HD / 16 x 8 mma), masks them
 // where the tile pair needs it, updates its rows' running max m and partial sums l (each lane
 // holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by butterfly shuffles), then
@@ -509,27 +510,36 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kForwardBlocksPerSm<HD, kRow
   }
 }
 
-// The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of 16 query rows,
-// over the key tiles the causal mask leaves. Per key tile: as the forward, S = Q K^T and
-// P = exp(scale S - lse) (as exp2, masked only on the pairs that need it); dP = dO V^T; then
-// dS = P (dP - delta) and dQ += dS K, the scale applied once at the end.
-template <int HD>
-__global__ void __launch_bounds__(kFlashMmaThreads, 3)
+// The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of kRowBlocks
+// 16-row blocks of query rows (64- or 128-row tiles, as the forward's), over the key tiles the
+// causal mask leaves. Per key tile: as the forward, S = Q K^T and P = exp(scale S - lse) (as
+// exp2, masked only on the pairs that need it); dP = dO V^T; then dS = P (dP - delta) and
+// dQ += dS K, the scale applied once at the end. A warp skips a key tile whose scores would all
+// be masked (flash_mma_warp_sees_key_tile). Two row blocks take dQ's, P's and dP's 16 x hd and
+// 16 x 64 tiles twice: at hd 64 they fit in 255 registers (two blocks a multiprocessor), at hd
+// 128 they do not.
+template <int HD, int kRowBlocks>
+constexpr int kQueryPassBlocksPerSm = kRowBlocks == 2 ? 2 : 3;
+
+template <int HD, int kRowBlocks>
+__global__ void __launch_bounds__(kFlashMmaThreads, kQueryPassBlocksPerSm<HD, kRowBlocks>)
     flash_backward_query_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                     const float* lse, const float* delta, const uint16_t* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;
-  extern __shared__ __align__(16) float smem[];  // ldmatrix, cp.async: 16-byte rows
+  constexpr int kWarpRows = kRowBlocks * kMmaM;
+  constexpr int kQueryTile = kFlashMmaWarps * kWarpRows;  // tiles.q_tile
+  extern __shared__ __align__(16) float smem[];           // ldmatrix, cp.async: 16-byte rows
   const FlashMmaSharedLayout lay = flash_mma_shared_layout(FlashKernel::BackwardQuery, HD, tiles);
   uint16_t* tile = reinterpret_cast<uint16_t*>(smem);
   uint16_t *qs = tile + lay.q, *dos = tile + lay.dout;
   const int st = int(lay.row_stride);
   const FlashBlockTask task = flash_block_task(FlashKernel::BackwardQuery, blockIdx.x, s, tiles);
   const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
-  const int64_t r0 = qi * tiles.q_tile;
-  const int rows = int(flash_tile_rows(qi, tiles.q_tile, s.seq));
+  const int64_t r0 = qi * kQueryTile;
+  const int rows = int(flash_tile_rows(qi, kQueryTile, s.seq));
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
-  const int w0 = warp * kMmaM;
+  const int w0 = warp * kWarpRows;
 
   // The layout's k and v tiles as two buffers whose roles alternate: K(j) lies in buffer j % 2
   // and V(j) in the other. V(j) lands while S = Q K(j)^T and P run (its buffer held K(j - 1),
@@ -538,25 +548,31 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
   // and the loop would wait for each K tile's copy.
   uint16_t *const buffer0 = tile + lay.k, *const buffer1 = tile + lay.v;
   const int64_t last_kj = flash_last_kv_tile(tiles, qi);
-  load_tile_async<HD, kFlashQTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
-  load_tile_async<HD, kFlashQTile>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
-                                   rows);
+  load_tile_async<HD, kQueryTile>(qs, st, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_tile_async<HD, kQueryTile>(dos, st, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
+                                  rows);
   load_kv_tile_async<HD>(buffer0, st, k, s, tiles, b, g, 0);
   cp_async_commit_group();
   const float scale_log2 = scale * kLog2e;
-  // This lane's two rows (group and group + 8 of the warp's 16): lse in log2 units, delta;
-  // rows past the end are masked.
-  float row_lse_log2[2], row_delta[2];
+  // This lane's two rows of each row block (group and group + 8 of its 16): lse in log2 units,
+  // delta; rows past the end are masked.
+  float row_lse_log2[kRowBlocks][2], row_delta[kRowBlocks][2];
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int64_t row = w0 + mma_group(lane) + 8 * half;
-    const bool real = row < rows;
-    row_lse_log2[half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] * kLog2e : 0.0f;
-    row_delta[half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
+  for (int r = 0; r < kRowBlocks; ++r) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = w0 + r * kMmaM + mma_group(lane) + 8 * half;
+      const bool real = row < rows;
+      row_lse_log2[r][half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] * kLog2e : 0.0f;
+      row_delta[r][half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
+    }
   }
-  float dq_acc[HD / kMmaN][kMmaCElements];
-  zero_rows<HD>(dq_acc);
+  float dq_acc[kRowBlocks][HD / kMmaN][kMmaCElements];
+#pragma unroll
+  for (int r = 0; r < kRowBlocks; ++r) zero_rows<HD>(dq_acc[r]);
 
+  const int64_t warp_last_query = r0 + w0 + kWarpRows - 1;
+  const bool warp_has_rows = w0 < rows;
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile;
     const bool odd = (kj & 1) != 0;
@@ -566,36 +582,68 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     load_kv_tile_async<HD>(vs, st, v, s, tiles, b, g, kj);
     cp_async_commit_group();
 
-    float sc[kKeyBlocks][kMmaCElements], dp[kKeyBlocks][kMmaCElements];
-    multiply_by_rows_transposed<HD, kKeyBlocks, 1>(&sc, qs + w0 * st, ks, st, lane);
-    // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
+    // A warp whose scores here would all be masked skips the tile's math (warp-uniform), and
+    // still takes part in the copies and barriers. With one row block a warp skips only where
+    // it has no rows at all, on a partial tile; there the test costs registers (ptxas spilled
+    // 16 bytes at hd 128) and saves nothing worth them.
+    const bool warp_math =
+        kRowBlocks == 1 || flash_mma_warp_sees_key_tile(c0, warp_last_query, warp_has_rows);
+    float sc[kRowBlocks][kKeyBlocks][kMmaCElements];
+    if (warp_math) {
+      multiply_by_rows_transposed<HD, kKeyBlocks, kRowBlocks>(sc, qs + w0 * st, ks, st, lane);
+      // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
 #pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
+      for (int r = 0; r < kRowBlocks; ++r) {
 #pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) {
-        sc[nb][i] = exp2_approx_ftz(fmaf(sc[nb][i], scale_log2, -row_lse_log2[i >> 1]));
+        for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+          for (int i = 0; i < kMmaCElements; ++i) {
+            sc[r][nb][i] =
+                exp2_approx_ftz(fmaf(sc[r][nb][i], scale_log2, -row_lse_log2[r][i >> 1]));
+          }
+        }
       }
-    }
-    if (flash_tile_needs_mask(tiles, qi, kj)) {  // masked pairs exactly 0
-      mask_scores<kKeyBlocks, false, true>(sc, int(r0) + w0, int(c0), int(s.seq), 0.0f, lane);
+      if (flash_tile_needs_mask(tiles, qi, kj)) {  // masked pairs exactly 0
+#pragma unroll
+        for (int r = 0; r < kRowBlocks; ++r) {
+          mask_scores<kKeyBlocks, false, true>(sc[r], int(r0) + w0 + r * kMmaM, int(c0), int(s.seq),
+                                               0.0f, lane);
+        }
+      }
     }
     cp_async_wait_group<0>();
     __syncthreads();  // V(kj) is in shared memory
-    multiply_by_rows_transposed<HD, kKeyBlocks, 1>(&dp, dos + w0 * st, vs, st, lane);
+    // dS = P (dP - delta), as the A fragments of dQ += dS K.
+    uint32_t dsa[kRowBlocks][kKeyBlocks / 2][4];
+    if (warp_math) {
+      float dp[kRowBlocks][kKeyBlocks][kMmaCElements];
+      multiply_by_rows_transposed<HD, kKeyBlocks, kRowBlocks>(dp, dos + w0 * st, vs, st, lane);
+#pragma unroll
+      for (int r = 0; r < kRowBlocks; ++r) {
+#pragma unroll
+        for (int nb = 0; nb < kKeyBlocks; ++nb) {
+#pragma unroll
+          for (int i = 0; i < kMmaCElements; ++i)
+            sc[r][nb][i] *= dp[r][nb][i] - row_delta[r][i >> 1];
+        }
+        a_fragments_from_c<kKeyBlocks>(dsa[r], sc[r]);
+      }
+    }
     __syncthreads();  // every warp is done with V(kj), whose buffer K(kj + 1) takes
     if (kj < last_kj) {
       load_kv_tile_async<HD>(vs, st, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
-    // dS = P (dP - delta) into sc.
-#pragma unroll
-    for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) sc[nb][i] *= dp[nb][i] - row_delta[i >> 1];
+    if (warp_math) {
+      accumulate_a_times_rows<HD, kKeyBlocks / 2, kRowBlocks>(dq_acc, dsa, ks, st,
+                                                              lane);  // dQ += dS K
     }
-    accumulate_times_rows<HD, kKeyBlocks, 1>(&dq_acc, &sc, ks, st, lane);  // dQ += dS K
   }
-  store_rows<HD>(dq + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, dq_acc, scale, lane);
+#pragma unroll
+  for (int r = 0; r < kRowBlocks; ++r) {
+    store_rows<HD>(dq + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0 + r * kMmaM, rows,
+                   dq_acc[r], scale, lane);
+  }
 }
 
 // The dK/dV pass: one block per (batch, kv head, key tile), kFlashMmaWarps warps of 16 key rows,
@@ -805,7 +853,7 @@ void forward_mma_for(const Bf16Copies& c, float* out, float* lse, const FlashDim
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HD>
+template <int HD, int kQueryRowBlocks>
 void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, const float* lse,
                       float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
@@ -829,13 +877,16 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
                                                                   c.dout, dk, dv, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 
-  const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, tiles);
+  const FlashTiling q_tiles =
+      flash_mma_forward_tiling(s.seq, kFlashMmaWarps * kMmaM * kQueryRowBlocks);
+  const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, q_tiles);
   const unsigned q_blocks = launch_blocks(
-      flash_backward_query_mma_kernel<HD>,
-      flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, tiles), q_bytes,
+      flash_backward_query_mma_kernel<HD, kQueryRowBlocks>,
+      flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, q_tiles), q_bytes,
       s, HD, "backward dq (tensor cores)");
-  flash_backward_query_mma_kernel<HD><<<q_blocks, kFlashMmaThreads, size_t(q_bytes), stream>>>(
-      c.q, c.k, c.v, lse, c.delta, c.dout, dq, s, tiles, scale);
+  flash_backward_query_mma_kernel<HD, kQueryRowBlocks>
+      <<<q_blocks, kFlashMmaThreads, size_t(q_bytes), stream>>>(c.q, c.k, c.v, lse, c.delta, c.dout,
+                                                                dq, s, q_tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -887,9 +938,16 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
 void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv, void* scratch,
                                   int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, cudaStream_t stream) {
+                                  int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
+  if ((query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) ||
+      (query_tile == 2 * kFlashQTile && head_dim != 64)) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a dq pass query tile of " +
+                                        std::to_string(query_tile) + " rows at head dim " +
+                                        std::to_string(head_dim) +
+                                        "; it takes 64, or 128 at head dim 64");
+  }
   if (batch * seq * heads == 0) return;
   check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
   check_aligned(scratch, "scratch", s, head_dim);
@@ -903,9 +961,11 @@ void flash_attention_backward_mma(const void* inputs, const float* out, const fl
   }
   const Bf16Copies c = buffer_regions(inputs, scratch, s, head_dim);
   if (head_dim == 64) {
-    backward_mma_for<64>(c, out, dout, lse, dq, dk, dv, s, stream);
+    query_tile == 2 * kFlashQTile
+        ? backward_mma_for<64, 2>(c, out, dout, lse, dq, dk, dv, s, stream)
+        : backward_mma_for<64, 1>(c, out, dout, lse, dq, dk, dv, s, stream);
   } else {
-    backward_mma_for<128>(c, out, dout, lse, dq, dk, dv, s, stream);
+    backward_mma_for<128, 1>(c, out, dout, lse, dq, dk, dv, s, stream);
   }
 }
 

@@ -164,6 +164,12 @@ GNMR_HD_INLINE bool flash_mma_warp_sees_key_tile(int64_t first_key, int64_t last
 // measured side by side by tests/gpu/bench_gpu_attention.cpp (scripts/gpu_check.sh
 // attention-bench).
 constexpr int64_t kFlashMmaForwardQueryTile = 128;
+// The backward's dQ pass may take 128-row query tiles too, at head dim 64 only: its dQ, P and dP
+// for two row blocks a warp fit in 255 registers there and not at 128. The tile the backend
+// runs, timed beside the other by the same bench.
+GNMR_HD_INLINE int64_t flash_mma_query_pass_tile(int64_t head_dim) {
+  return head_dim == 64 ? 2 * kFlashQTile : kFlashQTile;
+}
 
 // Their tiles in shared memory: bf16 tiles q and k, v (all kernels) and dout (the backward),
 // each row-major with head_dim + 8 elements per row. The 8 extra elements (16 bytes) shift each

@@ -256,12 +256,31 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
                                                             lse.data(), delta.data(), doutb.data(),
                                                             dk.data(), dv.data(), d, tiles, scale);
                   });
-  emulated_launch(blocks(FlashKernel::BackwardQuery), kFlashMmaThreads,
-                  shared_floats(FlashKernel::BackwardQuery), [&] {
-                    flash_backward_query_mma_kernel<HD>(qb.data(), kb.data(), vb.data(), lse.data(),
-                                                        delta.data(), doutb.data(), dq.data(), d,
-                                                        tiles, scale);
-                  });
+  // The dq pass at the backend's query tile and, at hd 64, the other: the same bits.
+  const auto run_dq_pass = [&](std::vector<float>& out_dq, int64_t query_tile) {
+    out_dq.assign(nq, nan);
+    const FlashTiling q_tiles = flash_mma_forward_tiling(seq, query_tile);
+    emulated_launch(flash_grid_blocks(FlashKernel::BackwardQuery, batch, heads, kv_heads, q_tiles),
+                    kFlashMmaThreads,
+                    (flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, q_tiles) + 3) / 4, [&] {
+                      if (query_tile == 2 * kFlashQTile) {
+                        flash_backward_query_mma_kernel<HD, 2>(
+                            qb.data(), kb.data(), vb.data(), lse.data(), delta.data(), doutb.data(),
+                            out_dq.data(), d, q_tiles, scale);
+                      } else {
+                        flash_backward_query_mma_kernel<HD, 1>(
+                            qb.data(), kb.data(), vb.data(), lse.data(), delta.data(), doutb.data(),
+                            out_dq.data(), d, q_tiles, scale);
+                      }
+                    });
+  };
+  const int64_t dq_tile = flash_mma_query_pass_tile(HD);
+  run_dq_pass(dq, dq_tile);
+  if (HD == 64) {
+    std::vector<float> dq_other;
+    run_dq_pass(dq_other, dq_tile == 64 ? 128 : 64);
+    EXPECT_EQ(count_bit_differences(dq, dq_other), 0u) << "dq differs with the other query tile";
+  }
   namespace ref = attention_bf16_reference;
   const ref::Gradients want = ref::backward_reference(q, k, v, dout, s);
   EXPECT_EQ(ref::violations("dq", dq, want.dq, want.dq_bound), "");
@@ -276,6 +295,9 @@ TEST(FlashAttentionEmulated, TensorCoreBackwardIsWithinTheBoundsOfTheReferenceGr
   expect_mma_backward_within_the_bounds<128>(1, 70, 2, 2);  // hd 128, last tile of 6 rows
   expect_mma_backward_within_the_bounds<128>(1, 192, 2,
                                              1);  // unmasked pairs (1, 0), (2, 0), (2, 1)
+  // Two full 128-row query tiles at hd 64 (the dq pass's tile there): unmasked pairs, and the
+  // first half's warps skipping the last key tile.
+  expect_mma_backward_within_the_bounds<64>(1, 256, 2, 1);
 }
 
 // The bound is tight enough to catch a wrong key: the same kernel with one key row of v

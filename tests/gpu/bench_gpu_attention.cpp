@@ -14,6 +14,7 @@
 #include <exception>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/attention_v1.h"
@@ -112,22 +113,28 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
                                              s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) /
                                          4);
     Buffer lse(rows), inputs(inputs_floats), scratch(scratch_floats);
-    // The forward at both query tiles (the backend's, kFlashMmaForwardQueryTile, first); the
-    // backward is the same kernels after either.
-    for (const int64_t query_tile :
-         {gnmr::kFlashMmaForwardQueryTile,
-          gnmr::kFlashMmaForwardQueryTile == 128 ? int64_t{64} : int64_t{128}}) {
+    // The backend's query tiles (kFlashMmaForwardQueryTile, flash_mma_query_pass_tile) first,
+    // then the others: the forward's other one, and at hd 64 the dq pass's.
+    const int64_t forward_tile = gnmr::kFlashMmaForwardQueryTile;
+    const int64_t dq_tile = gnmr::flash_mma_query_pass_tile(s.head_dim);
+    const std::pair<int64_t, int64_t> tilings[] = {
+        {forward_tile, dq_tile},
+        {forward_tile == 128 ? 64 : 128, s.head_dim == 64 && dq_tile == 64 ? 128 : 64}};
+    for (const std::pair<int64_t, int64_t>& tiling : tilings) {
+      const int64_t forward_rows = tiling.first, dq_rows = tiling.second;
       const double forward_ms = time_ms([&] {
         gnmr::cuda::flash_attention_forward_mma(q.data, k.data, v.data, nullptr, nullptr, out.data,
                                                 lse.data, inputs.data, s.batch, s.seq, s.heads,
-                                                s.kv_heads, s.head_dim, nullptr, query_tile);
+                                                s.kv_heads, s.head_dim, nullptr, forward_rows);
       });
       const double backward_ms = time_ms([&] {
-        gnmr::cuda::flash_attention_backward_mma(inputs.data, out.data, lse.data, dout.data,
-                                                 dq.data, dk.data, dv.data, scratch.data, s.batch,
-                                                 s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+        gnmr::cuda::flash_attention_backward_mma(
+            inputs.data, out.data, lse.data, dout.data, dq.data, dk.data, dv.data, scratch.data,
+            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr, dq_rows);
       });
-      report(("flash-mma-q" + std::to_string(query_tile)).c_str(), s, forward_ms, backward_ms,
+      const std::string name =
+          "flash-mma-fwd" + std::to_string(forward_rows) + "-dq" + std::to_string(dq_rows);
+      report(name.c_str(), s, forward_ms, backward_ms,
              double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats), device);
     }
   }

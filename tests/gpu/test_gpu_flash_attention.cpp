@@ -219,8 +219,9 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
   }
 }
 
-// query_tile: the forward's (flash_attention_forward_mma).
-Result run_gpu_mma(const Inputs& in, const AttentionShape& s, int64_t query_tile) {
+// forward_tile, dq_tile: the forward's and the dq pass's query tiles (flash_attention_*_mma).
+Result run_gpu_mma(const Inputs& in, const AttentionShape& s, int64_t forward_tile,
+                   int64_t dq_tile) {
   const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
   const size_t inputs_floats =
       size_t(flash_attention_mma_inputs_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
@@ -234,12 +235,12 @@ Result run_gpu_mma(const Inputs& in, const AttentionShape& s, int64_t query_tile
   poison(inputs, inputs_floats), poison(scratch, scratch_floats);
   flash_attention_forward_mma(q.get(), k.get(), v.get(), nullptr, nullptr, out.get(), lse.get(),
                               inputs.get(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
-                              nullptr, query_tile);
+                              nullptr, forward_tile);
   // The backward reads the forward's copies, not q, k, v: the caller may reuse them.
   poison(q, nq), poison(k, nkv), poison(v, nkv);
   flash_attention_backward_mma(inputs.get(), out.get(), lse.get(), dout.get(), dq.get(), dk.get(),
                                dv.get(), scratch.get(), s.batch, s.seq, s.heads, s.kv_heads,
-                               s.head_dim, nullptr);
+                               s.head_dim, nullptr, dq_tile);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   return {out.to_host(), lse.to_host(), dq.to_host(), dk.to_host(), dv.to_host()};
 }
@@ -249,7 +250,8 @@ void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionSha
   for (const AttentionShape& s : all) {
     SCOPED_TRACE(shape_name(s));
     const Inputs in(s);
-    const Result first = run_gpu_mma(in, s, kFlashMmaForwardQueryTile);
+    const int64_t dq_tile = flash_mma_query_pass_tile(s.head_dim);
+    const Result first = run_gpu_mma(in, s, kFlashMmaForwardQueryTile, dq_tile);
     for (const auto* x : {&first.out, &first.lse, &first.dq, &first.dk, &first.dv}) {
       ASSERT_EQ(count_non_finite(*x), 0u);
     }
@@ -260,12 +262,14 @@ void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionSha
     EXPECT_EQ(ref::violations("dq", first.dq, grads.dq, grads.dq_bound), "");
     EXPECT_EQ(ref::violations("dk", first.dk, grads.dk, grads.dk_bound), "");
     EXPECT_EQ(ref::violations("dv", first.dv, grads.dv, grads.dv_bound), "");
-    // The same bits on a second run, and from the forward's other query tile: each row's
-    // scores, maxima, sums and products take the same key tiles in the same order in both (the
-    // 128-row tile's first half skips the key tile past its queries).
+    // The same bits on a second run, and from the other query tiles (the forward's, and at hd
+    // 64 the dq pass's): each row's scores, maxima, sums and products take the same key tiles
+    // in the same order in both (the 128-row tile's first half skips the key tile past its
+    // queries).
     const int64_t other_tile = kFlashMmaForwardQueryTile == 128 ? 64 : 128;
-    const Result second = run_gpu_mma(in, s, kFlashMmaForwardQueryTile);
-    const Result other = run_gpu_mma(in, s, other_tile);
+    const int64_t other_dq_tile = s.head_dim == 64 && dq_tile == 64 ? 128 : 64;
+    const Result second = run_gpu_mma(in, s, kFlashMmaForwardQueryTile, dq_tile);
+    const Result other = run_gpu_mma(in, s, other_tile, other_dq_tile);
     const std::vector<const std::vector<float>*> a = {&first.out, &first.lse, &first.dq, &first.dk,
                                                       &first.dv};
     const std::vector<const std::vector<float>*> b = {&second.out, &second.lse, &second.dq,
@@ -276,8 +280,8 @@ void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionSha
       EXPECT_EQ(std::memcmp(a[i]->data(), b[i]->data(), a[i]->size() * sizeof(float)), 0)
           << "output " << i << " (out, lse, dq, dk, dv) differs between two runs";
       EXPECT_EQ(std::memcmp(a[i]->data(), c[i]->data(), a[i]->size() * sizeof(float)), 0)
-          << "output " << i << " (out, lse, dq, dk, dv) differs with the forward's " << other_tile
-          << "-row query tiles";
+          << "output " << i << " (out, lse, dq, dk, dv) differs with query tiles of " << other_tile
+          << " rows in the forward and " << other_dq_tile << " in the dq pass";
     }
   }
 }
@@ -482,8 +486,9 @@ TEST(GpuFlashAttention, AutoRunsTheFlashKernelsOfTheGemmPrecision) {
   const AttentionShape shape{2, 130, 8, 2, 64}, unsupported{2, 130, 8, 2, 96};
   be->set_gemm_precision(GemmPrecision::BF16);
   EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(),
-            "flash_bf16 (bf16 tensor cores, mma.sync; forward query tiles of " +
-                std::to_string(kFlashMmaForwardQueryTile) + " rows)");
+            "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +
+                std::to_string(kFlashMmaForwardQueryTile) +
+                " rows in the forward, 128 in the dq pass)");
   EXPECT_EQ(be->plan_attention("a", unsupported, false)->kernel().rfind("materialized", 0), 0u);
   be->set_gemm_precision(GemmPrecision::FP32);
   EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(), "flash (fp32 SIMT)");
@@ -504,9 +509,9 @@ TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {
   }
 }
 
-// The forward's query tile is 64 or 128 rows; another is refused, naming it, before anything
-// runs (no GPU needed).
-TEST(GpuFlashAttention, TensorCoreForwardRefusesAQueryTileOtherThan64Or128) {
+// The forward's query tile is 64 or 128 rows, the dq pass's 64, or 128 at head dim 64; another
+// is refused, naming it, before anything runs (no GPU needed).
+TEST(GpuFlashAttention, TensorCoreKernelsRefuseAQueryTileTheyDoNotTake) {
   alignas(16) static float storage[8];
   for (const int64_t query_tile : {int64_t{0}, int64_t{32}, int64_t{96}, int64_t{256}}) {
     try {
@@ -517,6 +522,22 @@ TEST(GpuFlashAttention, TensorCoreForwardRefusesAQueryTileOtherThan64Or128) {
       EXPECT_EQ(e.kind(), ErrorKind::Runtime);
       EXPECT_NE(std::string(e.what()).find("a forward query tile of " + std::to_string(query_tile) +
                                            " rows; it takes 64 or 128"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  // The dq pass takes 128-row tiles only at head dim 64.
+  for (const auto& [query_tile, head_dim] : {std::pair<int64_t, int64_t>{128, 128}, {96, 64}}) {
+    try {
+      flash_attention_backward_mma(storage, storage, storage, storage, storage, storage, storage,
+                                   storage, 1, 5, 2, 1, head_dim, nullptr, query_tile);
+      ADD_FAILURE() << "a dq pass query tile of " << query_tile << " rows at head dim " << head_dim
+                    << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::Runtime);
+      EXPECT_NE(std::string(e.what()).find("a dq pass query tile of " + std::to_string(query_tile) +
+                                           " rows at head dim " + std::to_string(head_dim) +
+                                           "; it takes 64, or 128 at head dim 64"),
                 std::string::npos)
           << e.what();
     }
@@ -549,11 +570,11 @@ TEST(GpuFlashAttention, TensorCoreKernelsRefuseABufferOffA16ByteBoundary) {
   });
   expect_refused("inputs' bf16 copies", [&] {
     flash_attention_backward_mma(off_by_one_float, aligned, aligned, aligned, aligned, aligned,
-                                 aligned, aligned, 1, 5, 2, 1, 64, nullptr);
+                                 aligned, aligned, 1, 5, 2, 1, 64, nullptr, 64);
   });
   expect_refused("scratch", [&] {
     flash_attention_backward_mma(aligned, aligned, aligned, aligned, aligned, aligned, aligned,
-                                 off_by_one_float, 1, 5, 2, 1, 64, nullptr);
+                                 off_by_one_float, 1, 5, 2, 1, 64, nullptr, 64);
   });
 }
 

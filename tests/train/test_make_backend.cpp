@@ -85,8 +85,9 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
             "materialized (cuBLASLt fp32 GEMMs + causal softmax)");
   EXPECT_EQ(flash->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   EXPECT_EQ(bf16->plan_attention("d", hd64, false)->kernel(),
-            "flash_bf16 (bf16 tensor cores, mma.sync; forward query tiles of " +
-                std::to_string(gnmr::kFlashMmaForwardQueryTile) + " rows)");
+            "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +
+                std::to_string(gnmr::kFlashMmaForwardQueryTile) +
+                " rows in the forward, 128 in the dq pass)");
   EXPECT_EQ(auto_backend->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   gnmr_test::expect_error([&] { bf16->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"\"flash_bf16\": head dim 16", "materialized"});

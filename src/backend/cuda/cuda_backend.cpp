@@ -72,8 +72,9 @@ class CudaAttentionState final : public AttentionState {
       case AttentionKernel::FlashSimt:
         return "flash (fp32 SIMT)";
       case AttentionKernel::FlashTensorCores:
-        return "flash_bf16 (bf16 tensor cores, mma.sync; forward query tiles of " +
-               std::to_string(kFlashMmaForwardQueryTile) + " rows)";
+        return "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +
+               std::to_string(kFlashMmaForwardQueryTile) + " rows in the forward, " +
+               std::to_string(flash_mma_query_pass_tile(shape.head_dim)) + " in the dq pass)";
     }
     return "?";
   }
@@ -608,10 +609,10 @@ class CudaBackend final : public Backend {
     if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
       // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
       // not read.
-      cuda::flash_attention_backward_mma(state.inputs_bf16.data, state.flash_out(),
-                                         f32_data(state.lse), f32_data(dout), f32_data(dq),
-                                         f32_data(dk), f32_data(dv), scratch, s.batch, s.seq,
-                                         s.heads, s.kv_heads, s.head_dim, stream_);
+      cuda::flash_attention_backward_mma(
+          state.inputs_bf16.data, state.flash_out(), f32_data(state.lse), f32_data(dout),
+          f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads, s.kv_heads,
+          s.head_dim, stream_, flash_mma_query_pass_tile(s.head_dim));
       return;
     }
     if (state.flash()) {  // each backward takes its own forward's out and lse
