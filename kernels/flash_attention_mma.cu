@@ -623,8 +623,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryPassBlocksPerSm<HD, kR
 #pragma unroll
         for (int nb = 0; nb < kKeyBlocks; ++nb) {
 #pragma unroll
-          for (int i = 0; i < kMmaCElements; ++i)
+          for (int i = 0; i < kMmaCElements; ++i) {
             sc[r][nb][i] *= dp[r][nb][i] - row_delta[r][i >> 1];
+          }
         }
         a_fragments_from_c<kKeyBlocks>(dsa[r], sc[r]);
       }
