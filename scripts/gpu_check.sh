@@ -410,21 +410,28 @@ stage_profile() {
   local config="$bundle/share/configs/bench/llama2-1b-gpu-seq1024.json"
   [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
   local metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
+  # The tensor-core attention's run adds L2's throughput, the tensor pipe's HMMA cycles and the
+  # warp slots held (achieved occupancy): the figures that say whether its 128-row tiles
+  # (session 24) trade occupancy for L2 traffic well.
+  local tensor_metrics=lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
   # recipe | kernel regex | launches profiled (ncu replays each one: a few seconds a run) |
-  # matching launches skipped first. The attention's: the step runs llama2-1b-gpu's 24 layers'
-  # forward kernels, then per layer from the last the backward's three (delta, dK/dV, dQ), so
-  # skipping 22 profiles the last two forwards and the last two layers' backward.
+  # matching launches skipped first | "tensor" where the run adds those metrics. The attention's:
+  # the step runs llama2-1b-gpu's 24 layers' forward kernels, then per layer from the last the
+  # backward's three (delta, dK/dV, dQ), so skipping 22 profiles the last two forwards and the
+  # last two layers' backward.
   local runs=(
-    "fp8mix|regex:quantize_fp|60|0"
-    "fp8mix|regex:sum_squares_chunks|4|0"
-    "bf16|regex:flash|8|22"
-    "bf16|regex:rmsnorm|swiglu|rope|residual|convert_to_bf16|adamw|cross_entropy|40|0")
-  local run recipe regex count skip out failed=0 files=()
+    "fp8mix|regex:quantize_fp|60|0|"
+    "fp8mix|regex:sum_squares_chunks|4|0|"
+    "bf16|regex:flash|8|22|tensor"
+    "bf16|regex:rmsnorm|swiglu|rope|residual|convert_to_bf16|adamw|cross_entropy|40|0|")
+  local run recipe regex count skip extra run_metrics out failed=0 files=()
   for run in "${runs[@]}"; do
-    recipe=${run%%|*} regex=${run#*|} skip=${regex##*|} regex=${regex%|*}
-    count=${regex##*|} regex=${regex%|*}
+    recipe=${run%%|*} regex=${run#*|} extra=${regex##*|} regex=${regex%|*}
+    skip=${regex##*|} regex=${regex%|*} count=${regex##*|} regex=${regex%|*}
+    run_metrics=$metrics
+    [ "$extra" = tensor ] && run_metrics="$metrics,$tensor_metrics"
     out="$work/profile-${#files[@]}.txt"
-    timeout -k 5 25 "$ncu" --clock-control none --metrics "$metrics" --print-summary per-kernel \
+    timeout -k 5 25 "$ncu" --clock-control none --metrics "$run_metrics" --print-summary per-kernel \
       -k "$regex" --launch-skip "$skip" --launch-count "$count" "$bundle/bin/gnmr" bench \
       --config "$config" --backend cuda --steps 1 --warmup 0 --set "precision.recipe=$recipe" \
       >"$out" 2>&1 || failed=$((failed + 1))

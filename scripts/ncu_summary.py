@@ -8,7 +8,12 @@ launches, average and total time, the share of the DRAM bandwidth it moved and t
 cycles its schedulers issued an instruction, largest total first. The last two say which of
 the two a kernel waits on: a kernel near the bandwidth is done; one that issues in most of its
 cycles while moving a fraction of the bandwidth is issue-bound, and fewer instructions make it
-faster (README, "What has run on a GPU").
+faster (README, "What has run on a GPU"). Where the run also asked for them (the tensor-core
+kernels'), three more columns: the share of L2's throughput
+(lts__throughput.avg.pct_of_peak_sustained_elapsed), of cycles the tensor pipe was busy with
+HMMA (sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active) and of the
+warp slots held (sm__warps_active.avg.pct_of_peak_sustained_active, achieved occupancy); "-"
+where a kernel's run did not measure one.
 
     scripts/ncu_summary.py FILE...           the table
     scripts/ncu_summary.py --line FILE...    one line: the kernels, the largest three
@@ -30,6 +35,11 @@ TO_MICROSECONDS = {"ns": 1e-3, "nsecond": 1e-3, "us": 1.0, "usecond": 1.0, "ms":
 DURATION = "gpu__time_duration.sum"
 DRAM = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 ISSUE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+L2 = "lts__throughput.avg.pct_of_peak_sustained_elapsed"
+TENSOR = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+WARPS = "sm__warps_active.avg.pct_of_peak_sustained_active"
+# The extra columns: header and metric, printed where any row has the metric.
+EXTRA = [("L2", L2), ("tensor", TENSOR), ("warps", WARPS)]
 
 
 def short_name(name):
@@ -81,17 +91,21 @@ def main():
         print("ncu_summary.py: no kernel in " + ", ".join(args.files), file=sys.stderr)
         return 1
     rows.sort(key=total_us, reverse=True)
+    extra = [(name, metric) for name, metric in EXTRA if any(metric in r["metrics"] for r in rows)]
     if args.line:
         top = "; ".join(f"{r['kernel']} {r['metrics'][DURATION]:.1f} us x{r['launches']} "
-                        f"DRAM {percent(r, DRAM)} issue {percent(r, ISSUE)}" for r in rows[:3])
+                        f"DRAM {percent(r, DRAM)} issue {percent(r, ISSUE)}" +
+                        "".join(f" {name} {percent(r, metric)}" for name, metric in extra
+                                if metric in r["metrics"]) for r in rows[:3])
         print(f"{len(rows)} kernel shapes; largest: {top}")
         return 0
-    print(f"{'total us':>10} {'avg us':>9} {'launches':>8} {'DRAM':>5} {'issue':>5}  kernel "
-          "(grid)x(block)")
+    print(f"{'total us':>10} {'avg us':>9} {'launches':>8} {'DRAM':>5} {'issue':>5}" +
+          "".join(f" {name:>6}" for name, _ in extra) + "  kernel (grid)x(block)")
     for r in rows:
         print(f"{total_us(r):10.1f} {r['metrics'][DURATION]:9.2f} {r['launches']:8d} "
-              f"{percent(r, DRAM):>5} {percent(r, ISSUE):>5}  {r['kernel']} "
-              f"({r['grid']})x({r['block']})")
+              f"{percent(r, DRAM):>5} {percent(r, ISSUE):>5}" +
+              "".join(f" {percent(r, metric):>6}" for _, metric in extra) +
+              f"  {r['kernel']} ({r['grid']})x({r['block']})")
     return 0
 
 
