@@ -613,11 +613,16 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryPassBlocksPerSm<HD, kR
     }
     cp_async_wait_group<0>();
     __syncthreads();  // V(kj) is in shared memory
-    // dS = P (dP - delta), as the A fragments of dQ += dS K.
-    uint32_t dsa[kRowBlocks][kKeyBlocks / 2][4];
+    float dp[kRowBlocks][kKeyBlocks][kMmaCElements];
     if (warp_math) {
-      float dp[kRowBlocks][kKeyBlocks][kMmaCElements];
       multiply_by_rows_transposed<HD, kKeyBlocks, kRowBlocks>(dp, dos + w0 * st, vs, st, lane);
+    }
+    // dS = P (dP - delta), as the A fragments of dQ += dS K: with two row blocks before the
+    // barrier, with one after it and the next K tile's copies. The same math; where it sits
+    // decides whether ptxas spills at 255 and 168 registers (each place spilled the other
+    // tiling, on sm_80 or sm_90a: sass_counts.sh --check-spills).
+    uint32_t dsa[kRowBlocks][kKeyBlocks / 2][4];
+    const auto ds_fragments = [&] {
 #pragma unroll
       for (int r = 0; r < kRowBlocks; ++r) {
 #pragma unroll
@@ -629,13 +634,15 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryPassBlocksPerSm<HD, kR
         }
         a_fragments_from_c<kKeyBlocks>(dsa[r], sc[r]);
       }
-    }
+    };
+    if (kRowBlocks > 1 && warp_math) ds_fragments();
     __syncthreads();  // every warp is done with V(kj), whose buffer K(kj + 1) takes
     if (kj < last_kj) {
       load_kv_tile_async<HD>(vs, st, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
     if (warp_math) {
+      if (kRowBlocks == 1) ds_fragments();
       accumulate_a_times_rows<HD, kKeyBlocks / 2, kRowBlocks>(dq_acc, dsa, ks, st,
                                                               lane);  // dQ += dS K
     }

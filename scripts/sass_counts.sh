@@ -10,9 +10,15 @@
 #   scripts/sass_counts.sh kernels/flash_attention_mma.cu [ARCH]   (ARCH default sm_90a)
 # Needs nvcc and a SASS disassembler on PATH: cuobjdump (the full CUDA toolkit) or nvdisasm
 # (also `pip install nvidia-cuda-nvdisasm`, under its nvidia/cu13/bin).
+#   scripts/sass_counts.sh --check-spills KERNEL.cu [ARCH]
+# ptxas's registers and spills alone (nvcc only): exit 1 when any kernel spills. The tensor-core
+# flash kernels sit at 251-255 registers, where ptxas's allocation turns on small changes (README,
+# session 24), so a test runs this on them (tests/scripts/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-file="${1:?usage: scripts/sass_counts.sh KERNEL.cu [ARCH]}"
+check_spills=0
+[ "${1:-}" = --check-spills ] && { check_spills=1; shift; }
+file="${1:?usage: scripts/sass_counts.sh [--check-spills] KERNEL.cu [ARCH]}"
 arch="${2:-sm_90a}"
 [ -f "$file" ] || { echo "sass_counts.sh: no file $file" >&2; exit 2; }
 [ -x /usr/local/cuda/bin/nvcc ] && export PATH="/usr/local/cuda/bin:$PATH"
@@ -22,7 +28,9 @@ trap 'rm -rf "$work"' EXIT
 # The flags of kernels/CMakeLists.txt that change code generation.
 nvcc -std=c++17 -O3 --fmad=false -arch="$arch" -I. -Isrc -Xptxas -v -cubin "$file" \
   -o "$work/k.cubin" 2>"$work/ptxas.txt" || { cat "$work/ptxas.txt" >&2; exit 1; }
-if command -v cuobjdump >/dev/null; then
+if ((check_spills)); then
+  echo - >"$work/k.sass"  # no disassembly: the python below stops after ptxas's figures
+elif command -v cuobjdump >/dev/null; then
   cuobjdump -sass "$work/k.cubin" >"$work/k.sass"
 elif command -v nvdisasm >/dev/null; then
   nvdisasm "$work/k.cubin" >"$work/k.sass"
@@ -30,7 +38,7 @@ else
   echo "sass_counts.sh: neither cuobjdump nor nvdisasm on PATH" >&2
   exit 2
 fi
-/usr/bin/python3 - "$work/ptxas.txt" "$work/k.sass" <<'EOF'
+/usr/bin/python3 - "$work/ptxas.txt" "$work/k.sass" "$check_spills" "$arch" <<'EOF'
 import collections, re, subprocess, sys
 
 def demangle(name):
@@ -56,6 +64,17 @@ for line in open(sys.argv[1]):
     m = re.search(r"Used (\d+) registers", line)
     if m and current:
         resources[current]["registers"] = int(m.group(1))
+
+if sys.argv[3] == "1":  # --check-spills
+    spilling = [f"{name} ({r.get('registers', '?')} registers, {r['spill']} bytes)"
+                for name, r in resources.items() if r.get("spill", 0) > 0]
+    if not resources:
+        sys.exit("sass_counts.sh: ptxas reported no kernel")
+    if spilling:
+        sys.exit(f"sass_counts.sh: spills on {sys.argv[4]}: " + "; ".join(spilling))
+    print(f"{len(resources)} kernels on {sys.argv[4]}, none spills: " +
+          ", ".join(f"{name} {r.get('registers', '?')}" for name, r in resources.items()))
+    sys.exit(0)
 
 counts, code, current = collections.OrderedDict(), {}, None
 labels, pending = {}, []
