@@ -344,9 +344,9 @@ int64_t flash_attention_shared_bytes(int64_t head_dim, int64_t seq, bool tensor_
        {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
     // The tensor-core forward and dq pass run their own query tiles.
     const FlashTiling mma_tiles =
-        kernel == FlashKernel::Forward ? flash_mma_forward_tiling(seq, kFlashMmaForwardQueryTile)
+        kernel == FlashKernel::Forward ? flash_mma_query_tiling(seq, kFlashMmaForwardQueryTile)
         : kernel == FlashKernel::BackwardQuery
-            ? flash_mma_forward_tiling(seq, flash_mma_query_pass_tile(head_dim))
+            ? flash_mma_query_tiling(seq, flash_mma_query_pass_tile(head_dim))
             : tiles;
     most = std::max(most, tensor_cores ? flash_mma_shared_bytes(kernel, head_dim, mma_tiles)
                                        : flash_shared_bytes(kernel, head_dim, tiles));

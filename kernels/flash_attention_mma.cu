@@ -11,7 +11,7 @@
 // One block per (batch, head, query tile) (the dK/dV pass: per key tile), kFlashMmaWarps warps
 // of 16 rows each, a head's longest tiles first (flash_block_task in src/backend/flash_layout.h);
 // the forward's query tile is 128 rows by default, two 16-row blocks a warp
-// (kFlashMmaForwardQueryTile, the reasons beside kForwardBlocksPerSm), or 64, and so is the dQ
+// (kFlashMmaForwardQueryTile, the reasons beside kQueryTileBlocksPerSm), or 64, and so is the dQ
 // pass's at hd 64 (flash_mma_query_pass_tile). The host side first
 // converts q, k, v to bf16 copies that the caller keeps for the backward, and the backward dout
 // to one in its scratch (flash_mma_buffers); the kernels copy tiles of those to shared memory by
@@ -354,7 +354,7 @@ __device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
 }
 
 // The forward's query tile: kRowBlocks blocks of 16 rows a warp, 64 rows (1) or 128 (2;
-// flash_mma_forward_tiling). Per key tile a 64-row tile reads 32 KB of K and V (hd 128) for
+// flash_mma_query_tiling). Per key tile a 64-row tile reads 32 KB of K and V (hd 128) for
 // 2.1 MFLOP, 64 FLOP a byte: at the flash issue's 350 TFLOP/s, 5.5 TB/s of reads from L2,
 // more than the HBM's whole bandwidth (4.8 TB/s on an H200). A 128-row tile does twice the math
 // per K and V tile, and each warp loads every K and V fragment once for its two row blocks:
@@ -364,11 +364,13 @@ __device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
 // multiprocessor, as FlashAttention-2's 128-row forward), and at hd 64 spill 420 bytes in the
 // 168 that three blocks allow (238 used of 255). Both tiles run the same rows' math in the same
 // order, so they give the same bits; tests/gpu/bench_gpu_attention.cpp times both.
-template <int HD, int kRowBlocks>
-constexpr int kForwardBlocksPerSm = kRowBlocks == 2 ? 2 : 3;
+// The blocks a multiprocessor holds (__launch_bounds__) of the forward and the dQ pass: three
+// with 64-row tiles (168 registers), two with 128 (255).
+template <int kRowBlocks>
+constexpr int kQueryTileBlocksPerSm = kRowBlocks == 2 ? 2 : 3;
 
 template <int HD, int kRowBlocks>
-__global__ void __launch_bounds__(kFlashMmaThreads, kForwardBlocksPerSm<HD, kRowBlocks>)
+__global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBlocks>)
     flash_forward_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
                              float* lse, FlashDims s, FlashTiling tiles, float scale) {
   constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
@@ -519,10 +521,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kForwardBlocksPerSm<HD, kRow
 // 16 x 64 tiles twice: at hd 64 they fit in 255 registers (two blocks a multiprocessor), at hd
 // 128 they do not.
 template <int HD, int kRowBlocks>
-constexpr int kQueryPassBlocksPerSm = kRowBlocks == 2 ? 2 : 3;
-
-template <int HD, int kRowBlocks>
-__global__ void __launch_bounds__(kFlashMmaThreads, kQueryPassBlocksPerSm<HD, kRowBlocks>)
+__global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBlocks>)
     flash_backward_query_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                     const float* lse, const float* delta, const uint16_t* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
@@ -849,7 +848,7 @@ void check_aligned(const void* buffer, const char* what, const FlashDims& s, int
 template <int HD, int kRowBlocks>
 void forward_mma_for(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
                      cudaStream_t stream) {
-  const FlashTiling tiles = flash_mma_forward_tiling(s.seq, kFlashMmaWarps * kMmaM * kRowBlocks);
+  const FlashTiling tiles = flash_mma_query_tiling(s.seq, kFlashMmaWarps * kMmaM * kRowBlocks);
   const int64_t bytes = flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles);
   const unsigned blocks =
       launch_blocks(flash_forward_mma_kernel<HD, kRowBlocks>,
@@ -886,7 +885,7 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
   GNMR_CUDA_CHECK(cudaGetLastError());
 
   const FlashTiling q_tiles =
-      flash_mma_forward_tiling(s.seq, kFlashMmaWarps * kMmaM * kQueryRowBlocks);
+      flash_mma_query_tiling(s.seq, kFlashMmaWarps * kMmaM * kQueryRowBlocks);
   const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, q_tiles);
   const unsigned q_blocks = launch_blocks(
       flash_backward_query_mma_kernel<HD, kQueryRowBlocks>,

@@ -143,12 +143,11 @@ constexpr int kFlashMmaWarps = 4;
 constexpr int kFlashMmaThreads = kFlashMmaWarps * 32;
 static_assert(kFlashMmaWarps * 16 == kFlashQTile, "the warps cover the query tile");
 static_assert(kFlashKvTile % 16 == 0, "the key tile is whole mma K steps");
-// The tensor-core forward alone may take query tiles of two 16-row blocks a warp, 128 rows, over
-// the same 64-key tiles: twice the math per K and V tile it copies (the reasons, and the
-// registers it costs, beside the kernel). Its tiling, for a query tile of 64 or 128 rows: the
-// log-sum-exp it writes is per row, so the backward's 64-row tiles read it as from a 64-row
-// forward.
-GNMR_HD_INLINE FlashTiling flash_mma_forward_tiling(int64_t seq, int64_t query_tile) {
+// The tensor-core forward and dQ pass may take query tiles of two 16-row blocks a warp, 128
+// rows, over the same 64-key tiles: twice the math per K and V tile they copy (the reasons, and
+// the registers it costs, beside the kernels). Their tiling, for a query tile of 64 or 128 rows:
+// lse and delta are per row, so the dK/dV pass's 64-row tiles read them whatever tile wrote them.
+GNMR_HD_INLINE FlashTiling flash_mma_query_tiling(int64_t seq, int64_t query_tile) {
   return FlashTiling{seq, query_tile, kFlashKvTile};
 }
 // Whether a warp of the tensor-core forward has a score to compute in the key tile whose first

@@ -125,7 +125,7 @@ template <int HD>
 void launch_mma_forward(const std::vector<uint16_t>& qb, const std::vector<uint16_t>& kb,
                         const std::vector<uint16_t>& vb, std::vector<float>& out,
                         std::vector<float>& lse, const FlashDims& d, int64_t query_tile) {
-  const FlashTiling tiles = flash_mma_forward_tiling(d.seq, query_tile);
+  const FlashTiling tiles = flash_mma_query_tiling(d.seq, query_tile);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
   // Shared memory in floats: the bf16 tiles' bytes rounded up.
   const int64_t shared_floats = (flash_mma_shared_bytes(FlashKernel::Forward, HD, tiles) + 3) / 4;
@@ -259,7 +259,7 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
   // The dq pass at the backend's query tile and, at hd 64, the other: the same bits.
   const auto run_dq_pass = [&](std::vector<float>& out_dq, int64_t query_tile) {
     out_dq.assign(nq, nan);
-    const FlashTiling q_tiles = flash_mma_forward_tiling(seq, query_tile);
+    const FlashTiling q_tiles = flash_mma_query_tiling(seq, query_tile);
     emulated_launch(flash_grid_blocks(FlashKernel::BackwardQuery, batch, heads, kv_heads, q_tiles),
                     kFlashMmaThreads,
                     (flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, q_tiles) + 3) / 4, [&] {

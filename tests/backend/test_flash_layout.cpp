@@ -60,7 +60,7 @@ TEST(FlashLayout, TensorCoreTilesDoNotOverlapAndFitAnSm80Block) {
         if (query_tile != kFlashQTile && kernel != FlashKernel::Forward) continue;  // forward only
         SCOPED_TRACE(::testing::Message()
                      << "hd " << hd << " kernel " << int(kernel) << " query tile " << query_tile);
-        const FlashTiling t = flash_mma_forward_tiling(1000, query_tile);
+        const FlashTiling t = flash_mma_query_tiling(1000, query_tile);
         const FlashMmaSharedLayout l = flash_mma_shared_layout(kernel, hd, t);
         // Byte ranges of every region.
         std::vector<std::pair<int64_t, int64_t>> regions = {
@@ -127,7 +127,7 @@ TEST(FlashLayout, GridsHaveOneBlockPerTileTask) {
 TEST(FlashLayout, EveryTileTaskHasOneBlockAndAHeadsLongestStartFirst) {
   for (int64_t seq : {1, 17, 64, 65, 1000}) {
     for (const int64_t query_tile : {kFlashQTile, 2 * kFlashQTile}) {  // 128: the forward's only
-      const FlashTiling t = flash_mma_forward_tiling(seq, query_tile);
+      const FlashTiling t = flash_mma_query_tiling(seq, query_tile);
       const FlashDims s{3, seq, 8, 2};
       for (FlashKernel kernel :
            {FlashKernel::Forward, FlashKernel::BackwardKeyValue, FlashKernel::BackwardQuery}) {
@@ -177,7 +177,7 @@ TEST(FlashLayout, TheForwardsWarpsSkipOnlyKeyTilesWhoseScoresAreAllMasked) {
     const int64_t warp_rows = query_tile / kFlashMmaWarps;
     int64_t skipped = 0;
     for (int64_t seq = 1; seq <= 300; ++seq) {
-      const FlashTiling t = flash_mma_forward_tiling(seq, query_tile);
+      const FlashTiling t = flash_mma_query_tiling(seq, query_tile);
       for (int64_t qi = 0; qi < flash_q_tiles(t); ++qi) {
         const int64_t r0 = qi * query_tile, rows = flash_tile_rows(qi, query_tile, seq);
         for (int64_t kj = 0; kj <= flash_last_kv_tile(t, qi); ++kj) {
