@@ -4,6 +4,7 @@
 # machine). The bundle holds:
 #   bin/gnmr               the gnmr binary, CUDA code for sm_80 and sm_90a, built without MPI
 #   bin/bench_gpu_attention  flash vs v1 attention speed (gpu_check.sh attention-bench)
+#   bin/bench_gpu_gemm       cuBLASLt's ranked algorithms timed per GEMM (gpu_check.sh gemm-sweep)
 #   tests/test_gpu         the `gpu`-labelled tests (each CUDA kernel vs its CPU twin, the backend
 #                          end to end vs the CPU backend), one binary
 #   lib/                   every shared library they need that is neither glibc nor CUDA
@@ -69,11 +70,11 @@ fi
 mapfile -t gpu_tests < <(grep -o 'gnmr_add_test(test_gpu[a-z0-9_]*' tests/gpu/CMakeLists.txt | cut -d'(' -f2 | grep -vx test_gpu_emulated)
 extra_targets=()
 [ "$emulated" = 1 ] && extra_targets=(gnmr_emulated_nccl)
-cmake --build "$build" -j "$(nproc)" --target gnmr bench_gpu_attention "${gpu_tests[@]}" "${extra_targets[@]}"
+cmake --build "$build" -j "$(nproc)" --target gnmr bench_gpu_attention bench_gpu_gemm "${gpu_tests[@]}" "${extra_targets[@]}"
 
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/tests" "$out/lib" "$out/share/data" "$out/reference"
-cp "$build/src/cli/gnmr" "$build/tests/gpu/bench_gpu_attention" "$out/bin/"
+cp "$build/src/cli/gnmr" "$build/tests/gpu/bench_gpu_attention" "$build/tests/gpu/bench_gpu_gemm" "$out/bin/"
 for t in "${gpu_tests[@]}"; do cp "$build/tests/gpu/$t" "$out/tests/"; done
 cp -r configs "$out/share/"
 cp -r data/brown "$out/share/data/"

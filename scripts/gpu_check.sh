@@ -17,7 +17,9 @@
 #                 needs found on this machine, every bundle binary's libraries resolved, and
 #                 `gnmr version` running                                              (20 s)
 #     gemm-sweep  cuBLASLt has an algorithm for every GEMM of tiny-gpu and llama2-1b-gpu
-#                 (each projection and the lm_head, each role, fp32 / bf16 / FP8)      (40 s)
+#                 (each projection and the lm_head, each role, fp32 / bf16 / FP8); then
+#                 per bf16 and FP8 GEMM of a llama2-1b-gpu step, the heuristic's first
+#                 algorithm timed against the next 15 it ranks (bench_gpu_gemm)      (40 s)
 #     gpu-tests   the bundle's `gpu` tests, one process per test suite (a sticky CUDA error
 #                 fails its suite, not every later one): each CUDA kernel vs its CPU twin,
 #                 the backend vs the CPU backend; a test that skips here fails; a suite
@@ -265,9 +267,26 @@ stage_gemm_sweep() {
     local checked
     checked="$(grep "GEMMs checked" "$logs/gemm-sweep.log" | tail -1)"
     if [ -n "$checked" ]; then status=PASS why="$checked"
-    else status=FAIL why="the sweep did not run (skipped? gemm-sweep.log)"; fi
+    else status=FAIL why="the sweep did not run (skipped? gemm-sweep.log)"; return; fi
   else
     status=FAIL why="$(grep -c "  NONE" "$logs/gemm-sweep.log") GEMMs without an algorithm (gemm-sweep.log)"
+    return
+  fi
+  # Then the heuristic's first algorithm, which training runs, against the next it ranks, timed
+  # per GEMM of a bench step (llama2-1b-gpu at 8192 tokens; the dry run: tiny-gpu): whether
+  # timing them at start would pay, and whether the fastest gives the same bits.
+  [ -x "$bundle/bin/bench_gpu_gemm" ] || { status=FAIL why="$why; the bundle has no bin/bench_gpu_gemm"; return; }
+  local model=llama2-1b-gpu tokens=8192
+  ((emulated)) && model=tiny-gpu tokens=1024
+  echo "=== bench_gpu_gemm $model $tokens" >>"$logs/gemm-sweep.log"
+  if timeout -k 5 30 "$bundle/bin/bench_gpu_gemm" "$bundle/share/configs/models/$model.json" "$tokens" \
+    >"$work/gemm-bench.json" 2>>"$logs/gemm-sweep.log"; then
+    cat "$work/gemm-bench.json" >>"$logs/gemm-sweep.log"
+    why="$why; $(python3 -c 'import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+print("; ".join("%(summary)s GEMMs %(step_ms_first)s ms a step on the first algorithms, %(step_ms_best)s on the fastest (%(gemms_faster_elsewhere)s of %(gemms)s faster elsewhere, %(best_with_other_bits)s with other bits)" % r for r in rows if "summary" in r))' "$work/gemm-bench.json")"
+  else
+    status=FAIL why="$why; bench_gpu_gemm failed or ran past 30 s (gemm-sweep.log)"
   fi
 }
 
@@ -384,7 +403,9 @@ stage_bench() {
 stage_attention_bench() {
   have_gpu || { status=SKIP why="no GPU"; return; }
   [ -x "$bundle/bin/bench_gpu_attention" ] || { status=FAIL why="the bundle has no bin/bench_gpu_attention"; return; }
-  if "$bundle/bin/bench_gpu_attention" >"$work/attention-bench.json" 2>>"$logs/attention-bench.log"; then
+  local shapes=()
+  ((emulated)) && shapes=(--small)  # T = 128: the real shapes would take the emulation hours
+  if "$bundle/bin/bench_gpu_attention" "${shapes[@]}" >"$work/attention-bench.json" 2>>"$logs/attention-bench.log"; then
     cat "$work/attention-bench.json" >>"$logs/attention-bench.log"
     status=PASS why="$(python3 -c 'import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
@@ -449,7 +470,7 @@ declare -A timeout_s=([preflight]=20 [gemm-sweep]=40 [gpu-tests]=180 [e2e]=60 [m
 # the stage and every suite or run after it).
 suite_timeout_s=45 run_timeout_s=45
 # The emulation runs kernels on one host thread (the gpu tests alone take 10-15 minutes).
-((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [attention-bench]=1200 [profile]=60) \
+((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [attention-bench]=300 [profile]=60) \
   && suite_timeout_s=600 run_timeout_s=300
 ((emulated)) && echo "DRY RUN on the CUDA emulation ($bundle): no GPU ran; a PASS says the script, the bundle and the code paths work, not that a GPU does"
 row() { printf '%-11s %-5s %5s  %s\n' "$@"; }

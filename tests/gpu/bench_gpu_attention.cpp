@@ -3,8 +3,8 @@
 // (backend/cuda/attention_v1.h), forward and backward, causal, hd 128, at T = 1024,
 // 2048 and 4096 with 16384 tokens per call (B = 16384 / T, H = Hkv = 16), then llama2-1b-gpu's
 // heads (hd 64, H = Hkv = 32) at T = 1024, and the memory each keeps (saved for the backward,
-// plus its backward scratch). Causal FLOPs are half the dense
-// ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2, arXiv
+// plus its backward scratch); `--small` runs T = 128 instead (the dry run's). Causal FLOPs are half
+// the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2, arXiv
 // 2307.08691, section 4: five matmuls against two). Prints one JSON line per (kernel, T).
 // Not a test: scripts/gpu_check.sh's attention-bench stage runs it. Exit 1 without a GPU.
 #include <cublasLt.h>
@@ -156,7 +156,14 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // --small: the dry run's shapes (scripts/gpu_check.sh on the CUDA emulation, where the real
+  // ones would take hours): every kernel and tiling once, T = 128 at hd 128 and 64.
+  const bool small = argc == 2 && std::string(argv[1]) == "--small";
+  if (argc > 2 || (argc == 2 && !small)) {
+    std::fprintf(stderr, "usage: bench_gpu_attention [--small]\n");
+    return 2;
+  }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "bench_gpu_attention: no CUDA device visible\n");
@@ -170,10 +177,16 @@ int main() {
     const size_t workspace_bytes = size_t{32} << 20;
     void* workspace = nullptr;
     GNMR_CUDA_CHECK(cudaMalloc(&workspace, workspace_bytes));
-    for (int64_t t : {1024, 2048, 4096}) {
-      bench(AttentionShape{16384 / t, t, 16, 16, 128}, lt, workspace, workspace_bytes, prop.name);
+    if (small) {
+      for (int64_t hd : {128, 64}) {
+        bench(AttentionShape{2, 128, 4, 4, hd}, lt, workspace, workspace_bytes, prop.name);
+      }
+    } else {
+      for (int64_t t : {1024, 2048, 4096}) {
+        bench(AttentionShape{16384 / t, t, 16, 16, 128}, lt, workspace, workspace_bytes, prop.name);
+      }
+      bench(AttentionShape{16, 1024, 32, 32, 64}, lt, workspace, workspace_bytes, prop.name);
     }
-    bench(AttentionShape{16, 1024, 32, 32, 64}, lt, workspace, workspace_bytes, prop.name);
     cudaFree(workspace);
     cublasLtDestroy(lt);
   } catch (const std::exception& e) {

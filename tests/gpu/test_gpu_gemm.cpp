@@ -24,6 +24,7 @@
 #include "precision/quantize_groupwise.h"
 #include "precision/scale_layout.h"
 #include "test_paths.h"
+#include "util/error.h"
 
 namespace gnmr {
 namespace {
@@ -124,6 +125,63 @@ TEST(GpuGemm, Fp32AndBf16EveryRoleMatchTheCpu) {
       }
       // fp32 accumulation over k <= 656 terms of unit-variance products.
       EXPECT_LT(relative_error(d_d.to_host(), want), 1e-5);
+    }
+  }
+}
+
+// The heuristic's other algorithms, which bench_gpu_gemm times against its first, compute the
+// same GEMM: each within the bf16 test's bound of the double reference, the first with run()'s
+// bits (it is run()'s algorithm); an operand off the allocator's 256-byte boundaries, which the
+// ranking assumed, is refused with the plan named.
+TEST(GpuGemm, EveryRankedAlgorithmComputesTheGemmAndTheFirstIsTheOneRunTakes) {
+  SKIP_WITHOUT_GPU();
+  LtGemmRunner runner;
+  std::vector<float> x = random_matrix(kN, kIn, 7), w = random_matrix(kOut, kIn, 8),
+                     dy = random_matrix(kN, kOut, 9);
+  for (std::vector<float>* t : {&x, &w, &dy})
+    for (float& v : *t) v = round_to_bf16(v);
+  for (GemmRole role : {GemmRole::kForward, GemmRole::kInputGradient, GemmRole::kWeightGradient}) {
+    const GemmPlan plan =
+        plan_gemm(role, kN, kIn, kOut, PathSpec{}, GemmPrecision::BF16, GpuTarget{90}, false);
+    SCOPED_TRACE(gemm_plan_key(plan));
+    const std::vector<double> want = reference(role, x, w, dy, 0.25f);
+    const std::vector<float>& a = tensor_of(plan.a.tensor, x, w, dy);
+    const std::vector<float>& b = tensor_of(plan.b.tensor, x, w, dy);
+    std::vector<uint16_t> a16(a.size()), b16(b.size());
+    for (size_t i = 0; i < a.size(); ++i) a16[i] = encode_bf16(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) b16[i] = encode_bf16(b[i]);
+    DeviceBuffer<uint16_t> d_a(a16), d_b(b16);
+    const std::vector<float> prior(want.size(), role == GemmRole::kWeightGradient ? 0.25f : 0.0f);
+    const auto result = [&](const cublasLtMatmulAlgo_t* algorithm) {
+      DeviceBuffer<float> d(prior);
+      if (algorithm) {
+        runner.run_algorithm(*algorithm, plan, d_a.get(), nullptr, d_b.get(), nullptr, d.get(),
+                             nullptr);
+      } else {
+        runner.run(plan, d_a.get(), nullptr, d_b.get(), nullptr, d.get(), nullptr);
+      }
+      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+      return d.to_host();
+    };
+    const std::vector<float> by_run = result(nullptr);
+    const std::vector<cublasLtMatmulHeuristicResult_t> ranked = runner.ranked_algorithms(plan, 8);
+    ASSERT_GE(ranked.size(), 1u);
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      const std::vector<float> got = result(&ranked[i].algo);
+      EXPECT_LT(relative_error(got, want), 1e-5) << "algorithm " << i << " of " << ranked.size();
+      if (i == 0) {
+        EXPECT_EQ(std::memcmp(got.data(), by_run.data(), got.size() * sizeof(float)), 0);
+      }
+    }
+    DeviceBuffer<uint16_t> shifted(a16.size() + 8);
+    DeviceBuffer<float> d(prior);
+    try {
+      runner.run_algorithm(ranked[0].algo, plan, shifted.get() + 8, nullptr, d_b.get(), nullptr,
+                           d.get(), nullptr);
+      ADD_FAILURE() << "an operand 16 bytes past a 256-byte boundary was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("256-byte boundaries"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(gemm_plan_key(plan)), std::string::npos) << e.what();
     }
   }
 }

@@ -2,6 +2,7 @@
 #include "backend/cuda/cublaslt_gemm.h"
 
 #include <cstdint>
+#include <vector>
 
 #include "backend/cuda/operand_alignment.h"
 #include "kernels/cuda_check.cuh"
@@ -15,19 +16,13 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-int64_t operand_bytes(GemmOperandType type) {
-  switch (type) {
-    case GemmOperandType::kF32:
-    case GemmOperandType::kS32:
-      return 4;
-    case GemmOperandType::kBF16:
-      return 2;
-    case GemmOperandType::kE4M3:
-    case GemmOperandType::kE5M2:
-    case GemmOperandType::kS8:
-      return 1;
-  }
-  return 1;
+// The alignments (A, B, D bytes) run() finds for operands that start on the allocator's
+// 256-byte boundaries: their leading dimensions' (operand_alignment.h; 0 as the start address
+// divides by any power of two).
+std::array<uint32_t, 3> allocated_alignments(const GemmPlan& plan) {
+  return {operand_alignment_bytes(nullptr, plan.lda * gemm_operand_bytes(plan.a.type)),
+          operand_alignment_bytes(nullptr, plan.ldb * gemm_operand_bytes(plan.b.type)),
+          operand_alignment_bytes(nullptr, plan.ldc * gemm_operand_bytes(plan.d_type))};
 }
 
 }  // namespace
@@ -76,6 +71,24 @@ void LtGemmRunner::set_scale_pointers(Prepared& p, const float* a_scales, const 
       what);
 }
 
+int LtGemmRunner::ask_heuristic(Prepared& p, const std::array<uint32_t, 3>& align, int count,
+                                cublasLtMatmulHeuristicResult_t* results, cublasStatus_t* status) {
+  const std::array<cublasLtMatmulPreferenceAttributes_t, 4> attributes = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  const std::array<uint32_t, 4> values = {align[0], align[1], align[2], align[2]};  // C = D
+  for (size_t i = 0; i < attributes.size(); ++i) {
+    GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, attributes[i], &values[i],
+                                                             sizeof values[i]),
+                        "the matmul preference");
+  }
+  int found = 0;
+  *status = cublasLtMatmulAlgoGetHeuristic(handle_, p.descriptors->matmul(), p.descriptors->a(),
+                                           p.descriptors->b(), p.descriptors->c(),
+                                           p.descriptors->d(), preference_, count, results, &found);
+  return *status == CUBLAS_STATUS_SUCCESS ? found : 0;
+}
+
 LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
                                               const std::array<uint32_t, 3>& align,
                                               const float* a_scales, const float* b_scales) {
@@ -89,48 +102,75 @@ LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
   // with an algorithm that ignores the scales: the pointers go in first (run() sets them again
   // on every call, since they change).
   if (plan.impl == GemmImpl::kFp8Block) set_scale_pointers(p, a_scales, b_scales);
-  const std::array<cublasLtMatmulPreferenceAttributes_t, 4> attributes = {
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-  const std::array<uint32_t, 4> values = {align[0], align[1], align[2], align[2]};  // C = D
-  for (size_t i = 0; i < attributes.size(); ++i) {
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceSetAttribute(preference_, attributes[i], &values[i],
-                                                             sizeof values[i]),
-                        "the matmul preference");
-  }
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, p.descriptors->matmul(), p.descriptors->a(), p.descriptors->b(), p.descriptors->c(),
-      p.descriptors->d(), preference_, 1, &p.heuristic, &found);
-  if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  if (ask_heuristic(p, align, 1, &p.heuristic, &status) == 0) {
     p.refusal = "cuBLASLt has no algorithm for " + p.descriptors->what() + " (" + key + ", " +
                 cublasLtGetStatusString(status) + ")";
   }
   return cache_.emplace(key, std::move(p)).first->second;
 }
 
-// The sweep asks about operands as the backend allocates them (256-byte aligned). An FP8 plan's
-// scale pointers must be set for the question to be the one run() asks; the workspace stands in
-// for them (device memory, 256-byte aligned; nothing is read before a matmul runs).
+// The sweep asks about operands as the backend allocates them (256-byte aligned starts). An FP8
+// plan's scale pointers must be set for the question to be the one run() asks; the workspace stands
+// in for them (device memory, 256-byte aligned; nothing is read before a matmul runs).
 std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
   const float* scales =
       plan.impl == GemmImpl::kFp8Block ? static_cast<const float*>(workspace_) : nullptr;
-  return prepare(plan, {256, 256, 256}, scales, scales).refusal;
+  return prepare(plan, allocated_alignments(plan), scales, scales).refusal;
+}
+
+std::vector<cublasLtMatmulHeuristicResult_t> LtGemmRunner::ranked_algorithms(const GemmPlan& plan,
+                                                                             int max_count) {
+  GNMR_CHECK(max_count >= 1, "LtGemmRunner::ranked_algorithms: max_count " +
+                                 std::to_string(max_count) + " (at least 1)");
+  // The question check_algorithm asks, with the workspace standing in for FP8 scales.
+  const float* scales =
+      plan.impl == GemmImpl::kFp8Block ? static_cast<const float*>(workspace_) : nullptr;
+  const std::array<uint32_t, 3> align = allocated_alignments(plan);
+  Prepared& p = prepare(plan, align, scales, scales);
+  if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_count));
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  results.resize(size_t(ask_heuristic(p, align, max_count, results.data(), &status)));
+  return results;
 }
 
 void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
                        const float* b_scales, void* d, cudaStream_t stream) {
+  Prepared& p = prepare(plan,
+                        {operand_alignment_bytes(a, plan.lda * gemm_operand_bytes(plan.a.type)),
+                         operand_alignment_bytes(b, plan.ldb * gemm_operand_bytes(plan.b.type)),
+                         operand_alignment_bytes(d, plan.ldc * gemm_operand_bytes(plan.d_type))},
+                        a_scales, b_scales);
+  if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
+  matmul(p, p.heuristic.algo, plan, a, a_scales, b, b_scales, d, stream);
+}
+
+void LtGemmRunner::run_algorithm(const cublasLtMatmulAlgo_t& algorithm, const GemmPlan& plan,
+                                 const void* a, const float* a_scales, const void* b,
+                                 const float* b_scales, void* d, cudaStream_t stream) {
+  const std::array<uint32_t, 3> align = {
+      operand_alignment_bytes(a, plan.lda * gemm_operand_bytes(plan.a.type)),
+      operand_alignment_bytes(b, plan.ldb * gemm_operand_bytes(plan.b.type)),
+      operand_alignment_bytes(d, plan.ldc * gemm_operand_bytes(plan.d_type))};
+  GNMR_CHECK(align == allocated_alignments(plan),
+             "LtGemmRunner::run_algorithm: " + gemm_plan_key(plan) +
+                 ": the ranked algorithms assume operands that start on 256-byte boundaries (A " +
+                 std::to_string(align[0]) + ", B " + std::to_string(align[1]) + ", D " +
+                 std::to_string(align[2]) + " bytes)");
+  Prepared& p = prepare(plan, align, a_scales, b_scales);
+  if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
+  matmul(p, algorithm, plan, a, a_scales, b, b_scales, d, stream);
+}
+
+void LtGemmRunner::matmul(Prepared& p, const cublasLtMatmulAlgo_t& algorithm, const GemmPlan& plan,
+                          const void* a, const float* a_scales, const void* b,
+                          const float* b_scales, void* d, cudaStream_t stream) {
   const bool fp8 = plan.impl == GemmImpl::kFp8Block;
   GNMR_CHECK(
       fp8 == (a_scales != nullptr) && fp8 == (b_scales != nullptr),
       "LtGemmRunner::run: scales are given exactly for FP8 plans (" + gemm_plan_key(plan) + ")");
-  Prepared& p = prepare(plan,
-                        {operand_alignment_bytes(a, plan.lda * operand_bytes(plan.a.type)),
-                         operand_alignment_bytes(b, plan.ldb * operand_bytes(plan.b.type)),
-                         operand_alignment_bytes(d, plan.ldc * operand_bytes(plan.d_type))},
-                        a_scales, b_scales);
   const std::string& what = p.descriptors->what();
-  if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
   if (!aligned16(a) || !aligned16(b) || !aligned16(d)) {
     throw Error(ErrorKind::Runtime, "cuBLASLt: " + what + ": an operand is not 16-byte aligned");
   }
@@ -146,7 +186,7 @@ void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scale
   GNMR_CUBLASLT_CHECK(
       cublasLtMatmul(handle_, p.descriptors->matmul(), alpha, a, p.descriptors->a(), b,
                      p.descriptors->b(), beta, d, p.descriptors->c(), d, p.descriptors->d(),
-                     &p.heuristic.algo, workspace_, kWorkspaceBytes, stream),
+                     &algorithm, workspace_, kWorkspaceBytes, stream),
       what);
 }
 

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cublaslt_descriptors.h"
 #include "backend/cuda/gemm_plan.h"
@@ -41,6 +42,18 @@ class LtGemmRunner {
   // "" when cuBLASLt has an algorithm for the plan, else why not (the gpu_check sweep).
   std::string check_algorithm(const GemmPlan& plan);
 
+  // The heuristic's algorithms for the plan, its ranking (run() takes the first), at most
+  // max_count, for operands as the backend allocates them (starting on 256-byte boundaries).
+  // bench_gpu_gemm times each against the first. Error(Runtime) naming the plan when there is
+  // none.
+  std::vector<cublasLtMatmulHeuristicResult_t> ranked_algorithms(const GemmPlan& plan,
+                                                                 int max_count);
+  // run() with one of ranked_algorithms' algorithms instead of the first. Error(Runtime) unless
+  // a, b and d start on 256-byte boundaries, as ranked_algorithms assumed.
+  void run_algorithm(const cublasLtMatmulAlgo_t& algorithm, const GemmPlan& plan, const void* a,
+                     const float* a_scales, const void* b, const float* b_scales, void* d,
+                     cudaStream_t stream);
+
   // The handle and workspace, shared with the backend's other cuBLASLt users (attention v1).
   cublasLtHandle_t handle() const { return handle_; }
   void* workspace() const { return workspace_; }
@@ -58,6 +71,14 @@ class LtGemmRunner {
                     const float* a_scales, const float* b_scales);
   // Sets the FP8 descriptor's A and B scale pointers (device memory, 16-byte aligned).
   void set_scale_pointers(Prepared& p, const float* a_scales, const float* b_scales);
+  // The heuristic's best `count` algorithms for p's descriptors and operands of these alignments
+  // (A, B, D bytes): how many it wrote to results (0 with *status saying why, or none found).
+  int ask_heuristic(Prepared& p, const std::array<uint32_t, 3>& align, int count,
+                    cublasLtMatmulHeuristicResult_t* results, cublasStatus_t* status);
+  // The matmul itself, with p's descriptors and the given algorithm.
+  void matmul(Prepared& p, const cublasLtMatmulAlgo_t& algorithm, const GemmPlan& plan,
+              const void* a, const float* a_scales, const void* b, const float* b_scales, void* d,
+              cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   cublasLtMatmulPreference_t preference_ = nullptr;

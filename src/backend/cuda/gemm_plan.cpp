@@ -87,6 +87,21 @@ const char* gemm_role_name(GemmRole role) {
   return "?";
 }
 
+int64_t gemm_operand_bytes(GemmOperandType type) {
+  switch (type) {
+    case GemmOperandType::kF32:
+    case GemmOperandType::kS32:
+      return 4;
+    case GemmOperandType::kBF16:
+      return 2;
+    case GemmOperandType::kE4M3:
+    case GemmOperandType::kE5M2:
+    case GemmOperandType::kS8:
+      return 1;
+  }
+  return 1;
+}
+
 const char* gemm_impl_name(GemmImpl impl) {
   switch (impl) {
     case GemmImpl::kFp32:

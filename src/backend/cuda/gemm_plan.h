@@ -44,6 +44,7 @@ enum class ScaleMode { kNone, kVec128, kBlk128x128, kRowAfterGemm };
 const char* gemm_role_name(GemmRole role);  // "forward", "input_gradient", "weight_gradient"
 // "fp32", "bf16", "fp8_block", "int8", "emulated"
 const char* gemm_impl_name(GemmImpl impl);
+int64_t gemm_operand_bytes(GemmOperandType type);  // bytes an element: 4, 2 or 1
 
 struct GemmOperand {
   std::string tensor;  // what is stored: "W", "W^T", "x", "x^T", "dy", "dy^T"
