@@ -12,14 +12,14 @@
 #                     (default gpu-check-logs)
 #     --require-gpu   no GPU found is a failure, not a row of SKIPs
 #   stages, in order (default, or `all`: the first six), each under its own timeout, together
-#   at most 8.5 minutes:
+#   at most 8.6 minutes:
 #     preflight   the GPU (name, compute capability, driver), the CUDA libraries the bundle
 #                 needs found on this machine, every bundle binary's libraries resolved, and
 #                 `gnmr version` running                                              (20 s)
 #     gemm-sweep  cuBLASLt has an algorithm for every GEMM of tiny-gpu and llama2-1b-gpu
 #                 (each projection and the lm_head, each role, fp32 / bf16 / FP8); then
 #                 per bf16 and FP8 GEMM of a llama2-1b-gpu step, the heuristic's first
-#                 algorithm timed against the next 15 it ranks (bench_gpu_gemm)      (40 s)
+#                 algorithm timed against the next 15 it ranks (bench_gpu_gemm)      (45 s)
 #     gpu-tests   the bundle's `gpu` tests, one process per test suite (a sticky CUDA error
 #                 fails its suite, not every later one): each CUDA kernel vs its CPU twin,
 #                 the backend vs the CPU backend; a test that skips here fails; a suite
@@ -398,7 +398,7 @@ stage_bench() {
 }
 
 # Attention speed, flash next to v1 (forward and backward TFLOP/s, memory), one JSON line per
-# kernel and shape (T, hd) in attention-bench.log. Not in the default stages (they fill 8.5 minutes):
+# kernel and shape (T, hd) in attention-bench.log. Not in the default stages (they fill 8.6 minutes):
 # run it as `gpu_check.sh attention-bench`.
 stage_attention_bench() {
   have_gpu || { status=SKIP why="no GPU"; return; }
@@ -465,7 +465,7 @@ stage_profile() {
   if ((failed)); then status=FAIL why="$failed of ${#runs[@]} ncu runs failed (profile.log); $line"; else status=PASS why="$line"; fi
 }
 
-declare -A timeout_s=([preflight]=20 [gemm-sweep]=40 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60 [profile]=120)
+declare -A timeout_s=([preflight]=20 [gemm-sweep]=45 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60 [profile]=120)
 # Inside a stage: one test suite, one bench run, one e2e training run (a hang costs that, not
 # the stage and every suite or run after it).
 suite_timeout_s=45 run_timeout_s=45

@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -393,10 +394,18 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   const Problem p = problem_of(operationDesc, Adesc, Bdesc, Cdesc, Ddesc);
   if (!shapes_fit(p)) return CUBLAS_STATUS_INVALID_VALUE;
   if (!supported(p)) return CUBLAS_STATUS_NOT_SUPPORTED;
-  heuristicResultsArray[0] = cublasLtMatmulHeuristicResult_t{};
-  heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
-  heuristicResultsArray[0].wavesCount = 1.0f;
-  *returnAlgoCount = 1;
+  // Two algorithms, as cuBLASLt ranks several: the first sums each k in one pass, the second
+  // (data[0] = 1, asked for only by LtGemmRunner::ranked_algorithms) in two halves added at the
+  // end, a split-K's other summation order, so that a caller comparing algorithms sees bits
+  // differ as they may on a GPU. int8 sums are exact either way.
+  const int count = std::min(requestedAlgoCount, p.k >= 2 ? 2 : 1);
+  for (int i = 0; i < count; ++i) {
+    heuristicResultsArray[i] = cublasLtMatmulHeuristicResult_t{};
+    heuristicResultsArray[i].algo.data[0] = uint64_t(i);
+    heuristicResultsArray[i].state = CUBLAS_STATUS_SUCCESS;
+    heuristicResultsArray[i].wavesCount = 1.0f;
+  }
+  *returnAlgoCount = count;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -404,7 +413,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t computeDesc
                               const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
                               cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
                               cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t*, void* workspace,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspaceSizeInBytes, cudaStream_t) {
   using gnmr::cuda::emulated_is_device_range;
   const Problem p = problem_of(computeDesc, Adesc, Bdesc, Cdesc, Ddesc);
@@ -470,8 +479,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t computeDesc
       a_f32.assign(a_op.begin(), a_op.end());
       b_f32.assign(b_op.begin(), b_op.end());
       acc_f32.assign(size_t(m * n), 0.0f);
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k), 1.0f,
+      const bool split_k = algo != nullptr && algo->data[0] == 1 && k >= 2;
+      const int64_t k_first = split_k ? k / 2 : k;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k_first), 1.0f,
                   a_f32.data(), int(k), b_f32.data(), int(n), 0.0f, acc_f32.data(), int(n));
+      if (split_k) {  // the second half on its own, then added: the other summation order
+        std::vector<float> rest(size_t(m * n), 0.0f);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(m), int(n), int(k - k_first),
+                    1.0f, a_f32.data() + k_first, int(k), b_f32.data() + k_first * n, int(n), 0.0f,
+                    rest.data(), int(n));
+        for (size_t i = 0; i < rest.size(); ++i) acc_f32[i] += rest[i];
+      }
       acc.assign(acc_f32.begin(), acc_f32.end());
     }
     for (int64_t j = 0; j < n; ++j) {

@@ -1,7 +1,8 @@
 // How good cuBLASLt's heuristic is on our GEMMs: for every GEMM a training step of a model config
 // runs (each projection shape and the lm_head, each role, bf16 and block-scaled FP8 e4m3), the
 // heuristic's first algorithm (what LtGemmRunner::run takes) against the others it ranks, each
-// timed on the same operands, and whether each gives the first one's bits. The answers say
+// timed on the same operands, and whether each gives the first one's bits (on 64 columns of the
+// result spread over it). The answers say
 // whether timing the candidates at start would pay (the FP8 GEMMs gain well under the
 // datasheet's 2x over bf16: README, "What has run on a GPU"), and whether a run that did so
 // would need to keep its choice for a resume to stay bit-exact.
@@ -41,8 +42,9 @@ using gnmr::GemmOperandType;
 using gnmr::GemmPlan;
 using gnmr::GemmRole;
 
-constexpr int kRounds = 2;            // every candidate timed this often, interleaved; the least
+constexpr int kRounds = 2;           // every candidate timed this often, interleaved; the least
 constexpr int kCallsPerTiming = 10;  // calls between one pair of events
+constexpr int64_t kSampledColumns = 64;
 
 struct DeviceBytes {
   explicit DeviceBytes(size_t n) : bytes(n) { GNMR_CUDA_CHECK(cudaMalloc(&data, n)); }
@@ -89,8 +91,10 @@ struct Operands {
     // Dequantization multipliers of a typical size (|x| ~ 1 quantized to e4m3's 448).
     const std::vector<float> scales(std::max(a_scales.bytes, b_scales.bytes) / sizeof(float),
                                     1.0f / 256.0f);
-    GNMR_CUDA_CHECK(cudaMemcpy(a_scales.data, scales.data(), a_scales.bytes, cudaMemcpyHostToDevice));
-    GNMR_CUDA_CHECK(cudaMemcpy(b_scales.data, scales.data(), b_scales.bytes, cudaMemcpyHostToDevice));
+    GNMR_CUDA_CHECK(
+        cudaMemcpy(a_scales.data, scales.data(), a_scales.bytes, cudaMemcpyHostToDevice));
+    GNMR_CUDA_CHECK(
+        cudaMemcpy(b_scales.data, scales.data(), b_scales.bytes, cudaMemcpyHostToDevice));
   }
 };
 
@@ -115,13 +119,24 @@ std::vector<Candidate> measure(gnmr::LtGemmRunner& runner, const GemmPlan& plan,
                          nullptr);
   };
   std::vector<Candidate> out(ranked.size());
-  std::vector<uint8_t> first_bits, bits(ops.d.bytes);
+  // The bits compared: kSampledColumns of D's n columns (each m contiguous elements), evenly
+  // spread. Another summation order changes nearly every element; copying the whole of D (1 GiB
+  // for the lm_head) once per candidate would take most of the stage's time.
+  const int64_t element = gnmr::gemm_operand_bytes(plan.d_type);
+  const int64_t columns = std::min(plan.n, kSampledColumns), stride = plan.n / columns;
+  std::vector<uint8_t> first_bits, bits(size_t(columns * plan.m * element));
   for (size_t i = 0; i < ranked.size(); ++i) {
     try {
       GNMR_CUDA_CHECK(cudaMemset(ops.d.data, 0, ops.d.bytes));
       call(ranked[i]);
       GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-      GNMR_CUDA_CHECK(cudaMemcpy(bits.data(), ops.d.data, ops.d.bytes, cudaMemcpyDeviceToHost));
+      const size_t column_bytes = size_t(plan.m * element);
+      for (int64_t c = 0; c < columns; ++c) {
+        GNMR_CUDA_CHECK(cudaMemcpy(
+            bits.data() + size_t(c) * column_bytes,
+            static_cast<const uint8_t*>(ops.d.data) + size_t(c * stride * plan.ldc * element),
+            column_bytes, cudaMemcpyDeviceToHost));
+      }
       out[i].ran = true;
     } catch (const std::exception& e) {
       out[i].error = e.what();
@@ -190,8 +205,10 @@ int main(int argc, char** argv) {
     const gnmr::GpuTarget target{prop.major * 10 + prop.minor};
     const int64_t d = m.dim, kv = int64_t(m.n_kv_heads) * m.head_dim(), f = m.ffn_dim;
     const int layers = m.n_layers;
-    std::vector<Shape> shapes = {{"q,o", d, d, 2 * layers}, {"k,v", d, kv, 2 * layers},
-                                 {"gate,up", d, f, 2 * layers}, {"down", f, d, layers},
+    std::vector<Shape> shapes = {{"q,o", d, d, 2 * layers},
+                                 {"k,v", d, kv, 2 * layers},
+                                 {"gate,up", d, f, 2 * layers},
+                                 {"down", f, d, layers},
                                  {"lm_head", d, m.vocab_size, 1}};
     if (kv == d) {  // k and v are q's shape: one GEMM, four a layer
       shapes[0] = {"q,k,v,o", d, d, 4 * layers};
@@ -209,9 +226,8 @@ int main(int argc, char** argv) {
                                               gnmr::GemmPrecision::BF16, target, false);
         std::vector<GemmPlan> plans = {bf16};
         if (!lm_head) {
-          plans.push_back(
-              gnmr::plan_gemm(role, tokens, s.in, s.out, fp8, gnmr::GemmPrecision::BF16, target,
-                              false));
+          plans.push_back(gnmr::plan_gemm(role, tokens, s.in, s.out, fp8, gnmr::GemmPrecision::BF16,
+                                          target, false));
         }
         for (const GemmPlan& plan : plans) {
           if (plan.impl != GemmImpl::kBf16 && plan.impl != GemmImpl::kFp8Block) {
@@ -241,7 +257,8 @@ int main(int argc, char** argv) {
               flops / c[0].ms * 1e-9, flops / c[best].ms * 1e-9,
               c[best].same_bits ? "true" : "false");
           for (size_t i = 0; i < c.size(); ++i) {
-            if (!c[i].ran) std::fprintf(stderr, "  candidate %zu failed: %s\n", i, c[i].error.c_str());
+            if (!c[i].ran)
+              std::fprintf(stderr, "  candidate %zu failed: %s\n", i, c[i].error.c_str());
           }
           std::fflush(stdout);
           for (const char* recipe : {"bf16", "fp8mix"}) {
