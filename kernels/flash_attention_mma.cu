@@ -134,6 +134,11 @@ __device__ inline void load_float4(const float* p, float v[4]) {
   const float4 q = *reinterpret_cast<const float4*>(p);
   v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
 }
+// v = p[0..1] in one 8-byte load (p 8-byte aligned).
+__device__ inline void load_float2(const float* p, float v[2]) {
+  const float2 q = *reinterpret_cast<const float2*>(p);
+  v[0] = q.x, v[1] = q.y;
+}
 // p[0..3] = the bf16 codes in `low` (p[0] its low half, p[1] its high) and `high`, in one 8-byte
 // store (p 8-byte aligned).
 __device__ inline void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high) {
@@ -731,18 +736,23 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     } else {
       cp_async_wait_group<0>();
     }
+    // Each thread turns the lse it copied into log2 units (its own copy has landed), once per
+    // row instead of once per score and key row: the same product, the same bits.
+    if (int64_t(threadIdx.x) < tiles.q_tile) stage_lse(n)[threadIdx.x] *= kLog2e;
     __syncthreads();  // task n's tiles and rows are in shared memory
 
     // P^T into pt: element (key row, query column). dV += P^T dO before dP^T exists, so
-    // the two 16 x 64 products are not live at once with everything else (registers).
+    // the two 16 x 64 products are not live at once with everything else (registers). A lane's
+    // columns of each n-block are a pair (mma_c_col), so their lse and delta are one 8-byte load.
     float pt[kQueryBlocks][kMmaCElements];
     multiply_by_rows_transposed<HD, kQueryBlocks, 1>(&pt, ks + w0 * st, qs, st, lane);
 #pragma unroll
     for (int nb = 0; nb < kQueryBlocks; ++nb) {
+      float lse_log2[2];
+      load_float2(lse_rows + nb * kMmaN + mma_c_col(lane, 0), lse_log2);
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
-        const int column = nb * kMmaN + mma_c_col(lane, i);
-        pt[nb][i] = exp2_approx_ftz(fmaf(pt[nb][i], scale_log2, -lse_rows[column] * kLog2e));
+        pt[nb][i] = exp2_approx_ftz(fmaf(pt[nb][i], scale_log2, -lse_log2[i & 1]));
       }
     }
     if (flash_tile_needs_mask(tiles, qi, kj)) {
@@ -756,9 +766,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     multiply_by_rows_transposed<HD, kQueryBlocks, 1>(&dst, vs + w0 * st, dos, st, lane);
 #pragma unroll
     for (int nb = 0; nb < kQueryBlocks; ++nb) {
+      float row_delta[2];
+      load_float2(delta_rows + nb * kMmaN + mma_c_col(lane, 0), row_delta);
 #pragma unroll
       for (int i = 0; i < kMmaCElements; ++i) {
-        dst[nb][i] = pt[nb][i] * (dst[nb][i] - delta_rows[nb * kMmaN + mma_c_col(lane, i)]);
+        dst[nb][i] = pt[nb][i] * (dst[nb][i] - row_delta[i & 1]);
       }
     }
     accumulate_times_rows<HD, kQueryBlocks, 1>(&dk_acc, &dst, qs, st, lane);  // dK += dS^T Q

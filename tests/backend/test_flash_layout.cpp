@@ -51,7 +51,8 @@ TEST(FlashLayout, TilesDoNotOverlapAndFitAnSm80Block) {
 // The tensor-core kernels' layout: bf16 tiles (in 2-byte elements) then, for the dK/dV pass,
 // the lse and delta rows (in 4-byte floats) after them, its per-query-tile data in two stages;
 // no overlap, within an sm_80 block, rows 16-byte aligned and 4 banks apart (so 8 rows x 4
-// words of a fragment load hit 32 banks).
+// words of a fragment load hit 32 banks), every region 16-byte aligned (the dK/dV pass reads
+// lse and delta a lane's column pair at a time, 8-byte loads).
 TEST(FlashLayout, TensorCoreTilesDoNotOverlapAndFitAnSm80Block) {
   for (int64_t hd : {64, 128}) {
     for (FlashKernel kernel :

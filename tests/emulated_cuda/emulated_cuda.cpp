@@ -604,6 +604,13 @@ void load_float4(const float* p, float v[4]) {
   for (int i = 0; i < 4; ++i) v[i] = p[i];
 }
 
+void load_float2(const float* p, float v[2]) {
+  if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
+    fail_in_thread("an 8-byte load from an address off an 8-byte boundary");
+  }
+  v[0] = p[0], v[1] = p[1];
+}
+
 void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high) {
   if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
     fail_in_thread("an 8-byte store to an address off an 8-byte boundary");

@@ -117,10 +117,11 @@ inline float exp2_approx_ftz(float x) {
   return y < std::numeric_limits<float>::min() ? 0.0f : y;
 }
 
-// The 16-byte load and 8-byte store kernels/flash_attention_mma.cu wraps the same way: v =
-// p[0..3]; p[0..3] = the bf16 codes of `low` (its low half first) and `high`. Fail the launch
-// for a pointer off its access's boundary (a GPU faults).
+// The 16- and 8-byte loads and the 8-byte store kernels/flash_attention_mma.cu wraps the same
+// way: v = p[0..3]; v = p[0..1]; p[0..3] = the bf16 codes of `low` (its low half first) and
+// `high`. Fail the launch for a pointer off its access's boundary (a GPU faults).
 void load_float4(const float* p, float v[4]);
+void load_float2(const float* p, float v[2]);
 void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high);
 
 // mma.sync.m16n8k16 bf16 -> fp32 (fragments as src/backend/mma_fragment.h lays them out): each
