@@ -16,13 +16,19 @@ bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-// The alignments (A, B, D bytes) run() finds for operands that start on the allocator's
-// 256-byte boundaries: their leading dimensions' (operand_alignment.h; 0 as the start address
-// divides by any power of two).
+// The alignments (A, B, D bytes) the heuristic is told: those of the operands' starts and leading
+// dimensions (operand_alignment.h).
+std::array<uint32_t, 3> operand_alignments(const GemmPlan& plan, const void* a, const void* b,
+                                           const void* d) {
+  return {operand_alignment_bytes(a, plan.lda * gemm_operand_bytes(plan.a.type)),
+          operand_alignment_bytes(b, plan.ldb * gemm_operand_bytes(plan.b.type)),
+          operand_alignment_bytes(d, plan.ldc * gemm_operand_bytes(plan.d_type))};
+}
+
+// Those of operands that start on the allocator's 256-byte boundaries: their leading
+// dimensions' (address 0 divides by any power of two).
 std::array<uint32_t, 3> allocated_alignments(const GemmPlan& plan) {
-  return {operand_alignment_bytes(nullptr, plan.lda * gemm_operand_bytes(plan.a.type)),
-          operand_alignment_bytes(nullptr, plan.ldb * gemm_operand_bytes(plan.b.type)),
-          operand_alignment_bytes(nullptr, plan.ldc * gemm_operand_bytes(plan.d_type))};
+  return operand_alignments(plan, nullptr, nullptr, nullptr);
 }
 
 }  // namespace
@@ -137,11 +143,7 @@ std::vector<cublasLtMatmulHeuristicResult_t> LtGemmRunner::ranked_algorithms(con
 
 void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scales, const void* b,
                        const float* b_scales, void* d, cudaStream_t stream) {
-  Prepared& p = prepare(plan,
-                        {operand_alignment_bytes(a, plan.lda * gemm_operand_bytes(plan.a.type)),
-                         operand_alignment_bytes(b, plan.ldb * gemm_operand_bytes(plan.b.type)),
-                         operand_alignment_bytes(d, plan.ldc * gemm_operand_bytes(plan.d_type))},
-                        a_scales, b_scales);
+  Prepared& p = prepare(plan, operand_alignments(plan, a, b, d), a_scales, b_scales);
   if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
   matmul(p, p.heuristic.algo, plan, a, a_scales, b, b_scales, d, stream);
 }
@@ -149,10 +151,7 @@ void LtGemmRunner::run(const GemmPlan& plan, const void* a, const float* a_scale
 void LtGemmRunner::run_algorithm(const cublasLtMatmulAlgo_t& algorithm, const GemmPlan& plan,
                                  const void* a, const float* a_scales, const void* b,
                                  const float* b_scales, void* d, cudaStream_t stream) {
-  const std::array<uint32_t, 3> align = {
-      operand_alignment_bytes(a, plan.lda * gemm_operand_bytes(plan.a.type)),
-      operand_alignment_bytes(b, plan.ldb * gemm_operand_bytes(plan.b.type)),
-      operand_alignment_bytes(d, plan.ldc * gemm_operand_bytes(plan.d_type))};
+  const std::array<uint32_t, 3> align = operand_alignments(plan, a, b, d);
   GNMR_CHECK(align == allocated_alignments(plan),
              "LtGemmRunner::run_algorithm: " + gemm_plan_key(plan) +
                  ": the ranked algorithms assume operands that start on 256-byte boundaries (A " +
