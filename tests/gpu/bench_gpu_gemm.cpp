@@ -147,9 +147,10 @@ std::vector<Candidate> measure(gnmr::LtGemmRunner& runner, const GemmPlan& plan,
     if (i == 0) first_bits = bits;
     out[i].same_bits = !first_bits.empty() && bits == first_bits;
   }
-  GNMR_CHECK(out.empty() || out[0].ran,
-             "bench_gpu_gemm: the heuristic's first algorithm failed for " +
-                 gnmr::gemm_plan_key(plan) + ": " + (out.empty() ? "" : out[0].error));
+  GNMR_CHECK(!out.empty(),
+             "bench_gpu_gemm: the heuristic ranked no algorithm for " + gnmr::gemm_plan_key(plan));
+  GNMR_CHECK(out[0].ran, "bench_gpu_gemm: the heuristic's first algorithm failed for " +
+                             gnmr::gemm_plan_key(plan) + ": " + out[0].error);
   cudaEvent_t start, stop;
   GNMR_CUDA_CHECK(cudaEventCreate(&start));
   GNMR_CUDA_CHECK(cudaEventCreate(&stop));

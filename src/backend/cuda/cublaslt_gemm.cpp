@@ -1,6 +1,7 @@
 // GemmPlan -> cublasLtMatmul, with cached descriptors and algorithms (cublaslt_gemm.h).
 #include "backend/cuda/cublaslt_gemm.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -116,28 +117,36 @@ LtGemmRunner::Prepared& LtGemmRunner::prepare(const GemmPlan& plan,
   return cache_.emplace(key, std::move(p)).first->second;
 }
 
-// The sweep asks about operands as the backend allocates them (256-byte aligned starts). An FP8
-// plan's scale pointers must be set for the question to be the one run() asks; the workspace stands
-// in for them (device memory, 256-byte aligned; nothing is read before a matmul runs).
-std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
+// The sweep and the ranking ask about operands as the backend allocates them (256-byte aligned
+// starts). An FP8 plan's scale pointers must be set for the question to be the one run() asks;
+// the workspace stands in for them (device memory, 256-byte aligned; nothing is read before a
+// matmul runs).
+LtGemmRunner::Prepared& LtGemmRunner::prepare_allocated(const GemmPlan& plan) {
   const float* scales =
       plan.impl == GemmImpl::kFp8Block ? static_cast<const float*>(workspace_) : nullptr;
-  return prepare(plan, allocated_alignments(plan), scales, scales).refusal;
+  return prepare(plan, allocated_alignments(plan), scales, scales);
+}
+
+std::string LtGemmRunner::check_algorithm(const GemmPlan& plan) {
+  return prepare_allocated(plan).refusal;
 }
 
 std::vector<cublasLtMatmulHeuristicResult_t> LtGemmRunner::ranked_algorithms(const GemmPlan& plan,
                                                                              int max_count) {
   GNMR_CHECK(max_count >= 1, "LtGemmRunner::ranked_algorithms: max_count " +
                                  std::to_string(max_count) + " (at least 1)");
-  // The question check_algorithm asks, with the workspace standing in for FP8 scales.
-  const float* scales =
-      plan.impl == GemmImpl::kFp8Block ? static_cast<const float*>(workspace_) : nullptr;
-  const std::array<uint32_t, 3> align = allocated_alignments(plan);
-  Prepared& p = prepare(plan, align, scales, scales);
+  Prepared& p = prepare_allocated(plan);
   if (!p.refusal.empty()) throw Error(ErrorKind::Runtime, p.refusal);
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_count));
   cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  results.resize(size_t(ask_heuristic(p, align, max_count, results.data(), &status)));
+  results.resize(
+      size_t(ask_heuristic(p, allocated_alignments(plan), max_count, results.data(), &status)));
+  // A result whose own state is not success is not an algorithm to run (cuBLASLt's docs).
+  results.erase(std::remove_if(results.begin(), results.end(),
+                               [](const cublasLtMatmulHeuristicResult_t& r) {
+                                 return r.state != CUBLAS_STATUS_SUCCESS;
+                               }),
+                results.end());
   return results;
 }
 

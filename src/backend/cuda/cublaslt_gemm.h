@@ -69,6 +69,8 @@ class LtGemmRunner {
   // set before the heuristic is asked (block scale modes need them; null for other plans).
   Prepared& prepare(const GemmPlan& plan, const std::array<uint32_t, 3>& align,
                     const float* a_scales, const float* b_scales);
+  // prepare() for operands as the backend allocates them (check_algorithm, ranked_algorithms).
+  Prepared& prepare_allocated(const GemmPlan& plan);
   // Sets the FP8 descriptor's A and B scale pointers (device memory, 16-byte aligned).
   void set_scale_pointers(Prepared& p, const float* a_scales, const float* b_scales);
   // The heuristic's best `count` algorithms for p's descriptors and operands of these alignments
