@@ -45,8 +45,10 @@
 # build/gpu-bundle-emulated` then runs every stage on it, so a fault of this script, the bundle
 # or a code path shows here and not in the one GPU run. Such a run says DRY RUN on every row:
 # the emulation is the "GPU" (8 devices, GNMR_EMULATED_DEVICES), NCCL is the emulated one, the
-# timeouts are the emulation's (about 30 minutes in all), memcheck skips (compute-sanitizer
-# needs a GPU) and bench runs tiny-gpu (the 1B shape would take hours); --require-gpu fails it.
+# timeouts are the emulation's (about 30 minutes in all), memcheck and profile skip
+# (compute-sanitizer and ncu need a GPU), bench and gemm-sweep's bench run tiny-gpu and
+# attention-bench T = 128 (the real shapes would take hours), e2e validates on 2048 tokens;
+# --require-gpu fails it.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
@@ -60,7 +62,7 @@ while (($#)); do
     --bundle) bundle="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
-    -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d'; exit 0 ;;
     all) stages+=("${default_stages[@]}"); shift ;;
     preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench | profile) stages+=("$1"); shift ;;
     *) echo "gpu_check.sh: unknown argument \"$1\" (see --help; the logs directory is --logs DIR)" >&2; exit 2 ;;
