@@ -238,13 +238,12 @@ int main(int argc, char** argv) {
           }
           const std::vector<Candidate> c = measure(runner, plan, max_count);
           size_t best = 0;
-          int same = 0;
+          int ran = 0, same = 0;
           for (size_t i = 0; i < c.size(); ++i) {
             if (c[i].ran && c[i].ms < c[best].ms) best = i;
+            ran += c[i].ran;
             same += c[i].ran && c[i].same_bits;
           }
-          int ran = 0;
-          for (const Candidate& x : c) ran += x.ran;
           const double flops = 2.0 * double(plan.m) * double(plan.n) * double(plan.k);
           std::printf(
               "{\"gemm\": \"%s\", \"shape\": \"%s\", \"role\": \"%s\", \"impl\": \"%s\", "
