@@ -5,20 +5,21 @@
 // CPU twins: gnmr::cpu::sum_squares / global_norm_clip (src/backend/cpu/norms.cpp) and
 // gnmr::cpu::accumulate_mean_loss (src/backend/cpu/cross_entropy.cpp). All three are
 // bit-identical to them:
-// - sum_squares uses the CPU's chunks of kSumSquaresChunk elements; inside a chunk four threads
+// - sum_squares uses the CPU's chunks of kSumSquaresChunk elements; inside a chunk four lanes
 //   each run one of the CPU's four double accumulators in its order (element 4k + lane), the
 //   0-3 leftover elements go to lane 0, and the lanes combine as (a0 + a1) + (a2 + a3); then
-//   each tensor's chunk partials are added in chunk order from 0. One block per chunk stages
-//   the chunk through shared memory so the loads are coalesced; the four dependent add chains
-//   (16384 adds each) bound a chunk's time, and the chunks run in parallel. No atomics.
-//   Only the adds are serial: each lane computes eight squares ahead of them, and each thread
-//   issues its sixteen staging loads before it stores any. With one element at a time through
-//   both loops, a 3,231-chunk batch took 0.94 ms on an H200 (DRAM at 19% of its bandwidth,
-//   ncu): every load, conversion and multiply sat in the chain. "norms" in the 1B bench went
-//   from 5.8 to 3.7 ms a step (each a pass over 1.1 B gradients). Eight chunks a block, warp 0's
-//   32 lanes summing from shared memory while warps 1-3 staged the next slice, was slower
-//   still in the 1B bench (11.7 ms of "norms" per step against 6.4): with an eighth of the
-//   blocks, too few loads were in flight.
+//   each tensor's chunk partials are added in chunk order from 0. No atomics.
+//   A warp runs eight chunks, one lane per accumulator, so every lane of every warp sums. The
+//   warp copies a 256-element slice of each of its chunks into shared memory with coalesced
+//   16-byte loads (the next slice's loads in flight while the lanes sum this one), and each
+//   lane reads its accumulator's elements of its chunk from there.
+//   Why: the four add chains of a chunk are serial by the CPU's order, so a chunk can keep only
+//   four lanes busy. This kernel's first form gave each chunk a block of 128 threads, of which
+//   lanes 0-3 of warp 0 summed while the rest only staged: every double conversion, multiply
+//   and add was a warp instruction with 4 of 32 lanes working, and the double pipe (sm_90: 16
+//   conversions and 64 double operations a clock per multiprocessor) bounded it. "norms" took
+//   3.7 ms a step in the 1B bench (run 10, H200), four times its 4.4 GB of reads at the DRAM's
+//   bandwidth; with every lane summing, those instructions are an eighth as many.
 // - global_norm_clip runs global_norm_clip_values (backend/train_math.h) on one thread.
 // - accumulate_mean_loss adds the losses in index order on one thread (staged through shared
 //   memory): [N] adds, nothing next to the [N, V] pass that made them.
@@ -28,17 +29,27 @@
 #include "backend/launch_batch.h"
 #include "backend/train_math.h"
 #include "kernels/cuda_check.cuh"
+#include "kernels/quad_access.cuh"
 #include "kernels/train_ops.cuh"
 #include "util/error.h"
 
 namespace gnmr::cuda {
 namespace {
 
-constexpr int kChunkThreads = 128;
-constexpr int kTile = 2048;  // floats staged per step; a multiple of 4 (the lane count)
+// One warp a block: the blocks of a launch (a batch's few thousand chunks, eight a block)
+// spread evenly over the multiprocessors, where blocks of four warps left some with one block
+// and others with two.
+constexpr int kChunkThreads = 32;
+constexpr int kChunksPerWarp = 8;    // 32 lanes / the CPU's 4 accumulators
+constexpr int kSliceElements = 256;  // a chunk's elements a warp stages at a time; a multiple of 4
+constexpr int kSliceSteps = kSliceElements / 4;  // an accumulator's elements in a slice
+// A chunk's slice in shared memory, 4 floats longer: lane (chunk c, accumulator k) reads float
+// 4i + k of slice c at bank (4c + 4i + k) mod 32, all 32 lanes on different banks.
+constexpr int kSliceStride = kSliceElements + 4;
 constexpr int kBatchTensors = 64;
-constexpr int kStagePerThread = kTile / kChunkThreads;  // 16 loads a thread per slice
 constexpr int kSquaresAhead = 8;
+static_assert(kSumSquaresChunk % kSliceElements == 0, "a chunk is whole slices");
+static_assert(kSliceSteps % kSquaresAhead == 0, "a full slice is whole groups of squares");
 
 // Up to kBatchTensors tensors, passed by value as a kernel parameter (~1.6 KB, under the 4 KB
 // limit). first_chunk: workspace index of each tensor's first chunk; [num] is one past the last.
@@ -57,57 +68,135 @@ int64_t chunks_of(int64_t count) {
   return (count + kSumSquaresChunk - 1) / kSumSquaresChunk;
 }
 
-// One block per chunk of the batch: workspace[chunk] = the chunk's sum of squares.
-__global__ void sum_squares_chunks_kernel(SumSquaresBatch batch, double* workspace) {
-  __shared__ float tile[kTile];
-  __shared__ double lane_sums[4];
-  const int64_t chunk = batch.first_chunk[0] + blockIdx.x;
+// Chunk `chunk` of the batch: its first element and length (0 past the batch's last chunk).
+struct ChunkSpan {
+  const float* begin = nullptr;
+  int len = 0;  // at most kSumSquaresChunk
+};
+
+__device__ ChunkSpan chunk_span(const SumSquaresBatch& batch, int64_t chunk) {
+  ChunkSpan span;
+  if (chunk >= batch.first_chunk[batch.num]) return span;
   const int t = batch_member(batch.first_chunk, batch.num, chunk);  // the tensor holding it
-  const float* x = batch.tensors[t];
-  const int64_t begin = (chunk - batch.first_chunk[t]) * kSumSquaresChunk;
-  const int64_t len = min_int64(kSumSquaresChunk, batch.counts[t] - begin);
-  const int64_t len4 = len - len % 4;
-  double acc = 0.0;  // threads 0..3: accumulator `lane = threadIdx.x` of the CPU loop
-  for (int64_t t0 = 0; t0 < len4; t0 += kTile) {
-    const int count = static_cast<int>(min_int64(kTile, len4 - t0));  // a multiple of 4
-    const float* slice = x + begin + t0;
-    // A thread's loads all in flight before the first store (one load at a time, each waiting
-    // for the last, made the staging as slow as the sums).
-    int k = threadIdx.x;
-    for (; k + (kStagePerThread - 1) * kChunkThreads < count;
-         k += kStagePerThread * kChunkThreads) {
-      float staged[kStagePerThread];
-      for (int m = 0; m < kStagePerThread; ++m) staged[m] = slice[k + m * kChunkThreads];
-      for (int m = 0; m < kStagePerThread; ++m) tile[k + m * kChunkThreads] = staged[m];
-    }
-    for (; k < count; k += kChunkThreads) tile[k] = slice[k];
-    __syncthreads();
-    if (threadIdx.x < 4) {
-      // Eight squares of the lane's elements ahead of their adds, which stay in the CPU's
-      // order: only the adds depend on one another, so only their latency is serial (a square
-      // at a time put the shared-memory load, the conversion and the multiply in the chain too).
-      int e = threadIdx.x;
-      for (; e + 4 * (kSquaresAhead - 1) < count; e += 4 * kSquaresAhead) {
-        double squares[kSquaresAhead];
-        for (int m = 0; m < kSquaresAhead; ++m) {
-          const double value = tile[e + 4 * m];
-          squares[m] = value * value;
+  const int64_t offset = (chunk - batch.first_chunk[t]) * kSumSquaresChunk;
+  span.begin = batch.tensors[t] + offset;
+  span.len = static_cast<int>(min_int64(kSumSquaresChunk, batch.counts[t] - offset));
+  return span;
+}
+
+// The elements of slice `slice` of the warp's chunks that this lane copies: kQuads, quads
+// lane and lane + 32 of each chunk's slice (16-byte loads; every tensor 16-byte aligned), else
+// elements lane + 32 m. Only elements below each chunk's len4 (a multiple of 4) are read.
+template <bool kQuads>
+struct SliceCopy {
+  static constexpr int kPerChunk = kSliceElements / 32;  // floats a lane copies of a chunk
+  float values[kChunksPerWarp][kPerChunk];
+
+  __device__ void load(const ChunkSpan (&spans)[kChunksPerWarp], const int (&len4)[kChunksPerWarp],
+                       int slice, int lane) {
+    const int base = slice * kSliceElements;
+#pragma unroll
+    for (int c = 0; c < kChunksPerWarp; ++c) {
+#pragma unroll
+      for (int m = 0; m < kPerChunk / (kQuads ? 4 : 1); ++m) {
+        const int at = base + (kQuads ? 4 * (lane + 32 * m) : lane + 32 * m);
+        float* v = &values[c][kQuads ? 4 * m : m];
+        if (kQuads) {
+          const float4 q = at < len4[c] ? *reinterpret_cast<const float4*>(spans[c].begin + at)
+                                        : float4{0, 0, 0, 0};
+          v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+        } else {
+          v[0] = at < len4[c] ? spans[c].begin[at] : 0.0f;
         }
-        for (int m = 0; m < kSquaresAhead; ++m) acc += squares[m];
-      }
-      for (; e < count; e += 4) {
-        const double value = tile[e];
-        acc += value * value;
       }
     }
-    __syncthreads();
   }
-  if (threadIdx.x < 4) lane_sums[threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double acc0 = lane_sums[0];
-    for (int64_t i = begin + len4; i < begin + len; ++i) acc0 += static_cast<double>(x[i]) * x[i];
-    workspace[chunk] = (acc0 + lane_sums[1]) + (lane_sums[2] + lane_sums[3]);
+
+  // tile[c * kSliceStride + e] = element e of chunk c's slice.
+  __device__ void store(float* tile, int lane) const {
+#pragma unroll
+    for (int c = 0; c < kChunksPerWarp; ++c) {
+#pragma unroll
+      for (int m = 0; m < kPerChunk / (kQuads ? 4 : 1); ++m) {
+        const float* v = &values[c][kQuads ? 4 * m : m];
+        if (kQuads) {
+          *reinterpret_cast<float4*>(tile + c * kSliceStride + 4 * (lane + 32 * m)) =
+              float4{v[0], v[1], v[2], v[3]};
+        } else {
+          tile[c * kSliceStride + lane + 32 * m] = v[0];
+        }
+      }
+    }
+  }
+};
+
+// workspace[chunk] = the chunk's sum of squares. Block b (one warp) runs the batch's chunks
+// first_chunk[0] + 8 b + c, c = 0..7; lane 4c + k runs accumulator k of chunk c. Every lane
+// takes the same number of slices (the warp's longest chunk's), so the __syncwarp and the
+// shuffles see the whole warp.
+template <bool kQuads>
+__global__ void __launch_bounds__(kChunkThreads)
+    sum_squares_chunks_kernel(SumSquaresBatch batch, double* workspace) {
+  __shared__ __align__(16) float tile[kChunksPerWarp * kSliceStride];
+  const int lane = threadIdx.x;
+  const int my_chunk = lane / 4, accumulator = lane % 4;
+  const int64_t first = batch.first_chunk[0] + int64_t{blockIdx.x} * kChunksPerWarp;
+  ChunkSpan spans[kChunksPerWarp];
+  int len4[kChunksPerWarp];
+  int slices = 0;
+#pragma unroll
+  for (int c = 0; c < kChunksPerWarp; ++c) {
+    spans[c] = chunk_span(batch, first + c);
+    len4[c] = spans[c].len - spans[c].len % 4;
+    const int chunk_slices = (len4[c] + kSliceElements - 1) / kSliceElements;
+    slices = chunk_slices > slices ? chunk_slices : slices;
+  }
+  const float* mine = tile + my_chunk * kSliceStride;
+  // This lane's chunk again by its own index (picking it out of spans by a lane-dependent index
+  // would put spans in local memory).
+  const ChunkSpan my_span = chunk_span(batch, first + my_chunk);
+  const int my_len4 = my_span.len - my_span.len % 4;
+
+  double acc = 0.0;  // the chunk's accumulator `accumulator` of the CPU loop
+  SliceCopy<kQuads> copy;
+  if (slices > 0) copy.load(spans, len4, 0, lane);
+  for (int slice = 0; slice < slices; ++slice) {
+    copy.store(tile, lane);
+    __syncwarp();
+    if (slice + 1 < slices) copy.load(spans, len4, slice + 1, lane);  // in flight while we sum
+    // This lane's elements of the slice: 4 i + accumulator for i < steps (the chunk's len4 ends
+    // at a multiple of 4, so its four lanes take the same steps).
+    const int left = my_len4 - slice * kSliceElements;
+    const int steps = left <= 0 ? 0 : (left / 4 < kSliceSteps ? left / 4 : kSliceSteps);
+    // Eight squares ahead of their adds, which stay in the CPU's order: only the adds depend on
+    // one another, so only their latency is serial.
+    int i = 0;
+    for (; i + kSquaresAhead <= steps; i += kSquaresAhead) {
+      double squares[kSquaresAhead];
+#pragma unroll
+      for (int m = 0; m < kSquaresAhead; ++m) {
+        const double value = mine[4 * (i + m) + accumulator];
+        squares[m] = value * value;
+      }
+#pragma unroll
+      for (int m = 0; m < kSquaresAhead; ++m) acc += squares[m];
+    }
+    for (; i < steps; ++i) {
+      const double value = mine[4 * i + accumulator];
+      acc += value * value;
+    }
+    __syncwarp();  // the slice is read before the next store overwrites it
+  }
+  // The 0-3 elements past len4 go to accumulator 0, in order, then (a0 + a1) + (a2 + a3).
+  if (accumulator == 0) {
+    for (int e = my_len4; e < my_span.len; ++e) {
+      acc += static_cast<double>(my_span.begin[e]) * my_span.begin[e];
+    }
+  }
+  const double pair = acc + __shfl_xor_sync(0xFFFFFFFFu, acc, 1);     // a0 + a1, a2 + a3
+  const double total = pair + __shfl_xor_sync(0xFFFFFFFFu, pair, 2);  // (a0 + a1) + (a2 + a3)
+  if (accumulator == 0 && first + my_chunk < batch.first_chunk[batch.num]) {
+    workspace[first + my_chunk] = total;
   }
 }
 
@@ -175,8 +264,14 @@ void sum_squares(const float* const* tensors, const int64_t* counts, int64_t num
     const int64_t batch_chunks = batch.first_chunk[batch.num] - next_chunk;
     if (batch_chunks > 0) {
       GNMR_CHECK(batch_chunks <= int64_t{0x7FFFFFFF}, "sum_squares: too many chunks in one batch");
-      sum_squares_chunks_kernel<<<static_cast<unsigned>(batch_chunks), kChunkThreads, 0, stream>>>(
-          batch, workspace);
+      bool quads = true;
+      for (int i = 0; i < batch.num; ++i) quads = quads && all_16_byte_aligned({batch.tensors[i]});
+      const auto blocks =
+          static_cast<unsigned>((batch_chunks + kChunksPerWarp - 1) / kChunksPerWarp);
+      dispatch_quads(quads, [&](auto q) {
+        constexpr bool kQuads = decltype(q)::value;
+        sum_squares_chunks_kernel<kQuads><<<blocks, kChunkThreads, 0, stream>>>(batch, workspace);
+      });
       GNMR_CUDA_CHECK(cudaGetLastError());
     }
     sum_squares_combine_kernel<<<1, kBatchTensors, 0, stream>>>(batch, workspace,

@@ -5,7 +5,8 @@
 //   thread, so a function-local static is one array shared by the block's threads, as shared
 //   memory is;
 // - cudaFuncSetAttribute's overload for a kernel pointer, as nvcc's cuda_runtime.h has it;
-// - __syncthreads, __shfl_xor_sync, atomicMax, __float_as_uint, __uint_as_float: the
+// - __syncthreads, __syncwarp (the whole warp's), __shfl_xor_sync, atomicMax, __float_as_uint,
+// __uint_as_float: the
 //   emulation's (an atomic is a plain read-modify-write: one OS thread runs every thread); the C
 //   math functions the host's libm (CUDA's expf / logf may differ in the last bit).
 #pragma once
@@ -29,6 +30,7 @@
 #undef __launch_bounds__
 #define __launch_bounds__(...)
 #define __syncthreads() ::gnmr::cuda::emulated_syncthreads()
+#define __syncwarp(...) ::gnmr::cuda::emulated_syncwarp()
 
 // cuda_runtime.h's C++ overload taking the kernel itself (nvcc only).
 template <typename T>

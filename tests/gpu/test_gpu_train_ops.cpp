@@ -331,35 +331,47 @@ TEST(GpuTrainOps, AccumulateMeanLossIsBitExact) {
 TEST(GpuTrainOps, SumSquaresIsBitExactAcrossChunksAndBatches) {
   SKIP_WITHOUT_GPU();
   // Empty, tiny, unaligned (a 1-3 element tail), one chunk, a chunk and one, several chunks; and
-  // more tensors than one kernel batch takes.
+  // more tensors than one kernel batch takes. A warp sums eight chunks, so the chunks of
+  // neighbouring tensors share warps, with their lengths and tails unlike.
   std::vector<int64_t> counts = {0, 1, 3, 70, 65536, 65537, 200003};
   std::mt19937 rng(14);
   while (counts.size() < 150) counts.push_back(int64_t(rng() % 3000));
   counts[100] = 131075;
+  counts[120] = 65536 * 9 + 258;  // a warp's eight chunks, and a ninth of 2 slices and 2
   std::vector<std::vector<float>> host;
-  std::vector<std::unique_ptr<DeviceBuffer<float>>> device;
-  std::vector<const float*> host_ptrs, device_ptrs;
+  std::vector<const float*> host_ptrs;
   for (size_t t = 0; t < counts.size(); ++t) {
     host.push_back(random_vector(size_t(counts[t]), uint32_t(100 + t), 1.0f + float(t % 7)));
-    device.push_back(host.back().empty() ? std::make_unique<DeviceBuffer<float>>(size_t{1})
-                                         : std::make_unique<DeviceBuffer<float>>(host.back()));
     host_ptrs.push_back(host.back().data());
-    device_ptrs.push_back(device.back()->get());
   }
   const int64_t num = int64_t(counts.size());
   std::vector<double> cpu_out(counts.size());
   cpu::sum_squares(host_ptrs.data(), counts.data(), num, cpu_out.data(), 2);
-  const int64_t workspace_doubles = cuda::sum_squares_workspace_doubles(counts.data(), num);
-  DeviceBuffer<double> d_workspace(static_cast<size_t>(workspace_doubles)),
-      d_out(std::vector<double>(counts.size(), std::nan("")));
-  cuda::sum_squares(device_ptrs.data(), counts.data(), num, d_out.get(), d_workspace.get(),
-                    nullptr);
-  sync();
-  expect_same_bits(d_out.to_host(), cpu_out, "sum of squares");
-  cuda::sum_squares(device_ptrs.data(), counts.data(), num, d_out.get(), d_workspace.get(),
-                    nullptr);
-  sync();
-  expect_same_bits(d_out.to_host(), cpu_out, "sum of squares, second run");
+  // Each tensor at offset 0 of its buffer (16-byte aligned: the kernel's 16-byte loads) and
+  // at offset 1 float (its 4-byte loads).
+  for (const size_t offset : {size_t{0}, size_t{1}}) {
+    SCOPED_TRACE("offset " + std::to_string(offset));
+    std::vector<std::unique_ptr<DeviceBuffer<float>>> device;
+    std::vector<const float*> device_ptrs;
+    for (size_t t = 0; t < counts.size(); ++t) {
+      std::vector<float> padded(offset, std::nanf(""));
+      padded.insert(padded.end(), host[t].begin(), host[t].end());
+      padded.push_back(std::nanf(""));  // a read past the end shows
+      device.push_back(std::make_unique<DeviceBuffer<float>>(padded));
+      device_ptrs.push_back(device.back()->get() + offset);
+    }
+    const int64_t workspace_doubles = cuda::sum_squares_workspace_doubles(counts.data(), num);
+    DeviceBuffer<double> d_workspace(static_cast<size_t>(workspace_doubles)),
+        d_out(std::vector<double>(counts.size(), std::nan("")));
+    cuda::sum_squares(device_ptrs.data(), counts.data(), num, d_out.get(), d_workspace.get(),
+                      nullptr);
+    sync();
+    expect_same_bits(d_out.to_host(), cpu_out, "sum of squares");
+    cuda::sum_squares(device_ptrs.data(), counts.data(), num, d_out.get(), d_workspace.get(),
+                      nullptr);
+    sync();
+    expect_same_bits(d_out.to_host(), cpu_out, "sum of squares, second run");
+  }
 }
 
 TEST(GpuTrainOps, GlobalNormClipIsBitExact) {
