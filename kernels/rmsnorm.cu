@@ -6,6 +6,10 @@
 // per-element expression. dw is summed as on the CPU: per chunk of kRmsnormChunkRows rows in
 // row order into the workspace, then the chunks in order, so given the same rstd it is
 // bit-identical, and deterministic always.
+// The backward runs as one kernel over each chunk's rows where a thread's share of a row fits
+// its registers (rmsnorm_backward_chunk_kernel: d up to 4096 four-wide, 1024 one at a time),
+// else as a row kernel for dx and a chunk kernel for dw's partials, which read x and dout a
+// second time (24 bytes moved an element instead of 16). Both give the same bits.
 #include <algorithm>
 
 #include "backend/train_math.h"
@@ -124,6 +128,100 @@ __global__ void rmsnorm_backward_dx_kernel(const float* x, const float* w, const
   }
 }
 
+// A thread's elements of a row for rmsnorm_backward_chunk_kernel: kItems groups of kWidth,
+// group t at column (threadIdx.x + t blockDim.x) kWidth, the columns the row kernels' loops
+// give the thread, in the same order. Groups past d stay zero and are not stored.
+template <bool kQuads, int kItems>
+struct RowShare {
+  using E = RowElements<kQuads>;
+  static constexpr int kW = E::kWidth;
+  float v[kItems][kW];
+
+  __device__ static int64_t column(int t) { return (threadIdx.x + int64_t{t} * blockDim.x) * kW; }
+  __device__ void load(const float* row, int64_t d) {
+#pragma unroll
+    for (int t = 0; t < kItems; ++t) {
+      if (column(t) < d) {
+        E::load(row, column(t), v[t]);
+      } else {
+        for (int k = 0; k < kW; ++k) v[t][k] = 0.0f;
+      }
+    }
+  }
+  __device__ void store(float* row, int64_t d) const {
+#pragma unroll
+    for (int t = 0; t < kItems; ++t) {
+      if (column(t) < d) E::store(row, column(t), v[t]);
+    }
+  }
+};
+
+// dx and dw's partials in one pass: a block takes a chunk of kRmsnormChunkRows rows in row
+// order, a thread keeping its columns' x, dout and dx of a row in registers from the dot to the
+// update, and dw's partial sums of its columns over the chunk, then writes them to
+// workspace[chunk, j]. The next row's loads are issued before this row's block_sum, so they are
+// in flight through its barriers. Per element the expressions of rmsnorm_backward_dx_kernel and
+// rmsnorm_backward_dw_partial_kernel, in their orders: the same bits.
+template <bool kQuads, int kItems>
+__global__ void __launch_bounds__(kRowThreads)
+    rmsnorm_backward_chunk_kernel(const float* x, const float* w, const float* rstd,
+                                  const float* dout, float* dx, int64_t n, int64_t d,
+                                  float* workspace) {
+  using Share = RowShare<kQuads, kItems>;
+  constexpr int kW = Share::kW;
+  Share wv;
+  wv.load(w, d);
+  const int64_t chunks = (n + kRmsnormChunkRows - 1) / kRmsnormChunkRows;
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    const int64_t row_begin = chunk * kRmsnormChunkRows;
+    const int64_t row_end = row_begin + kRmsnormChunkRows < n ? row_begin + kRmsnormChunkRows : n;
+    Share partial;  // dw's partial sums of the chunk's rows so far
+#pragma unroll
+    for (int t = 0; t < kItems; ++t) {
+      for (int k = 0; k < kW; ++k) partial.v[t][k] = 0.0f;
+    }
+    Share xv, dyv, dxv;
+    xv.load(x + row_begin * d, d);
+    dyv.load(dout + row_begin * d, d);
+    dxv.load(dx + row_begin * d, d);
+    float r = rstd[row_begin];
+    for (int64_t row = row_begin; row < row_end; ++row) {
+      Share x_next = xv, dy_next = dyv, dx_next = dxv;  // kept where this is the last row
+      float r_next = r;
+      if (row + 1 < row_end) {
+        x_next.load(x + (row + 1) * d, d);
+        dy_next.load(dout + (row + 1) * d, d);
+        dx_next.load(dx + (row + 1) * d, d);
+        r_next = rstd[row + 1];
+      }
+      double dot = 0.0;
+#pragma unroll
+      for (int t = 0; t < kItems; ++t) {
+        if (Share::column(t) >= d) continue;
+        for (int k = 0; k < kW; ++k) {
+          dot += static_cast<double>(dyv.v[t][k] * wv.v[t][k]) * (xv.v[t][k] * r);
+        }
+      }
+      dot = block_sum(dot);
+      const float mean_dot = static_cast<float>(dot / static_cast<double>(d));
+#pragma unroll
+      for (int t = 0; t < kItems; ++t) {
+        for (int k = 0; k < kW; ++k) {
+          const float xhat = xv.v[t][k] * r;
+          dxv.v[t][k] += r * (dyv.v[t][k] * wv.v[t][k] - xhat * mean_dot);
+          partial.v[t][k] += dyv.v[t][k] * xhat;
+        }
+      }
+      dxv.store(dx + row * d, d);
+      xv = x_next;
+      dyv = dy_next;
+      dxv = dx_next;
+      r = r_next;
+    }
+    partial.store(workspace + chunk * d, d);
+  }
+}
+
 // workspace[chunk, j] = sum over the chunk's rows, in row order, of dout xhat; one thread per
 // (chunk, j), j fastest so a warp reads a row segment.
 __global__ void rmsnorm_backward_dw_partial_kernel(const float* x, const float* rstd,
@@ -199,8 +297,34 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
                       float* dx, float* dw, int64_t n, int64_t d, float* workspace,
                       cudaStream_t stream) {
   if (n == 0 || d == 0) return;
+  GNMR_CHECK(dx != x && dx != dout, "rmsnorm_backward: dx must not be x or dout");
+  const int64_t chunks = (n + kRmsnormChunkRows - 1) / kRmsnormChunkRows;
+  const bool quads = d % 4 == 0 && all_16_byte_aligned({x, w, dout, dx, workspace});
+  // Groups of columns a thread of the one-pass kernel takes.
+  const int64_t items = (d + kRowThreads * (quads ? 4 : 1) - 1) / (kRowThreads * (quads ? 4 : 1));
+  if (items <= 4) {
+    const int blocks = static_cast<int>(std::min<int64_t>(chunks, kMaxBlocks));
+    dispatch_quads(quads, [&](auto q) {
+      constexpr bool kQuads = decltype(q)::value;
+      if (items == 1) {
+        rmsnorm_backward_chunk_kernel<kQuads, 1>
+            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d, workspace);
+      } else if (items == 2) {
+        rmsnorm_backward_chunk_kernel<kQuads, 2>
+            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d, workspace);
+      } else {
+        rmsnorm_backward_chunk_kernel<kQuads, 4>
+            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d, workspace);
+      }
+    });
+    GNMR_CUDA_CHECK(cudaGetLastError());
+    rmsnorm_backward_dw_combine_kernel<<<blocks_for(d, kCombineThreads), kCombineThreads, 0,
+                                         stream>>>(workspace, chunks, d, dw);
+    GNMR_CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   const int row_blocks = static_cast<int>(std::min<int64_t>(n, kMaxBlocks));
-  if (d % 4 == 0 && all_16_byte_aligned({x, w, dout, dx})) {
+  if (quads) {
     rmsnorm_backward_dx_kernel<true>
         <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
   } else {
@@ -208,7 +332,6 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
         <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
   }
   GNMR_CUDA_CHECK(cudaGetLastError());
-  const int64_t chunks = (n + kRmsnormChunkRows - 1) / kRmsnormChunkRows;
   rmsnorm_backward_dw_partial_kernel<<<blocks_for(chunks * d, kElementThreads), kElementThreads, 0,
                                        stream>>>(x, rstd, dout, n, d, workspace);
   GNMR_CUDA_CHECK(cudaGetLastError());

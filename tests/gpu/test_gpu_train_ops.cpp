@@ -119,9 +119,11 @@ TEST(GpuTrainOps, RmsnormForwardMatchesCpuIsDeterministicAndTakesTheResidualAddI
 
 TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDw) {
   SKIP_WITHOUT_GPU();
-  // 3 chunks of kRmsnormChunkRows rows, the last partial; rows of 70 (an element per load) and
-  // 1028 (four).
-  for (const int64_t d : {70, 1028}) {
+  // 3 chunks of kRmsnormChunkRows rows, the last partial. Rows of 70 and 1030 (an element per
+  // load), 1028, 2052 and 4100 (four): the one-pass kernel at 1, 2 and 3 groups of columns a
+  // thread (70, 1028, 2052), and the row and chunk kernels where a thread's share of a row is
+  // more than its registers take (1030, 4100).
+  for (const int64_t d : {70, 1030, 1028, 2052, 4100}) {
     SCOPED_TRACE(::testing::Message() << "d " << d);
     const int64_t n = 77;
     const float eps = 1e-5f;
