@@ -37,7 +37,7 @@
 #                 T = 1024, 2048, 4096 at hd 128, T = 1024 at hd 64 (bench_gpu_attention) (60 s)
 #     profile     Nsight Compute (ncu) over one llama2-1b-gpu bench step per kernel family:
 #                 each kernel shape's time, share of the DRAM bandwidth and of issue slots
-#                 (scripts/ncu_summary.py's table in profile.log)                    (120 s)
+#                 (scripts/ncu_summary.py's table in profile.log)                    (180 s)
 # e2e and bench need a gnmr built with the CUDA backend.
 #
 # A dry run without a GPU: `GNMR_BUNDLE_EMULATED=1 scripts/gpu_bundle.sh` builds the bundle on
@@ -423,9 +423,10 @@ print("; ".join("%(kernel)s T=%(T)s hd=%(hd)s fwd %(forward_tflops)s bwd %(backw
 }
 
 # Where a step's device time goes, kernel by kernel: ncu over one bench step of llama2-1b-gpu per
-# kernel family (fp8mix's quantizers and sum of squares, bf16's attention and element-wise
-# kernels), each kernel shape's average time, DRAM bandwidth share and issue-slot share, the
-# figures that tell a kernel waiting on memory from one waiting on its instructions. The raw
+# kernel family (fp8mix's quantizers and sum of squares, bf16's attention, element-wise kernels
+# of the forward and the backward, and AdamW), each kernel shape's average time, DRAM bandwidth
+# share and issue-slot share, the figures that tell a kernel waiting on memory from one waiting
+# on its instructions. The raw
 # ncu output and the table (scripts/ncu_summary.py) go to profile.log. Not in the default
 # stages: run it as `gpu_check.sh profile`.
 stage_profile() {
@@ -446,12 +447,16 @@ stage_profile() {
   # matching launches skipped first | "tensor" where the run adds those metrics. The attention's:
   # the step runs llama2-1b-gpu's 24 layers' forward kernels, then per layer from the last the
   # backward's three (delta, dK/dV, dQ), so skipping 22 profiles the last two forwards and the
-  # last two layers' backward.
+  # last two layers' backward. The element-wise kernels run in three: the forward's (its first
+  # layers), the backward's (the loss, then the last layers'), and AdamW's launches at the step's
+  # end, which one run over both would never reach in its first launches.
   local runs=(
     "fp8mix|regex:quantize_fp|60|0|"
     "fp8mix|regex:sum_squares_chunks|4|0|"
     "bf16|regex:flash|8|22|tensor"
-    "bf16|regex:rmsnorm|swiglu|rope|residual|convert_to_bf16|adamw|cross_entropy|40|0|")
+    "bf16|regex:rmsnorm_forward|swiglu_forward|residual|convert_to_bf16|20|0|"
+    "bf16|regex:cross_entropy|rmsnorm_backward|swiglu_backward|swiglu_gradient|rope|40|0|"
+    "bf16|regex:adamw|7|0|")
   local run recipe regex count skip extra run_metrics out failed=0 files=()
   for run in "${runs[@]}"; do
     recipe=${run%%|*} regex=${run#*|} extra=${regex##*|} regex=${regex%|*}
@@ -472,7 +477,7 @@ stage_profile() {
   if ((failed)); then status=FAIL why="$failed of ${#runs[@]} ncu runs failed (profile.log); $line"; else status=PASS why="$line"; fi
 }
 
-declare -A timeout_s=([preflight]=20 [gemm-sweep]=45 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60 [profile]=120)
+declare -A timeout_s=([preflight]=20 [gemm-sweep]=45 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60 [profile]=180)
 # Inside a stage: one test suite, one bench run, one e2e training run (a hang costs that, not
 # the stage and every suite or run after it).
 suite_timeout_s=45 run_timeout_s=45
