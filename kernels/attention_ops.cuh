@@ -61,9 +61,10 @@ int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t he
 // inputs, out and lse, and reads neither q, k nor v, so those need not outlive the forward.
 // scratch: flash_attention_mma_scratch_bytes, overwritten. Both buffers 16-byte aligned
 // (checked). The backend runs them for model.attention = flash_bf16 (and auto under bf16 GEMMs).
-// query_tile: the forward's query rows per thread block, 64 or 128 (the backend's:
+// query_tile: the forward's query rows per thread block, 64 or 128 (by default
 // kFlashMmaForwardQueryTile, backend/flash_layout.h), and the backward's dq pass's, 64 or at
-// head dim 64 128 (flash_mma_query_pass_tile); the same results, other speeds.
+// head dim 64 128 (flash_mma_query_pass_tile); the same results, other speeds (on a GPU the
+// backend times both: backend/cuda/flash_tile_choice.h).
 void flash_attention_forward_mma(const float* q, const float* k, const float* v,
                                  const float* rope_cos, const float* rope_sin, float* out,
                                  float* lse, void* inputs, int64_t batch, int64_t seq,
@@ -73,6 +74,18 @@ void flash_attention_backward_mma(const void* inputs, const float* out, const fl
                                   const float* dout, float* dq, float* dk, float* dv, void* scratch,
                                   int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                   int64_t head_dim, cudaStream_t stream, int64_t query_tile);
+// The tensor-core forward's kernel alone, on the bf16 copies in `inputs` that a
+// flash_attention_forward_mma of this shape made: out and lse written again, the same bits at
+// either query tile. And the backward's dq pass alone, on those copies and on the delta and
+// dout's bf16 copy in `scratch` that a flash_attention_backward_mma of this shape made: dq
+// written again, the same bits at either tile. For timing the two tiles on a shape (the cuda
+// backend picks the faster at the shape's first call, docs/DESIGN.md §6).
+void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
+                                   int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   cudaStream_t stream, int64_t query_tile);
+void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, cudaStream_t stream, int64_t query_tile);
 
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:

@@ -12,7 +12,8 @@
 // of 16 rows each, a head's longest tiles first (flash_block_task in src/backend/flash_layout.h);
 // the forward's query tile is 128 rows by default, two 16-row blocks a warp
 // (kFlashMmaForwardQueryTile, the reasons beside kQueryTileBlocksPerSm), or 64, and so is the dQ
-// pass's at hd 64 (flash_mma_query_pass_tile). The host side first
+// pass's at hd 64 (flash_mma_query_pass_tile); on a GPU the backend runs whichever it timed
+// faster at the shape (backend/cuda/flash_tile_choice.h). The host side first
 // converts q, k, v to bf16 copies that the caller keeps for the backward, and the backward dout
 // to one in its scratch (flash_mma_buffers); the kernels copy tiles of those to shared memory by
 // cp.async, 16 bytes per thread and pass, and take fragments from there by ldmatrix, one
@@ -872,6 +873,24 @@ void forward_mma_for(const Bf16Copies& c, float* out, float* lse, const FlashDim
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
+// The dQ pass (after the delta and dK/dV kernels, which made c.delta and c.dout).
+template <int HD, int kQueryRowBlocks>
+void dq_pass_mma_for(const Bf16Copies& c, const float* lse, float* dq, const FlashDims& s,
+                     cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const FlashTiling q_tiles =
+      flash_mma_query_tiling(s.seq, kFlashMmaWarps * kMmaM * kQueryRowBlocks);
+  const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, q_tiles);
+  const unsigned q_blocks = launch_blocks(
+      flash_backward_query_mma_kernel<HD, kQueryRowBlocks>,
+      flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, q_tiles), q_bytes,
+      s, HD, "backward dq (tensor cores)");
+  flash_backward_query_mma_kernel<HD, kQueryRowBlocks>
+      <<<q_blocks, kFlashMmaThreads, size_t(q_bytes), stream>>>(c.q, c.k, c.v, lse, c.delta, c.dout,
+                                                                dq, s, q_tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
 template <int HD, int kQueryRowBlocks>
 void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, const float* lse,
                       float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
@@ -895,18 +914,38 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
       <<<kv_blocks, kFlashMmaThreads, size_t(kv_bytes), stream>>>(c.q, c.k, c.v, lse, c.delta,
                                                                   c.dout, dk, dv, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
+  dq_pass_mma_for<HD, kQueryRowBlocks>(c, lse, dq, s, stream);
+}
 
-  const FlashTiling q_tiles =
-      flash_mma_query_tiling(s.seq, kFlashMmaWarps * kMmaM * kQueryRowBlocks);
-  const int64_t q_bytes = flash_mma_shared_bytes(FlashKernel::BackwardQuery, HD, q_tiles);
-  const unsigned q_blocks = launch_blocks(
-      flash_backward_query_mma_kernel<HD, kQueryRowBlocks>,
-      flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, q_tiles), q_bytes,
-      s, HD, "backward dq (tensor cores)");
-  flash_backward_query_mma_kernel<HD, kQueryRowBlocks>
-      <<<q_blocks, kFlashMmaThreads, size_t(q_bytes), stream>>>(c.q, c.k, c.v, lse, c.delta, c.dout,
-                                                                dq, s, q_tiles, scale);
-  GNMR_CUDA_CHECK(cudaGetLastError());
+// The forward's query tile, else Error(Runtime) naming it.
+void check_forward_query_tile(int64_t query_tile) {
+  if (query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a forward query tile of " +
+                                        std::to_string(query_tile) + " rows; it takes 64 or 128");
+  }
+}
+
+// The dq pass's query tile at this head dim, else Error(Runtime) naming both.
+void check_dq_query_tile(int64_t query_tile, int64_t head_dim) {
+  if ((query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) ||
+      (query_tile == 2 * kFlashQTile && head_dim != 64)) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a dq pass query tile of " +
+                                        std::to_string(query_tile) + " rows at head dim " +
+                                        std::to_string(head_dim) +
+                                        "; it takes 64, or 128 at head dim 64");
+  }
+}
+
+void forward_kernel_at_tile(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
+                            int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
+  const bool two_row_blocks = query_tile == 2 * kFlashQTile;
+  if (head_dim == 64) {
+    two_row_blocks ? forward_mma_for<64, 2>(c, out, lse, s, stream)
+                   : forward_mma_for<64, 1>(c, out, lse, s, stream);
+  } else {
+    two_row_blocks ? forward_mma_for<128, 2>(c, out, lse, s, stream)
+                   : forward_mma_for<128, 1>(c, out, lse, s, stream);
+  }
 }
 
 }  // namespace
@@ -927,10 +966,7 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
                                  cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
-  if (query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) {
-    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a forward query tile of " +
-                                        std::to_string(query_tile) + " rows; it takes 64 or 128");
-  }
+  check_forward_query_tile(query_tile);
   if (batch * seq * heads == 0) return;
   check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
   GNMR_CHECK((rope_cos == nullptr) == (rope_sin == nullptr),
@@ -944,13 +980,36 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
     convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
   }
   convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
-  const bool two_row_blocks = query_tile == 2 * kFlashQTile;
+  forward_kernel_at_tile(c, out, lse, s, head_dim, stream, query_tile);
+}
+
+void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
+                                   int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   cudaStream_t stream, int64_t query_tile) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  check_shape(s, head_dim);
+  check_forward_query_tile(query_tile);
+  if (batch * seq * heads == 0) return;
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  forward_kernel_at_tile(buffer_regions(inputs, nullptr, s, head_dim), out, lse, s, head_dim,
+                         stream, query_tile);
+}
+
+void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  check_shape(s, head_dim);
+  check_dq_query_tile(query_tile, head_dim);
+  if (batch * seq * heads == 0) return;
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  check_aligned(scratch, "scratch", s, head_dim);
+  const Bf16Copies c = buffer_regions(inputs, const_cast<void*>(scratch), s, head_dim);
   if (head_dim == 64) {
-    two_row_blocks ? forward_mma_for<64, 2>(c, out, lse, s, stream)
-                   : forward_mma_for<64, 1>(c, out, lse, s, stream);
+    query_tile == 2 * kFlashQTile ? dq_pass_mma_for<64, 2>(c, lse, dq, s, stream)
+                                  : dq_pass_mma_for<64, 1>(c, lse, dq, s, stream);
   } else {
-    two_row_blocks ? forward_mma_for<128, 2>(c, out, lse, s, stream)
-                   : forward_mma_for<128, 1>(c, out, lse, s, stream);
+    dq_pass_mma_for<128, 1>(c, lse, dq, s, stream);
   }
 }
 
@@ -960,13 +1019,7 @@ void flash_attention_backward_mma(const void* inputs, const float* out, const fl
                                   int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
   check_shape(s, head_dim);
-  if ((query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) ||
-      (query_tile == 2 * kFlashQTile && head_dim != 64)) {
-    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a dq pass query tile of " +
-                                        std::to_string(query_tile) + " rows at head dim " +
-                                        std::to_string(head_dim) +
-                                        "; it takes 64, or 128 at head dim 64");
-  }
+  check_dq_query_tile(query_tile, head_dim);
   if (batch * seq * heads == 0) return;
   check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
   check_aligned(scratch, "scratch", s, head_dim);

@@ -159,13 +159,14 @@ GNMR_HD_INLINE bool flash_mma_warp_sees_key_tile(int64_t first_key, int64_t last
                                                  bool has_rows) {
   return has_rows && first_key <= last_query;
 }
-// The forward's query tile the backend runs. 128, as FlashAttention-2's forward; both are
-// measured side by side by tests/gpu/bench_gpu_attention.cpp (scripts/gpu_check.sh
-// attention-bench).
+// The forward's default query tile: 128, as FlashAttention-2's forward. On a GPU the backend
+// times it beside 64 at each shape's first forward and runs the faster
+// (backend/cuda/flash_tile_choice.h); tests/gpu/bench_gpu_attention.cpp (scripts/gpu_check.sh
+// attention-bench) measures both side by side.
 constexpr int64_t kFlashMmaForwardQueryTile = 128;
 // The backward's dQ pass may take 128-row query tiles too, at head dim 64 only: its dQ, P and dP
-// for two row blocks a warp fit in 255 registers there and not at 128. The tile the backend
-// runs, timed beside the other by the same bench.
+// for two row blocks a warp fit in 255 registers there and not at 128. The default tile,
+// timed beside the other as the forward's.
 GNMR_HD_INLINE int64_t flash_mma_query_pass_tile(int64_t head_dim) {
   return head_dim == 64 ? 2 * kFlashQTile : kFlashQTile;
 }

@@ -408,6 +408,66 @@ TEST(GpuFlashAttention, TheTensorCoreStateKeepsItsBf16InputsSoTheBackwardReadsNo
   }
 }
 
+// Through the backend: with the query tiles timed (FlashTiles::Timed), a shape's first forward
+// and, at head dim 64, its first backward time both tiles (one more wait each, none after),
+// and every call gives the bits of the default tiles: out, dq, dk, dv, the first call and the
+// second (which runs the tile the timing chose).
+TEST(GpuFlashAttention, TimedQueryTilesWaitOnceAndGiveTheDefaultTilesBits) {
+  SKIP_WITHOUT_GPU();
+  for (const int64_t hd : {int64_t{64}, int64_t{128}}) {
+    const AttentionShape shape{2, 130, 8, 2, hd};
+    const int64_t b = shape.batch, t = shape.seq, h = shape.heads, hkv = shape.kv_heads;
+    SCOPED_TRACE("hd " + std::to_string(hd));
+    std::vector<float> results[2][2][4];  // [timed][call][out, dq, dk, dv]
+    int64_t waits[2][2][2];               // [timed][call][after the forward, the backward]
+    for (int timed = 0; timed < 2; ++timed) {
+      CudaBackendOptions options;
+      options.attention = CudaAttention::FlashBf16;
+      options.flash_tiles = timed ? FlashTiles::Timed : FlashTiles::Defaults;
+      std::unique_ptr<Backend> be = make_cuda_backend(options);
+      std::unique_ptr<AttentionState> state = be->plan_attention("attention", shape, false);
+      EXPECT_EQ(state->kernel().find("timed at its first forward") != std::string::npos, timed == 1)
+          << state->kernel();
+      auto tensor = [&](const char* name, std::vector<int64_t> dims, uint32_t seed) {
+        Tensor x = be->allocate(name, std::move(dims), DType::F32, MemoryRole::Scratch);
+        const std::vector<float> values = gnmr_test::random_normal(size_t(x.numel()), seed);
+        be->copy_from_host(x, values.data());
+        return x;
+      };
+      const Tensor q = tensor("q", {b, t, h, hd}, 1), k = tensor("k", {b, t, hkv, hd}, 2),
+                   v = tensor("v", {b, t, hkv, hd}, 3), dout = tensor("dout", {b, t, h, hd}, 4);
+      for (int call = 0; call < 2; ++call) {
+        Tensor out = tensor("out", {b, t, h, hd}, 5), dq = tensor("dq", {b, t, h, hd}, 6),
+               dk = tensor("dk", {b, t, hkv, hd}, 7), dv = tensor("dv", {b, t, hkv, hd}, 8);
+        const int64_t before = be->sync_count();
+        be->attention_forward(q, k, v, out, *state);
+        waits[timed][call][0] = be->sync_count() - before;
+        be->attention_backward(q, k, v, *state, dout, dq, dk, dv);
+        waits[timed][call][1] = be->sync_count() - before - waits[timed][call][0];
+        Tensor* outs[4] = {&out, &dq, &dk, &dv};
+        for (int i = 0; i < 4; ++i) {
+          results[timed][call][i].resize(size_t(outs[i]->numel()));
+          be->copy_to_host(*outs[i], results[timed][call][i].data());
+        }
+      }
+    }
+    EXPECT_EQ(waits[0][0][0], 0);
+    EXPECT_EQ(waits[0][0][1], 0);
+    EXPECT_EQ(waits[1][0][0], 1) << "the forward's tiles timed at the first call";
+    EXPECT_EQ(waits[1][0][1], hd == 64 ? 1 : 0) << "the dq pass's, at head dim 64";
+    EXPECT_EQ(waits[1][1][0] + waits[1][1][1], 0) << "no timing at the second call";
+    for (int call = 0; call < 2; ++call) {
+      for (int i = 0; i < 4; ++i) {
+        SCOPED_TRACE("call " + std::to_string(call) + ", result " + std::to_string(i));
+        ASSERT_EQ(results[1][call][i].size(), results[0][call][i].size());
+        EXPECT_EQ(std::memcmp(results[1][call][i].data(), results[0][call][i].data(),
+                              results[0][call][i].size() * sizeof(float)),
+                  0);
+      }
+    }
+  }
+}
+
 // Through the backend: rope_attention_forward gives the out of RoPE on q and k, then
 // attention_forward, and after the backward the same gradients, bit for bit (tables longer than
 // the sequence, as the model's). The tensor-core kernels rotate q and k as they copy them to

@@ -6,7 +6,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -15,6 +17,7 @@
 #include "backend/cuda/cuda_projection.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_probe.h"
+#include "backend/cuda/flash_tile_choice.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/embedding_index.h"
 #include "backend/flash_layout.h"
@@ -72,6 +75,13 @@ class CudaAttentionState final : public AttentionState {
       case AttentionKernel::FlashSimt:
         return "flash (fp32 SIMT)";
       case AttentionKernel::FlashTensorCores:
+        if (tiles_timed) {
+          return std::string(
+                     "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of 64 or 128 "
+                     "rows in the forward") +
+                 (shape.head_dim == 64 ? " and the dq pass" : ", 64 in the dq pass") +
+                 ", the faster at this shape, timed at its first forward and backward)";
+        }
         return "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +
                std::to_string(kFlashMmaForwardQueryTile) + " rows in the forward, " +
                std::to_string(flash_mma_query_pass_tile(shape.head_dim)) + " in the dq pass)";
@@ -86,6 +96,7 @@ class CudaAttentionState final : public AttentionState {
   }
   bool flash() const { return kernel_kind != AttentionKernel::Materialized; }
   AttentionKernel kernel_kind = AttentionKernel::Materialized;
+  bool tiles_timed = false;  // the tensor-core kernels' query tiles: timed, not the defaults
   bool out_kept = false;
   Tensor probs;                       // v1: [B, H, T, T]
   Tensor out;                         // flash, out not kept: [B, T, H, hd]
@@ -171,6 +182,11 @@ class CudaBackend final : public Backend {
 
   explicit CudaBackend(const CudaBackendOptions& options)
       : memory_(options.poison), attention_choice_(options.attention) {
+#ifdef GNMR_CUDA_EMULATED
+    time_flash_tiles_ = options.flash_tiles == FlashTiles::Timed;
+#else
+    time_flash_tiles_ = options.flash_tiles != FlashTiles::Defaults;
+#endif
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
       throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
@@ -208,8 +224,12 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override { return "cuda"; }
-  std::string device() const override { return device_name_; }
+  std::string name() const override {
+    return "cuda";
+  }
+  std::string device() const override {
+    return device_name_;
+  }
 
   // ---- memory ----
   Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
@@ -271,8 +291,12 @@ class CudaBackend final : public Backend {
     ++sync_count_;
     GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  int64_t sync_count() const override { return sync_count_; }
-  void set_op_timing(bool on) override { op_timer_->set_enabled(on); }
+  int64_t sync_count() const override {
+    return sync_count_;
+  }
+  void set_op_timing(bool on) override {
+    op_timer_->set_enabled(on);
+  }
   std::map<std::string, double> op_times_ms() override {
     ++sync_count_;
     return op_timer_->totals_ms();
@@ -513,7 +537,9 @@ class CudaBackend final : public Backend {
     Tensor dy = tensor_view(dx, {b * t, heads * hd});  // [N, out]
     cuda::projection_backward(c, s, proj.path, proj.w, dy, d_in, accumulate, proj.dw, &rotated);
   }
-  void invalidate_prepared_weights() override { ++weights_epoch_; }
+  void invalidate_prepared_weights() override {
+    ++weights_epoch_;
+  }
   void prepare_projection_weights(const std::vector<ProjectionWeight>& weights) override {
     std::vector<cuda::WeightToPrepare> units;
     units.reserve(weights.size());
@@ -555,6 +581,7 @@ class CudaBackend final : public Backend {
     state->kernel_kind =
         attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
                              shared_optin_bytes_, warned_flash_fallback_);
+    state->tiles_timed = time_flash_tiles_;
     state->out_kept = state->flash() && out_kept;
     if (state->flash() && !out_kept) {
       state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
@@ -609,10 +636,22 @@ class CudaBackend final : public Backend {
     if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
       // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
       // not read.
+      int64_t& tile = flash_tiles_[flash_tile_key(s)].dq;
+      const bool choose = tile == 0;
       cuda::flash_attention_backward_mma(
           state.inputs_bf16.data, state.flash_out(), f32_data(state.lse), f32_data(dout),
           f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads, s.kv_heads,
-          s.head_dim, stream_, flash_mma_query_pass_tile(s.head_dim));
+          s.head_dim, stream_, choose ? flash_mma_query_pass_tile(s.head_dim) : tile);
+      if (choose) {
+        tile = flash_mma_query_pass_tile(s.head_dim);
+        if (time_flash_tiles_ && s.head_dim == 64) {  // only 64 rows at head dim 128
+          tile = timed_tile(s, "the dq pass's", [&](int64_t t) {
+            cuda::flash_dq_pass_mma_only(state.inputs_bf16.data, f32_data(state.lse), scratch,
+                                         f32_data(dq), s.batch, s.seq, s.heads, s.kv_heads,
+                                         s.head_dim, stream_, t);
+          });
+        }
+      }
       return;
     }
     if (state.flash()) {  // each backward takes its own forward's out and lse
@@ -836,10 +875,23 @@ class CudaBackend final : public Backend {
     if (state.flash()) {
       if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
         // Its bf16 copies of q, k, v go to the state, for the backward.
+        int64_t& tile = flash_tiles_[flash_tile_key(s)].forward;
+        const bool choose = tile == 0;
         cuda::flash_attention_forward_mma(
             f32_data(q), f32_data(k), f32_data(v), rope ? rope->cos : nullptr,
             rope ? rope->sin : nullptr, f32_data(out), f32_data(state.lse), state.inputs_bf16.data,
-            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, kFlashMmaForwardQueryTile);
+            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_,
+            choose ? kFlashMmaForwardQueryTile : tile);
+        if (choose) {
+          tile = kFlashMmaForwardQueryTile;
+          if (time_flash_tiles_) {
+            tile = timed_tile(s, "the forward's", [&](int64_t t) {
+              cuda::flash_forward_mma_kernel_only(state.inputs_bf16.data, f32_data(out),
+                                                  f32_data(state.lse), s.batch, s.seq, s.heads,
+                                                  s.kv_heads, s.head_dim, stream_, t);
+            });
+          }
+        }
       } else {
         cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
                                       f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
@@ -893,6 +945,26 @@ class CudaBackend final : public Backend {
     return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
                                    stream_, gemm_precision(),    target_, weights_epoch_};
   }
+  // The query tiles the tensor-core flash kernels run at an attention shape (0: not chosen
+  // yet), chosen at its first forward and first backward.
+  struct FlashTileChoice {
+    int64_t forward = 0, dq = 0;
+  };
+  using FlashTileKey = std::array<int64_t, 5>;
+  static FlashTileKey flash_tile_key(const AttentionShape& s) {
+    return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
+  }
+  // The faster of the two query tiles for `run` (one kernel at a tile; flash_tile_choice.h),
+  // logged. The timing waits for the stream: a shape's first step waits once more.
+  int64_t timed_tile(const AttentionShape& s, const char* kernels,
+                     const std::function<void(int64_t)>& run) {
+    ++sync_count_;
+    const cuda::FlashTileTiming timing = cuda::time_query_tiles(stream_, run);
+    spdlog::info("flash_bf16 at {}: {} query tiles of {}", attention_shape_text(s), kernels,
+                 cuda::flash_tile_timing_text(timing));
+    return timing.tile;
+  }
+
   // The span of one op in `gnmr bench`'s breakdown (op_timer.h); nothing while timing is off.
   cuda::OpTimer::Scope time_op(const char* family) {
     return cuda::OpTimer::Scope(*op_timer_, family);
@@ -903,6 +975,8 @@ class CudaBackend final : public Backend {
   int64_t shared_optin_bytes_ = 0;  // shared memory per block a kernel may opt in to
   bool warned_flash_fallback_ = false;
   CudaAttention attention_choice_;
+  bool time_flash_tiles_ = false;  // CudaBackendOptions::flash_tiles
+  std::map<FlashTileKey, FlashTileChoice> flash_tiles_;
   GpuTarget target_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;

@@ -26,10 +26,18 @@ enum class CudaAttention { Auto, Flash, FlashBf16, Materialized };
 // "auto" | "flash" | "flash_bf16" | "materialized", else Error(Config) naming model.attention.
 CudaAttention parse_cuda_attention(const std::string& name);
 
+// The tensor-core flash kernels' query tiles (backend/cuda/flash_tile_choice.h): Timed runs
+// both (64 and 128 rows; the dq pass only at head dim 64) at each attention shape's first
+// forward and backward and then the faster, Defaults kFlashMmaForwardQueryTile and
+// flash_mma_query_pass_tile (backend/flash_layout.h), Auto Timed on a GPU and Defaults on the
+// CUDA emulation (where a kernel's time says nothing about a GPU's). The same bits either way.
+enum class FlashTiles { Auto, Timed, Defaults };
+
 struct CudaBackendOptions {
   int device = 0;       // the GPU (the local rank's)
   bool poison = false;  // GNMR_POISON=1: fill activations and scratch with NaN bytes
   CudaAttention attention = CudaAttention::Auto;
+  FlashTiles flash_tiles = FlashTiles::Auto;
 };
 
 // Error(Runtime) naming the problem when device `options.device` cannot run this build
