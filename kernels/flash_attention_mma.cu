@@ -959,19 +959,32 @@ int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t he
   return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).scratch_bytes;
 }
 
+namespace {
+
+// The checks both forward entry points make (the shape, the tile, the copies' alignment), then
+// the copies' regions. False for an empty shape: nothing to do.
+bool checked_forward_regions(const void* inputs, const FlashDims& s, int64_t head_dim,
+                             int64_t query_tile, Bf16Copies& c) {
+  check_shape(s, head_dim);
+  check_forward_query_tile(query_tile);
+  if (s.batch * s.seq * s.heads == 0) return false;
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  c = buffer_regions(inputs, nullptr, s, head_dim);
+  return true;
+}
+
+}  // namespace
+
 void flash_attention_forward_mma(const float* q, const float* k, const float* v,
                                  const float* rope_cos, const float* rope_sin, float* out,
                                  float* lse, void* inputs, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
                                  cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
-  check_shape(s, head_dim);
-  check_forward_query_tile(query_tile);
-  if (batch * seq * heads == 0) return;
-  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  Bf16Copies c{};
+  if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
   GNMR_CHECK((rope_cos == nullptr) == (rope_sin == nullptr),
              "flash attention (tensor cores): RoPE needs both tables, cos and sin");
-  const Bf16Copies c = buffer_regions(inputs, nullptr, s, head_dim);
   if (rope_cos != nullptr) {  // q and k rotated as they are copied
     rope_forward_to_bf16(q, rope_cos, rope_sin, batch, seq, heads, head_dim, c.q, stream);
     rope_forward_to_bf16(k, rope_cos, rope_sin, batch, seq, kv_heads, head_dim, c.k, stream);
@@ -987,24 +1000,42 @@ void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, i
                                    int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
                                    cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
-  check_shape(s, head_dim);
-  check_forward_query_tile(query_tile);
-  if (batch * seq * heads == 0) return;
-  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
-  forward_kernel_at_tile(buffer_regions(inputs, nullptr, s, head_dim), out, lse, s, head_dim,
-                         stream, query_tile);
+  Bf16Copies c{};
+  if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
+  forward_kernel_at_tile(c, out, lse, s, head_dim, stream, query_tile);
 }
+
+namespace {
+
+// The checks both backward entry points make (the shape, the dq pass's tile, the rows' count in
+// 31 bits, the buffers' alignment), then the bf16 copies' and the scratch's regions. False for
+// an empty shape: nothing to do.
+bool checked_backward_regions(const void* inputs, const void* scratch, const FlashDims& s,
+                              int64_t head_dim, int64_t query_tile, Bf16Copies& c) {
+  check_shape(s, head_dim);
+  check_dq_query_tile(query_tile, head_dim);
+  const int64_t rows = s.batch * s.seq * s.heads;
+  if (rows == 0) return false;
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  check_aligned(scratch, "scratch", s, head_dim);
+  if (rows >= (int64_t{1} << 31)) {
+    throw Error(ErrorKind::Runtime,
+                "flash attention (tensor cores): " + flash_launch::shape_text(s, head_dim) +
+                    " has " + std::to_string(rows) +
+                    " query rows; the backward counts them in 31 bits");
+  }
+  c = buffer_regions(inputs, const_cast<void*>(scratch), s, head_dim);
+  return true;
+}
+
+}  // namespace
 
 void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
                             int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                             int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
-  check_shape(s, head_dim);
-  check_dq_query_tile(query_tile, head_dim);
-  if (batch * seq * heads == 0) return;
-  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
-  check_aligned(scratch, "scratch", s, head_dim);
-  const Bf16Copies c = buffer_regions(inputs, const_cast<void*>(scratch), s, head_dim);
+  Bf16Copies c{};
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, c)) return;
   if (head_dim == 64) {
     query_tile == 2 * kFlashQTile ? dq_pass_mma_for<64, 2>(c, lse, dq, s, stream)
                                   : dq_pass_mma_for<64, 1>(c, lse, dq, s, stream);
@@ -1018,20 +1049,10 @@ void flash_attention_backward_mma(const void* inputs, const float* out, const fl
                                   int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                                   int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
-  check_shape(s, head_dim);
-  check_dq_query_tile(query_tile, head_dim);
-  if (batch * seq * heads == 0) return;
-  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
-  check_aligned(scratch, "scratch", s, head_dim);
+  Bf16Copies c{};
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, c)) return;
   check_aligned(out, "output", s, head_dim);
   check_aligned(dout, "output gradient", s, head_dim);
-  if (batch * seq * heads >= (int64_t{1} << 31)) {
-    throw Error(ErrorKind::Runtime,
-                "flash attention (tensor cores): " + flash_launch::shape_text(s, head_dim) +
-                    " has " + std::to_string(batch * seq * heads) +
-                    " query rows; the backward counts them in 31 bits");
-  }
-  const Bf16Copies c = buffer_regions(inputs, scratch, s, head_dim);
   if (head_dim == 64) {
     query_tile == 2 * kFlashQTile
         ? backward_mma_for<64, 2>(c, out, dout, lse, dq, dk, dv, s, stream)

@@ -16,7 +16,7 @@ namespace gnmr::cuda {
 
 // What timing two query tiles found: the tile to run and each tile's best time.
 struct FlashTileTiming {
-  int64_t tile = 0;           // 64 or 128
+  int64_t tile = 0;             // 64 or 128
   float ms_64 = 0, ms_128 = 0;  // the least of kFlashTileTimedRuns runs each
 };
 
