@@ -33,6 +33,13 @@ namespace gnmr {
 
 namespace {
 
+// The emulated build (tests only): FlashTiles::Auto keeps the default tiles there.
+#ifdef GNMR_CUDA_EMULATED
+constexpr bool kEmulatedCuda = true;
+#else
+constexpr bool kEmulatedCuda = false;
+#endif
+
 // Host-to-device uploads go through pinned staging slots, so copy_from_host returns at once
 // (the caller's buffer is copied before it returns) without waiting for the GPU. A slot is
 // reused after kStagingSlots further uploads, once its event says its copy is done: with a
@@ -181,12 +188,10 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   explicit CudaBackend(const CudaBackendOptions& options)
-      : memory_(options.poison), attention_choice_(options.attention) {
-#ifdef GNMR_CUDA_EMULATED
-    time_flash_tiles_ = options.flash_tiles == FlashTiles::Timed;
-#else
-    time_flash_tiles_ = options.flash_tiles != FlashTiles::Defaults;
-#endif
+      : memory_(options.poison),
+        attention_choice_(options.attention),
+        time_flash_tiles_(options.flash_tiles == FlashTiles::Timed ||
+                          (options.flash_tiles == FlashTiles::Auto && !kEmulatedCuda)) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
       throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
@@ -224,12 +229,8 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamDestroy(stream_);
   }
 
-  std::string name() const override {
-    return "cuda";
-  }
-  std::string device() const override {
-    return device_name_;
-  }
+  std::string name() const override { return "cuda"; }
+  std::string device() const override { return device_name_; }
 
   // ---- memory ----
   Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
@@ -291,12 +292,8 @@ class CudaBackend final : public Backend {
     ++sync_count_;
     GNMR_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
-  int64_t sync_count() const override {
-    return sync_count_;
-  }
-  void set_op_timing(bool on) override {
-    op_timer_->set_enabled(on);
-  }
+  int64_t sync_count() const override { return sync_count_; }
+  void set_op_timing(bool on) override { op_timer_->set_enabled(on); }
   std::map<std::string, double> op_times_ms() override {
     ++sync_count_;
     return op_timer_->totals_ms();
@@ -537,9 +534,7 @@ class CudaBackend final : public Backend {
     Tensor dy = tensor_view(dx, {b * t, heads * hd});  // [N, out]
     cuda::projection_backward(c, s, proj.path, proj.w, dy, d_in, accumulate, proj.dw, &rotated);
   }
-  void invalidate_prepared_weights() override {
-    ++weights_epoch_;
-  }
+  void invalidate_prepared_weights() override { ++weights_epoch_; }
   void prepare_projection_weights(const std::vector<ProjectionWeight>& weights) override {
     std::vector<cuda::WeightToPrepare> units;
     units.reserve(weights.size());
