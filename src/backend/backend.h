@@ -103,6 +103,11 @@ struct ProjectionShape {
   // backend may then prepare x once for the whole group: the CUDA backend rounds it to bf16
   // or quantizes it to fp8 codes once per group, not once per projection.
   const ProjectionState* input_leader = nullptr;
+  // The model may keep x to the backward whatever the projection reads: another op's backward
+  // may read it (the o projection's x is attention's out), or the model keeps it always (the
+  // lm_head's xn_final). A backend then keeps no copy of x in place of it, which would only add
+  // memory.
+  bool input_read_elsewhere = false;
 };
 
 // What a backend planned for one projection (plan_projection): the memory both of its paths
@@ -118,6 +123,13 @@ class ProjectionState {
   // it shares with the other projections of its input; 0 when the backward reads the
   // forward's input instead.
   virtual size_t saved_bytes(const PathSpec& path) const = 0;
+  // Whether that copy is the one copy of x that the projections of an input group
+  // (ProjectionShape::input_leader) keep for every path of theirs that reads it (e.g. the CUDA
+  // backend's bf16 copy of x): counted once per input, as the fp32 input is.
+  virtual bool saved_copy_is_the_groups(const PathSpec& path) const {
+    (void)path;
+    return false;
+  }
   // Bytes plan_projection allocated for those copies (room for the larger path not shared,
   // and the shared copies when this is their leader), as counted under
   // MemoryRole::SavedActivations.

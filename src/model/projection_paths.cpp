@@ -20,6 +20,7 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
     ProjectionShape shape{tokens, p.shape[1], p.shape[0]};
     const int leader = input_leader(u.id);
     if (leader >= 0) shape.input_leader = states_[static_cast<size_t>(leader)].get();
+    shape.input_read_elsewhere = u.kind == ProjectionKind::O;  // attention's out
     const int group = shared_group_[static_cast<size_t>(u.id)];
     if (group >= 0) {
       const int leader = shared_leader_[static_cast<size_t>(group)];
@@ -31,6 +32,7 @@ ProjectionPaths::ProjectionPaths(const PrecisionRecipe& recipe, Backend& backend
   const ParamInfo& head = table_.params[static_cast<size_t>(table_.lm_head)];
   ProjectionShape head_shape{tokens, head.shape[1], head.shape[0]};
   head_shape.backward_may_overwrite_dy = true;  // dlogits [N, V] is dead after the backward
+  head_shape.input_read_elsewhere = true;       // xn_final, kept for the lm_head always
   lm_head_state_ = backend_.plan_projection(head.name, head_shape, lm_head_path_, lm_head_path_);
   for (const std::unique_ptr<ProjectionState>& state : states_) {
     stats_.planned_saved_activation_bytes += state->planned_saved_bytes();
@@ -169,6 +171,7 @@ void ProjectionPaths::recompute_stats() {
   // Per layer activation: whether a unit's current path reads the fp32 input, and its width.
   std::vector<bool> input_read(table_.layers.size() * kInputsPerLayer, false);
   std::vector<int64_t> input_cols(input_read.size(), 0);
+  std::vector<bool> group_copy_counted(input_read.size(), false);
   // Per sharing group and copy: whether its bytes are counted already.
   std::vector<std::vector<bool>> copy_counted;
   for (const std::vector<GroupwiseSpec>& specs : shared_specs_) {
@@ -185,7 +188,12 @@ void ProjectionPaths::recompute_stats() {
     stats_.saved_bytes_per_unit[u.id] =
         own + (reads_input ? static_cast<size_t>(tokens_ * cols) * sizeof(float) : 0);
     const int copy = shared_copy(u.id);
-    if (copy < 0) {
+    const size_t input =
+        static_cast<size_t>(u.layer * kInputsPerLayer) + static_cast<size_t>(unit_input(u.kind));
+    if (state.saved_copy_is_the_groups(path)) {
+      if (!group_copy_counted[input]) stats_.saved_activation_bytes += own;
+      group_copy_counted[input] = true;
+    } else if (copy < 0) {
       stats_.saved_activation_bytes += own;
     } else {
       std::vector<bool>& counted =
@@ -193,8 +201,6 @@ void ProjectionPaths::recompute_stats() {
       if (!counted[static_cast<size_t>(copy)]) stats_.saved_activation_bytes += own;
       counted[static_cast<size_t>(copy)] = true;
     }
-    const size_t input =
-        static_cast<size_t>(u.layer * kInputsPerLayer) + static_cast<size_t>(unit_input(u.kind));
     input_read[input] = input_read[input] || reads_input;
     input_cols[input] = cols;
   }

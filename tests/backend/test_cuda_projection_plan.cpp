@@ -284,6 +284,47 @@ TEST(CudaProjectionPlan, AnFp8ForwardKeepsXTransposedCodesForItsGroupsWeightGrad
   EXPECT_EQ(ampere.saved_x_t_codes + ampere.saved_x_t_scales, 0u);
 }
 
+TEST(CudaProjectionPlan, ABf16CopyOfXIsKeptOnlyWhereItReplacesX) {
+  const PathSpec bf16 = path_of(PathKind::kBf16Gemm), fp8 = path_of(PathKind::kFineGrainedFp),
+                 saved = path_of(PathKind::kSavedIntGroupwise),
+                 backend = path_of(PathKind::kBackendGemm), int8 = path_of(PathKind::kInt8Gemm);
+  const GpuTarget hopper{90};
+  auto keeps = [&](const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
+                   GemmPrecision precision = GemmPrecision::FP32) {
+    return keeps_x_bf16_copy(shape, low, recovery, precision, hopper);
+  };
+  EXPECT_TRUE(
+      forward_keeps_x_bf16(gemm(GemmRole::kForward, bf16), gemm(GemmRole::kWeightGradient, bf16)));
+  EXPECT_FALSE(
+      forward_keeps_x_bf16(gemm(GemmRole::kForward, fp8), gemm(GemmRole::kWeightGradient, fp8)));
+  EXPECT_TRUE(keeps(kShape, bf16, bf16));
+  EXPECT_TRUE(keeps(kShape, backend, backend, GemmPrecision::BF16));  // the bf16 recipe
+  EXPECT_FALSE(keeps(kShape, backend, backend, GemmPrecision::FP32));
+  EXPECT_TRUE(keeps(kShape, saved, bf16));  // actq's low path reads its codes
+  EXPECT_FALSE(keeps(kShape, saved, saved, GemmPrecision::BF16));  // no path would read it
+  // A path whose backward reads x keeps x whatever the other does: a copy would only add.
+  EXPECT_FALSE(keeps(kShape, fp8, bf16));
+  EXPECT_FALSE(keeps(kShape, int8, bf16));
+  ProjectionShape elsewhere = kShape;
+  elsewhere.input_read_elsewhere = true;
+  EXPECT_FALSE(keeps(elsewhere, bf16, bf16));
+
+  // The leader holds x [256, 384] in bf16; a member shares it.
+  EXPECT_EQ(projection_buffers(kShape, saved, bf16, GemmPrecision::FP32, hopper).saved_x_bf16,
+            kN * kIn * 2);
+  const SomeLeader some_leader;
+  ProjectionShape member = kShape;
+  member.input_leader = &some_leader;
+  EXPECT_EQ(projection_buffers(member, bf16, bf16, GemmPrecision::FP32, hopper).saved_x_bf16, 0u);
+  EXPECT_EQ(projection_buffers(kShape, fp8, bf16, GemmPrecision::FP32, hopper).saved_x_bf16, 0u);
+
+  // Where the copy is kept, the backward of a path reading it does not read x.
+  EXPECT_FALSE(path_reads_forward_input(kShape, bf16, true, GemmPrecision::FP32, hopper));
+  EXPECT_TRUE(path_reads_forward_input(kShape, bf16, false, GemmPrecision::FP32, hopper));
+  EXPECT_FALSE(path_reads_forward_input(kShape, saved, false, GemmPrecision::FP32, hopper));
+  EXPECT_TRUE(path_reads_forward_input(kShape, fp8, true, GemmPrecision::FP32, hopper));
+}
+
 TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {
   const GpuTarget hopper{90}, ampere{80};
   EXPECT_EQ(describe_projection_gemms(kShape, path_of(PathKind::kFineGrainedFp),

@@ -29,6 +29,7 @@ constexpr int64_t kTokens = 256, kIn = 384, kOut = 256;
 
 struct Outputs {
   std::vector<float> y, dx, dw;
+  bool backward_read_x = true;  // run: the state's reads_forward_input (else x was poisoned)
 };
 
 Tensor upload(Backend& be, const std::vector<float>& values, std::vector<int64_t> shape) {
@@ -50,14 +51,20 @@ Outputs run(Backend& be, GemmPrecision gemms, const PathSpec& path, bool dy_dead
   std::unique_ptr<ProjectionState> state = be.plan_projection("unit", shape, path, path);
   using gnmr_test::random_normal;
   const Tensor w = upload(be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
-  const Tensor x = upload(be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
+  Tensor x = upload(be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
   Tensor dy = upload(be, random_normal(size_t(kTokens * kOut), 3), {kTokens, kOut});
   Tensor dx = upload(be, random_normal(size_t(kTokens * kIn), 4), {kTokens, kIn});
   Tensor dw = upload(be, random_normal(size_t(kOut * kIn), 5), {kOut, kIn});
   Tensor y = be.allocate("y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
   be.projection_forward(*state, path, w, x, y, /*save=*/true, RngKey{7, 3, 11});
+  // A backward that does not read x (it reads a copy the forward kept) gets the same dW with x
+  // overwritten, as the model then reuses x's memory.
+  const bool backward_read_x = state->reads_forward_input(path);
+  if (!backward_read_x) {
+    be.copy_from_host(x, std::vector<float>(size_t(kTokens * kIn), std::nanf("")).data());
+  }
   be.projection_backward(*state, path, w, dy, dx, /*accumulate_dx=*/true, dw);
-  return {download(be, y), download(be, dx), download(be, dw)};
+  return {download(be, y), download(be, dx), download(be, dw), backward_read_x};
 }
 
 PathSpec path_of(PathKind kind) {
@@ -98,15 +105,16 @@ struct Case {
   // a 384-term sum relative to the tensor's largest entry; 1e-5 leaves a factor of ~100.
   // FP8: the same codes, Hopper's reduced-precision accumulation: 1e-3.
   double tolerance;
+  bool gpu_backward_reads_x;  // false: the bf16 copy of x kept by the forward (keeps_x_bf16_copy)
 };
 
 TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
   SKIP_WITHOUT_GPU();
   const std::vector<Case> cases = {
-      {"fp32 gemms", GemmPrecision::FP32, PathSpec{}, 1e-5},
-      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1e-5},
-      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 1e-5},
-      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1e-3}};
+      {"fp32 gemms", GemmPrecision::FP32, PathSpec{}, 1e-5, true},
+      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1e-5, false},
+      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 1e-5, false},
+      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1e-3, true}};
   for (const Case& c : cases) {
     for (const bool dy_dead : {false, true}) {
       SCOPED_TRACE(std::string(c.name) + (dy_dead ? ", dy dead after the backward" : ""));
@@ -117,6 +125,7 @@ TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
       EXPECT_LE(relative_difference(got.y, want.y), c.tolerance) << "y";
       EXPECT_LE(relative_difference(got.dx, want.dx), c.tolerance) << "dx";
       EXPECT_LE(relative_difference(got.dw, want.dw), c.tolerance) << "dw";
+      EXPECT_EQ(got.backward_read_x, c.gpu_backward_reads_x);
     }
   }
 }
@@ -128,8 +137,9 @@ TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
 struct GroupRun {
   std::vector<Outputs> outputs;  // by micro-step, then projection
   // By projection (cuda): x-side preparations made and found made, and weight gradients that
-  // read x^T's codes kept by the group's forward.
-  std::vector<int64_t> prepared, reused, kept_reads;
+  // read x^T's codes or the bf16 copy of x kept by the group's forward.
+  std::vector<int64_t> prepared, reused, kept_reads, bf16_kept_reads;
+  bool x_poisoned = false;  // no backward read x: it was overwritten after the forwards
 };
 
 GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& low, const PathSpec& recovery,
@@ -166,6 +176,15 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& low, const 
       be.projection_forward(*states[size_t(i)], paths[size_t(i)], w[size_t(i)], x, y[size_t(i)],
                             true, RngKey{7, step, uint32_t(i)});
     }
+    // Where no backward of the three reads x itself, x is overwritten before them (the model
+    // then reuses its memory): they must read what their forwards kept.
+    r.x_poisoned = true;
+    for (int i = 0; i < 3; ++i) {
+      r.x_poisoned = r.x_poisoned && !states[size_t(i)]->reads_forward_input(paths[size_t(i)]);
+    }
+    if (r.x_poisoned) {
+      be.copy_from_host(x, std::vector<float>(size_t(kTokens * kIn), std::nanf("")).data());
+    }
     be.projection_forward(*other, path, other_w, other_x, other_y, true, RngKey{7, step, 3});
     Tensor other_dy =
         upload(be, gnmr_test::random_normal(size_t(kTokens * kOut), 40 + step), {kTokens, kOut});
@@ -187,6 +206,7 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& low, const 
     r.prepared.push_back(cuda_state != nullptr ? cuda_state->x_prepared : -1);
     r.reused.push_back(cuda_state != nullptr ? cuda_state->x_reused : -1);
     r.kept_reads.push_back(cuda_state != nullptr ? cuda_state->x_t_kept_reads : -1);
+    r.bf16_kept_reads.push_back(cuda_state != nullptr ? cuda_state->x_bf16_kept_reads : -1);
   }
   return r;
 }
@@ -209,18 +229,20 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
     const char* name;
     GemmPrecision gemms;
     PathSpec path;
-    int64_t shared_per_step;  // x preparations per micro-step the group makes once
-    int64_t kept_per_step;    // weight gradients per projection reading the forward's x^T codes
+    int64_t shared_per_step;     // x preparations per micro-step the group makes once
+    int64_t kept_per_step;       // weight gradients per projection reading the forward's x^T codes
+    int64_t bf16_kept_per_step;  // ... reading the bf16 copy of x the forward kept
   };
-  // bf16 is one form for the forward and the weight gradient, int8 a form each, fp8 one
-  // kernel for both (x^T's codes kept from the forward: forward_keeps_x_t), the saved path's
-  // weight gradient reads its own restored codes (never shared).
+  // bf16 is one form for the forward and the weight gradient, kept from the forward in place of
+  // x (keeps_x_bf16_copy); int8 a form each; fp8 one kernel for both (x^T's codes kept from the
+  // forward: forward_keeps_x_t); the saved path's weight gradient reads its own restored codes
+  // (never shared).
   const std::vector<GroupCase> cases = {
-      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 2, 0},
-      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 2, 0},
-      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1, 1},
-      {"int8 path", GemmPrecision::FP32, path_of(PathKind::kInt8Gemm), 2, 0},
-      {"saved int4, bf16 gemms", GemmPrecision::BF16, saved_int4, 1, 0}};
+      {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 1, 0, 1},
+      {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1, 0, 1},
+      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1, 1, 0},
+      {"int8 path", GemmPrecision::FP32, path_of(PathKind::kInt8Gemm), 2, 0, 0},
+      {"saved int4, bf16 gemms", GemmPrecision::BF16, saved_int4, 1, 0, 0}};
   for (const GroupCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Backend> gpu = make_cuda_backend(CudaBackendOptions{});
@@ -235,13 +257,18 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
     EXPECT_EQ(alone.reused, std::vector<int64_t>(3, 0));
     EXPECT_EQ(grouped.kept_reads, std::vector<int64_t>(3, steps * c.kept_per_step));
     EXPECT_EQ(alone.kept_reads, std::vector<int64_t>(3, steps * c.kept_per_step));
+    EXPECT_EQ(grouped.bf16_kept_reads, std::vector<int64_t>(3, steps * c.bf16_kept_per_step));
+    EXPECT_EQ(alone.bf16_kept_reads, std::vector<int64_t>(3, steps * c.bf16_kept_per_step));
+    // x overwritten before the backwards where they read the kept bf16 copy or saved codes.
+    EXPECT_EQ(grouped.x_poisoned,
+              c.bf16_kept_per_step > 0 || c.path.kind == PathKind::kSavedIntGroupwise);
   }
 }
 
 // A group whose projections run different paths of the two they were planned with, as GNMR
 // routes q, k, v: each projection's own bits whatever the others ran. The kept x^T codes hold
 // one format at a time: a weight gradient whose format the group's last keeping forward did not
-// write quantizes x again.
+// write quantizes x again. The bf16 copy has one form, which every bf16 forward finds made.
 TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
   SKIP_WITHOUT_GPU();
   const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
@@ -250,13 +277,30 @@ TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
     const char* name;
     PathSpec low, recovery;
     std::vector<PathSpec> paths;
-    std::vector<int64_t> kept_reads;  // grouped, per projection, over two micro-steps
+    std::vector<int64_t> kept_reads;       // grouped, per projection, over two micro-steps
+    std::vector<int64_t> bf16_kept_reads;  // ... of the bf16 copy of x
   };
+  PathSpec saved_int4 = path_of(PathKind::kSavedIntGroupwise);
+  saved_int4.saved = GroupwiseSpec{4, 128, false};
+  // fp8 / bf16 keeps no bf16 copy (the fp8 path's backward may read x); saved int4 / bf16
+  // does, written by whichever projection of the group first runs the bf16 path.
   const std::vector<MixedCase> cases = {
-      {"fp8 / bf16: bf16, fp8, fp8", fp8, bf16, {bf16, fp8, fp8}, {0, 2, 2}},
-      {"fp8 / bf16: fp8, bf16, fp8", fp8, bf16, {fp8, bf16, fp8}, {2, 0, 2}},
+      {"fp8 / bf16: bf16, fp8, fp8", fp8, bf16, {bf16, fp8, fp8}, {0, 2, 2}, {0, 0, 0}},
+      {"fp8 / bf16: fp8, bf16, fp8", fp8, bf16, {fp8, bf16, fp8}, {2, 0, 2}, {0, 0, 0}},
       // k's forward keeps e3m2 codes over q's e4m3 ones; v finds both of its forms made.
-      {"e3m2 / e4m3: e4m3, e3m2, e3m2", e3m2, fp8, {fp8, e3m2, e3m2}, {0, 2, 2}}};
+      {"e3m2 / e4m3: e4m3, e3m2, e3m2", e3m2, fp8, {fp8, e3m2, e3m2}, {0, 2, 2}, {0, 0, 0}},
+      {"saved int4 / bf16: bf16, int4, int4",
+       saved_int4,
+       bf16,
+       {bf16, saved_int4, saved_int4},
+       {0, 0, 0},
+       {2, 0, 0}},
+      {"saved int4 / bf16: int4, bf16, bf16",
+       saved_int4,
+       bf16,
+       {saved_int4, bf16, bf16},
+       {0, 0, 0},
+       {0, 2, 2}}};
   for (const MixedCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Backend> gpu = make_cuda_backend(CudaBackendOptions{});
@@ -264,8 +308,13 @@ TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
     const GroupRun grouped = run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, true);
     expect_same_bits(grouped, alone);
     EXPECT_EQ(grouped.kept_reads, c.kept_reads);
-    for (size_t i = 0; i < 3; ++i) {  // alone, every fp8 projection keeps its own
+    EXPECT_EQ(grouped.bf16_kept_reads, c.bf16_kept_reads);
+    const bool bf16_copy = c.low.kind == PathKind::kSavedIntGroupwise;
+    EXPECT_EQ(grouped.x_poisoned, bf16_copy);
+    for (size_t i = 0; i < 3; ++i) {  // alone, every fp8 (bf16) projection keeps its own
       EXPECT_EQ(alone.kept_reads[i], c.paths[i].kind == PathKind::kFineGrainedFp ? 2 : 0);
+      EXPECT_EQ(alone.bf16_kept_reads[i],
+                bf16_copy && c.paths[i].kind == PathKind::kBf16Gemm ? 2 : 0);
     }
   }
 }

@@ -125,11 +125,12 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
 }
 
 // The x side: B of the forward (1 x tile tiles along in) or A of the weight gradient (tile x 1
-// along N, transposed for FP8). keep_x_t (a saving forward, forward_keeps_x_t): x^T's 128x1
-// codes go to the group's kept copy too, for its weight gradients.
+// along N, transposed for FP8). keep_x (a saving forward that forward_keeps_x_t or
+// forward_keeps_x_bf16): x^T's 128x1 codes go to the group's kept copy too, or x's bf16 rounding
+// goes to the group's kept bf16 copy (where it keeps one), for its weight gradients.
 // x_from_swiglu (forward_takes_swiglu_x): x is written by the kernel that makes its form.
 Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
-                  OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x_t = false,
+                  OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x = false,
                   const SwigluX* x_from_swiglu = nullptr) {
   const int64_t n = s.shape.tokens, in = s.shape.in;
   const bool wgrad = role == GemmRole::kWeightGradient;
@@ -145,22 +146,41 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
     ++s.x_t_kept_reads;
     return {kept->codes, kept->scales};
   }
+  // x's bf16 copy as the group's saving forward kept it: the weight gradient reads it there,
+  // and so does a later forward of the group.
+  CudaSavedBf16X* kept_bf16 = s.saved_x_bf16.get();
+  if (kept_bf16 != nullptr && same_prepared_input(kept_bf16->holds, key)) {
+    GNMR_CHECK(x_from_swiglu == nullptr,
+               "cuda projection: a SwiGLU output as x needs a forward that prepares x");
+    ++(wgrad ? s.x_bf16_kept_reads : s.x_reused);
+    return {kept_bf16->data, nullptr};
+  }
+  // Where the backward does not read x (path_reads_forward_input), x may have been overwritten
+  // since the forward: the weight gradient must find the copy the forward kept.
+  GNMR_CHECK(!wgrad || prep != OperandPrep::kBf16 || s.reads_forward_input(path),
+             "cuda projection: the weight gradient on " + path.describe() +
+                 " reads the copy of x its saving forward keeps, and none holds this x (a "
+                 "backward without its saving forward, or after another forward of the group)");
   const bool held = same_prepared_input(sc.x_low_holds, key);
   if (key.group != nullptr) ++(held ? s.x_reused : s.x_prepared);
   switch (prep) {
     case OperandPrep::kAsIs:
       return {f32_data(x), nullptr};
     case OperandPrep::kBf16: {
-      auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
+      // keep_x (a saving forward whose group keeps the copy): rounded into the kept copy, which
+      // the group's weight gradients read in place of x; otherwise into the scratch.
+      const bool into_kept = keep_x && kept_bf16 != nullptr && key.group != nullptr;
+      auto* out = into_kept ? kept_bf16->data
+                            : static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
       GNMR_CHECK(x_from_swiglu == nullptr || !held,
                  "cuda projection: a SwiGLU output as x needs a forward that prepares x");
       if (x_from_swiglu != nullptr) {  // x itself written here too
         swiglu_forward_with_bf16(x_from_swiglu->gate, x_from_swiglu->up, f32_data(x), out, n * in,
                                  c.stream);
-      } else if (!held) {
+      } else if (into_kept || !held) {
         convert_to_bf16(f32_data(x), n * in, out, c.stream);
       }
-      sc.x_low_holds = key;
+      (into_kept ? kept_bf16->holds : sc.x_low_holds) = key;
       return {out, nullptr};
     }
     case OperandPrep::kFp8Codes: {
@@ -168,10 +188,10 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       auto* scales = static_cast<float*>(need(
           sc.x_scales, sizeof(float) * size_t(vec128_scale_count(wgrad ? in : n, wgrad ? n : in)),
           "x scales"));
-      // keep_x_t (the forward only): x^T's codes too, unless the kept copy holds them.
+      // keep_x (the forward only): x^T's codes too, unless the kept copy holds them.
       PreparedInputKey t_key;
       bool keep = false;
-      if (keep_x_t && kept != nullptr) {
+      if (keep_x && kept != nullptr) {
         t_key = prepared_input_key(&leader, leader.input_generation, x.data, prep,
                                    GemmRole::kWeightGradient, path);
         keep = !same_prepared_input(kept->holds, t_key);
@@ -345,7 +365,9 @@ void check_shapes(const CudaProjectionState& s, const Tensor& w, const char* wha
 }  // namespace
 
 size_t CudaProjectionState::saved_bytes(const PathSpec& path) const {
-  if (path.kind != PathKind::kSavedIntGroupwise) return 0;
+  if (path.kind != PathKind::kSavedIntGroupwise) {
+    return reads_forward_input(path) ? 0 : size_t(shape.tokens * shape.in) * 2;  // bf16 copy
+  }
   const GroupwiseSpec spec = saved_spec(path);
   return packed_bytes(shape.tokens, shape.in, spec) +
          scale_count(shape.tokens, shape.in, spec) * sizeof(float);
@@ -358,6 +380,8 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                                                      const PathSpec& recovery) {
   auto s = std::make_unique<CudaProjectionState>();
   s->shape = shape;
+  s->precision = c.precision;
+  s->target = c.target;
   s->buffers = projection_buffers(shape, low, recovery, c.precision, c.target);
   const ProjectionBuffers& b = s->buffers;
   DeviceMemory& m = c.memory;
@@ -396,6 +420,11 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     s->saved_x_t->scales = static_cast<float*>(
         m.allocate(name + ".saved_x_t_scales", b.saved_x_t_scales, MemoryRole::SavedActivations));
   }
+  if (b.saved_x_bf16 > 0) {
+    s->saved_x_bf16 = std::make_shared<CudaSavedBf16X>();
+    s->saved_x_bf16->data = static_cast<uint16_t*>(
+        m.allocate(name + ".saved_x_bf16", b.saved_x_bf16, MemoryRole::SavedActivations));
+  }
   if (b.weight_bf16 > 0) {
     s->weight_bf16.data = m.allocate(name + ".weight_bf16", b.weight_bf16, MemoryRole::Scratch);
   }
@@ -431,7 +460,14 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                "cuda plan_projection " + name +
                    ": input_leader is not a cuda projection leading an input of this shape");
     s->saved_x_t = s->input_leader->saved_x_t;  // null when the leader's paths keep none
+    s->saved_x_bf16 = s->input_leader->saved_x_bf16;
   }
+  // A projection whose weight gradients read the group's bf16 copy in place of x needs one.
+  GNMR_CHECK((s->saved_x_bf16 != nullptr) ==
+                 keeps_x_bf16_copy(shape, low, recovery, c.precision, c.target),
+             "cuda plan_projection " + name +
+                 ": its input group's leader was planned with other paths, so the group does not "
+                 "agree on keeping a bf16 copy of x");
   return s;
 }
 
@@ -502,10 +538,10 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
   }
   {
     const OpTimer::Scope timing(c.timer, "prep x");
-    const bool keep_x_t =
-        save && forward_keeps_x_t(g, plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path,
-                                                          c.precision, c.target, true));
-    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x_t, x_from_swiglu);
+    const ProjectionGemm wg =
+        plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
+    const bool keep_x = save && (forward_keeps_x_t(g, wg) || forward_keeps_x_bf16(g, wg));
+    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x, x_from_swiglu);
     if (x_from_swiglu != nullptr) ++s.swiglu_x_forwards;
   }
   run(c, g, a, b, y);

@@ -53,15 +53,26 @@ struct CudaSavedTransposedX {
   PreparedInputKey holds;
 };
 
+// x [N, in] rounded to bf16 by an input group's saving forward, which its weight gradients
+// read in place of x (keeps_x_bf16_copy), allocated by the group's leader and shared by its
+// members, with the key of what it holds (prepared_input_key: one form for every role).
+struct CudaSavedBf16X {
+  uint16_t* data = nullptr;
+  PreparedInputKey holds;
+};
+
 class CudaProjectionState final : public ProjectionState {
  public:
   bool reads_forward_input(const PathSpec& path) const override {
-    return path.kind != PathKind::kSavedIntGroupwise;
+    return path_reads_forward_input(shape, path, saved_x_bf16 != nullptr, precision, target);
   }
   size_t saved_bytes(const PathSpec& path) const override;
+  bool saved_copy_is_the_groups(const PathSpec& path) const override {
+    return path.kind != PathKind::kSavedIntGroupwise && !reads_forward_input(path);
+  }
   size_t planned_saved_bytes() const override {
     return buffers.saved_codes + buffers.saved_scales + buffers.saved_x_t_codes +
-           buffers.saved_x_t_scales +
+           buffers.saved_x_t_scales + buffers.saved_x_bf16 +
            (shared != nullptr && shared_member == 0 ? shared->planned_bytes : 0);
   }
   GroupwiseSpec saved_spec(const PathSpec& path) const {
@@ -74,6 +85,8 @@ class CudaProjectionState final : public ProjectionState {
   }
 
   ProjectionShape shape;
+  GemmPrecision precision = GemmPrecision::FP32;  // the backend's, as planned
+  GpuTarget target;
   ProjectionBuffers buffers;
   Tensor saved_input;           // the x the last saving forward read (a view the caller keeps)
   void* saved_codes = nullptr;  // own copy: room for the larger unshared path
@@ -87,12 +100,15 @@ class CudaProjectionState final : public ProjectionState {
   uint64_t input_generation = 0;
   // The group's kept x^T codes (the leader's allocation); null when its paths keep none.
   std::shared_ptr<CudaSavedTransposedX> saved_x_t;
-  // x-side preparations this projection ran, and those it found already in the scratch; its
-  // weight gradients that read x^T's codes kept by the group's forward; its forwards whose x
+  // The group's kept bf16 x (the leader's allocation); null when it keeps none.
+  std::shared_ptr<CudaSavedBf16X> saved_x_bf16;
+  // x-side preparations this projection ran, and those it found already in the scratch or the
+  // kept bf16 copy; its weight gradients that read x^T's codes or the bf16 copy kept by the
+  // group's forward; its forwards whose x
   // the SwiGLU ran in the quantizing kernel (SwigluX); its backwards whose dy codes were
   // computed from what dy is made of (ComputedDy); and its FP8 weights that prepare_weights
   // quantized in a batch.
-  int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0;
+  int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0, x_bf16_kept_reads = 0;
   int64_t swiglu_x_forwards = 0, computed_dy_backwards = 0, weights_prepared_in_batch = 0;
 };
 

@@ -131,6 +131,39 @@ bool forward_keeps_x_t(const ProjectionGemm& forward, const ProjectionGemm& weig
   return forward.b == OperandPrep::kFp8Codes && weight_gradient.a == OperandPrep::kFp8Codes;
 }
 
+bool forward_keeps_x_bf16(const ProjectionGemm& forward, const ProjectionGemm& weight_gradient) {
+  return forward.b == OperandPrep::kBf16 && weight_gradient.a == OperandPrep::kBf16;
+}
+
+namespace {
+bool path_keeps_x_bf16(const ProjectionShape& shape, const PathSpec& path,
+                       GemmPrecision backend_precision, const GpuTarget& target) {
+  return forward_keeps_x_bf16(
+      plan_projection_gemm(GemmRole::kForward, shape, path, backend_precision, target, false),
+      plan_projection_gemm(GemmRole::kWeightGradient, shape, path, backend_precision, target,
+                           false));
+}
+}  // namespace
+
+bool keeps_x_bf16_copy(const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
+                       GemmPrecision backend_precision, const GpuTarget& target) {
+  if (shape.input_read_elsewhere) return false;
+  bool any = false;
+  for (const PathSpec* path : {&low, &recovery}) {
+    const bool keeps = path_keeps_x_bf16(shape, *path, backend_precision, target);
+    if (!keeps && path->kind != PathKind::kSavedIntGroupwise) return false;
+    any = any || keeps;
+  }
+  return any;
+}
+
+bool path_reads_forward_input(const ProjectionShape& shape, const PathSpec& path,
+                              bool keeps_bf16_copy, GemmPrecision backend_precision,
+                              const GpuTarget& target) {
+  if (path.kind == PathKind::kSavedIntGroupwise) return false;
+  return !(keeps_bf16_copy && path_keeps_x_bf16(shape, path, backend_precision, target));
+}
+
 Fp8DyPairLayout fp8_dy_pair_layout(int64_t tokens, int64_t out) {
   auto aligned = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
   Fp8DyPairLayout l;
@@ -259,6 +292,10 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
       b.saved_scales =
           std::max(b.saved_scales, sizeof(float) * scale_count(shape.tokens, shape.in, spec));
     }
+  }
+  if (shape.input_leader == nullptr &&
+      keeps_x_bf16_copy(shape, low, recovery, backend_precision, target)) {
+    b.saved_x_bf16 = n * in * 2;
   }
   if (shape.saved_input_leader == nullptr) {
     for (const GroupwiseSpec& spec : shape.shared_saved_specs) {

@@ -88,6 +88,23 @@ DyPreparation backward_dy_preparation(const ProjectionGemm& weight_gradient,
 // quantized again in the backward.
 bool forward_keeps_x_t(const ProjectionGemm& forward, const ProjectionGemm& weight_gradient);
 
+// Whether both the forward's B and the weight gradient's A are x rounded to bf16: one rounding
+// serves both, and the forward may keep it for the backward.
+bool forward_keeps_x_bf16(const ProjectionGemm& forward, const ProjectionGemm& weight_gradient);
+
+// Whether a projection keeps the bf16 copy of x its saving forwards make (forward_keeps_x_bf16),
+// in its input group's saved copy, for the weight gradients to read in place of x. Only where
+// the copy replaces x: on every path either it or the saved-int codes are what the backward
+// reads (so the model keeps no fp32 x: 2 bytes an element instead of 4, and no rounding in the
+// backward), and the model does not keep x for another reason (input_read_elsewhere).
+bool keeps_x_bf16_copy(const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
+                       GemmPrecision backend_precision, const GpuTarget& target);
+// Whether the backward of `path` reads x itself (Backend's reads_forward_input): not where it
+// reads saved int codes, or the bf16 copy (keeps_x_bf16_copy).
+bool path_reads_forward_input(const ProjectionShape& shape, const PathSpec& path,
+                              bool keeps_bf16_copy, GemmPrecision backend_precision,
+                              const GpuTarget& target);
+
 // Where kFp8BothOnce puts its two operands in the dy-side scratch: byte offsets into dy_low
 // (codes) and dy_scales (scales), each on a 256-byte boundary, and the bytes each holds in all.
 struct Fp8DyPairLayout {
@@ -117,6 +134,8 @@ struct ProjectionBuffers {
   // x^T's 128x1 codes [in, N] and their VEC128 scales, kept from the forward for the group's
   // weight gradients.
   size_t saved_x_t_codes = 0, saved_x_t_scales = 0;
+  // keeps_x_bf16_copy, when this projection leads its input: x [N, in] in bf16.
+  size_t saved_x_bf16 = 0;
 };
 
 // Both paths' three GEMMs (accumulating or not changes no buffer). A path whose saved spec is
