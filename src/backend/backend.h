@@ -123,12 +123,13 @@ class ProjectionState {
   // it shares with the other projections of its input; 0 when the backward reads the
   // forward's input instead.
   virtual size_t saved_bytes(const PathSpec& path) const = 0;
-  // Whether that copy is the one copy of x that the projections of an input group
-  // (ProjectionShape::input_leader) keep for every path of theirs that reads it (e.g. the CUDA
-  // backend's bf16 copy of x): counted once per input, as the fp32 input is.
-  virtual bool saved_copy_is_the_groups(const PathSpec& path) const {
+  // Which of the copies of x that the projections of an input group (ProjectionShape::
+  // input_leader) keep for their weight gradients that copy is (the CUDA backend's bf16 copy,
+  // its x^T codes per FP8 format), or -1 when it is not one of those: each is counted once per
+  // input, as the fp32 input is.
+  virtual int group_copy(const PathSpec& path) const {
     (void)path;
-    return false;
+    return -1;
   }
   // Bytes plan_projection allocated for those copies (room for the larger path not shared,
   // and the shared copies when this is their leader), as counted under

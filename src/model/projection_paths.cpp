@@ -3,7 +3,9 @@
 #include "model/projection_paths.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
+#include <utility>
 
 #include "backend/shared_saved_input.h"
 #include "util/error.h"
@@ -171,7 +173,7 @@ void ProjectionPaths::recompute_stats() {
   // Per layer activation: whether a unit's current path reads the fp32 input, and its width.
   std::vector<bool> input_read(table_.layers.size() * kInputsPerLayer, false);
   std::vector<int64_t> input_cols(input_read.size(), 0);
-  std::vector<bool> group_copy_counted(input_read.size(), false);
+  std::set<std::pair<size_t, int>> group_copies_counted;  // (input, ProjectionState::group_copy)
   // Per sharing group and copy: whether its bytes are counted already.
   std::vector<std::vector<bool>> copy_counted;
   for (const std::vector<GroupwiseSpec>& specs : shared_specs_) {
@@ -190,9 +192,11 @@ void ProjectionPaths::recompute_stats() {
     const int copy = shared_copy(u.id);
     const size_t input =
         static_cast<size_t>(u.layer * kInputsPerLayer) + static_cast<size_t>(unit_input(u.kind));
-    if (state.saved_copy_is_the_groups(path)) {
-      if (!group_copy_counted[input]) stats_.saved_activation_bytes += own;
-      group_copy_counted[input] = true;
+    const int group_copy = state.group_copy(path);
+    if (group_copy >= 0) {
+      if (group_copies_counted.insert({input, group_copy}).second) {
+        stats_.saved_activation_bytes += own;
+      }
     } else if (copy < 0) {
       stats_.saved_activation_bytes += own;
     } else {

@@ -269,6 +269,7 @@ TEST(CudaProjectionPlan, AnFp8ForwardKeepsXTransposedCodesForItsGroupsWeightGrad
   for (const ProjectionBuffers& b :
        {projection_buffers(kShape, fp8, bf16, GemmPrecision::FP32, {90}),
         projection_buffers(kShape, bf16, fp8, GemmPrecision::FP32, {90})}) {
+    EXPECT_EQ(b.saved_x_t_copies, 1);
     EXPECT_EQ(b.saved_x_t_codes, kIn * kN);
     EXPECT_EQ(b.saved_x_t_scales, sizeof(float) * 384 * 2);
   }
@@ -284,45 +285,71 @@ TEST(CudaProjectionPlan, AnFp8ForwardKeepsXTransposedCodesForItsGroupsWeightGrad
   EXPECT_EQ(ampere.saved_x_t_codes + ampere.saved_x_t_scales, 0u);
 }
 
-TEST(CudaProjectionPlan, ABf16CopyOfXIsKeptOnlyWhereItReplacesX) {
+TEST(CudaProjectionPlan, KeptCopiesOfXReplaceXOnlyWhereNoPathReadsIt) {
   const PathSpec bf16 = path_of(PathKind::kBf16Gemm), fp8 = path_of(PathKind::kFineGrainedFp),
+                 e3m2 = path_of(PathKind::kFineGrainedFp, FpFormat::kE3M2),
+                 e5m2 = path_of(PathKind::kFineGrainedFp, FpFormat::kE5M2),
                  saved = path_of(PathKind::kSavedIntGroupwise),
                  backend = path_of(PathKind::kBackendGemm), int8 = path_of(PathKind::kInt8Gemm);
-  const GpuTarget hopper{90};
-  auto keeps = [&](const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
-                   GemmPrecision precision = GemmPrecision::FP32) {
-    return keeps_x_bf16_copy(shape, low, recovery, precision, hopper);
+  const GpuTarget hopper{90}, ampere{80};
+  auto kept = [&](const PathSpec& path, GemmPrecision precision = GemmPrecision::FP32,
+                  GpuTarget target = GpuTarget{90}) {
+    return kept_x_of(kShape, path, precision, target);
   };
-  EXPECT_TRUE(
-      forward_keeps_x_bf16(gemm(GemmRole::kForward, bf16), gemm(GemmRole::kWeightGradient, bf16)));
-  EXPECT_FALSE(
-      forward_keeps_x_bf16(gemm(GemmRole::kForward, fp8), gemm(GemmRole::kWeightGradient, fp8)));
-  EXPECT_TRUE(keeps(kShape, bf16, bf16));
-  EXPECT_TRUE(keeps(kShape, backend, backend, GemmPrecision::BF16));  // the bf16 recipe
-  EXPECT_FALSE(keeps(kShape, backend, backend, GemmPrecision::FP32));
-  EXPECT_TRUE(keeps(kShape, saved, bf16));  // actq's low path reads its codes
-  EXPECT_FALSE(keeps(kShape, saved, saved, GemmPrecision::BF16));  // no path would read it
-  // A path whose backward reads x keeps x whatever the other does: a copy would only add.
-  EXPECT_FALSE(keeps(kShape, fp8, bf16));
-  EXPECT_FALSE(keeps(kShape, int8, bf16));
+  EXPECT_EQ(kept(bf16), KeptX::kBf16);
+  EXPECT_EQ(kept(backend, GemmPrecision::BF16), KeptX::kBf16);  // the bf16 recipe
+  EXPECT_EQ(kept(backend), KeptX::kNone);                       // fp32 GEMMs read x
+  EXPECT_EQ(kept(fp8), KeptX::kTransposedCodes);
+  EXPECT_EQ(kept(fp8, GemmPrecision::FP32, ampere), KeptX::kNone);  // emulated: fake-quantized
+  EXPECT_EQ(kept(e5m2), KeptX::kNone);  // no e5m2 block-scaled GEMM: emulated
+  EXPECT_EQ(kept(int8), KeptX::kNone);  // int8 codes forward, bf16 weight gradient
+  EXPECT_EQ(kept(saved, GemmPrecision::BF16), KeptX::kNone);  // its own restored codes
+
+  auto replace = [&](const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
+                     GemmPrecision precision = GemmPrecision::FP32) {
+    return kept_copies_replace_x(shape, low, recovery, precision, hopper);
+  };
+  EXPECT_TRUE(replace(kShape, bf16, bf16));
+  EXPECT_TRUE(replace(kShape, backend, backend, GemmPrecision::BF16));
+  EXPECT_TRUE(replace(kShape, e3m2, fp8));    // fp8mix
+  EXPECT_TRUE(replace(kShape, fp8, bf16));    // x^T codes on one path, the bf16 copy on the other
+  EXPECT_TRUE(replace(kShape, saved, bf16));  // the low path reads its codes
+  EXPECT_FALSE(replace(kShape, saved, saved, GemmPrecision::BF16));  // nothing to keep
+  EXPECT_FALSE(replace(kShape, backend, backend));
+  // A path whose backward reads x keeps x whatever the other keeps.
+  EXPECT_FALSE(replace(kShape, int8, bf16));
+  EXPECT_FALSE(replace(kShape, e5m2, fp8));
   ProjectionShape elsewhere = kShape;
   elsewhere.input_read_elsewhere = true;
-  EXPECT_FALSE(keeps(elsewhere, bf16, bf16));
+  EXPECT_FALSE(replace(elsewhere, bf16, bf16));
+  EXPECT_FALSE(replace(elsewhere, e3m2, fp8));
 
-  // The leader holds x [256, 384] in bf16; a member shares it.
+  // The leader's copies: bf16 x [256, 384] only where they replace x; x^T's codes once per
+  // format there (fp8mix: e3m2 and e4m3), else once.
+  const ProjectionBuffers mixed =
+      projection_buffers(kShape, e3m2, fp8, GemmPrecision::FP32, hopper);
+  EXPECT_EQ(mixed.saved_x_t_copies, 2);
+  EXPECT_EQ(mixed.saved_x_t_formats[0], FpFormat::kE3M2);
+  EXPECT_EQ(mixed.saved_x_t_formats[1], FpFormat::kE4M3);
+  EXPECT_EQ(mixed.saved_x_t_codes, kIn * kN);  // each
+  EXPECT_EQ(mixed.saved_x_bf16, 0u);
+  const ProjectionBuffers one = projection_buffers(kShape, fp8, fp8, GemmPrecision::FP32, hopper);
+  EXPECT_EQ(one.saved_x_t_copies, 1);
+  const ProjectionBuffers fp8_bf16 =
+      projection_buffers(kShape, fp8, bf16, GemmPrecision::FP32, hopper);
+  EXPECT_EQ(fp8_bf16.saved_x_t_copies, 1);
+  EXPECT_EQ(fp8_bf16.saved_x_bf16, kN * kIn * 2);
+  const ProjectionBuffers o = projection_buffers(elsewhere, e3m2, fp8, GemmPrecision::FP32, hopper);
+  EXPECT_EQ(o.saved_x_t_copies, 1);  // x is kept: one copy, the last keeping forward's format
+  EXPECT_EQ(projection_buffers(kShape, int8, bf16, GemmPrecision::FP32, hopper).saved_x_bf16, 0u);
   EXPECT_EQ(projection_buffers(kShape, saved, bf16, GemmPrecision::FP32, hopper).saved_x_bf16,
             kN * kIn * 2);
   const SomeLeader some_leader;
   ProjectionShape member = kShape;
   member.input_leader = &some_leader;
-  EXPECT_EQ(projection_buffers(member, bf16, bf16, GemmPrecision::FP32, hopper).saved_x_bf16, 0u);
-  EXPECT_EQ(projection_buffers(kShape, fp8, bf16, GemmPrecision::FP32, hopper).saved_x_bf16, 0u);
-
-  // Where the copy is kept, the backward of a path reading it does not read x.
-  EXPECT_FALSE(path_reads_forward_input(kShape, bf16, true, GemmPrecision::FP32, hopper));
-  EXPECT_TRUE(path_reads_forward_input(kShape, bf16, false, GemmPrecision::FP32, hopper));
-  EXPECT_FALSE(path_reads_forward_input(kShape, saved, false, GemmPrecision::FP32, hopper));
-  EXPECT_TRUE(path_reads_forward_input(kShape, fp8, true, GemmPrecision::FP32, hopper));
+  const ProjectionBuffers m = projection_buffers(member, e3m2, bf16, GemmPrecision::FP32, hopper);
+  EXPECT_EQ(m.saved_x_bf16 + m.saved_x_t_codes, 0u);  // the leader's are shared
+  EXPECT_EQ(m.saved_x_t_copies, 0);
 }
 
 TEST(CudaProjectionPlan, DescribesEachPathsGemmsAndWhyOneIsEmulated) {

@@ -105,7 +105,7 @@ struct Case {
   // a 384-term sum relative to the tensor's largest entry; 1e-5 leaves a factor of ~100.
   // FP8: the same codes, Hopper's reduced-precision accumulation: 1e-3.
   double tolerance;
-  bool gpu_backward_reads_x;  // false: the bf16 copy of x kept by the forward (keeps_x_bf16_copy)
+  bool gpu_backward_reads_x;  // false: a copy of x kept by the forward (kept_copies_replace_x)
 };
 
 TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
@@ -114,7 +114,7 @@ TEST(GpuProjection, EveryPathAndGemmPrecisionMatchesTheCpuPerRole) {
       {"fp32 gemms", GemmPrecision::FP32, PathSpec{}, 1e-5, true},
       {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1e-5, false},
       {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 1e-5, false},
-      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1e-3, true}};
+      {"fp8 path", GemmPrecision::FP32, path_of(PathKind::kFineGrainedFp), 1e-3, false}};
   for (const Case& c : cases) {
     for (const bool dy_dead : {false, true}) {
       SCOPED_TRACE(std::string(c.name) + (dy_dead ? ", dy dead after the backward" : ""));
@@ -143,7 +143,8 @@ struct GroupRun {
 };
 
 GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& low, const PathSpec& recovery,
-                   const std::vector<PathSpec>& paths, bool grouped) {
+                   const std::vector<PathSpec>& paths, bool grouped,
+                   bool input_read_elsewhere = false) {
   const PathSpec& path = paths[0];
   be.set_gemm_precision(gemms);
   const int64_t outs[3] = {kOut, kOut / 2, kOut / 2};
@@ -152,6 +153,7 @@ GroupRun run_group(Backend& be, GemmPrecision gemms, const PathSpec& low, const 
   for (int i = 0; i < 3; ++i) {
     ProjectionShape shape{kTokens, kIn, outs[i]};
     if (grouped && i > 0) shape.input_leader = states.front().get();
+    shape.input_read_elsewhere = input_read_elsewhere;
     states.push_back(be.plan_projection("unit" + std::to_string(i), shape, low, recovery));
     w.push_back(
         upload(be, gnmr_test::random_normal(size_t(outs[i] * kIn), 10 + i), {outs[i], kIn}));
@@ -234,9 +236,9 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
     int64_t bf16_kept_per_step;  // ... reading the bf16 copy of x the forward kept
   };
   // bf16 is one form for the forward and the weight gradient, kept from the forward in place of
-  // x (keeps_x_bf16_copy); int8 a form each; fp8 one kernel for both (x^T's codes kept from the
-  // forward: forward_keeps_x_t); the saved path's weight gradient reads its own restored codes
-  // (never shared).
+  // x (kept_copies_replace_x); int8 a form each; fp8 one kernel for both (x^T's codes kept from
+  // the forward, in place of x: forward_keeps_x_t); the saved path's weight gradient reads its
+  // own restored codes (never shared).
   const std::vector<GroupCase> cases = {
       {"bf16 path", GemmPrecision::FP32, path_of(PathKind::kBf16Gemm), 1, 0, 1},
       {"bf16 gemms", GemmPrecision::BF16, PathSpec{}, 1, 0, 1},
@@ -259,62 +261,72 @@ TEST(GpuProjection, AnInputGroupPreparesXOnceAndGivesEachProjectionItsOwnBits) {
     EXPECT_EQ(alone.kept_reads, std::vector<int64_t>(3, steps * c.kept_per_step));
     EXPECT_EQ(grouped.bf16_kept_reads, std::vector<int64_t>(3, steps * c.bf16_kept_per_step));
     EXPECT_EQ(alone.bf16_kept_reads, std::vector<int64_t>(3, steps * c.bf16_kept_per_step));
-    // x overwritten before the backwards where they read the kept bf16 copy or saved codes.
-    EXPECT_EQ(grouped.x_poisoned,
-              c.bf16_kept_per_step > 0 || c.path.kind == PathKind::kSavedIntGroupwise);
+    // x overwritten before the backwards where they read kept copies or saved codes.
+    EXPECT_EQ(grouped.x_poisoned, c.path.kind != PathKind::kInt8Gemm);
   }
 }
 
 // A group whose projections run different paths of the two they were planned with, as GNMR
-// routes q, k, v: each projection's own bits whatever the others ran. The kept x^T codes hold
-// one format at a time: a weight gradient whose format the group's last keeping forward did not
-// write quantizes x again. The bf16 copy has one form, which every bf16 forward finds made.
-TEST(GpuProjection, AGroupOnMixedPathsKeepsXTransposedCodesPerFormat) {
+// routes q, k, v: each projection's own bits whatever the others ran. Where the kept copies
+// replace x (kept_copies_replace_x) the group keeps x^T's codes once per format and the bf16
+// copy, and every weight gradient reads its path's copy with x overwritten. Where x is kept
+// (read elsewhere, as o's), one x^T copy holds the last keeping forward's format: a weight
+// gradient whose format it does not hold quantizes x again.
+TEST(GpuProjection, AGroupOnMixedPathsReadsItsPathsKeptCopies) {
   SKIP_WITHOUT_GPU();
   const PathSpec fp8 = fp_path(FpFormat::kE4M3), e3m2 = fp_path(FpFormat::kE3M2),
                  bf16 = path_of(PathKind::kBf16Gemm);
+  PathSpec saved_int4 = path_of(PathKind::kSavedIntGroupwise);
+  saved_int4.saved = GroupwiseSpec{4, 128, false};
   struct MixedCase {
     const char* name;
     PathSpec low, recovery;
     std::vector<PathSpec> paths;
+    bool read_elsewhere;                   // ProjectionShape::input_read_elsewhere
     std::vector<int64_t> kept_reads;       // grouped, per projection, over two micro-steps
     std::vector<int64_t> bf16_kept_reads;  // ... of the bf16 copy of x
   };
-  PathSpec saved_int4 = path_of(PathKind::kSavedIntGroupwise);
-  saved_int4.saved = GroupwiseSpec{4, 128, false};
-  // fp8 / bf16 keeps no bf16 copy (the fp8 path's backward may read x); saved int4 / bf16
-  // does, written by whichever projection of the group first runs the bf16 path.
   const std::vector<MixedCase> cases = {
-      {"fp8 / bf16: bf16, fp8, fp8", fp8, bf16, {bf16, fp8, fp8}, {0, 2, 2}, {0, 0, 0}},
-      {"fp8 / bf16: fp8, bf16, fp8", fp8, bf16, {fp8, bf16, fp8}, {2, 0, 2}, {0, 0, 0}},
-      // k's forward keeps e3m2 codes over q's e4m3 ones; v finds both of its forms made.
-      {"e3m2 / e4m3: e4m3, e3m2, e3m2", e3m2, fp8, {fp8, e3m2, e3m2}, {0, 2, 2}, {0, 0, 0}},
+      {"fp8 / bf16: bf16, fp8, fp8", fp8, bf16, {bf16, fp8, fp8}, false, {0, 2, 2}, {2, 0, 0}},
+      {"fp8 / bf16: fp8, bf16, fp8", fp8, bf16, {fp8, bf16, fp8}, false, {2, 0, 2}, {0, 2, 0}},
+      {"e3m2 / e4m3: e4m3, e3m2, e3m2", e3m2, fp8, {fp8, e3m2, e3m2}, false, {2, 2, 2}, {0, 0, 0}},
       {"saved int4 / bf16: bf16, int4, int4",
        saved_int4,
        bf16,
        {bf16, saved_int4, saved_int4},
+       false,
        {0, 0, 0},
        {2, 0, 0}},
       {"saved int4 / bf16: int4, bf16, bf16",
        saved_int4,
        bf16,
        {saved_int4, bf16, bf16},
+       false,
        {0, 0, 0},
-       {0, 2, 2}}};
+       {0, 2, 2}},
+      // k's forward keeps e3m2 codes over q's e4m3 ones; v finds both of its forms made.
+      {"x read elsewhere, e3m2 / e4m3: e4m3, e3m2, e3m2",
+       e3m2,
+       fp8,
+       {fp8, e3m2, e3m2},
+       true,
+       {0, 2, 2},
+       {0, 0, 0}}};
   for (const MixedCase& c : cases) {
     SCOPED_TRACE(c.name);
     std::unique_ptr<Backend> gpu = make_cuda_backend(CudaBackendOptions{});
-    const GroupRun alone = run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, false);
-    const GroupRun grouped = run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, true);
+    const GroupRun alone =
+        run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, false, c.read_elsewhere);
+    const GroupRun grouped =
+        run_group(*gpu, GemmPrecision::FP32, c.low, c.recovery, c.paths, true, c.read_elsewhere);
     expect_same_bits(grouped, alone);
     EXPECT_EQ(grouped.kept_reads, c.kept_reads);
     EXPECT_EQ(grouped.bf16_kept_reads, c.bf16_kept_reads);
-    const bool bf16_copy = c.low.kind == PathKind::kSavedIntGroupwise;
-    EXPECT_EQ(grouped.x_poisoned, bf16_copy);
-    for (size_t i = 0; i < 3; ++i) {  // alone, every fp8 (bf16) projection keeps its own
+    EXPECT_EQ(grouped.x_poisoned, !c.read_elsewhere);
+    EXPECT_EQ(alone.x_poisoned, !c.read_elsewhere);
+    for (size_t i = 0; i < 3; ++i) {  // alone, every fp8 (bf16) projection reads its own
       EXPECT_EQ(alone.kept_reads[i], c.paths[i].kind == PathKind::kFineGrainedFp ? 2 : 0);
-      EXPECT_EQ(alone.bf16_kept_reads[i],
-                bf16_copy && c.paths[i].kind == PathKind::kBf16Gemm ? 2 : 0);
+      EXPECT_EQ(alone.bf16_kept_reads[i], c.paths[i].kind == PathKind::kBf16Gemm ? 2 : 0);
     }
   }
 }

@@ -140,8 +140,11 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
   const CudaProjectionState& leader = s.input_leader != nullptr ? *s.input_leader : s;
   const PreparedInputKey key =
       prepared_input_key(&leader, leader.input_generation, x.data, prep, role, path);
-  // x^T's codes as the group's forward kept them: the weight gradient reads them there.
-  CudaSavedTransposedX* kept = s.saved_x_t.get();
+  // x^T's codes as the group's forward kept them (the copy for the path's format): the weight
+  // gradient reads them there.
+  CudaSavedTransposedX::Copy* kept = s.saved_x_t != nullptr && prep == OperandPrep::kFp8Codes
+                                         ? &s.saved_x_t->of(path.format)
+                                         : nullptr;
   if (wgrad && kept != nullptr && same_prepared_input(kept->holds, key)) {
     ++s.x_t_kept_reads;
     return {kept->codes, kept->scales};
@@ -155,9 +158,10 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
     ++(wgrad ? s.x_bf16_kept_reads : s.x_reused);
     return {kept_bf16->data, nullptr};
   }
-  // Where the backward does not read x (path_reads_forward_input), x may have been overwritten
+  // Where the backward does not read x (kept_copies_replace_x), x may have been overwritten
   // since the forward: the weight gradient must find the copy the forward kept.
-  GNMR_CHECK(!wgrad || prep != OperandPrep::kBf16 || s.reads_forward_input(path),
+  GNMR_CHECK(!wgrad || (prep != OperandPrep::kBf16 && prep != OperandPrep::kFp8Codes) ||
+                 s.reads_forward_input(path),
              "cuda projection: the weight gradient on " + path.describe() +
                  " reads the copy of x its saving forward keeps, and none holds this x (a "
                  "backward without its saving forward, or after another forward of the group)");
@@ -364,13 +368,30 @@ void check_shapes(const CudaProjectionState& s, const Tensor& w, const char* wha
 
 }  // namespace
 
+int CudaSavedTransposedX::index_of(FpFormat format) const {
+  if (count < 2) return 0;
+  GNMR_CHECK(
+      format == formats[0] || format == formats[1],
+      std::string("cuda projection: no kept x^T copy holds ") + fp_format_name(format) + " codes");
+  return format == formats[0] ? 0 : 1;
+}
+
 size_t CudaProjectionState::saved_bytes(const PathSpec& path) const {
   if (path.kind != PathKind::kSavedIntGroupwise) {
-    return reads_forward_input(path) ? 0 : size_t(shape.tokens * shape.in) * 2;  // bf16 copy
+    if (!copies_replace_x) return 0;  // the backward reads x
+    const size_t n = size_t(shape.tokens), in = size_t(shape.in);
+    if (kept_x_of(shape, path, precision, target) == KeptX::kBf16) return n * in * 2;
+    return n * in + sizeof(float) * size_t(vec128_scale_count(shape.in, shape.tokens));
   }
   const GroupwiseSpec spec = saved_spec(path);
   return packed_bytes(shape.tokens, shape.in, spec) +
          scale_count(shape.tokens, shape.in, spec) * sizeof(float);
+}
+
+int CudaProjectionState::group_copy(const PathSpec& path) const {
+  if (path.kind == PathKind::kSavedIntGroupwise || !copies_replace_x) return -1;
+  if (kept_x_of(shape, path, precision, target) == KeptX::kBf16) return 2;
+  return saved_x_t->index_of(path.format);  // 0 or 1
 }
 
 std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
@@ -383,6 +404,7 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
   s->precision = c.precision;
   s->target = c.target;
   s->buffers = projection_buffers(shape, low, recovery, c.precision, c.target);
+  s->copies_replace_x = kept_copies_replace_x(shape, low, recovery, c.precision, c.target);
   const ProjectionBuffers& b = s->buffers;
   DeviceMemory& m = c.memory;
   if (b.saved_codes > 0) {
@@ -413,12 +435,18 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     }
     s->shared_member = s->shared->book.join();
   }
-  if (b.saved_x_t_codes > 0) {
+  if (b.saved_x_t_copies > 0) {
     s->saved_x_t = std::make_shared<CudaSavedTransposedX>();
-    s->saved_x_t->codes = static_cast<uint8_t*>(
-        m.allocate(name + ".saved_x_t_codes", b.saved_x_t_codes, MemoryRole::SavedActivations));
-    s->saved_x_t->scales = static_cast<float*>(
-        m.allocate(name + ".saved_x_t_scales", b.saved_x_t_scales, MemoryRole::SavedActivations));
+    CudaSavedTransposedX& kept = *s->saved_x_t;
+    kept.count = b.saved_x_t_copies;
+    for (int i = 0; i < kept.count; ++i) {
+      const std::string copy = name + ".saved_x_t" + (kept.count > 1 ? std::to_string(i) : "");
+      kept.copies[i].codes = static_cast<uint8_t*>(
+          m.allocate(copy + "_codes", b.saved_x_t_codes, MemoryRole::SavedActivations));
+      kept.copies[i].scales = static_cast<float*>(
+          m.allocate(copy + "_scales", b.saved_x_t_scales, MemoryRole::SavedActivations));
+      kept.formats[i] = b.saved_x_t_formats[i];
+    }
   }
   if (b.saved_x_bf16 > 0) {
     s->saved_x_bf16 = std::make_shared<CudaSavedBf16X>();
@@ -462,12 +490,24 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     s->saved_x_t = s->input_leader->saved_x_t;  // null when the leader's paths keep none
     s->saved_x_bf16 = s->input_leader->saved_x_bf16;
   }
-  // A projection whose weight gradients read the group's bf16 copy in place of x needs one.
-  GNMR_CHECK((s->saved_x_bf16 != nullptr) ==
-                 keeps_x_bf16_copy(shape, low, recovery, c.precision, c.target),
-             "cuda plan_projection " + name +
-                 ": its input group's leader was planned with other paths, so the group does not "
-                 "agree on keeping a bf16 copy of x");
+  // A projection whose weight gradients read the group's copies in place of x needs them:
+  // the group's leader planned with the same copies.
+  if (s->input_leader != nullptr) {
+    const ProjectionBuffers& held = s->input_leader->buffers;
+    ProjectionShape as_leader = shape;
+    as_leader.input_leader = nullptr;
+    const ProjectionBuffers wanted =
+        projection_buffers(as_leader, low, recovery, c.precision, c.target);
+    GNMR_CHECK(s->input_leader->copies_replace_x == s->copies_replace_x &&
+                   held.saved_x_bf16 == wanted.saved_x_bf16 &&
+                   held.saved_x_t_copies == wanted.saved_x_t_copies &&
+                   (wanted.saved_x_t_copies < 2 ||
+                    (held.saved_x_t_formats[0] == wanted.saved_x_t_formats[0] &&
+                     held.saved_x_t_formats[1] == wanted.saved_x_t_formats[1])),
+               "cuda plan_projection " + name +
+                   ": its input group's leader was planned with other paths, so the group does "
+                   "not agree on the copies of x it keeps");
+  }
   return s;
 }
 

@@ -48,13 +48,23 @@ struct CudaSharedCodes {
 // (forward_keeps_x_t), allocated by the group's leader and shared by its members, with the key
 // of what they hold (prepared_input_key for the weight gradient's A).
 struct CudaSavedTransposedX {
-  uint8_t* codes = nullptr;  // [in, N]
-  float* scales = nullptr;   // VEC128
-  PreparedInputKey holds;
+  struct Copy {
+    uint8_t* codes = nullptr;  // [in, N]
+    float* scales = nullptr;   // VEC128
+    PreparedInputKey holds;
+  };
+  // One copy (any format: it holds the last keeping forward's), or one per format of the
+  // group's two paths where the copies replace x (ProjectionBuffers::saved_x_t_copies).
+  int count = 0;
+  Copy copies[2];
+  FpFormat formats[2] = {FpFormat::kE4M3, FpFormat::kE4M3};
+  // The copy a path in `format` keeps its codes in (its index, for ProjectionState::group_copy).
+  int index_of(FpFormat format) const;
+  Copy& of(FpFormat format) { return copies[index_of(format)]; }
 };
 
 // x [N, in] rounded to bf16 by an input group's saving forward, which its weight gradients
-// read in place of x (keeps_x_bf16_copy), allocated by the group's leader and shared by its
+// read in place of x (kept_copies_replace_x), allocated by the group's leader and shared by its
 // members, with the key of what it holds (prepared_input_key: one form for every role).
 struct CudaSavedBf16X {
   uint16_t* data = nullptr;
@@ -63,16 +73,16 @@ struct CudaSavedBf16X {
 
 class CudaProjectionState final : public ProjectionState {
  public:
+  // Where the kept copies replace x, no path's backward reads it (the saved-int path's never).
   bool reads_forward_input(const PathSpec& path) const override {
-    return path_reads_forward_input(shape, path, saved_x_bf16 != nullptr, precision, target);
+    return path.kind != PathKind::kSavedIntGroupwise && !copies_replace_x;
   }
   size_t saved_bytes(const PathSpec& path) const override;
-  bool saved_copy_is_the_groups(const PathSpec& path) const override {
-    return path.kind != PathKind::kSavedIntGroupwise && !reads_forward_input(path);
-  }
+  int group_copy(const PathSpec& path) const override;
   size_t planned_saved_bytes() const override {
-    return buffers.saved_codes + buffers.saved_scales + buffers.saved_x_t_codes +
-           buffers.saved_x_t_scales + buffers.saved_x_bf16 +
+    return buffers.saved_codes + buffers.saved_scales +
+           size_t(buffers.saved_x_t_copies) * (buffers.saved_x_t_codes + buffers.saved_x_t_scales) +
+           buffers.saved_x_bf16 +
            (shared != nullptr && shared_member == 0 ? shared->planned_bytes : 0);
   }
   GroupwiseSpec saved_spec(const PathSpec& path) const {
@@ -88,8 +98,9 @@ class CudaProjectionState final : public ProjectionState {
   GemmPrecision precision = GemmPrecision::FP32;  // the backend's, as planned
   GpuTarget target;
   ProjectionBuffers buffers;
-  Tensor saved_input;           // the x the last saving forward read (a view the caller keeps)
-  void* saved_codes = nullptr;  // own copy: room for the larger unshared path
+  bool copies_replace_x = false;  // kept_copies_replace_x, as planned
+  Tensor saved_input;             // the x the last saving forward read (a view the caller keeps)
+  void* saved_codes = nullptr;    // own copy: room for the larger unshared path
   float* saved_scales = nullptr;
   std::shared_ptr<CudaSharedCodes> shared;  // null when the input is not shared
   int shared_member = -1;                   // this projection's index in shared->book

@@ -135,33 +135,28 @@ bool forward_keeps_x_bf16(const ProjectionGemm& forward, const ProjectionGemm& w
   return forward.b == OperandPrep::kBf16 && weight_gradient.a == OperandPrep::kBf16;
 }
 
-namespace {
-bool path_keeps_x_bf16(const ProjectionShape& shape, const PathSpec& path,
-                       GemmPrecision backend_precision, const GpuTarget& target) {
-  return forward_keeps_x_bf16(
-      plan_projection_gemm(GemmRole::kForward, shape, path, backend_precision, target, false),
-      plan_projection_gemm(GemmRole::kWeightGradient, shape, path, backend_precision, target,
-                           false));
+KeptX kept_x_of(const ProjectionShape& shape, const PathSpec& path, GemmPrecision backend_precision,
+                const GpuTarget& target) {
+  const ProjectionGemm forward =
+      plan_projection_gemm(GemmRole::kForward, shape, path, backend_precision, target, false);
+  const ProjectionGemm weight_gradient = plan_projection_gemm(
+      GemmRole::kWeightGradient, shape, path, backend_precision, target, false);
+  if (forward_keeps_x_t(forward, weight_gradient)) return KeptX::kTransposedCodes;
+  if (forward_keeps_x_bf16(forward, weight_gradient)) return KeptX::kBf16;
+  return KeptX::kNone;
 }
-}  // namespace
 
-bool keeps_x_bf16_copy(const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
-                       GemmPrecision backend_precision, const GpuTarget& target) {
+bool kept_copies_replace_x(const ProjectionShape& shape, const PathSpec& low,
+                           const PathSpec& recovery, GemmPrecision backend_precision,
+                           const GpuTarget& target) {
   if (shape.input_read_elsewhere) return false;
   bool any = false;
   for (const PathSpec* path : {&low, &recovery}) {
-    const bool keeps = path_keeps_x_bf16(shape, *path, backend_precision, target);
+    const bool keeps = kept_x_of(shape, *path, backend_precision, target) != KeptX::kNone;
     if (!keeps && path->kind != PathKind::kSavedIntGroupwise) return false;
     any = any || keeps;
   }
   return any;
-}
-
-bool path_reads_forward_input(const ProjectionShape& shape, const PathSpec& path,
-                              bool keeps_bf16_copy, GemmPrecision backend_precision,
-                              const GpuTarget& target) {
-  if (path.kind == PathKind::kSavedIntGroupwise) return false;
-  return !(keeps_bf16_copy && path_keeps_x_bf16(shape, path, backend_precision, target));
 }
 
 Fp8DyPairLayout fp8_dy_pair_layout(int64_t tokens, int64_t out) {
@@ -268,13 +263,12 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
                                                      backend_precision, target, false),
                                 plan_projection_gemm(GemmRole::kInputGradient, shape, *path,
                                                      backend_precision, target, false));
-    const bool keeps_x_t = forward_keeps_x_t(
-        plan_projection_gemm(GemmRole::kForward, shape, *path, backend_precision, target, false),
-        plan_projection_gemm(GemmRole::kWeightGradient, shape, *path, backend_precision, target,
-                             false));
+    const bool keeps_x_t =
+        kept_x_of(shape, *path, backend_precision, target) == KeptX::kTransposedCodes;
     if (keeps_x_t && shape.input_leader == nullptr) {
       b.saved_x_t_codes = in * n;
       b.saved_x_t_scales = sizeof(float) * u(vec128_scale_count(shape.in, shape.tokens));
+      b.saved_x_t_copies = std::max(b.saved_x_t_copies, 1);
     }
     if (dy == DyPreparation::kFp8BothOnce) {
       const Fp8DyPairLayout pair = fp8_dy_pair_layout(shape.tokens, shape.out);
@@ -294,8 +288,16 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
     }
   }
   if (shape.input_leader == nullptr &&
-      keeps_x_bf16_copy(shape, low, recovery, backend_precision, target)) {
-    b.saved_x_bf16 = n * in * 2;
+      kept_copies_replace_x(shape, low, recovery, backend_precision, target)) {
+    const KeptX kept_low = kept_x_of(shape, low, backend_precision, target);
+    const KeptX kept_recovery = kept_x_of(shape, recovery, backend_precision, target);
+    if (kept_low == KeptX::kBf16 || kept_recovery == KeptX::kBf16) b.saved_x_bf16 = n * in * 2;
+    if (kept_low == KeptX::kTransposedCodes && kept_recovery == KeptX::kTransposedCodes &&
+        low.format != recovery.format) {
+      b.saved_x_t_copies = 2;
+      b.saved_x_t_formats[0] = low.format;
+      b.saved_x_t_formats[1] = recovery.format;
+    }
   }
   if (shape.saved_input_leader == nullptr) {
     for (const GroupwiseSpec& spec : shape.shared_saved_specs) {

@@ -92,18 +92,22 @@ bool forward_keeps_x_t(const ProjectionGemm& forward, const ProjectionGemm& weig
 // serves both, and the forward may keep it for the backward.
 bool forward_keeps_x_bf16(const ProjectionGemm& forward, const ProjectionGemm& weight_gradient);
 
-// Whether a projection keeps the bf16 copy of x its saving forwards make (forward_keeps_x_bf16),
-// in its input group's saved copy, for the weight gradients to read in place of x. Only where
-// the copy replaces x: on every path either it or the saved-int codes are what the backward
-// reads (so the model keeps no fp32 x: 2 bytes an element instead of 4, and no rounding in the
-// backward), and the model does not keep x for another reason (input_read_elsewhere).
-bool keeps_x_bf16_copy(const ProjectionShape& shape, const PathSpec& low, const PathSpec& recovery,
-                       GemmPrecision backend_precision, const GpuTarget& target);
-// Whether the backward of `path` reads x itself (Backend's reads_forward_input): not where it
-// reads saved int codes, or the bf16 copy (keeps_x_bf16_copy).
-bool path_reads_forward_input(const ProjectionShape& shape, const PathSpec& path,
-                              bool keeps_bf16_copy, GemmPrecision backend_precision,
-                              const GpuTarget& target);
+// What a saving forward on `path` can keep of x for its weight gradient: x^T's FP8 codes
+// (forward_keeps_x_t), x's bf16 rounding (forward_keeps_x_bf16), or nothing.
+enum class KeptX { kNone, kTransposedCodes, kBf16 };
+KeptX kept_x_of(const ProjectionShape& shape, const PathSpec& path, GemmPrecision backend_precision,
+                const GpuTarget& target);
+
+// Whether the copies a projection's saving forwards keep replace x: on every path the backward
+// reads a kept copy (KeptX) or its saved-int codes, never x, one path at least keeps a copy,
+// and the model does not keep x for another reason (input_read_elsewhere). Then the backward
+// does not read x (Backend's reads_forward_input), so the model keeps no fp32 x for the input
+// (4 bytes an element; a copy is 1 or 2), the input group keeps one x^T copy per FP8 format of
+// its paths (fp8mix's low and recovery formats: GNMR may route q, k, v to different ones), and
+// the bf16 copy is kept at all only here.
+bool kept_copies_replace_x(const ProjectionShape& shape, const PathSpec& low,
+                           const PathSpec& recovery, GemmPrecision backend_precision,
+                           const GpuTarget& target);
 
 // Where kFp8BothOnce puts its two operands in the dy-side scratch: byte offsets into dy_low
 // (codes) and dy_scales (scales), each on a 256-byte boundary, and the bytes each holds in all.
@@ -132,9 +136,14 @@ struct ProjectionBuffers {
   std::vector<size_t> shared_codes, shared_scales;
   // forward_keeps_x_t on either path, when this projection leads its input (no input_leader):
   // x^T's 128x1 codes [in, N] and their VEC128 scales, kept from the forward for the group's
-  // weight gradients.
+  // weight gradients: bytes of one copy, and the copies (one per format where they replace x,
+  // kept_copies_replace_x; else one, holding the last keeping forward's format).
   size_t saved_x_t_codes = 0, saved_x_t_scales = 0;
-  // keeps_x_bf16_copy, when this projection leads its input: x [N, in] in bf16.
+  int saved_x_t_copies = 0;
+  // The paths' formats of those copies, copy by copy, where there are two.
+  FpFormat saved_x_t_formats[2] = {FpFormat::kE4M3, FpFormat::kE4M3};
+  // Where the copies replace x and a path keeps x's bf16 rounding, when this projection leads
+  // its input: x [N, in] in bf16.
   size_t saved_x_bf16 = 0;
 };
 
