@@ -394,7 +394,10 @@ stage_bench() {
       # MFU against the bf16 peak bench measured, then against the datasheet's.
       lines+=" MFU $(grep -o 'MFU [0-9.]*%' "$out" | awk '{print $2}' | paste -sd/)"
       # The GEMMs' share of the step's device time (bench's breakdown by op family).
-      lines+=" gemm $(grep -oE '^ +gemm +[0-9.]+ ms +[0-9.]+%' "$out" | tail -1 | awk '{print $4}'); "
+      lines+=" gemm $(grep -oE '^ +gemm +[0-9.]+ ms +[0-9.]+%' "$out" | tail -1 | awk '{print $4}')"
+      # The device memory the backend planned (peak), which the saved copies' choices change.
+      lines+=" mem $(grep -oE '[0-9.]+ MiB planned by the backend' "$out" | tail -1 |
+        awk '{printf "%.1f GiB", $1 / 1024}'); "
     elif ((rc == 124 || rc == 137)); then
       failed=$((failed + 1)) lines+="$label killed after $run_timeout_s s; "
     else
