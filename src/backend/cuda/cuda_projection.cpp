@@ -489,10 +489,8 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
                    ": input_leader is not a cuda projection leading an input of this shape");
     s->saved_x_t = s->input_leader->saved_x_t;  // null when the leader's paths keep none
     s->saved_x_bf16 = s->input_leader->saved_x_bf16;
-  }
-  // A projection whose weight gradients read the group's copies in place of x needs them:
-  // the group's leader planned with the same copies.
-  if (s->input_leader != nullptr) {
+    // A projection whose weight gradients read the group's copies in place of x needs them:
+    // the group's leader planned with the same copies.
     const ProjectionBuffers& held = s->input_leader->buffers;
     ProjectionShape as_leader = shape;
     as_leader.input_leader = nullptr;
