@@ -173,7 +173,7 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
     case OperandPrep::kBf16: {
       // keep_x (a saving forward whose group keeps the copy): rounded into the kept copy, which
       // the group's weight gradients read in place of x; otherwise into the scratch.
-      const bool into_kept = keep_x && kept_bf16 != nullptr && key.group != nullptr;
+      const bool into_kept = keep_x && kept_bf16 != nullptr;
       auto* out = into_kept ? kept_bf16->data
                             : static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
       GNMR_CHECK(x_from_swiglu == nullptr || !held,
@@ -379,9 +379,8 @@ int CudaSavedTransposedX::index_of(FpFormat format) const {
 size_t CudaProjectionState::saved_bytes(const PathSpec& path) const {
   if (path.kind != PathKind::kSavedIntGroupwise) {
     if (!copies_replace_x) return 0;  // the backward reads x
-    const size_t n = size_t(shape.tokens), in = size_t(shape.in);
-    if (kept_x_of(shape, path, precision, target) == KeptX::kBf16) return n * in * 2;
-    return n * in + sizeof(float) * size_t(vec128_scale_count(shape.in, shape.tokens));
+    if (kept_x_of(shape, path, precision, target) == KeptX::kBf16) return saved_x_bf16->bytes;
+    return saved_x_t->bytes_each;
   }
   const GroupwiseSpec spec = saved_spec(path);
   return packed_bytes(shape.tokens, shape.in, spec) +
@@ -439,6 +438,7 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
     s->saved_x_t = std::make_shared<CudaSavedTransposedX>();
     CudaSavedTransposedX& kept = *s->saved_x_t;
     kept.count = b.saved_x_t_copies;
+    kept.bytes_each = b.saved_x_t_codes + b.saved_x_t_scales;
     for (int i = 0; i < kept.count; ++i) {
       const std::string copy = name + ".saved_x_t" + (kept.count > 1 ? std::to_string(i) : "");
       kept.copies[i].codes = static_cast<uint8_t*>(
@@ -450,6 +450,7 @@ std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
   }
   if (b.saved_x_bf16 > 0) {
     s->saved_x_bf16 = std::make_shared<CudaSavedBf16X>();
+    s->saved_x_bf16->bytes = b.saved_x_bf16;
     s->saved_x_bf16->data = static_cast<uint16_t*>(
         m.allocate(name + ".saved_x_bf16", b.saved_x_bf16, MemoryRole::SavedActivations));
   }

@@ -57,6 +57,7 @@ struct CudaSavedTransposedX {
   // group's two paths where the copies replace x (ProjectionBuffers::saved_x_t_copies).
   int count = 0;
   Copy copies[2];
+  size_t bytes_each = 0;  // one copy's codes and scales, as planned
   FpFormat formats[2] = {FpFormat::kE4M3, FpFormat::kE4M3};
   // The copy a path in `format` keeps its codes in (its index, for ProjectionState::group_copy).
   int index_of(FpFormat format) const;
@@ -68,6 +69,7 @@ struct CudaSavedTransposedX {
 // members, with the key of what it holds (prepared_input_key: one form for every role).
 struct CudaSavedBf16X {
   uint16_t* data = nullptr;
+  size_t bytes = 0;  // as planned
   PreparedInputKey holds;
 };
 
