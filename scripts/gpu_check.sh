@@ -8,11 +8,11 @@
 #   scripts/gpu_check.sh [--bundle DIR] [--logs DIR] [--require-gpu] [all | STAGE...]
 #     --bundle DIR    the bundle (default build/gpu-bundle); DIR.tar.gz, as gpu_bundle.sh packs
 #                     it, is unpacked to DIR first when DIR is missing or older than it
-#     --logs DIR      gets STAGE.log per stage and table.txt, nothing else: at most 8 files
+#     --logs DIR      gets STAGE.log per stage and table.txt, nothing else: at most 10 files
 #                     (default gpu-check-logs)
 #     --require-gpu   no GPU found is a failure, not a row of SKIPs
-#   stages, in order (default, or `all`: the first six), each under its own timeout, together
-#   at most 8.6 minutes:
+#   stages, in order (default, or `all`: the first seven), each under its own timeout, together
+#   at most 10.1 minutes:
 #     preflight   the GPU (name, compute capability, driver), the CUDA libraries the bundle
 #                 needs found on this machine, every bundle binary's libraries resolved, and
 #                 `gnmr version` running                                              (20 s)
@@ -32,6 +32,8 @@
 #                 fp8mix under static_low, actq (each on model.attention auto: the tensor-
 #                 core flash kernels under the config's bf16 GEMMs), and bf16 on the v1
 #                 attention; tokens/s, MFU and the GEMMs' share each; 45 s per run    (150 s)
+#     racecheck   compute-sanitizer: racecheck (shared-memory races, which the emulation
+#                 cannot see) and synccheck over the tests of our kernels              (90 s)
 #   and, only when named (not in the default run):
 #     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096 at hd 128, T = 1024 at hd 64 (bench_gpu_attention) (60 s)
@@ -45,7 +47,7 @@
 # build/gpu-bundle-emulated` then runs every stage on it, so a fault of this script, the bundle
 # or a code path shows here and not in the one GPU run. Such a run says DRY RUN on every row:
 # the emulation is the "GPU" (8 devices, GNMR_EMULATED_DEVICES), NCCL is the emulated one, the
-# timeouts are the emulation's (about 30 minutes in all), memcheck and profile skip
+# timeouts are the emulation's (about 30 minutes in all), memcheck, racecheck and profile skip
 # (compute-sanitizer and ncu need a GPU), bench and gemm-sweep's bench run tiny-gpu and
 # attention-bench T = 128 (the real shapes would take hours), e2e validates on 2048 tokens;
 # --require-gpu fails it.
@@ -55,7 +57,7 @@ cd "$(dirname "$0")/.." || exit 2
 bundle=build/gpu-bundle
 logs=gpu-check-logs
 require_gpu=0
-default_stages=(preflight gemm-sweep gpu-tests e2e memcheck bench)
+default_stages=(preflight gemm-sweep gpu-tests e2e memcheck bench racecheck)
 stages=()
 while (($#)); do
   case "$1" in
@@ -64,7 +66,7 @@ while (($#)); do
     --require-gpu) require_gpu=1; shift ;;
     -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d'; exit 0 ;;
     all) stages+=("${default_stages[@]}"); shift ;;
-    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | attention-bench | profile) stages+=("$1"); shift ;;
+    preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | racecheck | attention-bench | profile) stages+=("$1"); shift ;;
     *) echo "gpu_check.sh: unknown argument \"$1\" (see --help; the logs directory is --logs DIR)" >&2; exit 2 ;;
   esac
 done
@@ -221,14 +223,21 @@ stage_gpu_tests() {
   else status=PASS why="$passed tests"; fi
 }
 
+# The toolkit's compute-sanitizer, into `sanitizer` (empty where it is not installed).
+find_sanitizer() {
+  sanitizer="$(command -v compute-sanitizer || true)"
+  [ -z "$sanitizer" ] && [ -x "$cuda_root/compute-sanitizer/compute-sanitizer" ] && sanitizer="$cuda_root/compute-sanitizer/compute-sanitizer"
+  return 0
+}
+
 stage_memcheck() {
   have_gpu || { status=SKIP why="no GPU"; return; }
   ((emulated)) && { status=SKIP why="compute-sanitizer needs a GPU"; return; }
   local sanitizer
-  sanitizer="$(command -v compute-sanitizer || true)"
-  [ -z "$sanitizer" ] && [ -x "$cuda_root/compute-sanitizer/compute-sanitizer" ] && sanitizer="$cuda_root/compute-sanitizer/compute-sanitizer"
+  find_sanitizer
   # The tool is a separate part of the toolkit; a machine without it cannot run this stage.
   [ -n "$sanitizer" ] || { status=SKIP why="compute-sanitizer is not installed with the CUDA toolkit here"; return; }
+  [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
   # Under the sanitizer (10-100x slower): memcheck over every kernel test and the flash kernels
   # on the short sequences (plain SIMT at T = 1000 is too slow; the short ones cover every code
   # path), then memcheck and initcheck over one training run, fp8mix, the recipe with the most
@@ -254,6 +263,44 @@ stage_memcheck() {
   if ((unsupported)); then status=SKIP why="compute-sanitizer: device not supported on this machine"
   elif ((errors)); then status=FAIL why="$errors of 3 sanitizer runs reported errors (memcheck.log)"
   else status=PASS why="memcheck (kernel tests, fp8mix training) and initcheck (training) clean${failing:+; tests failing under it, see gpu-tests: $failing}"; fi
+}
+
+stage_racecheck() {
+  have_gpu || { status=SKIP why="no GPU"; return; }
+  ((emulated)) && { status=SKIP why="compute-sanitizer needs a GPU"; return; }
+  local sanitizer
+  find_sanitizer
+  [ -n "$sanitizer" ] || { status=SKIP why="compute-sanitizer is not installed with the CUDA toolkit here"; return; }
+  [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
+  # The shared-memory races the CUDA emulation cannot see (its fibers switch only at barriers,
+  # so a plain store and another thread's load with no __syncthreads between them pass there):
+  # racecheck over the tests of our kernels that stage data in shared memory (block reductions,
+  # the staged quantizers, the flash kernels' cp.async / ldmatrix tiles), synccheck (barriers
+  # and warp syncs a divergent thread skips) over the same. Not the long-sequence flash tests,
+  # the timed tile choice, nor the 2^32-quotient conversion test: minutes under the tool.
+  local errors=0 unsupported=0 tool begin rc out hazards summary="" failing=""
+  local filter='GpuTrainOps.*:GpuQuantize.*:GpuModelOps.*:GpuCausalSoftmax.*:GpuAttention.*:GpuFlashAttention.*'
+  filter+='-*LongSequence*:GpuFlashAttention.GivesTheSameBitsOnEveryRun:GpuFlashAttention.TimedQueryTiles*:GpuQuantize.FpConversionInstructions*'
+  for tool in racecheck synccheck; do
+    begin=$(date +%s) out="$work/sanitizer.log"
+    "$sanitizer" --tool "$tool" --error-exitcode 99 "$bundle/tests/test_gpu" \
+      --gtest_filter="$filter" >"$out" 2>&1
+    rc=$?
+    cat "$out" >>"$logs/racecheck.log"
+    note "$tool: exit $rc in $(($(date +%s) - begin)) s"
+    if grep -q "Device not supported" "$out"; then unsupported=1; break; fi
+    # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)",
+    # synccheck with "ERROR SUMMARY: N errors"; a warning (two writes of one value, say) is
+    # logged, not a failure.
+    hazards="$(grep -oE 'RACECHECK SUMMARY: .*' "$out" | tail -1)"
+    [ -n "$hazards" ] && summary+="$hazards; "
+    if ((rc == 99)) || grep -q "ERROR SUMMARY: [1-9]" "$out" || echo "$hazards" | grep -qE '\([1-9][0-9]* errors?'; then
+      errors=$((errors + 1))
+    elif ((rc != 0)); then failing+="$tool run exit $rc without a finding; "; fi
+  done
+  if ((unsupported)); then status=SKIP why="compute-sanitizer: device not supported on this machine"
+  elif ((errors)); then status=FAIL why="$errors of 2 sanitizer runs reported errors: ${summary}see racecheck.log"
+  else status=PASS why="racecheck and synccheck over the kernel tests clean${summary:+ (${summary%; })}${failing:+; tests failing under them, see gpu-tests: $failing}"; fi
 }
 
 needs_backend() {
@@ -482,12 +529,12 @@ stage_profile() {
   if ((failed)); then status=FAIL why="$failed of ${#runs[@]} ncu runs failed (profile.log); $line"; else status=PASS why="$line"; fi
 }
 
-declare -A timeout_s=([preflight]=20 [gemm-sweep]=45 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [attention-bench]=60 [profile]=180)
+declare -A timeout_s=([preflight]=20 [gemm-sweep]=45 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [racecheck]=90 [attention-bench]=60 [profile]=180)
 # Inside a stage: one test suite, one bench run, one e2e training run (a hang costs that, not
 # the stage and every suite or run after it).
 suite_timeout_s=45 run_timeout_s=45
 # The emulation runs kernels on one host thread (the gpu tests alone take 10-15 minutes).
-((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [attention-bench]=300 [profile]=60) \
+((emulated)) && timeout_s=([preflight]=60 [gemm-sweep]=300 [gpu-tests]=1200 [e2e]=1200 [memcheck]=60 [bench]=300 [racecheck]=60 [attention-bench]=300 [profile]=60) \
   && suite_timeout_s=600 run_timeout_s=300
 ((emulated)) && echo "DRY RUN on the CUDA emulation ($bundle): no GPU ran; a PASS says the script, the bundle and the code paths work, not that a GPU does"
 row() { printf '%-11s %-5s %5s  %s\n' "$@"; }
@@ -501,7 +548,7 @@ for stage in "${stages[@]}"; do
   status=FAIL why="did not finish within ${timeout_s[$stage]} s"
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
-  export -f note have_gpu cuda_backend_built needs_backend "stage_${stage//-/_}"
+  export -f note have_gpu cuda_backend_built needs_backend find_sanitizer "stage_${stage//-/_}"
   export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh on a machine without a GPU, over a minimal bundle (this build's gnmr, no
 # test binaries): every stage must report cleanly (SKIP, not FAIL), the table must list the
-# stages asked for, the logs directory must hold only the stage logs and table.txt (a device
-# machine returns 8 files), a bad argument must exit 2, a missing library must fail preflight,
-# --require-gpu must turn "no GPU" into a failure, and a packed bundle must be unpacked.
+# stages asked for, the logs directory must hold only the stage logs and table.txt (what a run
+# hands back), a bad argument must exit 2, a missing library must fail preflight,
+# --require-gpu must turn "no GPU" into a failure, a packed bundle must be unpacked, and the
+# sanitizer's findings must be read right (a stand-in GPU and compute-sanitizer).
 #   check_gpu_check.sh GNMR_BINARY WORK_DIR
 set -uo pipefail
 gnmr="$1" work="$2"
@@ -16,17 +17,17 @@ cp "$gnmr" "$work/bundle/bin/gnmr"
 echo '{"commit": "test"}' >"$work/bundle/BUNDLE.json"
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" 2>&1) || fail "exit $? without a GPU: $out"
-for stage in preflight gemm-sweep gpu-tests e2e memcheck bench; do
+for stage in preflight gemm-sweep gpu-tests e2e memcheck bench racecheck; do
   echo "$out" | grep -Eq "^$stage +SKIP" || fail "stage $stage is not SKIP: $out"
   [ -f "$work/logs/$stage.log" ] || fail "no $stage.log"
 done
 echo "$out" | grep -q "no GPU" || fail "no 'no GPU' reason: $out"
-[ "$(ls "$work/logs" | sort | tr '\n' ' ')" = "bench.log e2e.log gemm-sweep.log gpu-tests.log memcheck.log preflight.log table.txt " ] \
+[ "$(ls "$work/logs" | sort | tr '\n' ' ')" = "bench.log e2e.log gemm-sweep.log gpu-tests.log memcheck.log preflight.log racecheck.log table.txt " ] \
   || fail "the logs directory holds more than the stage logs and the table: $(ls "$work/logs")"
-[ "$(grep -Ec '^(preflight|gemm-sweep|gpu-tests|e2e|memcheck|bench) +SKIP' "$work/logs/table.txt")" = 6 ] \
-  || fail "table.txt does not hold the six rows: $(cat "$work/logs/table.txt")"
+[ "$(grep -Ec '^(preflight|gemm-sweep|gpu-tests|e2e|memcheck|bench|racecheck) +SKIP' "$work/logs/table.txt")" = 7 ] \
+  || fail "table.txt does not hold the seven rows: $(cat "$work/logs/table.txt")"
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" all 2>&1) || fail "'all' exit $?: $out"
-echo "$out" | grep -Eq "^bench +SKIP" || fail "'all' did not run the stages: $out"
+echo "$out" | grep -Eq "^racecheck +SKIP +[0-9]+ +no GPU" || fail "'all' did not run the stages: $out"
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight bench 2>&1)
 [ "$(grep -Ec '^(preflight|bench) ' "$work/logs/table.txt")" = 2 ] || fail "stage selection: $out"
@@ -57,6 +58,41 @@ echo "$out" | grep -q "unpacked" && fail "a bundle newer than its archive was un
 touch -d '+1 minute' "$work/packed.tar.gz"
 out=$(bash "$script" --bundle "$work/packed/" --logs "$work/logs" preflight 2>&1) || fail "a newer archive: exit $?: $out"
 echo "$out" | grep -q "unpacked $work/packed.tar.gz" || fail "a newer archive was not unpacked: $out"
+
+# The sanitizer stages' reading of compute-sanitizer's output, with a stand-in GPU (an
+# nvidia-smi that answers) and a stand-in compute-sanitizer printing what the real one prints:
+# racecheck's error is a failure, its warnings alone are not, a clean run passes.
+mkdir -p "$work/fake"
+printf '#!/bin/sh\ncase "$*" in *-L*) echo "GPU 0: NVIDIA H200 (UUID: x)" ;; *) echo "NVIDIA H200, 9.0, 580.00" ;; esac\n' >"$work/fake/nvidia-smi"
+cat >"$work/fake/compute-sanitizer" <<'FAKE'
+#!/bin/sh
+tool="$2"
+case "$tool:$FAKE_SANITIZER" in
+  racecheck:hazard) echo "========= Error: Race reported between Write access at k+0x10 and Read access at k+0x20"
+                    echo "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)"; exit 99 ;;
+  racecheck:warning) echo "========= RACECHECK SUMMARY: 3 hazards displayed (0 errors, 3 warnings)" ;;
+  racecheck:*) echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" ;;
+  *) echo "========= ERROR SUMMARY: 0 errors" ;;
+esac
+exit 0
+FAKE
+printf '#!/bin/sh\nexit 0\n' >"$work/bundle/tests/test_gpu"
+chmod +x "$work/fake/nvidia-smi" "$work/fake/compute-sanitizer" "$work/bundle/tests/test_gpu"
+for mode in clean warning hazard; do
+  out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=$mode bash "$script" --bundle "$work/bundle" --logs "$work/logs" racecheck 2>&1)
+  rc=$?
+  case $mode in
+    clean) [ $rc = 0 ] && echo "$out" | grep -Eq '^racecheck +PASS .*clean \(RACECHECK SUMMARY: 0 hazards' || fail "a clean racecheck: exit $rc: $out" ;;
+    warning) [ $rc = 0 ] && echo "$out" | grep -Eq '^racecheck +PASS .*0 errors, 3 warnings' || fail "racecheck warnings alone: exit $rc: $out" ;;
+    hazard) [ $rc = 1 ] && echo "$out" | grep -Eq '^racecheck +FAIL .*1 of 2 sanitizer runs reported errors: RACECHECK SUMMARY: 2 hazards' || fail "a racecheck error: exit $rc: $out" ;;
+  esac
+done
+grep -q "Race reported between" "$work/logs/racecheck.log" || fail "racecheck.log lacks the sanitizer's report"
+out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=clean bash "$script" --bundle "$work/bundle" --logs "$work/logs" memcheck 2>&1)
+echo "$out" | grep -Eq '^memcheck +PASS +[0-9]+ +memcheck .* clean' || fail "a clean memcheck: $out"
+rm "$work/bundle/tests/test_gpu"
+out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" racecheck 2>&1)
+echo "$out" | grep -Eq '^racecheck +FAIL +[0-9]+ +the bundle has no tests/test_gpu' || fail "racecheck without test_gpu: $out"
 
 # A binary whose library is missing fails preflight (exit 1), naming it in the log.
 printf '#!/bin/sh\nexit 1\n' >"$work/bundle/bin/gnmr"
