@@ -3,7 +3,7 @@
 // runs): two codes an instruction, where the integer encoder (encode_fp_storage_non_nan,
 // src/precision/quantize_fine_grained.h) takes some fifteen instructions an element. The
 // quantizers were issue-bound on it: on an H200 they issued in 61-71% of their cycles and moved
-// 31-38% of the memory bandwidth (ncu, README "What has run on a GPU").
+// 31-38% of the memory bandwidth (ncu, docs/GPU-PERFORMANCE.md).
 // - e4m3: the quotient's own conversion (RN, saturating at 448), a NaN first made the
 //   canonical NaN, whose code is 0x7F.
 // - e3m2 (fp6): its values are e5m2's times 2^12 over the whole e3m2 range (e5m2's smallest

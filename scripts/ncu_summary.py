@@ -8,7 +8,7 @@ launches, average and total time, the share of the DRAM bandwidth it moved and t
 cycles its schedulers issued an instruction, largest total first. The last two say which of
 the two a kernel waits on: a kernel near the bandwidth is done; one that issues in most of its
 cycles while moving a fraction of the bandwidth is issue-bound, and fewer instructions make it
-faster (README, "What has run on a GPU"). Where the run also asked for them (the tensor-core
+faster (docs/GPU-PERFORMANCE.md, runs 1-10). Where the run also asked for them (the tensor-core
 kernels'), three more columns: the share of L2's throughput
 (lts__throughput.avg.pct_of_peak_sustained_elapsed), of cycles the tensor pipe was busy with
 HMMA (sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active) and of the

@@ -12,7 +12,7 @@
 # (also `pip install nvidia-cuda-nvdisasm`, under its nvidia/cu13/bin).
 #   scripts/sass_counts.sh --check-spills KERNEL.cu [ARCH]
 # ptxas's registers and spills alone (nvcc only): exit 1 when any kernel spills. The tensor-core
-# flash kernels sit at 251-255 registers, where ptxas's allocation turns on small changes (README,
+# flash kernels sit at 251-255 registers, where ptxas's allocation turns on small changes (docs/GPU-PERFORMANCE.md,
 # session 24), so a test runs this on them (tests/scripts/CMakeLists.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."

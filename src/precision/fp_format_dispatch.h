@@ -3,7 +3,7 @@
 // a runtime argument, every inlined quantize_fp_element held all five formats' encoders: in the
 // unrolled dy quantizer (quantize_fp_tile_1x128_and_transposed.cu) that came to ~39,000 SASS
 // instructions, far past the instruction cache, and the kernel ran ~20x slower than its bytes on an
-// H200 (README, "What has run on a GPU").
+// H200 (docs/GPU-PERFORMANCE.md, run 2).
 //   dispatch_fp_format(format, [&](auto f) {
 //     constexpr FpFormat kFormat = decltype(f)::value;
 //     kernel<kFormat><<<grid, threads, 0, stream>>>(...);   // or any use of kFormat

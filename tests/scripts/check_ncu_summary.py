@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """scripts/ncu_summary.py on real ncu per-kernel summaries (data/ncu_per_kernel_summary.txt: two
 quantizer kernels and two sum-of-squares launches of the fp8mix step, from the H200 runs 10 and
-8 of the README, around bench output it must skip; one duration in ms): the rows, their order, the units, the one-line form, and a file
+8 (docs/GPU-PERFORMANCE.md), around bench output it must skip; one duration in ms): the rows, their order, the units, the one-line form, and a file
 without kernels an error."""
 import os
 import subprocess
