@@ -42,6 +42,7 @@ CommandAction add_bench_command(CLI::App& app) {
                 config.model.name.c_str(), r["recipe"].get<std::string>().c_str(),
                 config.gnmr.controller.c_str(),
                 static_cast<long long>(r["tokens_per_step"].get<int64_t>()), config.train.threads);
+    std::printf("  parameters      %10.1f M\n", double(r["parameters"].get<int64_t>()) * 1e-6);
     std::printf("  tokens/s        %10.1f\n", r["tokens_per_s"].get<double>());
     std::printf("  attention       %s\n", r["attention"].get<std::string>().c_str());
     std::printf(

@@ -207,6 +207,7 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
   const double peak_gflops = std::max(peak_before, peak_after);
 
   json result = {{"model", config.model.name},
+                 {"parameters", session.model().num_params()},
                  {"recipe", config.resolved["precision"]["recipe"]},
                  {"controller", config.gnmr.controller},
                  {"threads", config.train.threads},

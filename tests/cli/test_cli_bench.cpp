@@ -59,6 +59,8 @@ TEST(CliBench, PrintsTheBackendMemoryByRoleSummingToTheTotal) {
   int64_t params = 0;
   for (const gnmr::ParamInfo& p : table.params) params += gnmr::param_numel(p);
   EXPECT_EQ(figures["optimizer_state_bytes_per_rank"].get<int64_t>(), 8 * params);
+  EXPECT_EQ(figures["parameters"].get<int64_t>(), params);
+  EXPECT_NE(b.output.find("  parameters "), std::string::npos) << b.output;
   EXPECT_EQ(figures["dist_zero"].get<int>(), 0);
   EXPECT_NE(b.output.find("optimizer state"), std::string::npos) << b.output;
 }
