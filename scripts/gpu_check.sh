@@ -455,7 +455,7 @@ stage_bench() {
 }
 
 # Attention speed, flash next to v1 (forward and backward TFLOP/s, memory), one JSON line per
-# kernel and shape (T, hd) in attention-bench.log. Not in the default stages (they fill 8.6 minutes):
+# kernel and shape (T, hd) in attention-bench.log. Not in the default stages (they fill 10.1 minutes):
 # run it as `gpu_check.sh attention-bench`.
 stage_attention_bench() {
   have_gpu || { status=SKIP why="no GPU"; return; }

@@ -1,10 +1,12 @@
 // The cuBLASLt descriptors MaterializedAttention makes for each GEMM of the v1 attention plan
-// (backend/cuda/attention_v1.h), read back attribute by attribute: fp32 compute, the plan's
-// transposes, and every layout's rows, cols, ld, batch count and batch stride. Needs no GPU.
+// (backend/cuda/attention_v1.h), read back attribute by attribute: the GEMM precision's compute
+// type (fp32, or FAST_16BF under bf16), the plan's transposes, and every layout's rows, cols, ld,
+// batch count and batch stride. Needs no GPU.
 #include <cublasLt.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backend/cuda/attention_v1.h"
 #include "backend/cuda/cublaslt_descriptors.h"
@@ -42,18 +44,24 @@ TEST(AttentionGemmDescriptors, CarryThePlansTransposesLayoutsAndBatchStrides) {
   const AttentionPlan plan = plan_attention_v1({2, 128, 8, 2, 64});
   ASSERT_EQ(plan.gemms.size(), 6u);
   for (const AttentionGemmPlan& g : plan.gemms) {
-    SCOPED_TRACE(attention_gemm_name(g.gemm));
-    AttentionGemmDescriptors d(g);
-    EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE), int32_t(CUBLAS_COMPUTE_32F));
-    EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_SCALE_TYPE), int32_t(CUDA_R_32F));
-    EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
-              g.transa ? CUBLAS_OP_T : CUBLAS_OP_N);
-    EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
-              g.transb ? CUBLAS_OP_T : CUBLAS_OP_N);
-    EXPECT_EQ(g.batch_count, 2);  // the kv heads
-    expect_layout(d.a(), g.a, g.batch_count);
-    expect_layout(d.b(), g.b, g.batch_count);
-    expect_layout(d.d(), g.d, g.batch_count);
+    for (const GemmPrecision precision : {GemmPrecision::FP32, GemmPrecision::BF16}) {
+      SCOPED_TRACE(std::string(attention_gemm_name(g.gemm)) +
+                   (precision == GemmPrecision::BF16 ? " bf16" : " fp32"));
+      AttentionGemmDescriptors d(g, precision);
+      // fp32 never TF32 (the CPU's numerics); bf16 lets cuBLASLt round the fp32 operands.
+      EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_COMPUTE_TYPE),
+                int32_t(precision == GemmPrecision::BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF
+                                                         : CUBLAS_COMPUTE_32F));
+      EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_SCALE_TYPE), int32_t(CUDA_R_32F));
+      EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSA),
+                g.transa ? CUBLAS_OP_T : CUBLAS_OP_N);
+      EXPECT_EQ(desc_i32(d.matmul(), CUBLASLT_MATMUL_DESC_TRANSB),
+                g.transb ? CUBLAS_OP_T : CUBLAS_OP_N);
+      EXPECT_EQ(g.batch_count, 2);  // the kv heads
+      expect_layout(d.a(), g.a, g.batch_count);
+      expect_layout(d.b(), g.b, g.batch_count);
+      expect_layout(d.d(), g.d, g.batch_count);
+    }
   }
   // Spot values from the header's table (T = 128, hd = 64, H = 8, Hkv = 2, group 4).
   const AttentionGemmPlan& scores = plan.gemms[size_t(AttentionGemm::kScores)];

@@ -3,8 +3,11 @@
 // (so a plan that misreads cuBLASLt disagrees with it):
 // - column-major matrices; op(A) is m x k (A stored k x m when TRANSA = T), op(B) k x n;
 //   D = alpha op(A) op(B) + beta C, batched with strided offsets;
-// - types: fp32 or bf16 operands with fp32 accumulation (D fp32 or bf16); FP8 (E4M3, E5M2, never
-//   both E5M2) only as "TN", with the scale modes of §3.1.4: a scalar, 128-element 1D blocks
+// - types: fp32 or bf16 operands with fp32 accumulation (D fp32 or bf16); fp32 operands under
+//   CUBLAS_COMPUTE_32F_FAST_16BF ("allows down-converting inputs to bfloat16 or TF32": here
+//   rounded to bf16, the coarsest it allows, so a tolerance is tried at its worst); FP8 (E4M3,
+//   E5M2, never both E5M2) only as "TN", with the scale modes of §3.1.4: a scalar, 128-element 1D
+//   blocks
 //   ("M-major for A with shape M x L", "N-major for B") or 128 x 128 2D blocks ("K-major", the
 //   stride between block columns L rounded up to 4), not 2D on both operands, 16-byte aligned
 //   operands and scales, M and N multiples of 4 for the block modes; int8 x int8 -> int32
@@ -221,6 +224,10 @@ bool supported(const Problem& p) {
   if (p.compute == CUBLAS_COMPUTE_32I) {
     return p.scale_type == CUDA_R_32I && p.a.type == CUDA_R_8I && p.b.type == CUDA_R_8I &&
            p.d.type == CUDA_R_32I && ta && !tb && p.a_mode == 0 && p.b_mode == 0;
+  }
+  if (p.compute == CUBLAS_COMPUTE_32F_FAST_16BF) {
+    return p.scale_type == CUDA_R_32F && p.a.type == CUDA_R_32F && p.b.type == CUDA_R_32F &&
+           p.d.type == CUDA_R_32F && p.a_mode == 0 && p.b_mode == 0;
   }
   if (p.compute != CUBLAS_COMPUTE_32F || p.scale_type != CUDA_R_32F) return false;
   if (p.d.type != CUDA_R_32F && p.d.type != CUDA_R_16BF) return false;
@@ -446,6 +453,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t computeDesc
   const bool ta = p.transa == CUBLAS_OP_T, tb = p.transb == CUBLAS_OP_T;
   const int64_t m = p.m, n = p.n, k = p.k;
   const bool int8 = p.compute == CUBLAS_COMPUTE_32I;
+  const bool to_bf16 = p.compute == CUBLAS_COMPUTE_32F_FAST_16BF;
   const size_t ab = type_bytes(p.a.type), bb = type_bytes(p.b.type), db = type_bytes(p.d.type);
   std::vector<double> a_op(size_t(m * k)), b_op(size_t(k * n)), acc(size_t(m * n));
   std::vector<float> a_f32, b_f32, acc_f32;
@@ -478,6 +486,15 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t computeDesc
     } else {
       a_f32.assign(a_op.begin(), a_op.end());
       b_f32.assign(b_op.begin(), b_op.end());
+      if (to_bf16) {  // each fp32 operand rounded to bf16 (RN-even), the product in fp32
+        for (std::vector<float>* op : {&a_f32, &b_f32}) {
+          for (float& x : *op) {
+            const uint16_t bits16 = round_to_bf16_bits(x);
+            const uint32_t bits = uint32_t{bits16} << 16;
+            std::memcpy(&x, &bits, sizeof x);
+          }
+        }
+      }
       acc_f32.assign(size_t(m * n), 0.0f);
       const bool split_k = algo != nullptr && algo->data[0] == 1 && k >= 2;
       const int64_t k_first = split_k ? k / 2 : k;

@@ -1,12 +1,13 @@
 // Attention speed on one GPU: the flash kernels (kernels/flash_attention.cu), the tensor-core
 // flash kernels (kernels/flash_attention_mma.cu) and the v1 attention
-// (backend/cuda/attention_v1.h), forward and backward, causal, hd 128, at T = 1024,
-// 2048 and 4096 with 16384 tokens per call (B = 16384 / T, H = Hkv = 16), then llama2-1b-gpu's
-// heads (hd 64, H = Hkv = 32) at T = 1024, and the memory each keeps (saved for the backward,
-// plus its backward scratch); `--small` runs T = 128 instead (the dry run's). Causal FLOPs are half
-// the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2, arXiv
-// 2307.08691, section 4: five matmuls against two). Prints one JSON line per (kernel, T).
-// Not a test: scripts/gpu_check.sh's attention-bench stage runs it. Exit 1 without a GPU.
+// (backend/cuda/attention_v1.h: its GEMMs in fp32, then in bf16 as "materialized-bf16"), forward
+// and backward, causal, hd 128, at T = 1024, 2048 and 4096 with 16384 tokens per call (B = 16384 /
+// T, H = Hkv = 16), then llama2-1b-gpu's heads (hd 64, H = Hkv = 32) at T = 1024, and the memory
+// each keeps (saved for the backward, plus its backward scratch); `--small` runs T = 128 instead
+// (the dry run's). Causal FLOPs are half the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2,
+// backward 2.5x that (FlashAttention-2, arXiv 2307.08691, section 4: five matmuls against two).
+// Prints one JSON line per (kernel, T). Not a test: scripts/gpu_check.sh's attention-bench stage
+// runs it. Exit 1 without a GPU.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -26,6 +27,7 @@
 namespace {
 
 using gnmr::AttentionShape;
+using gnmr::GemmPrecision;
 using gnmr::cuda::MaterializedAttention;
 
 constexpr int kRepeats = 3;
@@ -143,14 +145,17 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
     const size_t scratch_floats = size_t(MaterializedAttention::backward_scratch_floats(s));
     Buffer probs(probs_floats), scratch(scratch_floats);
     MaterializedAttention v1(lt, workspace, workspace_bytes);
-    const double forward_ms =
-        time_ms([&] { v1.forward(q.data, k.data, v.data, out.data, probs.data, s, nullptr); });
-    const double backward_ms = time_ms([&] {
-      v1.backward(q.data, k.data, v.data, probs.data, dout.data, dq.data, dk.data, dv.data,
-                  scratch.data, s, nullptr);
-    });
-    report("materialized", s, forward_ms, backward_ms,
-           double(sizeof(float)) * double(probs_floats + scratch_floats), device);
+    // Its GEMMs in fp32 (the CPU's numerics) and in the bf16 runs' precision.
+    for (const GemmPrecision precision : {GemmPrecision::FP32, GemmPrecision::BF16}) {
+      const double forward_ms = time_ms(
+          [&] { v1.forward(q.data, k.data, v.data, out.data, probs.data, s, precision, nullptr); });
+      const double backward_ms = time_ms([&] {
+        v1.backward(q.data, k.data, v.data, probs.data, dout.data, dq.data, dk.data, dv.data,
+                    scratch.data, s, precision, nullptr);
+      });
+      report(precision == GemmPrecision::BF16 ? "materialized-bf16" : "materialized", s, forward_ms,
+             backward_ms, double(sizeof(float)) * double(probs_floats + scratch_floats), device);
+    }
   }
 }
 

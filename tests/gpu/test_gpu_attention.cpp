@@ -1,9 +1,10 @@
 // The v1 CUDA attention (backend/cuda/attention_v1.h: cuBLASLt strided-batched GEMMs and the
 // causal softmax kernels of kernels/causal_softmax.cu) against its CPU twin
 // cpu::attention_forward / attention_backward<float> (src/backend/cpu/attention.cpp): out, P,
-// dq, dk, dv for T in {1, 17, 128}, H = Hkv and GQA (H = 8, Hkv = 2), hd 64 and 128, B = 2;
-// bit determinism over two runs; outputs poisoned with NaN before the call are fully
-// overwritten (the softmax kernels alone: test_gpu_causal_softmax.cpp). Skip without a GPU.
+// dq, dk, dv for T in {1, 17, 128}, H = Hkv and GQA (H = 8, Hkv = 2), hd 64 and 128, B = 2,
+// with fp32 GEMMs and with the bf16 runs' (attention_v1_compute_type); bit determinism over two
+// runs; outputs poisoned with NaN before the call are fully overwritten (the softmax kernels
+// alone: test_gpu_causal_softmax.cpp). Skip without a GPU.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -28,6 +29,7 @@ namespace {
 using gnmr_test::DeviceBuffer;
 
 constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32: 2^-24
+constexpr double kBf16UnitRoundoff = 1.0 / 256;    // bf16: 2^-8
 
 using gnmr_test::poison;
 using gnmr_test::random_normal;
@@ -86,7 +88,8 @@ struct Inputs {
   }
 };
 
-Result run_gpu(MaterializedAttention& attention, const Inputs& in, const AttentionShape& s) {
+Result run_gpu(MaterializedAttention& attention, const Inputs& in, const AttentionShape& s,
+               GemmPrecision precision = GemmPrecision::FP32) {
   const size_t np = size_t(s.batch * s.heads * s.seq * s.seq);
   const size_t scratch_floats = size_t(MaterializedAttention::backward_scratch_floats(s));
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
@@ -94,9 +97,9 @@ Result run_gpu(MaterializedAttention& attention, const Inputs& in, const Attenti
       dv(in.k.size()), scratch(scratch_floats);
   poison(out, in.q.size()), poison(probs, np), poison(dq, in.q.size());
   poison(dk, in.k.size()), poison(dv, in.k.size()), poison(scratch, scratch_floats);
-  attention.forward(q.get(), k.get(), v.get(), out.get(), probs.get(), s, nullptr);
+  attention.forward(q.get(), k.get(), v.get(), out.get(), probs.get(), s, precision, nullptr);
   attention.backward(q.get(), k.get(), v.get(), probs.get(), dout.get(), dq.get(), dk.get(),
-                     dv.get(), scratch.get(), s, nullptr);
+                     dv.get(), scratch.get(), s, precision, nullptr);
   GNMR_CUDA_CHECK(cudaDeviceSynchronize());
   return {out.to_host(), probs.to_host(), dq.to_host(), dk.to_host(), dv.to_host()};
 }
@@ -163,6 +166,53 @@ TEST(GpuAttention, MatchesTheCpuForwardAndBackwardAndOverwritesEveryOutput) {
         }
       }
     }
+  }
+}
+
+// Under bf16 GEMMs (CUBLAS_COMPUTE_32F_FAST_16BF) cuBLASLt may round each fp32 operand to bf16
+// (unit roundoff u = 2^-8; the emulation always does), so each product a_i b_i is off by up to
+// 2u of |a_i b_i|; with random signs those errors add as a random walk, so a GEMM's norm-wise
+// relative error is about u, and the softmax passes the scores' error on to P about one for one.
+// 4u for the forward (scores, P, out) and 3x that for the backward's chain (dP, dS, then dq /
+// dk / dv: two rounded GEMMs deep); the emulation measures at most 0.8u and 1.0u on these
+// shapes, while an index or transpose error, O(1), cannot pass. The mask stays exact, and every
+// output is written.
+TEST(GpuAttention, MatchesTheCpuWithBf16GemmsWithinTheirRounding) {
+  SKIP_WITHOUT_GPU();
+  Lt lt;
+  MaterializedAttention attention(lt.handle(), lt.workspace(), Lt::kWorkspaceBytes);
+  for (const AttentionShape& s : shapes()) {
+    SCOPED_TRACE(shape_name(s));
+    const Inputs in(s);
+    const Result gpu = run_gpu(attention, in, s, GemmPrecision::BF16);
+    const Result cpu = run_cpu(in, s);
+    for (const auto* x : {&gpu.out, &gpu.probs, &gpu.dq, &gpu.dk, &gpu.dv}) {
+      ASSERT_EQ(count_non_finite(*x), 0u);
+    }
+    const double forward_tol = 4.0 * kBf16UnitRoundoff;
+    const double backward_tol = 3.0 * forward_tol;
+    EXPECT_LE(relative_error(gpu.probs, cpu.probs), forward_tol) << "probs";
+    EXPECT_LE(relative_error(gpu.out, cpu.out), forward_tol) << "out";
+    EXPECT_LE(relative_error(gpu.dq, cpu.dq), backward_tol) << "dq";
+    EXPECT_LE(relative_error(gpu.dk, cpu.dk), backward_tol) << "dk";
+    EXPECT_LE(relative_error(gpu.dv, cpu.dv), backward_tol) << "dv";
+    for (int64_t m = 0; m < s.batch * s.heads; ++m) {
+      for (int64_t i = 0; i < s.seq; ++i) {
+        for (int64_t j = i + 1; j < s.seq; ++j) {
+          ASSERT_EQ(gpu.probs[size_t((m * s.seq + i) * s.seq + j)], 0.0f);
+        }
+      }
+    }
+#ifdef GNMR_CUDA_EMULATED
+    // The emulation rounds the operands to bf16, so the precision must reach cuBLASLt: at
+    // T > 1 the scores differ from the fp32 GEMMs' (on a GPU cuBLASLt may pick any kernel
+    // the compute type allows, fp32 ones included).
+    if (s.seq > 1) {
+      const Result fp32 = run_gpu(attention, in, s, GemmPrecision::FP32);
+      EXPECT_NE(std::memcmp(fp32.probs.data(), gpu.probs.data(), gpu.probs.size() * sizeof(float)),
+                0);
+    }
+#endif
   }
 }
 

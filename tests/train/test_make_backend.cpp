@@ -83,6 +83,12 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
   // Each names its kernels.
   EXPECT_EQ(v1->plan_attention("d", hd64, false)->kernel(),
             "materialized (cuBLASLt fp32 GEMMs + causal softmax)");
+  // v1's GEMMs follow train.gemm_precision (attention_v1_compute_type).
+  auto v1_bf16 = gnmr::make_backend(
+      tiny_config({"backend=cuda", "model.attention=materialized", "train.gemm_precision=bf16"}));
+  EXPECT_EQ(v1_bf16->plan_attention("d", hd64, false)->kernel(),
+            "materialized (cuBLASLt GEMMs on bf16 tensor cores + fp32 causal softmax)");
+  EXPECT_EQ(v1_bf16->plan_attention("e", hd64, false)->saved_bytes(), probs_bytes);
   EXPECT_EQ(flash->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   EXPECT_EQ(bf16->plan_attention("d", hd64, false)->kernel(),
             "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +

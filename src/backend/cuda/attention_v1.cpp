@@ -59,15 +59,22 @@ bool same_shape(const AttentionShape& a, const AttentionShape& b) {
 
 }  // namespace
 
-AttentionGemmDescriptors::AttentionGemmDescriptors(const AttentionGemmPlan& plan) {
+cublasComputeType_t attention_v1_compute_type(GemmPrecision precision) {
+  return precision == GemmPrecision::BF16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+}
+
+AttentionGemmDescriptors::AttentionGemmDescriptors(const AttentionGemmPlan& plan,
+                                                   GemmPrecision precision) {
   what_ = std::string("attention ") + attention_gemm_name(plan.gemm) + " " +
           std::to_string(plan.m) + " x " + std::to_string(plan.n) + " x " + std::to_string(plan.k) +
-          ", batch " + std::to_string(plan.batch_count);
+          ", batch " + std::to_string(plan.batch_count) +
+          (precision == GemmPrecision::BF16 ? ", bf16" : "");
   GNMR_CHECK(plan.batch_count >= 1 && plan.batch_count <= INT32_MAX,
              what_ + ": cuBLASLt's batch count is an int32");
   try {
-    // fp32 accumulation, never TF32 (CUBLAS_COMPUTE_32F, not _FAST_TF32), as the CPU computes.
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&matmul_, CUBLAS_COMPUTE_32F, CUDA_R_32F), what_);
+    GNMR_CUBLASLT_CHECK(
+        cublasLtMatmulDescCreate(&matmul_, attention_v1_compute_type(precision), CUDA_R_32F),
+        what_);
     const int32_t transa = plan.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
     const int32_t transb = plan.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(matmul_, CUBLASLT_MATMUL_DESC_TRANSA,
@@ -118,12 +125,13 @@ struct MaterializedAttention::Impl {
     std::array<float*, 10> out{};
   };
 
-  Prepared& prepare(const AttentionGemmPlan& g, const std::array<uint32_t, 3>& align);
-  void run_gemm(const AttentionGemmPlan& g, const AttentionGemmCall& call, const Buffers& buf,
-                cudaStream_t stream);
+  Prepared& prepare(const AttentionGemmPlan& g, GemmPrecision precision,
+                    const std::array<uint32_t, 3>& align);
+  void run_gemm(const AttentionGemmPlan& g, GemmPrecision precision, const AttentionGemmCall& call,
+                const Buffers& buf, cudaStream_t stream);
   const AttentionPlan& plan_for(const AttentionShape& s);
-  void run(const std::vector<AttentionStep>& steps, const AttentionPlan& plan, const Buffers& buf,
-           cudaStream_t stream);
+  void run(const std::vector<AttentionStep>& steps, const AttentionPlan& plan,
+           GemmPrecision precision, const Buffers& buf, cudaStream_t stream);
 
   cublasLtHandle_t handle = nullptr;
   void* workspace = nullptr;
@@ -133,10 +141,11 @@ struct MaterializedAttention::Impl {
 };
 
 MaterializedAttention::Impl::Prepared& MaterializedAttention::Impl::prepare(
-    const AttentionGemmPlan& g, const std::array<uint32_t, 3>& align) {
-  std::string key = std::string(attention_gemm_name(g.gemm)) + "/" + std::to_string(g.m) + "/" +
-                    std::to_string(g.n) + "/" + std::to_string(g.k) + "/" +
-                    std::to_string(int(g.transa)) + std::to_string(int(g.transb)) + "/" +
+    const AttentionGemmPlan& g, GemmPrecision precision, const std::array<uint32_t, 3>& align) {
+  std::string key = std::string(attention_gemm_name(g.gemm)) + "/" +
+                    std::to_string(int(attention_v1_compute_type(precision))) + "/" +
+                    std::to_string(g.m) + "/" + std::to_string(g.n) + "/" + std::to_string(g.k) +
+                    "/" + std::to_string(int(g.transa)) + std::to_string(int(g.transb)) + "/" +
                     std::to_string(g.batch_count) + "/" + matrix_key(g.a) + "/" + matrix_key(g.b) +
                     "/" + matrix_key(g.d);
   for (uint32_t a : align) key += "/" + std::to_string(a);
@@ -144,7 +153,7 @@ MaterializedAttention::Impl::Prepared& MaterializedAttention::Impl::prepare(
   if (it != cache.end()) return *it->second;
 
   auto p = std::make_unique<Prepared>();
-  p->descriptors = std::make_unique<AttentionGemmDescriptors>(g);
+  p->descriptors = std::make_unique<AttentionGemmDescriptors>(g, precision);
   const std::string& what = p->descriptors->what();
   GNMR_CUBLASLT_CHECK(cublasLtMatmulPreferenceCreate(&p->preference), what);
   const uint64_t max_workspace = workspace_bytes;
@@ -172,7 +181,7 @@ MaterializedAttention::Impl::Prepared& MaterializedAttention::Impl::prepare(
   return *cache.emplace(key, std::move(p)).first->second;
 }
 
-void MaterializedAttention::Impl::run_gemm(const AttentionGemmPlan& g,
+void MaterializedAttention::Impl::run_gemm(const AttentionGemmPlan& g, GemmPrecision precision,
                                            const AttentionGemmCall& call, const Buffers& buf,
                                            cudaStream_t stream) {
   const float* a = buf.in[size_t(g.a.tensor)];
@@ -182,8 +191,9 @@ void MaterializedAttention::Impl::run_gemm(const AttentionGemmPlan& g,
                               ": a buffer of the call is missing");
   a += call.a_offset, b += call.b_offset, d += call.d_offset;
   Prepared& p =
-      prepare(g, {alignment_bytes(a, g.a, g.batch_count), alignment_bytes(b, g.b, g.batch_count),
-                  alignment_bytes(d, g.d, g.batch_count)});
+      prepare(g, precision,
+              {alignment_bytes(a, g.a, g.batch_count), alignment_bytes(b, g.b, g.batch_count),
+               alignment_bytes(d, g.d, g.batch_count)});
   const float alpha = g.alpha, beta = call.beta;
   GNMR_CUBLASLT_CHECK(
       cublasLtMatmul(handle, p.descriptors->matmul(), &alpha, a, p.descriptors->a(), b,
@@ -200,13 +210,13 @@ const AttentionPlan& MaterializedAttention::Impl::plan_for(const AttentionShape&
 }
 
 void MaterializedAttention::Impl::run(const std::vector<AttentionStep>& steps,
-                                      const AttentionPlan& plan, const Buffers& buf,
-                                      cudaStream_t stream) {
+                                      const AttentionPlan& plan, GemmPrecision precision,
+                                      const Buffers& buf, cudaStream_t stream) {
   const int64_t t = plan.shape.seq;
   for (const AttentionStep& step : steps) {
     switch (step.kind) {
       case AttentionStepKind::kGemm:
-        run_gemm(plan.gemms[size_t(step.gemm)], step.call, buf, stream);
+        run_gemm(plan.gemms[size_t(step.gemm)], precision, step.call, buf, stream);
         break;
       case AttentionStepKind::kSoftmaxForward:
         causal_softmax_forward(buf.out[size_t(AttentionTensor::kProbs)] + step.probs_offset,
@@ -239,7 +249,8 @@ int64_t MaterializedAttention::backward_scratch_floats(const AttentionShape& s) 
 }
 
 void MaterializedAttention::forward(const float* q, const float* k, const float* v, float* out,
-                                    float* probs, const AttentionShape& s, cudaStream_t stream) {
+                                    float* probs, const AttentionShape& s, GemmPrecision precision,
+                                    cudaStream_t stream) {
   GNMR_CHECK(q && k && v && out && probs, "MaterializedAttention::forward: a null device pointer");
   const AttentionPlan& plan = impl_->plan_for(s);
   Impl::Buffers buf;
@@ -249,13 +260,13 @@ void MaterializedAttention::forward(const float* q, const float* k, const float*
   buf.in[size_t(AttentionTensor::kProbs)] = probs;  // the out GEMM reads the softmax's result
   buf.out[size_t(AttentionTensor::kProbs)] = probs;
   buf.out[size_t(AttentionTensor::kOut)] = out;
-  impl_->run(plan.forward, plan, buf, stream);
+  impl_->run(plan.forward, plan, precision, buf, stream);
 }
 
 void MaterializedAttention::backward(const float* q, const float* k, const float* v,
                                      const float* probs, const float* dout, float* dq, float* dk,
                                      float* dv, float* scratch, const AttentionShape& s,
-                                     cudaStream_t stream) {
+                                     GemmPrecision precision, cudaStream_t stream) {
   GNMR_CHECK(q && k && v && probs && dout && dq && dk && dv && scratch,
              "MaterializedAttention::backward: a null device pointer");
   const AttentionPlan& plan = impl_->plan_for(s);
@@ -270,7 +281,7 @@ void MaterializedAttention::backward(const float* q, const float* k, const float
   buf.out[size_t(AttentionTensor::kDq)] = dq;
   buf.out[size_t(AttentionTensor::kDk)] = dk;
   buf.out[size_t(AttentionTensor::kDv)] = dv;
-  impl_->run(plan.backward, plan, buf, stream);
+  impl_->run(plan.backward, plan, precision, buf, stream);
 }
 
 }  // namespace gnmr::cuda

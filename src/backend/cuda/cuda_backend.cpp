@@ -78,7 +78,9 @@ class CudaAttentionState final : public AttentionState {
   std::string kernel() const override {
     switch (kernel_kind) {
       case AttentionKernel::Materialized:
-        return "materialized (cuBLASLt fp32 GEMMs + causal softmax)";
+        return v1_precision == GemmPrecision::BF16
+                   ? "materialized (cuBLASLt GEMMs on bf16 tensor cores + fp32 causal softmax)"
+                   : "materialized (cuBLASLt fp32 GEMMs + causal softmax)";
       case AttentionKernel::FlashSimt:
         return "flash (fp32 SIMT)";
       case AttentionKernel::FlashTensorCores:
@@ -104,6 +106,8 @@ class CudaAttentionState final : public AttentionState {
   bool flash() const { return kernel_kind != AttentionKernel::Materialized; }
   AttentionKernel kernel_kind = AttentionKernel::Materialized;
   bool tiles_timed = false;  // the tensor-core kernels' query tiles: timed, not the defaults
+  // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
+  GemmPrecision v1_precision = GemmPrecision::FP32;
   bool out_kept = false;
   Tensor probs;                       // v1: [B, H, T, T]
   Tensor out;                         // flash, out not kept: [B, T, H, hd]
@@ -577,6 +581,7 @@ class CudaBackend final : public Backend {
         attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
                              shared_optin_bytes_, warned_flash_fallback_);
     state->tiles_timed = time_flash_tiles_;
+    state->v1_precision = gemm_precision();
     state->out_kept = state->flash() && out_kept;
     if (state->flash() && !out_kept) {
       state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
@@ -658,7 +663,7 @@ class CudaBackend final : public Backend {
     }
     attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.probs),
                          f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv),
-                         static_cast<float*>(scratch), s, stream_);
+                         static_cast<float*>(scratch), s, state.v1_precision, stream_);
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -902,7 +907,7 @@ class CudaBackend final : public Backend {
       return;
     }
     attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.probs),
-                        s, stream_);
+                        s, state.v1_precision, stream_);
   }
   static size_t attention_scratch_bytes(const CudaAttentionState& state) {
     const AttentionShape& s = state.shape;
