@@ -27,6 +27,12 @@ void quantize_int_groupwise(const float* x, int64_t rows, int64_t cols, const Gr
 void dequantize_int_groupwise(const uint8_t* packed, const float* scales, int64_t rows,
                               int64_t cols, const GroupwiseSpec& spec, float* out,
                               cudaStream_t stream);
+// The same values rounded to bf16 as they are written (a bf16 GEMM's operand): the bits of
+// dequantize_int_groupwise then convert_to_bf16, in one pass. Twin: encode_bf16 of each of
+// gnmr::dequantize_int_groupwise's floats.
+void dequantize_int_groupwise_to_bf16(const uint8_t* packed, const float* scales, int64_t rows,
+                                      int64_t cols, const GroupwiseSpec& spec, uint16_t* out,
+                                      cudaStream_t stream);
 
 // Where a scale goes: the CPU's row-major tile grid, or cuBLASLt's VEC128 order (row fastest,
 // precision/scale_layout.h), the one its block-scaled FP8 GEMM reads.

@@ -502,13 +502,17 @@ stage_profile() {
   # the backward's, so it is left out of the backward's run, where its 48 forward launches
   # would fill the window), the backward's (the loss, then the last layers'), and AdamW's
   # launches at the step's end, which one run over all would never reach in its first launches.
+  # actq's saved activations: their quantizers in the forward, their dequantization (to bf16,
+  # for the weight gradients) in the backward.
   local runs=(
     "fp8mix|regex:quantize_fp|60|0|"
     "fp8mix|regex:sum_squares_chunks|4|0|"
     "bf16|regex:flash|8|22|tensor"
     "bf16|regex:rmsnorm_forward|swiglu_forward|residual|convert_to_bf16|rope|24|0|"
     "bf16|regex:cross_entropy|rmsnorm_backward|swiglu_backward|swiglu_gradient|30|0|"
-    "bf16|regex:adamw|7|0|")
+    "bf16|regex:adamw|7|0|"
+    "actq|regex:quantize_int_groups|quantize_pack|group_scales|8|0|"
+    "actq|regex:dequantize_int|8|0|")
   local run recipe regex count skip extra run_metrics out failed=0 files=()
   for run in "${runs[@]}"; do
     recipe=${run%%|*} regex=${run#*|} extra=${regex##*|} regex=${regex%|*}

@@ -64,26 +64,48 @@ GNMR_HD_INLINE float groupwise_scale(float absmax, int bits) {
   return absmax / static_cast<float>(int_qmax(bits));
 }
 
+// The code of value x, the element at flat index `index` (row * cols + col), in a group of
+// scale `scale`: nearest-even, or stochastic from the element's own counter. Every quantizer of
+// both backends takes its codes from here.
+GNMR_HD_INLINE int quantize_int_groupwise_code(float x, int64_t index, float scale,
+                                               const GroupwiseSpec& spec, const RngKey& key) {
+  const int qmax = int_qmax(spec.bits);
+  return spec.stochastic
+             ? quantize_int_stochastic(x, scale, qmax,
+                                       counter_rng_uniform(key, static_cast<uint64_t>(index)))
+             : quantize_int_nearest(x, scale, qmax);
+}
+
 // Storage byte `byte_in_row` of row `row`: quantizes its 1, 2 or 4 elements of x with the
 // already computed scales; bits past the row's end stay zero.
 GNMR_HD_INLINE uint8_t quantize_int_groupwise_byte(const float* x, int64_t row, int64_t cols,
                                                    int64_t byte_in_row, const GroupwiseSpec& spec,
                                                    const float* scales, const RngKey& key) {
   const int per_byte = int_codes_per_byte(spec.bits);
-  const int qmax = int_qmax(spec.bits);
   uint32_t byte = 0;
   for (int j = 0; j < per_byte; ++j) {
     const int64_t col = byte_in_row * per_byte + j;
     if (col >= cols) break;
     const int64_t index = row * cols + col;
     const float scale = scales[group_scale_index(row, col, cols, spec)];
-    const int code = spec.stochastic ? quantize_int_stochastic(
-                                           x[index], scale, qmax,
-                                           counter_rng_uniform(key, static_cast<uint64_t>(index)))
-                                     : quantize_int_nearest(x[index], scale, qmax);
+    const int code = quantize_int_groupwise_code(x[index], index, scale, spec, key);
     byte |= static_cast<uint32_t>(encode_int_field(code, spec.bits)) << (j * spec.bits);
   }
   return static_cast<uint8_t>(byte);
+}
+
+// The bits of four consecutive codes, of elements col .. col + 3 with col a multiple of 4, as
+// their 1, 2 or 4 storage bytes hold them (the first byte in the low 8 bits): element col + j
+// sits in byte j / per_byte at field j % per_byte, as quantize_int_groupwise_byte packs it.
+GNMR_HD_INLINE uint32_t pack_int_codes_x4(const int codes[4], int bits) {
+  const int per_byte_log2 = int_codes_per_byte_log2(bits);
+  const int field_mask = int_codes_per_byte(bits) - 1;
+  uint32_t word = 0;
+  for (int j = 0; j < 4; ++j) {
+    word |= static_cast<uint32_t>(encode_int_field(codes[j], bits))
+            << (8 * (j >> per_byte_log2) + bits * (j & field_mask));
+  }
+  return word;
 }
 
 // The signed code of element (row, col) in packed storage.

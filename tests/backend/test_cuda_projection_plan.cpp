@@ -91,6 +91,8 @@ TEST(CudaProjectionPlan, SavedIntRestoresItsCodesForTheWeightGradient) {
   EXPECT_EQ(bf16.weight_bf16, kOut * kIn * 2);
   EXPECT_EQ(bf16.x_low, kN * kIn * 2);
   EXPECT_EQ(bf16.dy_low, kN * kOut * 2);
+  // Under bf16 the codes are dequantized straight to bf16: no fp32 copy of x.
+  EXPECT_EQ(bf16.x_f32, 0u);
 }
 
 TEST(CudaProjectionPlan, SavedCodesHaveRoomForTheLargerPath) {

@@ -75,24 +75,45 @@ void add_fp_tile_edge_cases(std::vector<float>& x, int64_t rows, int64_t cols) {
 constexpr FpFormat kAllFpFormats[] = {FpFormat::kE4M3, FpFormat::kE5M2, FpFormat::kE3M2,
                                       FpFormat::kE2M3, FpFormat::kE2M1};
 
+// Every spec against the CPU's bytes, scales and dequantized floats, and the bf16 form of those
+// floats: groups of 128-1024 take the warp-per-group kernel (at 384 and from an x off a 16-byte
+// boundary, the general one), the rest the general one. The 128-wide cases hold a NaN, an inf
+// (its group's scale is inf), a zero group (scale 0) and -0.0 where the warp kernel reads them.
 TEST(GpuQuantize, IntGroupwiseKernelsWriteTheCpuBytes) {
   SKIP_WITHOUT_GPU();
-  std::vector<GroupwiseCase> cases;
+  struct Case {
+    GroupwiseCase c;
+    bool specials = false;
+    bool unaligned_x = false;
+  };
+  std::vector<Case> cases;
   for (int bits : {2, 3, 4, 8}) {
     for (bool stochastic : {false, true}) {
-      cases.push_back({37, 512, {bits, 128, stochastic}});
-      cases.push_back({16, 256, {bits, 8, stochastic}});
-      cases.push_back({5, 255, {bits, kGroupRow, stochastic}});  // odd rows: padded bytes
-      cases.push_back({9, 77, {bits, 7, stochastic}});           // odd groups straddle bytes
-      cases.push_back({64, 1024, {bits, kGroupTensor, stochastic}});
+      cases.push_back({{37, 512, {bits, 128, stochastic}}, true});
+      cases.push_back({{6, 2048, {bits, 1024, stochastic}}});
+      cases.push_back({{5, 768, {bits, 256, stochastic}}});
+      cases.push_back({{3, 768, {bits, 384, stochastic}}});  // 3 chunks: the general kernel
+      cases.push_back({{7, 256, {bits, 128, stochastic}}, false, true});
+      cases.push_back({{16, 256, {bits, 8, stochastic}}});
+      cases.push_back({{5, 255, {bits, kGroupRow, stochastic}}});  // odd rows: padded bytes
+      cases.push_back({{9, 77, {bits, 7, stochastic}}});           // odd groups straddle bytes
+      cases.push_back({{64, 1024, {bits, kGroupTensor, stochastic}}});
     }
   }
   const RngKey key{20240917, 12, 5};
-  for (const GroupwiseCase& c : cases) {
+  for (const Case& k : cases) {
+    const GroupwiseCase& c = k.c;
     SCOPED_TRACE(::testing::Message()
                  << c.rows << "x" << c.cols << " bits " << c.spec.bits << " group "
-                 << c.spec.group_size << " stochastic " << c.spec.stochastic);
-    const std::vector<float> x = random_activations(c.rows, c.cols, 17 + c.spec.bits);
+                 << c.spec.group_size << " stochastic " << c.spec.stochastic
+                 << (k.unaligned_x ? " x off a 16-byte boundary" : ""));
+    std::vector<float> x = random_activations(c.rows, c.cols, 17 + c.spec.bits);
+    if (k.specials) {
+      x[5] = std::nanf("");
+      x[c.cols + 9] = -INFINITY;
+      for (int64_t i = 2 * c.cols; i < 2 * c.cols + 128; ++i) x[size_t(i)] = 0.0f;
+      x[size_t(2 * c.cols + 3)] = -0.0f;
+    }
     std::vector<uint8_t> cpu_packed(packed_bytes(c.rows, c.cols, c.spec));
     std::vector<float> cpu_scales(scale_count(c.rows, c.cols, c.spec));
     std::vector<float> cpu_restored(x.size());
@@ -100,19 +121,30 @@ TEST(GpuQuantize, IntGroupwiseKernelsWriteTheCpuBytes) {
                            key);
     dequantize_int_groupwise(cpu_packed.data(), cpu_scales.data(), c.rows, c.cols, c.spec,
                              cpu_restored.data());
+    std::vector<uint16_t> cpu_bf16(x.size());
+    for (size_t i = 0; i < x.size(); ++i) cpu_bf16[i] = encode_bf16(cpu_restored[i]);
 
-    DeviceBuffer<float> d_x(x);
+    // An x one float into its buffer is off every 16-byte boundary.
+    const size_t offset = k.unaligned_x ? 1 : 0;
+    std::vector<float> x_buffer(offset, 0.0f);
+    x_buffer.insert(x_buffer.end(), x.begin(), x.end());
+    DeviceBuffer<float> d_x(x_buffer);
     DeviceBuffer<uint8_t> d_packed(cpu_packed.size());
     DeviceBuffer<float> d_scales(cpu_scales.size());
     DeviceBuffer<float> d_restored(x.size());
-    cuda::quantize_int_groupwise(d_x.get(), c.rows, c.cols, c.spec, d_packed.get(), d_scales.get(),
-                                 key, nullptr);
+    DeviceBuffer<uint16_t> d_bf16(x.size());
+    poison(d_scales, cpu_scales.size()), poison(d_restored, x.size());
+    cuda::quantize_int_groupwise(d_x.get() + offset, c.rows, c.cols, c.spec, d_packed.get(),
+                                 d_scales.get(), key, nullptr);
     cuda::dequantize_int_groupwise(d_packed.get(), d_scales.get(), c.rows, c.cols, c.spec,
                                    d_restored.get(), nullptr);
+    cuda::dequantize_int_groupwise_to_bf16(d_packed.get(), d_scales.get(), c.rows, c.cols, c.spec,
+                                           d_bf16.get(), nullptr);
     GNMR_CUDA_CHECK(cudaDeviceSynchronize());
     expect_same_bits(d_scales.to_host(), cpu_scales, "scales");
     ASSERT_EQ(d_packed.to_host(), cpu_packed);
     expect_same_bits(d_restored.to_host(), cpu_restored, "dequantized");
+    ASSERT_EQ(d_bf16.to_host(), cpu_bf16) << "dequantized to bf16";
   }
 }
 

@@ -165,6 +165,35 @@ TEST(QuantizeGroupwise, PackedStorageRoundTripsEveryCodeForEveryBitWidth) {
   }
 }
 
+// pack_int_codes_x4 (the CUDA kernel's four codes a lane) lays its codes out as the packed
+// storage does: its 1, 2 or 4 bytes equal quantize_int_groupwise_byte's for those elements.
+TEST(QuantizeGroupwise, FourCodesPackIntoTheBytesThePerByteQuantizerWrites) {
+  for (int bits = 2; bits <= 8; ++bits) {
+    const int qmax = int_qmax(bits);
+    const int64_t cols = 16;
+    std::vector<float> x(cols);
+    for (int64_t c = 0; c < cols; ++c)
+      x[c] = static_cast<float>((5 * c + 3) % (2 * qmax + 1) - qmax);
+    x[0] = static_cast<float>(qmax);  // G = row: the scale is exactly 1 and each code is x
+    const GroupwiseSpec spec{bits, kGroupRow, false};
+    const RoundTrip q = round_trip(x, 1, cols, spec);
+    ASSERT_EQ(q.scales[0], 1.0f);
+    const int per_byte = int_codes_per_byte(bits);
+    for (int64_t col = 0; col < cols; col += 4) {
+      const int codes[4] = {static_cast<int>(x[col]), static_cast<int>(x[col + 1]),
+                            static_cast<int>(x[col + 2]), static_cast<int>(x[col + 3])};
+      const uint32_t word = pack_int_codes_x4(codes, bits);
+      for (int b = 0; b < 4 / per_byte; ++b) {
+        EXPECT_EQ((word >> (8 * b)) & 0xFFu, q.packed[size_t(col / per_byte + b)])
+            << bits << " bits, col " << col << ", byte " << b;
+      }
+      if (per_byte > 1) {
+        EXPECT_EQ(word >> (8 * (4 / per_byte)), 0u) << "bits past its bytes";
+      }
+    }
+  }
+}
+
 TEST(QuantizeGroupwise, PackedSizesFollowTheStorageRule) {
   const int64_t rows = 64, cols = 4096;
   EXPECT_EQ(packed_bytes(rows, cols, {8, 128, false}), size_t(rows * cols));

@@ -246,8 +246,6 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
     }
     case OperandPrep::kDequantized:
     case OperandPrep::kDequantizedBf16: {
-      auto* restored =
-          static_cast<float*>(need(sc.x_f32, sizeof(float) * size_t(n * in), "x fp32"));
       const void* codes = s.saved_codes;
       const float* scales = s.saved_scales;
       const int copy = s.shared_copy(path);
@@ -257,11 +255,17 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
         codes = s.shared->codes[static_cast<size_t>(copy)];
         scales = s.shared->scales[static_cast<size_t>(copy)];
       }
-      dequantize_int_groupwise(static_cast<const uint8_t*>(codes), scales, n, in,
-                               s.saved_spec(path), restored, c.stream);
-      if (prep == OperandPrep::kDequantized) return {restored, nullptr};
+      if (prep == OperandPrep::kDequantized) {
+        auto* restored =
+            static_cast<float*>(need(sc.x_f32, sizeof(float) * size_t(n * in), "x fp32"));
+        dequantize_int_groupwise(static_cast<const uint8_t*>(codes), scales, n, in,
+                                 s.saved_spec(path), restored, c.stream);
+        return {restored, nullptr};
+      }
+      // Rounded to bf16 as it is dequantized: no fp32 x written and read back.
       auto* out = static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
-      convert_to_bf16(restored, n * in, out, c.stream);
+      dequantize_int_groupwise_to_bf16(static_cast<const uint8_t*>(codes), scales, n, in,
+                                       s.saved_spec(path), out, c.stream);
       sc.x_low_holds = key;  // shared with no call
       return {out, nullptr};
     }

@@ -225,8 +225,7 @@ ProjectionBuffers projection_buffers(const ProjectionShape& shape, const PathSpe
         case OperandPrep::kDequantized:
           b.x_f32 = std::max(b.x_f32, n * in * sizeof(float));
           break;
-        case OperandPrep::kDequantizedBf16:
-          b.x_f32 = std::max(b.x_f32, n * in * sizeof(float));
+        case OperandPrep::kDequantizedBf16:  // dequantized straight to bf16: no fp32 copy
           b.x_low = std::max(b.x_low, n * in * 2);
           break;
         case OperandPrep::kAsIs:
