@@ -11,6 +11,8 @@
 #     --logs DIR      gets STAGE.log per stage and table.txt, nothing else: at most 10 files
 #                     (default gpu-check-logs)
 #     --require-gpu   no GPU found is a failure, not a row of SKIPs
+#     --archive FILE  also packs the logs directory into FILE (a .tar.gz) after every stage, so
+#                     a run cut off later still leaves one file with what finished
 #   stages, in order (default, or `all`: the first seven), each under its own timeout, together
 #   at most 10.1 minutes:
 #     preflight   the GPU (name, compute capability, driver), the CUDA libraries the bundle
@@ -57,6 +59,7 @@ cd "$(dirname "$0")/.." || exit 2
 bundle=build/gpu-bundle
 logs=gpu-check-logs
 require_gpu=0
+archive=""
 default_stages=(preflight gemm-sweep gpu-tests e2e memcheck bench racecheck)
 stages=()
 while (($#)); do
@@ -64,6 +67,7 @@ while (($#)); do
     --bundle) bundle="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;
+    --archive) archive="$2"; shift 2 ;;
     -h | --help) sed -n '2,/^set -uo pipefail/p' "$0" | sed '$d'; exit 0 ;;
     all) stages+=("${default_stages[@]}"); shift ;;
     preflight | gemm-sweep | gpu-tests | e2e | memcheck | bench | racecheck | attention-bench | profile) stages+=("$1"); shift ;;
@@ -223,21 +227,22 @@ stage_gpu_tests() {
   else status=PASS why="$passed tests"; fi
 }
 
-# The toolkit's compute-sanitizer, into `sanitizer` (empty where it is not installed).
-find_sanitizer() {
+# The sanitizer stages' common start: a GPU (not the emulation), the toolkit's compute-sanitizer
+# (a separate part of the toolkit: into `sanitizer`) and the bundle's test binary; else sets
+# status and why and fails.
+sanitizer_ready() {
+  have_gpu || { status=SKIP why="no GPU"; return 1; }
+  ((emulated)) && { status=SKIP why="compute-sanitizer needs a GPU"; return 1; }
   sanitizer="$(command -v compute-sanitizer || true)"
   [ -z "$sanitizer" ] && [ -x "$cuda_root/compute-sanitizer/compute-sanitizer" ] && sanitizer="$cuda_root/compute-sanitizer/compute-sanitizer"
+  [ -n "$sanitizer" ] || { status=SKIP why="compute-sanitizer is not installed with the CUDA toolkit here"; return 1; }
+  [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return 1; }
   return 0
 }
 
 stage_memcheck() {
-  have_gpu || { status=SKIP why="no GPU"; return; }
-  ((emulated)) && { status=SKIP why="compute-sanitizer needs a GPU"; return; }
   local sanitizer
-  find_sanitizer
-  # The tool is a separate part of the toolkit; a machine without it cannot run this stage.
-  [ -n "$sanitizer" ] || { status=SKIP why="compute-sanitizer is not installed with the CUDA toolkit here"; return; }
-  [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
+  sanitizer_ready || return
   # Under the sanitizer (10-100x slower): memcheck over every kernel test and the flash kernels
   # on the short sequences (plain SIMT at T = 1000 is too slow; the short ones cover every code
   # path), then memcheck and initcheck over one training run, fp8mix, the recipe with the most
@@ -266,12 +271,8 @@ stage_memcheck() {
 }
 
 stage_racecheck() {
-  have_gpu || { status=SKIP why="no GPU"; return; }
-  ((emulated)) && { status=SKIP why="compute-sanitizer needs a GPU"; return; }
   local sanitizer
-  find_sanitizer
-  [ -n "$sanitizer" ] || { status=SKIP why="compute-sanitizer is not installed with the CUDA toolkit here"; return; }
-  [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
+  sanitizer_ready || return
   # The shared-memory races the CUDA emulation cannot see (its fibers switch only at barriers,
   # so a plain store and another thread's load with no __syncthreads between them pass there):
   # racecheck over the tests of our kernels that stage data in shared memory (block reductions,
@@ -552,13 +553,16 @@ for stage in "${stages[@]}"; do
   status=FAIL why="did not finish within ${timeout_s[$stage]} s"
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
-  export -f note have_gpu cuda_backend_built needs_backend find_sanitizer "stage_${stage//-/_}"
+  export -f note have_gpu cuda_backend_built needs_backend sanitizer_ready "stage_${stage//-/_}"
   export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }
   result[$stage]=$status detail[$stage]=$why seconds[$stage]=$(($(date +%s) - start))
   # The row now, so a run cut off later still shows what finished.
   row "$stage" "$status" "${seconds[$stage]}" "$why" | tee -a "$logs/table.txt"
+  if [ -n "$archive" ] && ! tar -czf "$archive" -C "$logs" .; then
+    echo "gpu_check.sh: could not write the archive $archive" >&2
+  fi
 done
 
 echo

@@ -38,6 +38,12 @@ out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" attention-bench
 echo "$out" | grep -Eq '^attention-bench +SKIP' || fail "attention-bench is not SKIP: $out"
 echo "$out" | grep -Eq '^profile +SKIP +[0-9]+ +no GPU' || fail "profile is not SKIP (no GPU): $out"
 
+# --archive packs the logs directory (after every stage) into one file.
+out=$(bash "$script" --bundle "$work/bundle" --logs "$work/archived" --archive "$work/logs.tar.gz" preflight bench 2>&1) \
+  || fail "--archive: exit $?: $out"
+[ "$(tar -tzf "$work/logs.tar.gz" | sed 's|^\./||' | grep -v '^$' | sort | tr '\n' ' ')" = "bench.log preflight.log table.txt " ] \
+  || fail "--archive does not hold the stage logs and the table: $(tar -tzf "$work/logs.tar.gz")"
+
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" --require-gpu preflight 2>&1)
 [ $? = 1 ] || fail "--require-gpu without a GPU does not exit 1: $out"
 echo "$out" | grep -Eq '^preflight +FAIL +[0-9]+ +no GPU found' || fail "--require-gpu: $out"
