@@ -64,6 +64,10 @@ default_stages=(preflight gemm-sweep gpu-tests e2e memcheck bench racecheck)
 stages=()
 while (($#)); do
   case "$1" in
+    --bundle | --logs | --archive)
+      [ $# -ge 2 ] && [ -n "$2" ] || { echo "gpu_check.sh: $1 needs a value (see --help)" >&2; exit 2; } ;;
+  esac
+  case "$1" in
     --bundle) bundle="$2"; shift 2 ;;
     --logs) logs="$2"; shift 2 ;;
     --require-gpu) require_gpu=1; shift ;;

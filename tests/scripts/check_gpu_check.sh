@@ -50,6 +50,10 @@ echo "$out" | grep -Eq '^preflight +FAIL +[0-9]+ +no GPU found' || fail "--requi
 
 bash "$script" --bundle "$work/bundle" no-such-stage >/dev/null 2>&1
 [ $? = 2 ] || fail "an unknown stage does not exit 2"
+for flag in --bundle --logs --archive; do
+  out=$(bash "$script" preflight "$flag" 2>&1)
+  [ $? = 2 ] && echo "$out" | grep -q -- "$flag needs a value" || fail "$flag without a value: $out"
+done
 bash "$script" --bundle "$work/no-bundle" >/dev/null 2>&1
 [ $? = 2 ] || fail "a missing bundle does not exit 2"
 
