@@ -244,6 +244,19 @@ sanitizer_ready() {
   return 0
 }
 
+# One compute-sanitizer run over the bundle's tests: its output in $out (and added to LOG), its
+# exit code in rc, its seconds in the stage's log; fails where the device is not supported.
+run_sanitizer() {
+  local tool="$1" filter="$2" log="$3" begin
+  begin=$(date +%s) out="$work/sanitizer.log"
+  "$sanitizer" --tool "$tool" --error-exitcode 99 "$bundle/tests/test_gpu" \
+    --gtest_filter="$filter" >"$out" 2>&1
+  rc=$?
+  cat "$out" >>"$log"
+  note "$tool on $filter: exit $rc in $(($(date +%s) - begin)) s"
+  ! grep -q "Device not supported" "$out"
+}
+
 stage_memcheck() {
   local sanitizer
   sanitizer_ready || return
@@ -253,17 +266,12 @@ stage_memcheck() {
   # kernels. Not the sweep (no kernels of ours), the NCCL tests (a death test re-runs the
   # binary) nor the command-line tests (they run gnmr in child processes). Each run's seconds
   # and exit code go to memcheck.log, so a stage cut off by its timeout still says which ran.
-  local errors=0 unsupported=0 tool filter begin rc out failing=""
+  local errors=0 unsupported=0 tool filter rc out failing=""
   local kernels='-GpuGemmSweep.*:*GpuTraining.*:GpuCli.*:GpuDataParallel.*:GpuNccl*:GpuFlashAttention.*LongSequence*:GpuFlashAttention.GivesTheSameBitsOnEveryRun'
   local training='*GpuTraining.MatchesTheCpuBackend*/fp8mix'
   for run in "memcheck $kernels" "memcheck $training" "initcheck $training"; do
-    tool="${run%% *}" filter="${run#* }" begin=$(date +%s) out="$work/sanitizer.log"
-    "$sanitizer" --tool "$tool" --error-exitcode 99 "$bundle/tests/test_gpu" \
-      --gtest_filter="$filter" >"$out" 2>&1
-    rc=$?
-    cat "$out" >>"$logs/memcheck.log"
-    note "$tool on $filter: exit $rc in $(($(date +%s) - begin)) s"
-    if grep -q "Device not supported" "$out"; then unsupported=1; break; fi
+    tool="${run%% *}" filter="${run#* }"
+    run_sanitizer "$tool" "$filter" "$logs/memcheck.log" || { unsupported=1; break; }
     # The sanitizer's own findings: its exit code, or a nonzero error summary. A test that
     # fails under it (exit 1, no finding) is gpu-tests' failure, not a memory error.
     if ((rc == 99)) || grep -q "ERROR SUMMARY: [1-9]" "$out"; then errors=$((errors + 1))
@@ -283,17 +291,11 @@ stage_racecheck() {
   # the staged quantizers, the flash kernels' cp.async / ldmatrix tiles), synccheck (barriers
   # and warp syncs a divergent thread skips) over the same. Not the long-sequence flash tests,
   # the timed tile choice, nor the 2^32-quotient conversion test: minutes under the tool.
-  local errors=0 unsupported=0 tool begin rc out hazards summary="" failing=""
+  local errors=0 unsupported=0 tool rc out hazards summary="" failing=""
   local filter='GpuTrainOps.*:GpuQuantize.*:GpuModelOps.*:GpuCausalSoftmax.*:GpuAttention.*:GpuFlashAttention.*'
   filter+='-*LongSequence*:GpuFlashAttention.GivesTheSameBitsOnEveryRun:GpuFlashAttention.TimedQueryTiles*:GpuQuantize.FpConversionInstructions*'
   for tool in racecheck synccheck; do
-    begin=$(date +%s) out="$work/sanitizer.log"
-    "$sanitizer" --tool "$tool" --error-exitcode 99 "$bundle/tests/test_gpu" \
-      --gtest_filter="$filter" >"$out" 2>&1
-    rc=$?
-    cat "$out" >>"$logs/racecheck.log"
-    note "$tool: exit $rc in $(($(date +%s) - begin)) s"
-    if grep -q "Device not supported" "$out"; then unsupported=1; break; fi
+    run_sanitizer "$tool" "$filter" "$logs/racecheck.log" || { unsupported=1; break; }
     # racecheck ends with "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)",
     # synccheck with "ERROR SUMMARY: N errors"; a warning (two writes of one value, say) is
     # logged, not a failure.
@@ -557,7 +559,7 @@ for stage in "${stages[@]}"; do
   status=FAIL why="did not finish within ${timeout_s[$stage]} s"
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
-  export -f note have_gpu cuda_backend_built needs_backend sanitizer_ready "stage_${stage//-/_}"
+  export -f note have_gpu cuda_backend_built needs_backend sanitizer_ready run_sanitizer "stage_${stage//-/_}"
   export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }

@@ -81,6 +81,7 @@ case "$tool:$FAKE_SANITIZER" in
   racecheck:hazard) echo "========= Error: Race reported between Write access at k+0x10 and Read access at k+0x20"
                     echo "========= RACECHECK SUMMARY: 2 hazards displayed (1 error, 1 warning)"; exit 99 ;;
   racecheck:warning) echo "========= RACECHECK SUMMARY: 3 hazards displayed (0 errors, 3 warnings)" ;;
+  *:unsupported) echo "========= Error: Device not supported" ; exit 1 ;;
   racecheck:*) echo "========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)" ;;
   *) echo "========= ERROR SUMMARY: 0 errors" ;;
 esac
@@ -100,6 +101,10 @@ done
 grep -q "Race reported between" "$work/logs/racecheck.log" || fail "racecheck.log lacks the sanitizer's report"
 out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=clean bash "$script" --bundle "$work/bundle" --logs "$work/logs" memcheck 2>&1)
 echo "$out" | grep -Eq '^memcheck +PASS +[0-9]+ +memcheck .* clean' || fail "a clean memcheck: $out"
+out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=unsupported bash "$script" --bundle "$work/bundle" --logs "$work/logs" memcheck racecheck 2>&1) \
+  || fail "an unsupported device fails a sanitizer stage: $out"
+[ "$(echo "$out" | grep -E '^(memcheck|racecheck) +SKIP .*device not supported' | sort -u | wc -l)" = 2 ] \
+  || fail "an unsupported device is not SKIP in both sanitizer stages: $out"
 rm "$work/bundle/tests/test_gpu"
 out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" racecheck 2>&1)
 echo "$out" | grep -Eq '^racecheck +FAIL +[0-9]+ +the bundle has no tests/test_gpu' || fail "racecheck without test_gpu: $out"
