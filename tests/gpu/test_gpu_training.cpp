@@ -48,10 +48,11 @@ struct TrainedRun {
   size_t saved_activation_bytes = 0;  // what the projections kept for the backward (step 1)
 };
 
-TrainedRun train(const RunConfig& config) {
+// The first `steps` steps of the run.
+TrainedRun train(const RunConfig& config, int64_t steps = kSteps) {
   TrainingSession session(config, /*synthetic_data=*/true);
   TrainedRun run;
-  for (int64_t s = 0; s < kSteps; ++s) {
+  for (int64_t s = 0; s < steps; ++s) {
     const int64_t before = session.backend().sync_count();
     const size_t allocated_before = session.backend().memory_use().total();
     const StepResult r = session.run_step(s);
@@ -176,12 +177,13 @@ TEST_P(GpuTraining, IsDeterministicAndReadsNoUnwrittenMemory) {
 TEST(GpuTrainingOpTiming, SplitsTheDeviceTimeOfAStepByOpFamilyAndChangesNoBit) {
   SKIP_WITHOUT_GPU();
   const RunConfig config = config_for("cuda", {"precision.recipe=fp8mix"});
-  const TrainedRun untimed = train(config);
+  constexpr int64_t kTimedSteps = 2;
+  const TrainedRun untimed = train(config, kTimedSteps);
   TrainingSession session(config, /*synthetic_data=*/true);
   session.backend().set_op_timing(true);
   const auto start = std::chrono::steady_clock::now();
   std::vector<double> losses;
-  for (int64_t s = 0; s < 2; ++s) losses.push_back(session.run_step(s).loss);
+  for (int64_t s = 0; s < kTimedSteps; ++s) losses.push_back(session.run_step(s).loss);
   const std::map<std::string, double> ms = session.backend().op_times_ms();
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
@@ -202,7 +204,7 @@ TEST(GpuTrainingOpTiming, SplitsTheDeviceTimeOfAStepByOpFamilyAndChangesNoBit) {
     EXPECT_EQ(std::memcmp(&losses[s], &untimed.losses[s], sizeof(double)), 0) << "step " << s + 1;
   }
   session.backend().set_op_timing(false);
-  session.run_step(2);
+  session.run_step(kTimedSteps);
   EXPECT_TRUE(session.backend().op_times_ms().empty());
 }
 
