@@ -7,7 +7,7 @@
 // 4 steps, a checkpoint and an evaluation of 256 tokens every 2: the resumed run restarts
 // after an evaluation, with the LR warmup done. (Each step is seconds on the CUDA emulation
 // under ASan, where CI runs these tests: the fixture's 12 steps and 1024 evaluation tokens made
-// them 10 minutes of CI.)
+// them 10 minutes of CI's test time.)
 #include <gtest/gtest.h>
 
 #include <string>

@@ -28,7 +28,7 @@ using gnmr_test::run_gnmr;
 // 1), so routing is compared too, after a resume from step 2 as well. The final evaluation
 // reads 256 tokens, a micro-batch per rank. (Each step is seconds on the CUDA emulation under
 // ASan, where CI runs these tests: 6 steps and the fixture's 1024 evaluation tokens made this
-// file's tests 13 minutes of CI.)
+// file's tests 13 minutes of CI's test time.)
 std::string data_parallel_config(const std::string& dir) {
   return gnmr_test::write_tiny_config(
       dir, R"({"include": ")" + gnmr_test::source_path("configs/models/tiny-gpu.json") +
