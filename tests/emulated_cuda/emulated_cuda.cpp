@@ -38,7 +38,7 @@ namespace {
 constexpr int kCudaErrorInvalidValue = 1;
 constexpr int kCudaErrorInvalidConfiguration = 9;
 
-// A kernel's locals plus the sanitizers' frames; the emulated mma holds 16 x 24 floats.
+// A kernel's locals plus the sanitizers' frames.
 constexpr size_t kFiberStackBytes = 256 * 1024;
 constexpr size_t kMaxShuffleBytes = 16;
 // Below a finished fiber's last frame address: its own locals (give_back_stack).
@@ -506,11 +506,16 @@ void check_shared_read(const void* at, size_t bytes, const char* what, int lane)
   }
 }
 
+// A cp.async's name in an error; made only for one (a string a call was a heap allocation).
+std::string cp_async_text(size_t bytes) {
+  return "cp.async of " + std::to_string(bytes) + " bytes";
+}
+
 // The running thread issues a cp.async of `bytes` to `at`.
 void check_shared_write(const void* at, size_t bytes) {
   const BlockRun& run = *running;
   const int me = run.current;
-  const auto name = [&] { return "cp.async of " + std::to_string(bytes) + " bytes"; };
+  const auto name = [bytes] { return cp_async_text(bytes); };
   for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
     SharedWordAccess& a = shared_access[w];
     if (a.read == run.barriers && a.reader != me) {
@@ -577,7 +582,7 @@ void record_cp_async(void* dst, const void* src, int size, int src_bytes) {
   BlockRun& run = *running;
   const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
   const auto* at = static_cast<const unsigned char*>(dst);
-  const auto what = [size] { return "cp.async of " + std::to_string(size) + " bytes"; };
+  const auto what = [size] { return cp_async_text(size_t(size)); };
   if (at < start || at + size > start + shared_memory.size() * sizeof(float)) {
     fail_in_thread(what() + " to an address outside the block's dynamic shared memory");
   }
