@@ -17,6 +17,7 @@
 #include "kernels/cuda_check.cuh"
 #include "kernels/quad_access.cuh"
 #include "kernels/train_ops.cuh"
+#include "precision/bf16.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -52,15 +53,29 @@ struct RowElements {
       row[at] = v[0];
     }
   }
+  // v rounded to bf16 (encode_bf16, convert_to_bf16's bits); a quad in one 8-byte store, the
+  // first element in the low half of the first word.
+  __device__ static void store_bf16(uint16_t* row, int64_t at, const float (&v)[kWidth]) {
+    if constexpr (kQuads) {
+      *reinterpret_cast<uint2*>(row + at) =
+          make_uint2(uint32_t{encode_bf16(v[0])} | uint32_t{encode_bf16(v[1])} << 16,
+                     uint32_t{encode_bf16(v[2])} | uint32_t{encode_bf16(v[3])} << 16);
+    } else {
+      row[at] = encode_bf16(v[0]);
+    }
+  }
 };
 
 // x, out: [n, d]; w: [d]; rstd: [n]. The row loop is uniform across the block (block_sum).
 // kResidual: the normalized row is x + b (residual_forward's one IEEE add), written to sum [n, d]
 // as it is made and read back by the same thread for the output: the residual add and the
-// RMSNorm after it in one pass, the bits of the two kernels (sum may be x).
+// RMSNorm after it in one pass, the bits of the two kernels (sum may be x). out_bf16 (or null):
+// out rounded to bf16 too, the bf16 GEMM operand of the projection reading out, which
+// convert_to_bf16 would make from it: a read of out fewer.
 template <bool kQuads, bool kResidual>
 __global__ void rmsnorm_forward_kernel(const float* x, const float* b, float* sum, const float* w,
-                                       float eps, float* out, float* rstd, int64_t n, int64_t d) {
+                                       float eps, float* out, uint16_t* out_bf16, float* rstd,
+                                       int64_t n, int64_t d) {
   using E = RowElements<kQuads>;
   constexpr int kW = E::kWidth;
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
@@ -88,6 +103,7 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* b, float* su
       E::load(w, j, g);
       for (int k = 0; k < kW; ++k) v[k] = g[k] * (v[k] * r);
       E::store(yr, j, v);
+      if (out_bf16 != nullptr) E::store_bf16(out_bf16 + row * d, j, v);
     }
   }
 }
@@ -264,15 +280,17 @@ namespace {
 
 template <bool kResidual>
 void launch_rmsnorm_forward(const float* x, const float* b, float* sum, const float* w, float eps,
-                            float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream) {
+                            float* out, uint16_t* out_bf16, float* rstd, int64_t n, int64_t d,
+                            cudaStream_t stream) {
   if (n == 0) return;
   const int blocks = static_cast<int>(std::min<int64_t>(n, kMaxBlocks));
-  if (d % 4 == 0 && all_16_byte_aligned({x, b, sum, w, out})) {
+  if (d % 4 == 0 && all_16_byte_aligned({x, b, sum, w, out}) &&
+      reinterpret_cast<uintptr_t>(out_bf16) % 8 == 0) {
     rmsnorm_forward_kernel<true, kResidual>
-        <<<blocks, kRowThreads, 0, stream>>>(x, b, sum, w, eps, out, rstd, n, d);
+        <<<blocks, kRowThreads, 0, stream>>>(x, b, sum, w, eps, out, out_bf16, rstd, n, d);
   } else {
     rmsnorm_forward_kernel<false, kResidual>
-        <<<blocks, kRowThreads, 0, stream>>>(x, b, sum, w, eps, out, rstd, n, d);
+        <<<blocks, kRowThreads, 0, stream>>>(x, b, sum, w, eps, out, out_bf16, rstd, n, d);
   }
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
@@ -281,12 +299,13 @@ void launch_rmsnorm_forward(const float* x, const float* b, float* sum, const fl
 
 void rmsnorm_forward(const float* x, const float* w, float eps, float* out, float* rstd, int64_t n,
                      int64_t d, cudaStream_t stream) {
-  launch_rmsnorm_forward<false>(x, nullptr, nullptr, w, eps, out, rstd, n, d, stream);
+  launch_rmsnorm_forward<false>(x, nullptr, nullptr, w, eps, out, nullptr, rstd, n, d, stream);
 }
 
 void residual_rmsnorm_forward(const float* a, const float* b, float* sum, const float* w, float eps,
-                              float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream) {
-  launch_rmsnorm_forward<true>(a, b, sum, w, eps, out, rstd, n, d, stream);
+                              float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream,
+                              uint16_t* out_bf16) {
+  launch_rmsnorm_forward<true>(a, b, sum, w, eps, out, out_bf16, rstd, n, d, stream);
 }
 
 int64_t rmsnorm_backward_workspace_floats(int64_t n, int64_t d) {

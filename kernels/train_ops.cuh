@@ -22,9 +22,11 @@ namespace gnmr::cuda {
 void rmsnorm_forward(const float* x, const float* w, float eps, float* out, float* rstd, int64_t n,
                      int64_t d, cudaStream_t stream);
 // sum = a + b (residual_forward's bits), then rmsnorm_forward of sum, in one pass over each row
-// (sum may be a). Twins: cpu::residual_forward, then cpu::rmsnorm_forward<float>.
+// (sum may be a). out_bf16 (or null): out rounded to bf16 [n, d] as well, convert_to_bf16's bits.
+// Twins: cpu::residual_forward, then cpu::rmsnorm_forward<float> (and encode_bf16).
 void residual_rmsnorm_forward(const float* a, const float* b, float* sum, const float* w, float eps,
-                              float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream);
+                              float* out, float* rstd, int64_t n, int64_t d, cudaStream_t stream,
+                              uint16_t* out_bf16 = nullptr);
 // dx += ..., dw += ... (as backend.h). workspace: rmsnorm_backward_workspace_floats(n, d) floats
 // (device): dw's partial sums per kRmsnormChunkRows rows, combined in chunk order as on the CPU.
 // Twin: cpu::rmsnorm_backward<float>.

@@ -498,8 +498,12 @@ stage_profile() {
   local metrics=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
   # The tensor-core attention's run adds L2's throughput, the tensor pipe's HMMA cycles and the
   # warp slots held (achieved occupancy): the figures that say whether its 128-row tiles
-  # (session 24) trade occupancy for L2 traffic well.
-  local tensor_metrics=lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
+  # (session 24) trade occupancy for L2 traffic well; and the XU and FMA pipes' instruction
+  # rates. XU takes the exponentials, 16 a cycle per multiprocessor against the tensor pipe's
+  # 2048 bf16 multiply-adds (the datasheet's 989 TFLOP/s: 132 multiprocessors at 1.83 GHz): at
+  # hd 64 a score's exponential and its QK^T and PV products (2 x 64 multiply-adds) take the
+  # same time on the two, so XU near its peak says the exponentials bound the forward.
+  local tensor_metrics=lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active
   # recipe | kernel regex | launches profiled (ncu replays each one: a few seconds a run) |
   # matching launches skipped first | "tensor" where the run adds those metrics. The attention's:
   # the step runs llama2-1b-gpu's 24 layers' forward kernels, then per layer from the last the

@@ -9,11 +9,15 @@ cycles its schedulers issued an instruction, largest total first. The last two s
 the two a kernel waits on: a kernel near the bandwidth is done; one that issues in most of its
 cycles while moving a fraction of the bandwidth is issue-bound, and fewer instructions make it
 faster (docs/GPU-PERFORMANCE.md, runs 1-10). Where the run also asked for them (the tensor-core
-kernels'), three more columns: the share of L2's throughput
+kernels'), five more columns: the share of L2's throughput
 (lts__throughput.avg.pct_of_peak_sustained_elapsed), of cycles the tensor pipe was busy with
-HMMA (sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active) and of the
-warp slots held (sm__warps_active.avg.pct_of_peak_sustained_active, achieved occupancy); "-"
-where a kernel's run did not measure one.
+HMMA (sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active), of the warp
+slots held (sm__warps_active.avg.pct_of_peak_sustained_active, achieved occupancy), and of the
+peak instruction rate of two pipes: XU, the special-function unit that takes the softmax's
+exponentials, a quarter of a warp a cycle per scheduler
+(sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active), and FMA, the fp32 multiply-adds
+(sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active); "-" where a kernel's run did
+not measure one.
 
     scripts/ncu_summary.py FILE...           the table
     scripts/ncu_summary.py --line FILE...    one line: the kernels, the largest three
@@ -38,8 +42,10 @@ ISSUE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
 L2 = "lts__throughput.avg.pct_of_peak_sustained_elapsed"
 TENSOR = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 WARPS = "sm__warps_active.avg.pct_of_peak_sustained_active"
+XU = "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
+FMA = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"
 # The extra columns: header and metric, printed where any row has the metric.
-EXTRA = [("L2", L2), ("tensor", TENSOR), ("warps", WARPS)]
+EXTRA = [("L2", L2), ("tensor", TENSOR), ("warps", WARPS), ("XU", XU), ("FMA", FMA)]
 
 
 def short_name(name):

@@ -123,6 +123,14 @@ void Backend::swiglu_projection_forward(const Tensor& gate, const Tensor& up, Te
   projection_forward(down.state, down.path, down.w, out, y, save, down.key);
 }
 
+void Backend::residual_rmsnorm_projection_forward(const Tensor& a, const Tensor& b, Tensor& sum,
+                                                  const Tensor& weight, float eps, Tensor& out,
+                                                  Tensor& rstd, const ProjectionForwardCall& first,
+                                                  Tensor& y, bool save) {
+  residual_rmsnorm_forward(a, b, sum, weight, eps, out, rstd);
+  projection_forward(first.state, first.path, first.w, out, y, save, first.key);
+}
+
 void Backend::swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                           Tensor& dgate, Tensor& dup,
                                           const ProjectionBackwardCall& gate_proj,

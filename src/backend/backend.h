@@ -137,8 +137,9 @@ class ProjectionState {
   virtual size_t planned_saved_bytes() const = 0;
 };
 
-// One projection's forward as a fused op takes it (Backend::swiglu_projection_forward): its
-// state, the path it runs, its weight and the stochastic-rounding key of its saved codes.
+// One projection's forward as a fused op takes it (Backend::swiglu_projection_forward,
+// residual_rmsnorm_projection_forward): its state, the path it runs, its weight and the
+// stochastic-rounding key of its saved codes.
 struct ProjectionForwardCall {
   ProjectionState& state;
   const PathSpec& path;
@@ -391,6 +392,17 @@ class Backend {
   // (the CUDA backend: the sum is not read back from memory). This implementation runs the two.
   virtual void residual_rmsnorm_forward(const Tensor& a, const Tensor& b, Tensor& sum,
                                         const Tensor& weight, float eps, Tensor& out, Tensor& rstd);
+  // The residual add and RMSNorm above, and the forward of the first projection reading the
+  // norm's output (its input group's leader: q, or the MLP's gate):
+  //   residual_rmsnorm_forward(a, b, sum, weight, eps, out, rstd);
+  //   first's projection_forward(out) -> y (saving when `save`).
+  // A backend may make the projection's x operand in the norm's own pass (the CUDA backend,
+  // where the forward rounds x to bf16: the bf16 copy is written beside out, a read of out
+  // fewer). out is written either way. This implementation runs the two ops.
+  virtual void residual_rmsnorm_projection_forward(const Tensor& a, const Tensor& b, Tensor& sum,
+                                                   const Tensor& weight, float eps, Tensor& out,
+                                                   Tensor& rstd, const ProjectionForwardCall& first,
+                                                   Tensor& y, bool save);
 
   // losses[i] = logsumexp(logits[i]) - logits[i, targets[i]]; 0 where targets[i] < 0.
   // logits: [N, V]; targets: [N] i32; losses: [N]

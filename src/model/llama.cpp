@@ -266,12 +266,10 @@ void LlamaModel::forward(bool save_for_backward) {
   const int h = config_.n_heads, hkv = config_.n_kv_heads;
   paths_->prepare_weights();  // the quantized weights of every unit, before the first GEMM
   be.embedding_forward(act_.tokens, P[table_.embedding].weight, act_.residual[0]);
-  // Each residual add runs with the RMSNorm after it (residual_rmsnorm_forward): layer l's
-  // input norm is the previous layer's last op, the final norm the last layer's.
-  if (config_.n_layers > 0) {
-    be.rmsnorm_forward(act_.residual[0], P[table_.layers[0].input_norm].weight, config_.norm_eps,
-                       act_.layers[0].xn_attn, act_.layers[0].rstd_attn);
-  } else {
+  // Each residual add runs with the RMSNorm after it, and the forward of the first projection
+  // reading the norm's output (residual_rmsnorm_forward: q's or gate's); the final norm, which
+  // the lm_head reads, runs after the last layer.
+  if (config_.n_layers == 0) {
     be.rmsnorm_forward(act_.residual[0], P[table_.final_norm].weight, config_.norm_eps,
                        act_.xn_final, act_.rstd_final);
   }
@@ -279,8 +277,17 @@ void LlamaModel::forward(bool save_for_backward) {
     const LayerParamIndex& idx = table_.layers[l];
     LayerActivations& a = act_.layers[l];
     Tensor& x = act_.residual[l];
-    // attention block (xn_attn: the input norm, made above or by the layer before)
-    project_forward(unit(l, ProjectionKind::Q), a.xn_attn, a.q);
+    // attention block: the input norm (xn_attn) of the embedding's output, or of the previous
+    // layer's residual add (its down projection's output, in d_att), and q from it
+    if (l == 0) {
+      be.rmsnorm_forward(x, P[idx.input_norm].weight, config_.norm_eps, a.xn_attn, a.rstd_attn);
+      project_forward(unit(l, ProjectionKind::Q), a.xn_attn, a.q);
+    } else {
+      paths_->residual_rmsnorm_forward(unit(l, ProjectionKind::Q), act_.layers[l - 1].h,
+                                       scratch_.d_att, x, P[idx.input_norm].weight,
+                                       config_.norm_eps, a.xn_attn, a.rstd_attn, a.q,
+                                       save_for_backward_);
+    }
     project_forward(unit(l, ProjectionKind::K), a.xn_attn, a.k);
     project_forward(unit(l, ProjectionKind::V), a.xn_attn, a.v);
     Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
@@ -289,20 +296,19 @@ void LlamaModel::forward(bool save_for_backward) {
     be.rope_attention_forward(q4, k4, v4, act_.rope_cos, act_.rope_sin, att4, *a.attention);
     // o_proj output goes to d_att as scratch before the residual add
     project_forward(unit(l, ProjectionKind::O), a.att, scratch_.d_att);
-    // MLP block
-    be.residual_rmsnorm_forward(x, scratch_.d_att, a.h, P[idx.post_norm].weight, config_.norm_eps,
-                                a.xn_mlp, a.rstd_mlp);
-    project_forward(unit(l, ProjectionKind::Gate), a.xn_mlp, a.gate);
+    // MLP block: the residual add, its norm (xn_mlp) and gate from it
+    paths_->residual_rmsnorm_forward(unit(l, ProjectionKind::Gate), x, scratch_.d_att, a.h,
+                                     P[idx.post_norm].weight, config_.norm_eps, a.xn_mlp,
+                                     a.rstd_mlp, a.gate, save_for_backward_);
     project_forward(unit(l, ProjectionKind::Up), a.xn_mlp, a.up);
     paths_->swiglu_forward(unit(l, ProjectionKind::Down), a.gate, a.up, a.act, scratch_.d_att,
                            save_for_backward_);
-    // the next layer's input norm, or the final norm
-    const bool last = l + 1 == config_.n_layers;
-    LayerActivations* next = last ? nullptr : &act_.layers[l + 1];
-    be.residual_rmsnorm_forward(
-        a.h, scratch_.d_att, act_.residual[l + 1],
-        P[last ? table_.final_norm : table_.layers[l + 1].input_norm].weight, config_.norm_eps,
-        last ? act_.xn_final : next->xn_attn, last ? act_.rstd_final : next->rstd_attn);
+  }
+  if (config_.n_layers > 0) {  // the last residual add and the final norm
+    const int last = config_.n_layers - 1;
+    be.residual_rmsnorm_forward(act_.layers[last].h, scratch_.d_att, act_.residual[last + 1],
+                                P[table_.final_norm].weight, config_.norm_eps, act_.xn_final,
+                                act_.rstd_final);
   }
   paths_->lm_head_forward(act_.xn_final, act_.logits, save_for_backward);
 }

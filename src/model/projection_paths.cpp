@@ -240,6 +240,18 @@ void ProjectionPaths::forward(const ProjectionUnit& u, const Tensor& x, Tensor& 
                               save_for_backward, rounding_key(u));
 }
 
+void ProjectionPaths::residual_rmsnorm_forward(const ProjectionUnit& first_unit, const Tensor& a,
+                                               const Tensor& b, Tensor& sum,
+                                               const Tensor& norm_weight, float eps, Tensor& out,
+                                               Tensor& rstd, Tensor& y, bool save_for_backward) {
+  const RngKey key = rounding_key(first_unit);
+  backend_.residual_rmsnorm_projection_forward(
+      a, b, sum, norm_weight, eps, out, rstd,
+      {*states_[static_cast<size_t>(first_unit.id)], path_of(first_unit.id),
+       table_.params[static_cast<size_t>(first_unit.param_index)].weight, key},
+      y, save_for_backward);
+}
+
 void ProjectionPaths::swiglu_forward(const ProjectionUnit& down_unit, const Tensor& gate,
                                      const Tensor& up, Tensor& out, Tensor& y,
                                      bool save_for_backward) {

@@ -94,6 +94,12 @@ class ProjectionPaths {
   // workspace, not necessarily rotated.
   void rope_backward(const ProjectionUnit& unit, Tensor& dy, const Tensor& cos, const Tensor& sin,
                      Tensor& dx, bool accumulate_dx);
+  // A residual add, the RMSNorm of its result, and the forward of the unit leading the norm's
+  // input group, q or gate (Backend::residual_rmsnorm_projection_forward):
+  // sum = a + b, out = rmsnorm(sum) (rstd kept), y = out W^T.
+  void residual_rmsnorm_forward(const ProjectionUnit& first_unit, const Tensor& a, const Tensor& b,
+                                Tensor& sum, const Tensor& norm_weight, float eps, Tensor& out,
+                                Tensor& rstd, Tensor& y, bool save_for_backward);
   // The SwiGLU forward and the forward of the down unit reading its output
   // (Backend::swiglu_projection_forward): out = silu(gate) * up, y = out W_down^T.
   void swiglu_forward(const ProjectionUnit& down_unit, const Tensor& gate, const Tensor& up,

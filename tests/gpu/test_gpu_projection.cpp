@@ -465,7 +465,101 @@ TEST(GpuProjection, TheMlpForwardRunsTheSwigluInTheKernelPreparingDownsInputWith
     EXPECT_EQ(fused.dx, alone.dx);
     EXPECT_EQ(fused.dw, alone.dw);
     const auto& s = dynamic_cast<const cuda::CudaProjectionState&>(*down);
-    EXPECT_EQ(s.swiglu_x_forwards, c.fused ? 1 : 0);
+    EXPECT_EQ(s.computed_x_forwards, c.fused ? 1 : 0);
+  }
+}
+
+// The residual RMSNorm before attention and the MLP (residual_rmsnorm_projection_forward) with
+// the group's leader (q, gate) and a second projection reading the norm's output: where the
+// leader's forward rounds x to bf16, the norm's kernel writes the bf16 copy beside out (the
+// group's kept copy, which the follower and both weight gradients then read, or the scratch);
+// elsewhere the norm and the projection run one after the other. Either way sum, out, rstd,
+// both y and, after the backwards, dx and both dW are the bits of the ops run one by one.
+TEST(GpuProjection, TheNormBeforeAGroupWritesItsLeadersBf16XInItsPassWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const PathSpec fp8 = fp_path(FpFormat::kE4M3), bf16 = path_of(PathKind::kBf16Gemm),
+                 backend = path_of(PathKind::kBackendGemm);
+  struct NormCase {
+    const char* name;
+    GemmPrecision gemms;
+    PathSpec path;
+    bool save, fused;
+  };
+  const std::vector<NormCase> cases = {
+      {"bf16 path, saving", GemmPrecision::FP32, bf16, true, true},
+      {"bf16 path, not saving (eval)", GemmPrecision::FP32, bf16, false, true},
+      {"backend GEMMs in bf16, saving", GemmPrecision::BF16, backend, true, true},
+      {"backend GEMMs in fp32, saving", GemmPrecision::FP32, backend, true, false},
+      {"e4m3, saving", GemmPrecision::FP32, fp8, true, false}};
+  using gnmr_test::random_normal;
+  for (const NormCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
+    be->set_gemm_precision(c.gemms);
+    ProjectionShape shape{kTokens, kIn, kOut};
+    std::unique_ptr<ProjectionState> leader = be->plan_projection("q", shape, c.path, c.path);
+    shape.input_leader = leader.get();
+    std::unique_ptr<ProjectionState> follower = be->plan_projection("k", shape, c.path, c.path);
+    const Tensor w_leader = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
+    const Tensor w_follower = upload(*be, random_normal(size_t(kOut * kIn), 2), {kOut, kIn});
+    const Tensor a = upload(*be, random_normal(size_t(kTokens * kIn), 3), {kTokens, kIn});
+    const Tensor b = upload(*be, random_normal(size_t(kTokens * kIn), 4), {kTokens, kIn});
+    const Tensor norm_w = upload(*be, random_normal(size_t(kIn), 5), {kIn});
+    Tensor dy = upload(*be, random_normal(size_t(kTokens * kOut), 6), {kTokens, kOut});
+    const std::vector<float> poison(size_t(kTokens * kIn), 123.0f);
+    struct Run {
+      std::vector<float> sum, out, rstd, y_leader, y_follower, dx, dw_leader, dw_follower;
+    };
+    Run fused, alone;
+    for (bool one_by_one : {false, true}) {
+      Tensor sum = upload(*be, poison, {kTokens, kIn});
+      Tensor out = upload(*be, poison, {kTokens, kIn});
+      Tensor rstd = upload(*be, std::vector<float>(size_t(kTokens), 123.0f), {kTokens});
+      Tensor y_leader = be->allocate("yq", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+      Tensor y_follower = be->allocate("yk", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+      Tensor dx = be->allocate("dx", {kTokens, kIn}, DType::F32, MemoryRole::Scratch);
+      Tensor dw_leader = be->allocate("dwq", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      Tensor dw_follower = be->allocate("dwk", {kOut, kIn}, DType::F32, MemoryRole::Scratch);
+      const RngKey key{7, 1, 2};
+      if (one_by_one) {
+        be->residual_rmsnorm_forward(a, b, sum, norm_w, 1e-5f, out, rstd);
+        be->projection_forward(*leader, c.path, w_leader, out, y_leader, c.save, key);
+      } else {
+        be->residual_rmsnorm_projection_forward(a, b, sum, norm_w, 1e-5f, out, rstd,
+                                                {*leader, c.path, w_leader, key}, y_leader, c.save);
+      }
+      be->projection_forward(*follower, c.path, w_follower, out, y_follower, c.save, key);
+      Run& r = one_by_one ? alone : fused;
+      if (c.save) {  // the follower's backward first, as the model runs them (v, k, then q)
+        be->projection_backward(*follower, c.path, w_follower, dy, dx, false, dw_follower);
+        be->projection_backward(*leader, c.path, w_leader, dy, dx, true, dw_leader);
+        r.dx = download(*be, dx);
+        r.dw_leader = download(*be, dw_leader);
+        r.dw_follower = download(*be, dw_follower);
+      }
+      r.sum = download(*be, sum);
+      r.out = download(*be, out);
+      r.rstd = download(*be, rstd);
+      r.y_leader = download(*be, y_leader);
+      r.y_follower = download(*be, y_follower);
+    }
+    EXPECT_EQ(fused.sum, alone.sum);
+    EXPECT_EQ(fused.out, alone.out);
+    EXPECT_NE(alone.out, poison);
+    EXPECT_EQ(fused.rstd, alone.rstd);
+    EXPECT_EQ(fused.y_leader, alone.y_leader);
+    EXPECT_EQ(fused.y_follower, alone.y_follower);
+    EXPECT_EQ(fused.dx, alone.dx);
+    EXPECT_EQ(fused.dw_leader, alone.dw_leader);
+    EXPECT_EQ(fused.dw_follower, alone.dw_follower);
+    const auto& ls = dynamic_cast<const cuda::CudaProjectionState&>(*leader);
+    const auto& fs = dynamic_cast<const cuda::CudaProjectionState&>(*follower);
+    EXPECT_EQ(ls.computed_x_forwards, c.fused ? 1 : 0);
+    EXPECT_EQ(fs.computed_x_forwards, 0);
+    // The follower prepared no x of its own where the leader's was bf16: it found the copy.
+    if (c.fused) {
+      EXPECT_EQ(fs.x_prepared, 0);
+    }
   }
 }
 

@@ -74,7 +74,7 @@ void sync() {
 // margin; a wrong formula misses by O(1).
 constexpr float kRmsnormTolerance = 2e-6f;
 
-TEST(GpuTrainOps, RmsnormForwardMatchesCpuIsDeterministicAndTakesTheResidualAddInItsPass) {
+TEST(GpuTrainOps, RmsnormForwardMatchesCpuIsDeterministicAndTakesTheResidualAddAndBf16InItsPass) {
   SKIP_WITHOUT_GPU();
   // d = 70: an element per load; d = 1028: four (and more quads than the block's threads).
   for (const int64_t d : {70, 1028}) {
@@ -114,6 +114,21 @@ TEST(GpuTrainOps, RmsnormForwardMatchesCpuIsDeterministicAndTakesTheResidualAddI
     expect_same_bits(d_sum.to_host(), sum, "residual sum");
     expect_same_bits(d_out2.to_host(), alone_out, "out of the sum");
     expect_same_bits(d_rstd2.to_host(), alone_rstd, "rstd of the sum");
+    // A bf16 projection's x from the same pass (out_bf16): out, sum and rstd the same bits, and
+    // out rounded to bf16 as encode_bf16 rounds it (convert_to_bf16's bits). At d = 1028 the
+    // quad kernel's 8-byte stores; at d = 70 the one-element kernel's.
+    std::vector<uint16_t> out_bf16(alone_out.size());
+    for (size_t i = 0; i < alone_out.size(); ++i) out_bf16[i] = encode_bf16(alone_out[i]);
+    DeviceBuffer<float> d_sum3(nan_vector(sum.size())), d_out3(nan_vector(out.size())),
+        d_rstd3(nan_vector(rstd.size()));
+    DeviceBuffer<uint16_t> d_out_bf16(std::vector<uint16_t>(out_bf16.size(), 0x7FC1));
+    cuda::residual_rmsnorm_forward(d_a.get(), d_b.get(), d_sum3.get(), d_w.get(), eps, d_out3.get(),
+                                   d_rstd3.get(), n, d, nullptr, d_out_bf16.get());
+    sync();
+    expect_same_bits(d_sum3.to_host(), sum, "residual sum, with bf16");
+    expect_same_bits(d_out3.to_host(), alone_out, "out of the sum, with bf16");
+    expect_same_bits(d_rstd3.to_host(), alone_rstd, "rstd of the sum, with bf16");
+    EXPECT_EQ(d_out_bf16.to_host(), out_bf16);
   }
 }
 

@@ -50,13 +50,15 @@ with tempfile.NamedTemporaryFile("w", suffix=".txt") as empty:
     none = run(empty.name)
     check(none.returncode == 1 and "no kernel in" in none.stderr,
           f"a file without kernels is an error: {none.returncode} {none.stderr!r}")
-# The tensor-core kernels' run also measures L2, the tensor pipe and the warps held: three more
-# columns, "-" for the rows of runs that did not (the format of the lines above, values made up).
+# The tensor-core kernels' run also measures L2, the tensor pipe, the warps held and the XU and
+# FMA pipes' instruction rates: five more columns, "-" for the rows of runs that did not (the format of the lines above, values made up).
 flash = """  void unnamed>::flash_forward_mma_kernel<64, 2>(const unsigned short *, FlashTiling, float) (2048, 1, 1)x(128, 1, 1), Device 0, CC 9.0, Invocations 2
     Section: Command line profiler metrics
     dram__throughput.avg.pct_of_peak_sustained_elapsed                          %   10.00   12.00   11.00
     gpu__time_duration.sum                                                     ms    1.50    1.70    1.60
     lts__throughput.avg.pct_of_peak_sustained_elapsed                           %   40.00   42.00   41.00
+    sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active                 %   18.00   20.00   19.00
+    sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active                  %   60.00   62.00   61.00
     sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active      %   30.00   32.00   31.00
     sm__warps_active.avg.pct_of_peak_sustained_active                           %   24.00   26.00   25.00
     smsp__issue_active.avg.pct_of_peak_sustained_active                         %   50.00   52.00   51.00
@@ -67,13 +69,13 @@ with tempfile.NamedTemporaryFile("w", suffix=".txt") as extra:
     both = run(sample, extra.name)
     check(both.returncode == 0, f"the table with the extra columns exits 0 ({both.stderr})")
     lines = both.stdout.splitlines()
-    check(lines[0].split()[7:11] == ["L2", "tensor", "warps", "kernel"],
+    check(lines[0].split()[7:13] == ["L2", "tensor", "warps", "XU", "FMA", "kernel"],
           f"the header names the extra columns: {lines[0]!r}")
-    want = ["3200.0", "1600.00", "2", "11%", "51%", "41%", "31%", "25%"]
-    check(lines[1].split()[:8] == want, f"the flash row first, every column: {lines[1]!r}")
-    check(lines[2].split()[5:8] == ["-", "-", "-"], f"'-' where a run lacks them: {lines[2]!r}")
+    want = ["3200.0", "1600.00", "2", "11%", "51%", "41%", "31%", "25%", "61%", "19%"]
+    check(lines[1].split()[:10] == want, f"the flash row first, every column: {lines[1]!r}")
+    check(lines[2].split()[5:10] == ["-"] * 5, f"'-' where a run lacks them: {lines[2]!r}")
     top = run("--line", extra.name)
-    check("DRAM 11% issue 51% L2 41% tensor 31% warps 25%" in top.stdout,
+    check("DRAM 11% issue 51% L2 41% tensor 31% warps 25% XU 61% FMA 19%" in top.stdout,
           f"the one-line form with the extra columns: {top.stdout!r}")
 print("ncu_summary.py: 4 rows, order, units, --line, the extra columns and the empty case as "
       "expected")

@@ -434,7 +434,7 @@ class CudaBackend final : public Backend {
                               accumulate_dx, dw);
   }
   // Where the down projection's forward rounds x to bf16, or its saving forward makes x's FP8
-  // codes and x^T's, the SwiGLU runs in the kernel that does (cuda::SwigluX), which writes out
+  // codes and x^T's, the SwiGLU runs in the kernel that does (cuda::ComputedX), which writes out
   // too.
   void swiglu_projection_forward(const Tensor& gate, const Tensor& up, Tensor& out,
                                  const ProjectionForwardCall& down, Tensor& y, bool save) override {
@@ -442,12 +442,53 @@ class CudaBackend final : public Backend {
     cuda::CudaProjectionState& s = cuda_state(down.state);
     check_same_numel(gate, up, "swiglu_projection_forward");
     check_same_numel(gate, out, "swiglu_projection_forward");
-    const cuda::SwigluX x{f32_data(gate), f32_data(up)};
-    if (!cuda::forward_takes_swiglu_x(c, s, down.path, save, x, out)) {
+    const float *g = f32_data(gate), *u = f32_data(up);
+    float* o = f32_data(out);
+    const int64_t n = matrix_rows(out), in = matrix_cols(out);
+    cudaStream_t stream = stream_;
+    cuda::ComputedX x;
+    x.bf16 = [=](uint16_t* bf16) { cuda::swiglu_forward_with_bf16(g, u, o, bf16, n * in, stream); };
+    if (cuda::fused_pair_takes(down.path.format, in, {g, u, o})) {
+      x.fp8_pair = [=](FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
+                       float* scales_t) {
+        cuda::quantize_swiglu_output_1x128_and_transposed(g, u, o, n, in, format, codes, scales,
+                                                          codes_t, scales_t, stream);
+      };
+    }
+    if (!cuda::forward_takes_computed_x(c, s, down.path, save, x)) {
       Backend::swiglu_projection_forward(gate, up, out, down, y, save);
       return;
     }
     cuda::projection_forward(c, s, down.path, down.w, out, y, save, down.key, &x);
+  }
+  // Where the first projection reading the norm's output rounds x to bf16, the norm's kernel
+  // writes the bf16 copy beside out (cuda::ComputedX): a read of out fewer. Its time is then
+  // the projection's "prep x".
+  void residual_rmsnorm_projection_forward(const Tensor& a, const Tensor& b, Tensor& sum,
+                                           const Tensor& weight, float eps, Tensor& out,
+                                           Tensor& rstd, const ProjectionForwardCall& first,
+                                           Tensor& y, bool save) override {
+    const cuda::ProjectionContext c = projection_context();
+    cuda::CudaProjectionState& s = cuda_state(first.state);
+    const int64_t n = matrix_rows(a), d = matrix_cols(a);
+    GNMR_CHECK(weight.numel() == d && rstd.numel() == n,
+               "residual_rmsnorm_projection_forward: shapes");
+    check_same_numel(a, b, "residual_rmsnorm_projection_forward");
+    check_same_numel(a, sum, "residual_rmsnorm_projection_forward");
+    check_same_numel(a, out, "residual_rmsnorm_projection_forward");
+    const float *pa = f32_data(a), *pb = f32_data(b), *w = f32_data(weight);
+    float *ps = f32_data(sum), *po = f32_data(out), *pr = f32_data(rstd);
+    cudaStream_t stream = stream_;
+    cuda::ComputedX x;
+    x.bf16 = [=](uint16_t* bf16) {
+      cuda::residual_rmsnorm_forward(pa, pb, ps, w, eps, po, pr, n, d, stream, bf16);
+    };
+    if (!cuda::forward_takes_computed_x(c, s, first.path, save, x)) {
+      Backend::residual_rmsnorm_projection_forward(a, b, sum, weight, eps, out, rstd, first, y,
+                                                   save);
+      return;
+    }
+    cuda::projection_forward(c, s, first.path, first.w, out, y, save, first.key, &x);
   }
   // Whether a projection's backward takes a dy that the kernel making its one form computes
   // (cuda::ComputedDy): bf16 always; FP8 codes where the fused pair kernel takes the arrays

@@ -128,10 +128,10 @@ Operand weight_operand(const ProjectionContext& c, CudaProjectionState& s, const
 // along N, transposed for FP8). keep_x (a saving forward that forward_keeps_x_t or
 // forward_keeps_x_bf16): x^T's 128x1 codes go to the group's kept copy too, or x's bf16 rounding
 // goes to the group's kept bf16 copy (where it keeps one), for its weight gradients.
-// x_from_swiglu (forward_takes_swiglu_x): x is written by the kernel that makes its form.
+// computed_x (forward_takes_computed_x): x is written by the kernel that makes its form.
 Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                   OperandPrep prep, GemmRole role, const Tensor& x, bool keep_x = false,
-                  const SwigluX* x_from_swiglu = nullptr) {
+                  const ComputedX* computed_x = nullptr) {
   const int64_t n = s.shape.tokens, in = s.shape.in;
   const bool wgrad = role == GemmRole::kWeightGradient;
   ProjectionScratch& sc = c.scratch;
@@ -153,8 +153,8 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
   // and so does a later forward of the group.
   CudaSavedBf16X* kept_bf16 = s.saved_x_bf16.get();
   if (kept_bf16 != nullptr && same_prepared_input(kept_bf16->holds, key)) {
-    GNMR_CHECK(x_from_swiglu == nullptr,
-               "cuda projection: a SwiGLU output as x needs a forward that prepares x");
+    GNMR_CHECK(computed_x == nullptr,
+               "cuda projection: a computed x needs a forward that prepares x");
     ++(wgrad ? s.x_bf16_kept_reads : s.x_reused);
     return {kept_bf16->data, nullptr};
   }
@@ -176,11 +176,11 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
       const bool into_kept = keep_x && kept_bf16 != nullptr;
       auto* out = into_kept ? kept_bf16->data
                             : static_cast<uint16_t*>(need(sc.x_low, size_t(n * in) * 2, "x bf16"));
-      GNMR_CHECK(x_from_swiglu == nullptr || !held,
-                 "cuda projection: a SwiGLU output as x needs a forward that prepares x");
-      if (x_from_swiglu != nullptr) {  // x itself written here too
-        swiglu_forward_with_bf16(x_from_swiglu->gate, x_from_swiglu->up, f32_data(x), out, n * in,
-                                 c.stream);
+      GNMR_CHECK(computed_x == nullptr || (!held && computed_x->bf16),
+                 "cuda projection: a computed x needs a forward that prepares x, in a form its "
+                 "producer offers");
+      if (computed_x != nullptr) {  // x itself written here too
+        computed_x->bf16(out);
       } else if (into_kept || !held) {
         convert_to_bf16(f32_data(x), n * in, out, c.stream);
       }
@@ -200,13 +200,11 @@ Operand x_operand(const ProjectionContext& c, CudaProjectionState& s, const Path
                                    GemmRole::kWeightGradient, path);
         keep = !same_prepared_input(kept->holds, t_key);
       }
-      GNMR_CHECK(x_from_swiglu == nullptr || (!held && keep),
-                 "cuda projection: a SwiGLU output as x needs a forward that makes both of its "
-                 "FP8 operands");
-      if (x_from_swiglu != nullptr) {  // x itself written here too
-        quantize_swiglu_output_1x128_and_transposed(x_from_swiglu->gate, x_from_swiglu->up,
-                                                    f32_data(x), n, in, path.format, codes, scales,
-                                                    kept->codes, kept->scales, c.stream);
+      GNMR_CHECK(computed_x == nullptr || (!held && keep && computed_x->fp8_pair),
+                 "cuda projection: a computed x needs a forward that makes both of its FP8 "
+                 "operands, from a producer that offers them");
+      if (computed_x != nullptr) {  // x itself written here too
+        computed_x->fp8_pair(path.format, codes, scales, kept->codes, kept->scales);
       } else if (!held && wgrad) {
         quantize_fp_tile_128x1_transposed(f32_data(x), n, in, path.format, codes, scales, c.stream);
       } else if (!held && keep) {  // both from one read of x
@@ -544,30 +542,29 @@ void prepare_weights(const ProjectionContext& c, const std::vector<WeightToPrepa
   }
 }
 
-bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
-                            const PathSpec& path, bool save, const SwigluX& from, const Tensor& x) {
+bool forward_takes_computed_x(const ProjectionContext& c, const CudaProjectionState& s,
+                              const PathSpec& path, bool save, const ComputedX& from) {
   if (s.input_leader != nullptr) return false;
   const ProjectionGemm g =
       plan_projection_gemm(GemmRole::kForward, s.shape, path, c.precision, c.target, false);
-  if (g.b == OperandPrep::kBf16) return true;
-  return save && s.saved_x_t != nullptr &&
+  if (g.b == OperandPrep::kBf16) return bool(from.bf16);
+  return from.fp8_pair && save && s.saved_x_t != nullptr &&
          forward_keeps_x_t(g, plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path,
-                                                   c.precision, c.target, true)) &&
-         fused_pair_takes(path.format, s.shape.in, {from.gate, from.up, x.data});
+                                                   c.precision, c.target, true));
 }
 
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                         const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key,
-                        const SwigluX* x_from_swiglu) {
+                        const ComputedX* computed_x) {
   check_shapes(s, w, "projection_forward");
   GNMR_CHECK(x.numel() == s.shape.tokens * s.shape.in && y.numel() == s.shape.tokens * s.shape.out,
              "projection_forward: x " + x.shape_string() + ", y " + y.shape_string() +
                  " do not match the plan");
-  GNMR_CHECK(
-      x_from_swiglu == nullptr || forward_takes_swiglu_x(c, s, path, save, *x_from_swiglu, x),
-      "projection_forward: a SwiGLU output as x needs a saving forward that leads its input "
-      "and quantizes x to FP8 codes with x^T's, not " +
-          path.describe());
+  GNMR_CHECK(computed_x == nullptr || forward_takes_computed_x(c, s, path, save, *computed_x),
+             "projection_forward: a computed x needs a forward that leads its input and rounds x "
+             "to bf16, or a saving one that quantizes x to FP8 codes with x^T's, in a form its "
+             "producer offers, not " +
+                 path.describe());
   // A leader's forward starts a new x for its group: a generation no call has seen.
   if (s.input_leader == nullptr) s.input_generation = ++c.scratch.group_forwards;
   const ProjectionGemm g =
@@ -584,8 +581,8 @@ void projection_forward(const ProjectionContext& c, CudaProjectionState& s, cons
     const ProjectionGemm wg =
         plan_projection_gemm(GemmRole::kWeightGradient, s.shape, path, c.precision, c.target, true);
     const bool keep_x = save && (forward_keeps_x_t(g, wg) || forward_keeps_x_bf16(g, wg));
-    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x, x_from_swiglu);
-    if (x_from_swiglu != nullptr) ++s.swiglu_x_forwards;
+    b = x_operand(c, s, path, g.b, GemmRole::kForward, x, keep_x, computed_x);
+    if (computed_x != nullptr) ++s.computed_x_forwards;
   }
   run(c, g, a, b, y);
   if (!save) return;

@@ -118,11 +118,11 @@ class CudaProjectionState final : public ProjectionState {
   // x-side preparations this projection ran, and those it found already in the scratch or the
   // kept bf16 copy; its weight gradients that read x^T's codes or the bf16 copy kept by the
   // group's forward; its forwards whose x
-  // the SwiGLU ran in the quantizing kernel (SwigluX); its backwards whose dy codes were
+  // the kernel making its operand computed (ComputedX); its backwards whose dy codes were
   // computed from what dy is made of (ComputedDy); and its FP8 weights that prepare_weights
   // quantized in a batch.
   int64_t x_prepared = 0, x_reused = 0, x_t_kept_reads = 0, x_bf16_kept_reads = 0;
-  int64_t swiglu_x_forwards = 0, computed_dy_backwards = 0, weights_prepared_in_batch = 0;
+  int64_t computed_x_forwards = 0, computed_dy_backwards = 0, weights_prepared_in_batch = 0;
 };
 
 // The projections' shared scratch (one projection runs at a time), sized by planning.
@@ -162,13 +162,22 @@ struct ComputedDy {
   std::function<void(uint16_t* bf16)> bf16;
 };
 
-// A forward's x that the kernel preparing it writes: the SwiGLU forward's silu(gate) * up of
-// gate, up [N, in], written with its FP8 codes and x^T's
-// (quantize_swiglu_output_1x128_and_transposed) or with its bf16 copy (swiglu_forward_with_bf16).
-// Only a forward that prepares x with one of those takes one (forward_takes_swiglu_x).
-struct SwigluX {
-  const float* gate = nullptr;
-  const float* up = nullptr;
+// A forward's x that the kernel preparing it computes and writes, x [N, in] itself included:
+// the SwiGLU forward's silu(gate) * up (swiglu_projection_forward) or the residual RMSNorm's
+// output (residual_rmsnorm_projection_forward). One member per form of x the producer can make
+// in its pass, empty where it cannot; only a forward that prepares x in an offered form takes
+// one (forward_takes_computed_x), and calls that member with the x scratch or kept copy:
+struct ComputedX {
+  // x and its bf16 rounding [N, in], as convert_to_bf16 would write it from x
+  // (swiglu_forward_with_bf16, residual_rmsnorm_forward with out_bf16).
+  std::function<void(uint16_t* bf16)> bf16;
+  // x and its 1x128 codes and x^T's 128x1 codes in `format`, as
+  // quantize_fp_tile_1x128_and_transposed would write them from x
+  // (quantize_swiglu_output_1x128_and_transposed); offered only in a format and on arrays the
+  // fused pair kernel takes (fused_pair_takes).
+  std::function<void(FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
+                     float* scales_t)>
+      fp8_pair;
 };
 
 std::unique_ptr<CudaProjectionState> plan_projection(const ProjectionContext& c,
@@ -187,16 +196,16 @@ struct WeightToPrepare {
 // of its own; the same codes, so the GEMMs find them made. Other preparations (bf16, int8,
 // fake-quantized) stay with the first GEMM that reads them.
 void prepare_weights(const ProjectionContext& c, const std::vector<WeightToPrepare>& weights);
-// x_from_swiglu: x is written by the kernel that quantizes it, from that SwiGLU's inputs.
+// computed_x: x is written by the kernel that prepares its operand (forward_takes_computed_x).
 void projection_forward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                         const Tensor& w, const Tensor& x, Tensor& y, bool save, const RngKey& key,
-                        const SwigluX* x_from_swiglu = nullptr);
+                        const ComputedX* computed_x = nullptr);
 // Whether projection_forward on `path` takes `from` as its x: a forward of a projection that
-// leads its input (so it prepares x, never finds it made) that rounds x to bf16, or a saving one
-// that keeps x^T's codes (forward_keeps_x_t: x's FP8 codes and x^T's from one kernel) where the
-// fused pair kernel takes the arrays (fused_pair_takes).
-bool forward_takes_swiglu_x(const ProjectionContext& c, const CudaProjectionState& s,
-                            const PathSpec& path, bool save, const SwigluX& from, const Tensor& x);
+// leads its input (so it prepares x, never finds it made) that rounds x to bf16, where `from`
+// offers bf16, or a saving one that keeps x^T's codes (forward_keeps_x_t: x's FP8 codes and
+// x^T's from one kernel), where it offers the FP8 pair.
+bool forward_takes_computed_x(const ProjectionContext& c, const CudaProjectionState& s,
+                              const PathSpec& path, bool save, const ComputedX& from);
 // computed_dy: dy's codes come from it, dy itself (then only its shape is read) is not read.
 void projection_backward(const ProjectionContext& c, CudaProjectionState& s, const PathSpec& path,
                          const Tensor& w, Tensor& dy, Tensor& dx, bool accumulate_dx, Tensor& dw,
