@@ -108,10 +108,13 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* b, float* su
   }
 }
 
-// dx += r (g - xhat mean(g xhat)), g = dout w, xhat = x r; one block per row.
+// dx += r (g - xhat mean(g xhat)), g = dout w, xhat = x r; one block per row. dx_bf16 (or
+// null): the updated dx rounded to bf16 too, the bf16 GEMM operand of the projection whose dy it
+// is, which convert_to_bf16 would make from it: a read of dx fewer.
 template <bool kQuads>
 __global__ void rmsnorm_backward_dx_kernel(const float* x, const float* w, const float* rstd,
-                                           const float* dout, float* dx, int64_t n, int64_t d) {
+                                           const float* dout, float* dx, uint16_t* dx_bf16,
+                                           int64_t n, int64_t d) {
   using E = RowElements<kQuads>;
   constexpr int kW = E::kWidth;
   for (int64_t row = blockIdx.x; row < n; row += gridDim.x) {
@@ -140,6 +143,7 @@ __global__ void rmsnorm_backward_dx_kernel(const float* x, const float* w, const
         dxv[k] += r * (dyv[k] * wv[k] - xhat * mean_dot);
       }
       E::store(dxr, j, dxv);
+      if (dx_bf16 != nullptr) E::store_bf16(dx_bf16 + row * d, j, dxv);
     }
   }
 }
@@ -170,6 +174,12 @@ struct RowShare {
       if (column(t) < d) E::store(row, column(t), v[t]);
     }
   }
+  __device__ void store_bf16(uint16_t* row, int64_t d) const {
+#pragma unroll
+    for (int t = 0; t < kItems; ++t) {
+      if (column(t) < d) E::store_bf16(row, column(t), v[t]);
+    }
+  }
 };
 
 // dx and dw's partials in one pass: a block takes a chunk of kRmsnormChunkRows rows in row
@@ -177,12 +187,13 @@ struct RowShare {
 // update, and dw's partial sums of its columns over the chunk, then writes them to
 // workspace[chunk, j]. The next row's loads are issued before this row's block_sum, so they are
 // in flight through its barriers. Per element the expressions of rmsnorm_backward_dx_kernel and
-// rmsnorm_backward_dw_partial_kernel, in their orders: the same bits.
+// rmsnorm_backward_dw_partial_kernel, in their orders: the same bits. dx_bf16 as in
+// rmsnorm_backward_dx_kernel.
 template <bool kQuads, int kItems>
 __global__ void __launch_bounds__(kRowThreads)
     rmsnorm_backward_chunk_kernel(const float* x, const float* w, const float* rstd,
-                                  const float* dout, float* dx, int64_t n, int64_t d,
-                                  float* workspace) {
+                                  const float* dout, float* dx, uint16_t* dx_bf16, int64_t n,
+                                  int64_t d, float* workspace) {
   using Share = RowShare<kQuads, kItems>;
   constexpr int kW = Share::kW;
   Share wv;
@@ -229,6 +240,7 @@ __global__ void __launch_bounds__(kRowThreads)
         }
       }
       dxv.store(dx + row * d, d);
+      if (dx_bf16 != nullptr) dxv.store_bf16(dx_bf16 + row * d, d);
       xv = x_next;
       dyv = dy_next;
       dxv = dx_next;
@@ -314,11 +326,12 @@ int64_t rmsnorm_backward_workspace_floats(int64_t n, int64_t d) {
 
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dout,
                       float* dx, float* dw, int64_t n, int64_t d, float* workspace,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, uint16_t* dx_bf16) {
   if (n == 0 || d == 0) return;
   GNMR_CHECK(dx != x && dx != dout, "rmsnorm_backward: dx must not be x or dout");
   const int64_t chunks = (n + kRmsnormChunkRows - 1) / kRmsnormChunkRows;
-  const bool quads = d % 4 == 0 && all_16_byte_aligned({x, w, dout, dx, workspace});
+  const bool quads = d % 4 == 0 && all_16_byte_aligned({x, w, dout, dx, workspace}) &&
+                     reinterpret_cast<uintptr_t>(dx_bf16) % 8 == 0;
   // Groups of columns a thread of the one-pass kernel takes.
   const int64_t items = (d + kRowThreads * (quads ? 4 : 1) - 1) / (kRowThreads * (quads ? 4 : 1));
   if (items <= 4) {
@@ -327,13 +340,13 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
       constexpr bool kQuads = decltype(q)::value;
       if (items == 1) {
         rmsnorm_backward_chunk_kernel<kQuads, 1>
-            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d, workspace);
+            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, dx_bf16, n, d, workspace);
       } else if (items == 2) {
         rmsnorm_backward_chunk_kernel<kQuads, 2>
-            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d, workspace);
+            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, dx_bf16, n, d, workspace);
       } else {
         rmsnorm_backward_chunk_kernel<kQuads, 4>
-            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d, workspace);
+            <<<blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, dx_bf16, n, d, workspace);
       }
     });
     GNMR_CUDA_CHECK(cudaGetLastError());
@@ -345,10 +358,10 @@ void rmsnorm_backward(const float* x, const float* w, const float* rstd, const f
   const int row_blocks = static_cast<int>(std::min<int64_t>(n, kMaxBlocks));
   if (quads) {
     rmsnorm_backward_dx_kernel<true>
-        <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
+        <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, dx_bf16, n, d);
   } else {
     rmsnorm_backward_dx_kernel<false>
-        <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, n, d);
+        <<<row_blocks, kRowThreads, 0, stream>>>(x, w, rstd, dout, dx, dx_bf16, n, d);
   }
   GNMR_CUDA_CHECK(cudaGetLastError());
   rmsnorm_backward_dw_partial_kernel<<<blocks_for(chunks * d, kElementThreads), kElementThreads, 0,

@@ -29,11 +29,12 @@ void residual_rmsnorm_forward(const float* a, const float* b, float* sum, const 
                               uint16_t* out_bf16 = nullptr);
 // dx += ..., dw += ... (as backend.h). workspace: rmsnorm_backward_workspace_floats(n, d) floats
 // (device): dw's partial sums per kRmsnormChunkRows rows, combined in chunk order as on the CPU.
-// Twin: cpu::rmsnorm_backward<float>.
+// dx_bf16 (or null): the updated dx rounded to bf16 [n, d] as well, convert_to_bf16's bits.
+// Twin: cpu::rmsnorm_backward<float> (and encode_bf16).
 int64_t rmsnorm_backward_workspace_floats(int64_t n, int64_t d);
 void rmsnorm_backward(const float* x, const float* w, const float* rstd, const float* dout,
                       float* dx, float* dw, int64_t n, int64_t d, float* workspace,
-                      cudaStream_t stream);
+                      cudaStream_t stream, uint16_t* dx_bf16 = nullptr);
 
 // gate, up, out: [count]. Twins: cpu::swiglu_forward / swiglu_backward (bit-identical).
 void swiglu_forward(const float* gate, const float* up, float* out, int64_t count,

@@ -131,6 +131,14 @@ void Backend::residual_rmsnorm_projection_forward(const Tensor& a, const Tensor&
   projection_forward(first.state, first.path, first.w, out, y, save, first.key);
 }
 
+void Backend::rmsnorm_projection_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                          const Tensor& dout, Tensor& dx, Tensor& dweight,
+                                          const ProjectionBackwardCall& proj, Tensor& d_in,
+                                          bool accumulate) {
+  rmsnorm_backward(x, weight, rstd, dout, dx, dweight);
+  projection_backward(proj.state, proj.path, proj.w, dx, d_in, accumulate, proj.dw);
+}
+
 void Backend::swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                           Tensor& dgate, Tensor& dup,
                                           const ProjectionBackwardCall& gate_proj,

@@ -148,7 +148,7 @@ struct ProjectionForwardCall {
 };
 
 // One projection's backward as a fused op takes it (Backend::swiglu_projections_backward,
-// rope_projection_backward): its
+// rope_projection_backward, rmsnorm_projection_backward): its
 // state, the path its forward ran, its weight, and the gradient it adds dy^T x to.
 struct ProjectionBackwardCall {
   ProjectionState& state;
@@ -403,6 +403,17 @@ class Backend {
                                                    const Tensor& weight, float eps, Tensor& out,
                                                    Tensor& rstd, const ProjectionForwardCall& first,
                                                    Tensor& y, bool save);
+  // The RMSNorm's backward into the residual stream's gradient, and the backward of the
+  // projection whose output that residual add took (o's, or down's), its dy that gradient:
+  //   rmsnorm_backward(x, weight, rstd, dout, dx, dweight);
+  //   proj's projection_backward(dx) into d_in (+= when accumulate).
+  // A backend may make the projection's dy operand in the norm's own pass (the CUDA backend,
+  // where the path's one form of dy is bf16: the bf16 copy is written beside dx, a read of dx
+  // fewer). dx is written either way. This implementation runs the two ops.
+  virtual void rmsnorm_projection_backward(const Tensor& x, const Tensor& weight,
+                                           const Tensor& rstd, const Tensor& dout, Tensor& dx,
+                                           Tensor& dweight, const ProjectionBackwardCall& proj,
+                                           Tensor& d_in, bool accumulate);
 
   // losses[i] = logsumexp(logits[i]) - logits[i, targets[i]]; 0 where targets[i] < 0.
   // logits: [N, V]; targets: [N] i32; losses: [N]

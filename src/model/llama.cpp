@@ -319,26 +319,42 @@ void LlamaModel::backward() {
   const int h = config_.n_heads, hkv = config_.n_kv_heads;
   GradientScratch& s = scratch_;
   const int L = config_.n_layers;
-  // lm_head and final norm; logits now hold dloss/dlogits
+  // lm_head; logits now hold dloss/dlogits
   paths_->lm_head_backward(act_.logits, s.d_normed);
   be.fill_zero(s.d_residual);
-  be.rmsnorm_backward(act_.residual[L], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
-                      s.d_residual, P[table_.final_norm].grad);
-  // Every parameter's gradient is final right after the op that last writes it; the table lays
-  // out the final norm then lm_head, and each layer's nine tensors, contiguously
-  // (build_param_table).
-  params_ready(table_.final_norm, table_.lm_head);
+  // Each group of parameters is reported ready (params_ready) after the op that last writes its
+  // gradients; the table lays out the final norm then lm_head, and each layer's nine tensors,
+  // contiguously (build_param_table). Each RMSNorm's backward runs with the backward of the
+  // projection whose output the residual add before it took (rmsnorm_backward: down's after the
+  // final norm and each layer's input norm, o's after its post-attention norm); the first layer's
+  // input norm, after the embedding, runs alone.
+  if (L == 0) {
+    be.rmsnorm_backward(act_.residual[0], P[table_.final_norm].weight, act_.rstd_final, s.d_normed,
+                        s.d_residual, P[table_.final_norm].grad);
+    params_ready(table_.final_norm, table_.lm_head);
+  }
   for (int l = L - 1; l >= 0; --l) {
     const LayerParamIndex& idx = table_.layers[l];
     LayerActivations& a = act_.layers[l];
-    // MLP block: residual[l+1] = h + down(swiglu(gate(xn), up(xn))), xn = norm(h)
-    project_backward(unit(l, ProjectionKind::Down), s.d_residual, s.d_act, false);
+    // MLP block: residual[l+1] = h + down(swiglu(gate(xn), up(xn))), xn = norm(h). The norm
+    // reading residual[l+1] (the final norm, or the next layer's input norm), then down's
+    // backward from the residual gradient.
+    const bool last = l == L - 1;
+    ParamInfo& norm_after = P[last ? table_.final_norm : table_.layers[l + 1].input_norm];
+    paths_->rmsnorm_backward(unit(l, ProjectionKind::Down), act_.residual[l + 1], norm_after.weight,
+                             last ? act_.rstd_final : act_.layers[l + 1].rstd_attn, s.d_normed,
+                             s.d_residual, norm_after.grad, s.d_act, false);
+    if (last) {
+      params_ready(table_.final_norm, table_.lm_head);
+    } else {
+      params_ready(table_.layers[l + 1].proj[0], table_.layers[l + 1].post_norm);
+    }
     paths_->swiglu_backward(unit(l, ProjectionKind::Gate), unit(l, ProjectionKind::Up), a.gate,
                             a.up, s.d_act, s.d_gate, s.d_up, s.d_normed);
-    be.rmsnorm_backward(a.h, P[idx.post_norm].weight, a.rstd_mlp, s.d_normed, s.d_residual,
-                        P[idx.post_norm].grad);
-    // attention block: h = x + o(attention(rope(q(xn)), rope(k(xn)), v(xn))), xn = norm(x)
-    project_backward(unit(l, ProjectionKind::O), s.d_residual, s.d_att, false);
+    // attention block: h = x + o(attention(rope(q(xn)), rope(k(xn)), v(xn))), xn = norm(x); the
+    // post-attention norm, then o's backward
+    paths_->rmsnorm_backward(unit(l, ProjectionKind::O), a.h, P[idx.post_norm].weight, a.rstd_mlp,
+                             s.d_normed, s.d_residual, P[idx.post_norm].grad, s.d_att, false);
     Tensor q4 = heads_view(a.q, h), k4 = heads_view(a.k, hkv), v4 = heads_view(a.v, hkv);
     Tensor dq4 = heads_view(s.dq, h), dk4 = heads_view(s.dk, hkv), dv4 = heads_view(s.dv, hkv);
     be.attention_backward(q4, k4, v4, *a.attention, heads_view(s.d_att, h), dq4, dk4, dv4);
@@ -347,9 +363,12 @@ void LlamaModel::backward() {
     paths_->rope_backward(unit(l, ProjectionKind::K), dk4, act_.rope_cos, act_.rope_sin, s.d_normed,
                           true);
     project_backward(unit(l, ProjectionKind::V), s.dv, s.d_normed, true);
-    be.rmsnorm_backward(act_.residual[l], P[idx.input_norm].weight, a.rstd_attn, s.d_normed,
-                        s.d_residual, P[idx.input_norm].grad);
-    params_ready(idx.proj[0], idx.post_norm);
+  }
+  if (L > 0) {  // the first layer's input norm
+    const LayerParamIndex& first = table_.layers[0];
+    be.rmsnorm_backward(act_.residual[0], P[first.input_norm].weight, act_.layers[0].rstd_attn,
+                        s.d_normed, s.d_residual, P[first.input_norm].grad);
+    params_ready(first.proj[0], first.post_norm);
   }
   be.embedding_backward(act_.tokens, s.d_residual, P[table_.embedding].grad);
   params_ready(table_.embedding, table_.embedding);

@@ -278,6 +278,16 @@ void ProjectionPaths::rope_backward(const ProjectionUnit& u, Tensor& dy, const T
       accumulate_dx);
 }
 
+void ProjectionPaths::rmsnorm_backward(const ProjectionUnit& u, const Tensor& x,
+                                       const Tensor& norm_weight, const Tensor& rstd,
+                                       const Tensor& dout, Tensor& dx, Tensor& dweight,
+                                       Tensor& d_in, bool accumulate_dx) {
+  ParamInfo& p = table_.params[static_cast<size_t>(u.param_index)];
+  backend_.rmsnorm_projection_backward(
+      x, norm_weight, rstd, dout, dx, dweight,
+      {*states_[static_cast<size_t>(u.id)], path_of(u.id), p.weight, p.grad}, d_in, accumulate_dx);
+}
+
 void ProjectionPaths::swiglu_backward(const ProjectionUnit& gate_unit,
                                       const ProjectionUnit& up_unit, const Tensor& gate,
                                       const Tensor& up, const Tensor& dout, Tensor& dgate,

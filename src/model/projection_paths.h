@@ -104,6 +104,12 @@ class ProjectionPaths {
   // (Backend::swiglu_projection_forward): out = silu(gate) * up, y = out W_down^T.
   void swiglu_forward(const ProjectionUnit& down_unit, const Tensor& gate, const Tensor& up,
                       Tensor& out, Tensor& y, bool save_for_backward);
+  // The RMSNorm's backward into the residual gradient dx (dx +=, dweight +=) and the backward
+  // of the unit whose output the residual add took, o or down, from it
+  // (Backend::rmsnorm_projection_backward): d_in = dx W (+= when accumulate_dx).
+  void rmsnorm_backward(const ProjectionUnit& unit, const Tensor& x, const Tensor& norm_weight,
+                        const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
+                        Tensor& d_in, bool accumulate_dx);
   // The SwiGLU backward and the backward of the gate and up units that read its gradients
   // (Backend::swiglu_projections_backward): dx = dgate W_gate + dup W_up. dgate and dup are
   // workspace, not necessarily written.

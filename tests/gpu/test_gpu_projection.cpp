@@ -563,6 +563,76 @@ TEST(GpuProjection, TheNormBeforeAGroupWritesItsLeadersBf16XInItsPassWithTheSame
   }
 }
 
+// The RMSNorm's backward and the backward of the projection whose output its residual add took
+// (rmsnorm_projection_backward: o, down): where the path's one form of dy is bf16, the norm's
+// kernel writes it beside dx, which the projection's GEMMs read; elsewhere the norm's backward
+// and the projection's run one after the other. Either way dx, the norm's dweight and the
+// projection's d_in and dW are the bits of the two ops run one by one.
+TEST(GpuProjection, TheNormBackwardWritesTheProjectionsBf16DyInItsPassWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const PathSpec fp8 = fp_path(FpFormat::kE4M3), bf16 = path_of(PathKind::kBf16Gemm),
+                 backend = path_of(PathKind::kBackendGemm);
+  struct NormCase {
+    const char* name;
+    GemmPrecision gemms;
+    PathSpec path;
+    bool accumulate, fused;
+  };
+  const std::vector<NormCase> cases = {
+      {"bf16 path", GemmPrecision::FP32, bf16, false, true},
+      {"bf16 path, d_in accumulated", GemmPrecision::FP32, bf16, true, true},
+      {"backend GEMMs in bf16", GemmPrecision::BF16, backend, false, true},
+      {"backend GEMMs in fp32", GemmPrecision::FP32, backend, false, false},
+      {"e4m3 (dy's FP8 pair)", GemmPrecision::FP32, fp8, false, false}};
+  using gnmr_test::random_normal;
+  for (const NormCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
+    be->set_gemm_precision(c.gemms);
+    std::unique_ptr<ProjectionState> proj =
+        be->plan_projection("o", ProjectionShape{kTokens, kIn, kOut}, c.path, c.path);
+    const Tensor w = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
+    const Tensor x = upload(*be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
+    // The norm reads the projection's output side: rows of kOut.
+    const Tensor norm_x = upload(*be, random_normal(size_t(kTokens * kOut), 3), {kTokens, kOut});
+    const Tensor norm_w = upload(*be, random_normal(size_t(kOut), 4), {kOut});
+    const Tensor dout = upload(*be, random_normal(size_t(kTokens * kOut), 5), {kTokens, kOut});
+    Tensor xn = be->allocate("xn", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+    Tensor rstd = be->allocate("rstd", {kTokens}, DType::F32, MemoryRole::Scratch);
+    be->rmsnorm_forward(norm_x, norm_w, 1e-5f, xn, rstd);
+    struct Run {
+      std::vector<float> dx, dweight, d_in, dw;
+    };
+    Run fused, alone;
+    for (bool one_by_one : {false, true}) {
+      Tensor y = be->allocate("y", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+      be->projection_forward(*proj, c.path, w, x, y, true, RngKey{7, 1, 2});
+      Tensor dx = upload(*be, random_normal(size_t(kTokens * kOut), 6), {kTokens, kOut});
+      Tensor dweight = upload(*be, random_normal(size_t(kOut), 7), {kOut});
+      Tensor d_in = upload(*be, random_normal(size_t(kTokens * kIn), 8), {kTokens, kIn});
+      Tensor dw = upload(*be, random_normal(size_t(kOut * kIn), 9), {kOut, kIn});
+      if (one_by_one) {
+        be->rmsnorm_backward(norm_x, norm_w, rstd, dout, dx, dweight);
+        be->projection_backward(*proj, c.path, w, dx, d_in, c.accumulate, dw);
+      } else {
+        be->rmsnorm_projection_backward(norm_x, norm_w, rstd, dout, dx, dweight,
+                                        {*proj, c.path, w, dw}, d_in, c.accumulate);
+      }
+      Run& r = one_by_one ? alone : fused;
+      r.dx = download(*be, dx);
+      r.dweight = download(*be, dweight);
+      r.d_in = download(*be, d_in);
+      r.dw = download(*be, dw);
+    }
+    EXPECT_EQ(fused.dx, alone.dx);
+    EXPECT_EQ(fused.dweight, alone.dweight);
+    EXPECT_EQ(fused.d_in, alone.d_in);
+    EXPECT_EQ(fused.dw, alone.dw);
+    const auto& ps = dynamic_cast<const cuda::CudaProjectionState&>(*proj);
+    EXPECT_EQ(ps.computed_dy_backwards, c.fused ? 1 : 0);
+  }
+}
+
 // The attention backward's rope_projection_backward for q or k: where the path makes one form
 // of dy (bf16; FP8 codes for head dims 64 and 128), the kernel making it rotates dy back as it
 // reads it and leaves it unrotated; elsewhere RoPE's backward runs in place, then the

@@ -132,7 +132,7 @@ TEST(GpuTrainOps, RmsnormForwardMatchesCpuIsDeterministicAndTakesTheResidualAddA
   }
 }
 
-TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDw) {
+TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDwAndWritesTheBf16OfDx) {
   SKIP_WITHOUT_GPU();
   // 3 chunks of kRmsnormChunkRows rows, the last partial. Rows of 70 and 1030 (an element per
   // load), 1028, 2052 and 4100 (four): the one-pass kernel at 1, 2 and 3 groups of columns a
@@ -170,6 +170,18 @@ TEST(GpuTrainOps, RmsnormBackwardMatchesCpuWithBitExactDw) {
     sync();
     expect_same_bits(d_dx2.to_host(), gpu_dx, "dx, second run");
     expect_same_bits(d_dw2.to_host(), gpu_dw, "dw, second run");
+    // With the bf16 copy of dx (a bf16 projection's dy): dx and dw the same bits, and the copy
+    // dx rounded as encode_bf16 rounds it, from every kernel above.
+    std::vector<uint16_t> dx_bf16(gpu_dx.size());
+    for (size_t i = 0; i < gpu_dx.size(); ++i) dx_bf16[i] = encode_bf16(gpu_dx[i]);
+    DeviceBuffer<float> d_dx3(dx0), d_dw3(dw0);
+    DeviceBuffer<uint16_t> d_dx_bf16(std::vector<uint16_t>(dx_bf16.size(), 0x7FC1));
+    cuda::rmsnorm_backward(d_x.get(), d_w.get(), d_rstd.get(), d_dout.get(), d_dx3.get(),
+                           d_dw3.get(), n, d, d_workspace.get(), nullptr, d_dx_bf16.get());
+    sync();
+    expect_same_bits(d_dx3.to_host(), gpu_dx, "dx, with bf16");
+    expect_same_bits(d_dw3.to_host(), gpu_dw, "dw, with bf16");
+    EXPECT_EQ(d_dx_bf16.to_host(), dx_bf16);
   }
 }
 

@@ -506,6 +506,34 @@ class CudaBackend final : public Backend {
     }
     return false;
   }
+  // Where the projection's one form of dy is bf16, the norm's backward kernel writes it beside
+  // dx (cuda::ComputedDy): a read of dx fewer. Its time is then the projection's
+  // "prep dy (dW)".
+  void rmsnorm_projection_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
+                                   const Tensor& dout, Tensor& dx, Tensor& dweight,
+                                   const ProjectionBackwardCall& proj, Tensor& d_in,
+                                   bool accumulate) override {
+    const cuda::ProjectionContext c = projection_context();
+    cuda::CudaProjectionState& s = cuda_state(proj.state);
+    if (cuda::backward_dy_preparation_of(c, s, proj.path, accumulate) != DyPreparation::kBf16Once) {
+      Backend::rmsnorm_projection_backward(x, weight, rstd, dout, dx, dweight, proj, d_in,
+                                           accumulate);
+      return;
+    }
+    const int64_t n = matrix_rows(x), d = matrix_cols(x);
+    GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
+               "rmsnorm_projection_backward: shapes");
+    check_same_numel(x, dout, "rmsnorm_projection_backward");
+    check_same_numel(x, dx, "rmsnorm_projection_backward");
+    auto* ws = static_cast<float*>(rmsnorm_workspace_.reserve(
+        memory_, sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(n, d))));
+    cuda::ComputedDy dy;
+    dy.bf16 = [&](uint16_t* out) {
+      cuda::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout),
+                             f32_data(dx), f32_data(dweight), n, d, ws, stream_, out);
+    };
+    cuda::projection_backward(c, s, proj.path, proj.w, dx, d_in, accumulate, proj.dw, &dy);
+  }
   // Where gate and up each make one form of dy (FP8 codes or bf16), the kernel making it
   // computes dgate (dup) from gate, up and dout: dgate and dup are never written.
   void swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
