@@ -347,26 +347,40 @@ class CudaBackend final : public Backend {
   void residual_rmsnorm_forward(const Tensor& a, const Tensor& b, Tensor& sum, const Tensor& weight,
                                 float eps, Tensor& out, Tensor& rstd) override {
     const auto timing = time_op("rmsnorm");
-    const int64_t n = matrix_rows(a), d = matrix_cols(a);
-    GNMR_CHECK(weight.numel() == d && rstd.numel() == n, "residual_rmsnorm_forward: shapes");
-    check_same_numel(a, b, "residual_rmsnorm_forward");
-    check_same_numel(a, sum, "residual_rmsnorm_forward");
-    check_same_numel(a, out, "residual_rmsnorm_forward");
-    cuda::residual_rmsnorm_forward(f32_data(a), f32_data(b), f32_data(sum), f32_data(weight), eps,
-                                   f32_data(out), f32_data(rstd), n, d, stream_);
+    launch_residual_rmsnorm_forward("residual_rmsnorm_forward", a, b, sum, weight, eps, out, rstd,
+                                    nullptr);
   }
   void rmsnorm_backward(const Tensor& x, const Tensor& weight, const Tensor& rstd,
                         const Tensor& dout, Tensor& dx, Tensor& dweight) override {
     const auto timing = time_op("rmsnorm");
+    launch_rmsnorm_backward("rmsnorm_backward", x, weight, rstd, dout, dx, dweight, nullptr);
+  }
+  // The kernels of the two ops above, and of the fused ops that take them, after checking the
+  // shapes (errors name `op`); out_bf16, dx_bf16: the bf16 copies as cuda::residual_rmsnorm_forward
+  // and cuda::rmsnorm_backward write them, or null.
+  void launch_residual_rmsnorm_forward(const char* op, const Tensor& a, const Tensor& b,
+                                       Tensor& sum, const Tensor& weight, float eps, Tensor& out,
+                                       Tensor& rstd, uint16_t* out_bf16) {
+    const int64_t n = matrix_rows(a), d = matrix_cols(a);
+    GNMR_CHECK(weight.numel() == d && rstd.numel() == n, std::string(op) + ": shapes");
+    check_same_numel(a, b, op);
+    check_same_numel(a, sum, op);
+    check_same_numel(a, out, op);
+    cuda::residual_rmsnorm_forward(f32_data(a), f32_data(b), f32_data(sum), f32_data(weight), eps,
+                                   f32_data(out), f32_data(rstd), n, d, stream_, out_bf16);
+  }
+  void launch_rmsnorm_backward(const char* op, const Tensor& x, const Tensor& weight,
+                               const Tensor& rstd, const Tensor& dout, Tensor& dx, Tensor& dweight,
+                               uint16_t* dx_bf16) {
     const int64_t n = matrix_rows(x), d = matrix_cols(x);
     GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
-               "rmsnorm_backward: shapes");
-    check_same_numel(x, dout, "rmsnorm_backward");
-    check_same_numel(x, dx, "rmsnorm_backward");
+               std::string(op) + ": shapes");
+    check_same_numel(x, dout, op);
+    check_same_numel(x, dx, op);
     auto* ws = static_cast<float*>(rmsnorm_workspace_.reserve(
         memory_, sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(n, d))));
     cuda::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout),
-                           f32_data(dx), f32_data(dweight), n, d, ws, stream_);
+                           f32_data(dx), f32_data(dweight), n, d, ws, stream_, dx_bf16);
   }
 
   using Backend::matmul_backward_input;
@@ -470,18 +484,10 @@ class CudaBackend final : public Backend {
                                            Tensor& y, bool save) override {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& s = cuda_state(first.state);
-    const int64_t n = matrix_rows(a), d = matrix_cols(a);
-    GNMR_CHECK(weight.numel() == d && rstd.numel() == n,
-               "residual_rmsnorm_projection_forward: shapes");
-    check_same_numel(a, b, "residual_rmsnorm_projection_forward");
-    check_same_numel(a, sum, "residual_rmsnorm_projection_forward");
-    check_same_numel(a, out, "residual_rmsnorm_projection_forward");
-    const float *pa = f32_data(a), *pb = f32_data(b), *w = f32_data(weight);
-    float *ps = f32_data(sum), *po = f32_data(out), *pr = f32_data(rstd);
-    cudaStream_t stream = stream_;
     cuda::ComputedX x;
-    x.bf16 = [=](uint16_t* bf16) {
-      cuda::residual_rmsnorm_forward(pa, pb, ps, w, eps, po, pr, n, d, stream, bf16);
+    x.bf16 = [&](uint16_t* bf16) {
+      launch_residual_rmsnorm_forward("residual_rmsnorm_projection_forward", a, b, sum, weight, eps,
+                                      out, rstd, bf16);
     };
     if (!cuda::forward_takes_computed_x(c, s, first.path, save, x)) {
       Backend::residual_rmsnorm_projection_forward(a, b, sum, weight, eps, out, rstd, first, y,
@@ -520,17 +526,10 @@ class CudaBackend final : public Backend {
                                            accumulate);
       return;
     }
-    const int64_t n = matrix_rows(x), d = matrix_cols(x);
-    GNMR_CHECK(weight.numel() == d && dweight.numel() == d && rstd.numel() == n,
-               "rmsnorm_projection_backward: shapes");
-    check_same_numel(x, dout, "rmsnorm_projection_backward");
-    check_same_numel(x, dx, "rmsnorm_projection_backward");
-    auto* ws = static_cast<float*>(rmsnorm_workspace_.reserve(
-        memory_, sizeof(float) * size_t(cuda::rmsnorm_backward_workspace_floats(n, d))));
     cuda::ComputedDy dy;
     dy.bf16 = [&](uint16_t* out) {
-      cuda::rmsnorm_backward(f32_data(x), f32_data(weight), f32_data(rstd), f32_data(dout),
-                             f32_data(dx), f32_data(dweight), n, d, ws, stream_, out);
+      launch_rmsnorm_backward("rmsnorm_projection_backward", x, weight, rstd, dout, dx, dweight,
+                              out);
     };
     cuda::projection_backward(c, s, proj.path, proj.w, dx, d_in, accumulate, proj.dw, &dy);
   }
