@@ -14,6 +14,7 @@
 #include "backend/train_math.h"
 #include "kernels/cuda_check.cuh"
 #include "kernels/train_ops.cuh"
+#include "precision/bf16.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -97,16 +98,25 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
 }
 
 // logits[i] <- dloss * (softmax(logits[i]) - onehot(target)): exp(x - max) * float(dloss / sum),
-// then dloss subtracted at the target, the CPU's expression.
+// then dloss subtracted at the target, the CPU's expression. grad_bf16 (or null): the gradient
+// is written there instead, rounded to bf16 (encode_bf16), the bf16 GEMM operand of the lm_head's
+// backward; logits is then only read.
 __global__ void cross_entropy_forward_backward_kernel(float* logits, const int32_t* targets,
                                                       float* losses, float dloss, int64_t n,
-                                                      int64_t vocab) {
+                                                      int64_t vocab, uint16_t* grad_bf16) {
   for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
     const int32_t target = targets[i];
     float* row = logits + i * vocab;
+    uint16_t* row_bf16 = grad_bf16 != nullptr ? grad_bf16 + i * vocab : nullptr;
     if (target < 0) {
       if (threadIdx.x == 0) losses[i] = 0.0f;
-      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) row[j] = 0.0f;
+      for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
+        if (row_bf16 != nullptr) {
+          row_bf16[j] = 0;  // encode_bf16(0.0f)
+        } else {
+          row[j] = 0.0f;
+        }
+      }
       continue;
     }
     // Read before the block's __syncthreads in row_max_sum, so before any thread overwrites it.
@@ -116,8 +126,13 @@ __global__ void cross_entropy_forward_backward_kernel(float* logits, const int32
     const float factor =
         static_cast<float>(static_cast<double>(dloss) / static_cast<double>(stats.sum));
     for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) {
-      const float g = exp_vectorizable(row[j] - stats.max) * factor;
-      row[j] = j == target ? g - dloss : g;
+      const float e = exp_vectorizable(row[j] - stats.max) * factor;
+      const float g = j == target ? e - dloss : e;
+      if (row_bf16 != nullptr) {
+        row_bf16[j] = encode_bf16(g);
+      } else {
+        row[j] = g;
+      }
     }
     // The next row's reads do not touch this row, and row_max_sum syncs before it reuses
     // shared memory, so no barrier is needed here.
@@ -139,10 +154,11 @@ void cross_entropy_forward(const float* logits, const int32_t* targets, float* l
 }
 
 void cross_entropy_forward_backward(float* logits, const int32_t* targets, float* losses,
-                                    float dloss, int64_t n, int64_t vocab, cudaStream_t stream) {
+                                    float dloss, int64_t n, int64_t vocab, cudaStream_t stream,
+                                    uint16_t* grad_bf16) {
   if (n == 0) return;
   cross_entropy_forward_backward_kernel<<<row_blocks(n), kThreads, 0, stream>>>(
-      logits, targets, losses, dloss, n, vocab);
+      logits, targets, losses, dloss, n, vocab, grad_bf16);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -57,11 +57,14 @@ void swiglu_gradient_to_bf16(const float* gate, const float* up, const float* do
 // < vocab); losses: [n]. One block per row, one pass over the vocabulary for the online max and
 // sum (Milakov & Gimelshein, "Online normalizer calculation for softmax", 2018), never a second
 // [n, vocab] buffer. forward_backward overwrites logits with dloss * (softmax - onehot) in a
-// second pass over the row. Twins: cpu::cross_entropy_forward / cross_entropy_forward_backward.
+// second pass over the row, or with grad_bf16 writes that gradient rounded to bf16 [n, vocab]
+// there (encode_bf16 of the same floats) and leaves logits as it was.
+// Twins: cpu::cross_entropy_forward / cross_entropy_forward_backward.
 void cross_entropy_forward(const float* logits, const int32_t* targets, float* losses, int64_t n,
                            int64_t vocab, cudaStream_t stream);
 void cross_entropy_forward_backward(float* logits, const int32_t* targets, float* losses,
-                                    float dloss, int64_t n, int64_t vocab, cudaStream_t stream);
+                                    float dloss, int64_t n, int64_t vocab, cudaStream_t stream,
+                                    uint16_t* grad_bf16 = nullptr);
 
 // *loss_sum += double(float(sum(losses[0..n)) / valid)), the sum in double in index order (one
 // thread adds, as on the CPU: bit-identical). loss_sum: device [1] f64.

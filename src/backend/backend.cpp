@@ -139,6 +139,13 @@ void Backend::rmsnorm_projection_backward(const Tensor& x, const Tensor& weight,
   projection_backward(proj.state, proj.path, proj.w, dx, d_in, accumulate, proj.dw);
 }
 
+void Backend::cross_entropy_projection_backward(Tensor& logits, const Tensor& targets,
+                                                Tensor& losses, float dloss,
+                                                const ProjectionBackwardCall& lm_head, Tensor& dx) {
+  cross_entropy_forward_backward(logits, targets, losses, dloss);
+  projection_backward(lm_head.state, lm_head.path, lm_head.w, logits, dx, false, lm_head.dw);
+}
+
 void Backend::swiglu_projections_backward(const Tensor& gate, const Tensor& up, const Tensor& dout,
                                           Tensor& dgate, Tensor& dup,
                                           const ProjectionBackwardCall& gate_proj,

@@ -148,7 +148,7 @@ struct ProjectionForwardCall {
 };
 
 // One projection's backward as a fused op takes it (Backend::swiglu_projections_backward,
-// rope_projection_backward, rmsnorm_projection_backward): its
+// rope_projection_backward, rmsnorm_projection_backward, cross_entropy_projection_backward): its
 // state, the path its forward ran, its weight, and the gradient it adds dy^T x to.
 struct ProjectionBackwardCall {
   ProjectionState& state;
@@ -423,6 +423,15 @@ class Backend {
   // dloss * (softmax(logits) - onehot(target)) (zero rows where targets[i] < 0).
   virtual void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
                                               float dloss) = 0;
+  // The loss, its gradient, and the lm_head's backward from that gradient:
+  //   cross_entropy_forward_backward(logits, targets, losses, dloss);
+  //   lm_head's projection_backward(logits) into dx (overwritten).
+  // logits is the op's workspace: a backend that makes the lm_head's dy operand in the loss's
+  // own pass (the CUDA backend, where that operand is bf16 and nothing else: the gradient is
+  // written only as bf16) leaves the logits in it. This implementation runs the two ops.
+  virtual void cross_entropy_projection_backward(Tensor& logits, const Tensor& targets,
+                                                 Tensor& losses, float dloss,
+                                                 const ProjectionBackwardCall& lm_head, Tensor& dx);
 
   // ---- precision-recipe ops (src/precision/recipe.h; CPU: cpu/quantize.cpp) ----
   // Each calls the src/precision function of the same name, so CPU and CUDA give equal bytes.

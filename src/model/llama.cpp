@@ -242,9 +242,7 @@ int LlamaModel::forward_backward_pass(const int32_t* tokens, const int32_t* targ
   paths_->set_micro_step(micro_step_++);
   forward(/*save_for_backward=*/true);
   // d(mean loss)/d(loss_i) = 1 / valid, times the caller's scale (e.g. 1 / micro-steps).
-  backend_.cross_entropy_forward_backward(act_.logits, act_.targets, act_.losses,
-                                          loss_scale / static_cast<float>(valid));
-  backward();
+  backward(loss_scale / static_cast<float>(valid));
   return valid;
 }
 
@@ -313,14 +311,14 @@ void LlamaModel::forward(bool save_for_backward) {
   paths_->lm_head_forward(act_.xn_final, act_.logits, save_for_backward);
 }
 
-void LlamaModel::backward() {
+void LlamaModel::backward(float dloss) {
   Backend& be = backend_;
   auto& P = table_.params;
   const int h = config_.n_heads, hkv = config_.n_kv_heads;
   GradientScratch& s = scratch_;
   const int L = config_.n_layers;
-  // lm_head; logits now hold dloss/dlogits
-  paths_->lm_head_backward(act_.logits, s.d_normed);
+  // the loss and its gradient, and the lm_head's backward from it
+  paths_->lm_head_loss_backward(act_.logits, act_.targets, act_.losses, dloss, s.d_normed);
   be.fill_zero(s.d_residual);
   // Each group of parameters is reported ready (params_ready) after the op that last writes its
   // gradients; the table lays out the final norm then lm_head, and each layer's nine tensors,

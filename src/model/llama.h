@@ -107,8 +107,8 @@ class LlamaModel {
   int upload_batch(const int32_t* tokens, const int32_t* targets);  // returns valid targets
   // Upload, forward and backward, the losses left in act_.losses; returns the valid targets.
   int forward_backward_pass(const int32_t* tokens, const int32_t* targets, float loss_scale);
-  void forward(bool save_for_backward);                 // through the logits
-  void backward();                                      // from the dlogits in logits
+  void forward(bool save_for_backward);  // through the logits
+  void backward(float dloss);  // the loss from the logits, its gradient (x dloss), and back
   Tensor heads_view(const Tensor& t, int heads) const;  // [N, heads*hd] -> [B, T, heads, hd]
   const ProjectionUnit& unit(int layer, ProjectionKind kind) const;
   // act_.losses read back and averaged, in the arithmetic of Backend::accumulate_mean_loss.

@@ -306,10 +306,11 @@ void ProjectionPaths::lm_head_forward(const Tensor& x, Tensor& logits, bool save
                               save_for_backward, RngKey{});
 }
 
-void ProjectionPaths::lm_head_backward(Tensor& dlogits, Tensor& dx) {
+void ProjectionPaths::lm_head_loss_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
+                                            float dloss, Tensor& dx) {
   ParamInfo& p = table_.params[static_cast<size_t>(table_.lm_head)];
-  backend_.projection_backward(*lm_head_state_, lm_head_path_, p.weight, dlogits, dx,
-                               /*accumulate_dx=*/false, p.grad);
+  backend_.cross_entropy_projection_backward(
+      logits, targets, losses, dloss, {*lm_head_state_, lm_head_path_, p.weight, p.grad}, dx);
 }
 
 }  // namespace gnmr

@@ -119,8 +119,11 @@ class ProjectionPaths {
 
   // The lm_head (not a unit: always train.gemm_precision, kBackendGemm) through the same op.
   void lm_head_forward(const Tensor& x, Tensor& logits, bool save_for_backward);
-  // dlogits may be overwritten (rounded in place under bf16 GEMMs).
-  void lm_head_backward(Tensor& dlogits, Tensor& dx);
+  // The loss (losses), its gradient (dloss * (softmax - onehot)) and the lm_head's backward
+  // from it into dx (Backend::cross_entropy_projection_backward). logits is workspace: it holds
+  // the gradient afterwards, or (fused) the logits still.
+  void lm_head_loss_backward(Tensor& logits, const Tensor& targets, Tensor& losses, float dloss,
+                             Tensor& dx);
 
  private:
   void recompute_stats();

@@ -616,6 +616,52 @@ TEST(GpuProjection, TheNormBackwardWritesTheProjectionsBf16DyInItsPassWithTheSam
   }
 }
 
+// The loss and the lm_head's backward (cross_entropy_projection_backward): where the lm_head's
+// one form of dy is bf16, the loss's kernel writes the gradient only as bf16 (logits keeps the
+// logits); elsewhere the loss's forward-backward and the projection's backward run one after
+// the other. Either way the losses, dx and dW are the bits of the two ops run one by one.
+TEST(GpuProjection, TheLossWritesTheLmHeadsBf16DyInItsPassWithTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  using gnmr_test::random_normal;
+  for (const NormPathCase& c : norm_path_cases()) {
+    SCOPED_TRACE(c.name);
+    std::unique_ptr<Backend> be = cuda_backend_fp32_gemms();
+    be->set_gemm_precision(c.gemms);
+    ProjectionShape shape{kTokens, kIn, kOut};  // kOut: the vocabulary
+    shape.backward_may_overwrite_dy = true;     // as the model plans the lm_head
+    shape.input_read_elsewhere = true;
+    std::unique_ptr<ProjectionState> head = be->plan_projection("lm_head", shape, c.path, c.path);
+    const Tensor w = upload(*be, random_normal(size_t(kOut * kIn), 1), {kOut, kIn});
+    const Tensor x = upload(*be, random_normal(size_t(kTokens * kIn), 2), {kTokens, kIn});
+    std::vector<int32_t> target_ids(static_cast<size_t>(kTokens));
+    for (size_t i = 0; i < target_ids.size(); ++i) target_ids[i] = int32_t((i * 37 + 5) % kOut);
+    target_ids[3] = -1;  // an ignored position: a zero gradient row
+    Tensor targets = be->allocate("targets", {kTokens}, DType::I32, MemoryRole::Scratch);
+    be->copy_from_host(targets, target_ids.data());
+    NamedOutputs fused, alone;
+    for (bool one_by_one : {false, true}) {
+      Tensor logits = be->allocate("logits", {kTokens, kOut}, DType::F32, MemoryRole::Scratch);
+      be->projection_forward(*head, c.path, w, x, logits, true, RngKey{});
+      Tensor losses = be->allocate("losses", {kTokens}, DType::F32, MemoryRole::Scratch);
+      Tensor dx = upload(*be, random_normal(size_t(kTokens * kIn), 3), {kTokens, kIn});
+      Tensor dw = upload(*be, random_normal(size_t(kOut * kIn), 4), {kOut, kIn});
+      const float dloss = 1.0f / 255.0f;
+      if (one_by_one) {
+        be->cross_entropy_forward_backward(logits, targets, losses, dloss);
+        be->projection_backward(*head, c.path, w, logits, dx, false, dw);
+      } else {
+        be->cross_entropy_projection_backward(logits, targets, losses, dloss,
+                                              {*head, c.path, w, dw}, dx);
+      }
+      download_into(*be, one_by_one ? alone : fused,
+                    {{"losses", &losses}, {"dx", &dx}, {"dw", &dw}});
+    }
+    expect_same_outputs(fused, alone);
+    const auto& hs = dynamic_cast<const cuda::CudaProjectionState&>(*head);
+    EXPECT_EQ(hs.computed_dy_backwards, c.fused ? 1 : 0);
+  }
+}
+
 // The attention backward's rope_projection_backward for q or k: where the path makes one form
 // of dy (bf16; FP8 codes for head dims 64 and 128), the kernel making it rotates dy back as it
 // reads it and leaves it unrotated; elsewhere RoPE's backward runs in place, then the

@@ -248,7 +248,7 @@ TEST(GpuTrainOps, SwigluForwardAndBackwardAreBitExactAndSoAreTheirBf16Gradients)
 // dloss (p - 1): its error is dloss p times that, bounded by 1e-5 (|g| + |dloss|).
 constexpr float kCrossEntropyTolerance = 1e-5f;
 
-TEST(GpuTrainOps, CrossEntropyMatchesCpuAndIsDeterministic) {
+TEST(GpuTrainOps, CrossEntropyMatchesCpuIsDeterministicAndWritesTheBf16Gradient) {
   SKIP_WITHOUT_GPU();
   struct Case {
     int64_t n, vocab;
@@ -306,6 +306,18 @@ TEST(GpuTrainOps, CrossEntropyMatchesCpuAndIsDeterministic) {
     sync();
     expect_same_bits(d_losses.to_host(), gpu_losses, "losses, second run");
     expect_same_bits(d_grad2.to_host(), gpu_grad, "gradient, second run");
+    // With grad_bf16 (the lm_head's bf16 dy): the same losses, the gradient's bf16 rounding
+    // (encode_bf16 of the fp32 gradient above: convert_to_bf16's bits), and logits unchanged.
+    std::vector<uint16_t> grad_bf16(gpu_grad.size());
+    for (size_t i = 0; i < gpu_grad.size(); ++i) grad_bf16[i] = encode_bf16(gpu_grad[i]);
+    DeviceBuffer<float> d_logits3(logits), d_fb_losses3(nan_vector(losses.size()));
+    DeviceBuffer<uint16_t> d_grad_bf16(std::vector<uint16_t>(grad_bf16.size(), 0x7FC1));
+    cuda::cross_entropy_forward_backward(d_logits3.get(), d_targets.get(), d_fb_losses3.get(),
+                                         dloss, c.n, c.vocab, nullptr, d_grad_bf16.get());
+    sync();
+    expect_same_bits(d_fb_losses3.to_host(), gpu_losses, "losses, with bf16");
+    EXPECT_EQ(d_grad_bf16.to_host(), grad_bf16);
+    expect_same_bits(d_logits3.to_host(), logits, "logits, left as they were");
   }
 }
 

@@ -766,11 +766,36 @@ class CudaBackend final : public Backend {
   void cross_entropy_forward_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
                                       float dloss) override {
     const auto timing = time_op("cross_entropy");
+    launch_cross_entropy_forward_backward("cross_entropy_forward_backward", logits, targets, losses,
+                                          dloss, nullptr);
+  }
+  // Where the lm_head's one form of dy is bf16, the loss's kernel writes the gradient only as
+  // that (cuda::ComputedDy), the fp32 gradient never written nor read back. Its time is then
+  // the lm_head's "prep dy (dW)".
+  void cross_entropy_projection_backward(Tensor& logits, const Tensor& targets, Tensor& losses,
+                                         float dloss, const ProjectionBackwardCall& lm_head,
+                                         Tensor& dx) override {
+    const cuda::ProjectionContext c = projection_context();
+    cuda::CudaProjectionState& s = cuda_state(lm_head.state);
+    if (cuda::backward_dy_preparation_of(c, s, lm_head.path, false) != DyPreparation::kBf16Once) {
+      Backend::cross_entropy_projection_backward(logits, targets, losses, dloss, lm_head, dx);
+      return;
+    }
+    cuda::ComputedDy dy;
+    dy.bf16 = [&](uint16_t* out) {
+      launch_cross_entropy_forward_backward("cross_entropy_projection_backward", logits, targets,
+                                            losses, dloss, out);
+    };
+    cuda::projection_backward(c, s, lm_head.path, lm_head.w, logits, dx, false, lm_head.dw, &dy);
+  }
+  // The kernel of the two ops above after checking the shapes (errors name `op`); grad_bf16 as
+  // cuda::cross_entropy_forward_backward takes it, or null.
+  void launch_cross_entropy_forward_backward(const char* op, Tensor& logits, const Tensor& targets,
+                                             Tensor& losses, float dloss, uint16_t* grad_bf16) {
     const int64_t n = matrix_rows(logits), vocab = matrix_cols(logits);
-    GNMR_CHECK(targets.numel() == n && losses.numel() == n,
-               "cross_entropy_forward_backward: shapes");
+    GNMR_CHECK(targets.numel() == n && losses.numel() == n, std::string(op) + ": shapes");
     cuda::cross_entropy_forward_backward(f32_data(logits), i32_data(targets), f32_data(losses),
-                                         dloss, n, vocab, stream_);
+                                         dloss, n, vocab, stream_, grad_bf16);
   }
 
   // ---- precision-recipe ops ----
