@@ -496,17 +496,16 @@ class CudaBackend final : public Backend {
     }
     cuda::projection_forward(c, s, first.path, first.w, out, y, save, first.key, &x);
   }
-  // Whether a projection's backward takes a dy that the kernel making its one form computes
-  // (cuda::ComputedDy): bf16 always; FP8 codes where the fused pair kernel takes the arrays
-  // (rows of `cols`).
+  // Whether a projection's backward on `path` takes `dy` (cuda::ComputedDy): where both its
+  // GEMMs read one form of dy and `dy` offers that form (the backward's forward_takes_computed_x).
+  // A producer offers FP8's pair only where its kernel takes the arrays (fused_pair_takes).
   bool takes_computed_dy(const cuda::ProjectionContext& c, cuda::CudaProjectionState& s,
-                         const PathSpec& path, bool accumulate, int64_t cols,
-                         std::initializer_list<const void*> arrays) const {
+                         const PathSpec& path, bool accumulate, const cuda::ComputedDy& dy) const {
     switch (cuda::backward_dy_preparation_of(c, s, path, accumulate)) {
       case DyPreparation::kBf16Once:
-        return true;
+        return bool(dy.bf16);
       case DyPreparation::kFp8BothOnce:
-        return cuda::fused_pair_takes(path.format, cols, arrays);
+        return bool(dy.fp8_pair);
       case DyPreparation::kPerGemm:
         break;
     }
@@ -521,16 +520,16 @@ class CudaBackend final : public Backend {
                                    bool accumulate) override {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& s = cuda_state(proj.state);
-    if (cuda::backward_dy_preparation_of(c, s, proj.path, accumulate) != DyPreparation::kBf16Once) {
-      Backend::rmsnorm_projection_backward(x, weight, rstd, dout, dx, dweight, proj, d_in,
-                                           accumulate);
-      return;
-    }
     cuda::ComputedDy dy;
     dy.bf16 = [&](uint16_t* out) {
       launch_rmsnorm_backward("rmsnorm_projection_backward", x, weight, rstd, dout, dx, dweight,
                               out);
     };
+    if (!takes_computed_dy(c, s, proj.path, accumulate, dy)) {
+      Backend::rmsnorm_projection_backward(x, weight, rstd, dout, dx, dweight, proj, d_in,
+                                           accumulate);
+      return;
+    }
     cuda::projection_backward(c, s, proj.path, proj.w, dx, d_in, accumulate, proj.dw, &dy);
   }
   // Where gate and up each make one form of dy (FP8 codes or bf16), the kernel making it
@@ -543,10 +542,29 @@ class CudaBackend final : public Backend {
     cuda::CudaProjectionState& gs = cuda_state(gate_proj.state);
     cuda::CudaProjectionState& us = cuda_state(up_proj.state);
     const int64_t n = matrix_rows(gate), cols = matrix_cols(gate);
-    const std::initializer_list<const void*> inputs = {f32_data(gate), f32_data(up),
-                                                       f32_data(dout)};
-    if (!takes_computed_dy(c, gs, gate_proj.path, false, cols, inputs) ||
-        !takes_computed_dy(c, us, up_proj.path, true, cols, inputs)) {
+    // The FP8 pair on offer where the kernel takes the arrays in the projection's format.
+    auto swiglu_gradient = [&](cuda::SwigluGradient which, FpFormat format) {
+      cuda::ComputedDy dy;
+      if (cuda::fused_pair_takes(format, cols, {f32_data(gate), f32_data(up), f32_data(dout)})) {
+        dy.fp8_pair = [&, which](FpFormat f, uint8_t* codes, float* scales, uint8_t* codes_t,
+                                 float* scales_t) {
+          cuda::quantize_swiglu_gradient_1x128_and_transposed(
+              f32_data(gate), f32_data(up), f32_data(dout), which, n, cols, f, codes, scales,
+              codes_t, scales_t, stream_);
+        };
+      }
+      dy.bf16 = [&, which](uint16_t* out) {
+        cuda::swiglu_gradient_to_bf16(f32_data(gate), f32_data(up), f32_data(dout),
+                                      which == cuda::SwigluGradient::kUp, out, n * cols, stream_);
+      };
+      return dy;
+    };
+    const cuda::ComputedDy dgate_codes =
+        swiglu_gradient(cuda::SwigluGradient::kGate, gate_proj.path.format);
+    const cuda::ComputedDy dup_codes =
+        swiglu_gradient(cuda::SwigluGradient::kUp, up_proj.path.format);
+    if (!takes_computed_dy(c, gs, gate_proj.path, false, dgate_codes) ||
+        !takes_computed_dy(c, us, up_proj.path, true, dup_codes)) {
       Backend::swiglu_projections_backward(gate, up, dout, dgate, dup, gate_proj, up_proj, dx);
       return;
     }
@@ -554,22 +572,6 @@ class CudaBackend final : public Backend {
     check_same_numel(gate, dout, "swiglu_projections_backward");
     check_same_numel(gate, dgate, "swiglu_projections_backward");
     check_same_numel(gate, dup, "swiglu_projections_backward");
-    auto swiglu_gradient = [&](cuda::SwigluGradient which) {
-      cuda::ComputedDy dy;
-      dy.fp8_pair = [&, which](FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
-                               float* scales_t) {
-        cuda::quantize_swiglu_gradient_1x128_and_transposed(
-            f32_data(gate), f32_data(up), f32_data(dout), which, n, cols, format, codes, scales,
-            codes_t, scales_t, stream_);
-      };
-      dy.bf16 = [&, which](uint16_t* out) {
-        cuda::swiglu_gradient_to_bf16(f32_data(gate), f32_data(up), f32_data(dout),
-                                      which == cuda::SwigluGradient::kUp, out, n * cols, stream_);
-      };
-      return dy;
-    };
-    const cuda::ComputedDy dgate_codes = swiglu_gradient(cuda::SwigluGradient::kGate);
-    const cuda::ComputedDy dup_codes = swiglu_gradient(cuda::SwigluGradient::kUp);
     cuda::projection_backward(c, gs, gate_proj.path, gate_proj.w, dgate, dx, false, gate_proj.dw,
                               &dgate_codes);
     cuda::projection_backward(c, us, up_proj.path, up_proj.w, dup, dx, true, up_proj.dw,
@@ -585,24 +587,24 @@ class CudaBackend final : public Backend {
     cuda::CudaProjectionState& s = cuda_state(proj.state);
     check_rope_tables(dx, cos, sin, "rope_projection_backward");
     const int64_t b = dx.dim(0), t = dx.dim(1), heads = dx.dim(2), hd = dx.dim(3);
-    const bool fp8 = cuda::backward_dy_preparation_of(c, s, proj.path, accumulate) ==
-                     DyPreparation::kFp8BothOnce;
-    if (!takes_computed_dy(c, s, proj.path, accumulate, heads * hd, {f32_data(dx)}) ||
-        (fp8 && !cuda::rope_gradient_quantizable(hd, f32_data(cos), f32_data(sin)))) {
-      Backend::rope_projection_backward(dx, cos, sin, proj, d_in, accumulate);
-      return;
-    }
     cuda::ComputedDy rotated;
-    rotated.fp8_pair = [&](FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
-                           float* scales_t) {
-      cuda::quantize_rope_gradient_1x128_and_transposed(f32_data(dx), f32_data(cos), f32_data(sin),
-                                                        b * t, t, heads, hd, format, codes, scales,
-                                                        codes_t, scales_t, stream_);
-    };
+    if (cuda::fused_pair_takes(proj.path.format, heads * hd, {f32_data(dx)}) &&
+        cuda::rope_gradient_quantizable(hd, f32_data(cos), f32_data(sin))) {
+      rotated.fp8_pair = [&](FpFormat format, uint8_t* codes, float* scales, uint8_t* codes_t,
+                             float* scales_t) {
+        cuda::quantize_rope_gradient_1x128_and_transposed(
+            f32_data(dx), f32_data(cos), f32_data(sin), b * t, t, heads, hd, format, codes, scales,
+            codes_t, scales_t, stream_);
+      };
+    }
     rotated.bf16 = [&](uint16_t* out) {
       cuda::rope_backward_to_bf16(f32_data(dx), f32_data(cos), f32_data(sin), b, t, heads, hd, out,
                                   stream_);
     };
+    if (!takes_computed_dy(c, s, proj.path, accumulate, rotated)) {
+      Backend::rope_projection_backward(dx, cos, sin, proj, d_in, accumulate);
+      return;
+    }
     Tensor dy = tensor_view(dx, {b * t, heads * hd});  // [N, out]
     cuda::projection_backward(c, s, proj.path, proj.w, dy, d_in, accumulate, proj.dw, &rotated);
   }
@@ -777,15 +779,15 @@ class CudaBackend final : public Backend {
                                          Tensor& dx) override {
     const cuda::ProjectionContext c = projection_context();
     cuda::CudaProjectionState& s = cuda_state(lm_head.state);
-    if (cuda::backward_dy_preparation_of(c, s, lm_head.path, false) != DyPreparation::kBf16Once) {
-      Backend::cross_entropy_projection_backward(logits, targets, losses, dloss, lm_head, dx);
-      return;
-    }
     cuda::ComputedDy dy;
     dy.bf16 = [&](uint16_t* out) {
       launch_cross_entropy_forward_backward("cross_entropy_projection_backward", logits, targets,
                                             losses, dloss, out);
     };
+    if (!takes_computed_dy(c, s, lm_head.path, false, dy)) {
+      Backend::cross_entropy_projection_backward(logits, targets, losses, dloss, lm_head, dx);
+      return;
+    }
     cuda::projection_backward(c, s, lm_head.path, lm_head.w, logits, dx, false, lm_head.dw, &dy);
   }
   // The kernel of the two ops above after checking the shapes (errors name `op`); grad_bf16 as

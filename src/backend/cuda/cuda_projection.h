@@ -147,11 +147,13 @@ struct ProjectionContext {
   uint64_t weights_epoch;
 };
 
-// A backward's dy that is never written in fp32: the kernel that makes its one form computes it
-// from what it is made of (the SwiGLU backward's dgate or dup of gate, up and dout; RoPE's
-// backward of q's or k's unrotated gradient). Only a path whose dy takes one form for both of
-// its GEMMs takes one (DyPreparation::kFp8BothOnce or kBf16Once, backward_dy_preparation_of),
-// and calls the member for that form with the dy scratch:
+// A backward's dy whose one form the kernel of the op producing it makes: computed from what dy
+// is made of, dy never written in fp32 (the SwiGLU backward's dgate or dup of gate, up and dout;
+// RoPE's backward of q's or k's unrotated gradient; the loss's gradient of the logits), or
+// written beside dy (the RMSNorm backward's residual gradient). One member per form the
+// producer can make, empty where it cannot. Only a path whose dy takes one form for both of its
+// GEMMs (DyPreparation::kFp8BothOnce or kBf16Once, backward_dy_preparation_of) in an offered
+// form takes one, and calls the member for that form with the dy scratch:
 struct ComputedDy {
   // DyPreparation::kFp8BothOnce: dy's 1x128 codes and dy^T's 128x1 codes in the path's format,
   // as quantize_fp_tile_1x128_and_transposed would write them from dy.
