@@ -87,6 +87,17 @@ void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* sc
                             int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
                             int64_t head_dim, cudaStream_t stream, int64_t query_tile);
 
+// The forward on sm_90a's warpgroup MMA (wgmma; kernels/flash_attention_mma.cu,
+// flash_forward_wgmma_kernel) over the same bf16 copies: out and lse written, within the bf16
+// bound of the reference as the mma.sync kernels. Runs only where flash_wgmma_forward_runs_on:
+// a compute capability 9.0 device (H100, H200) and a build with sm_90a code; elsewhere
+// Error(Runtime) naming what is missing. Not yet run on a GPU, so training does not select it:
+// attention-bench times it beside the mma.sync forward and the GPU tests compare the two.
+bool flash_wgmma_forward_runs_on(int device);
+void flash_forward_wgmma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
+                                     int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     cudaStream_t stream);
+
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:
 // flash_attention_backward_scratch_floats floats, overwritten.

@@ -30,7 +30,9 @@
 // where the tile pair needs it, updates its rows' running max m and partial sums l (each lane
 // holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by butterfly shuffles), then
 // O += P V (4 x HD / 8 mma) with P's accumulators reused as the A fragments. No atomics; every
-// output element is written by one lane.
+// output element is written by one lane. A forward on sm_90a's warpgroup MMA
+// (flash_forward_wgmma_kernel, below the others) runs the 64-row forward's steps with its two
+// products as wgmma; training does not select it yet (its comment says why).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -40,6 +42,7 @@
 
 #include "backend/flash_layout.h"
 #include "backend/mma_fragment.h"
+#include "backend/wgmma_operand.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 #include "kernels/flash_launch.cuh"
@@ -145,6 +148,86 @@ __device__ inline void load_float2(const float* p, float v[2]) {
 __device__ inline void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high) {
   *reinterpret_cast<uint2*>(p) = make_uint2(low, high);
 }
+// The shared state space's address of p (cvta.to.shared), what a wgmma descriptor holds.
+__device__ inline uint32_t shared_space_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// sm_90a's warpgroup MMA, wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 (operands and
+// descriptors: src/backend/wgmma_operand.h): d[j] is the mma.sync C fragment of columns 8 j ..
+// 8 j + 7 of the warp's 16 rows; scale_d 0: D = A B, 1: D = A B + D. Only sm_90a has these
+// instructions; the sm_80 build compiles them to a trap, and the host launches the wgmma kernel
+// only on a compute capability 9.0 device (flash_wgmma_forward_runs_on).
+// - _ss: A and B from shared memory, both K-major (imm-trans-a 0, imm-trans-b 0).
+__device__ inline void wgmma_m64n64k16_ss(float d[][4], uint64_t a_desc, uint64_t b_desc,
+                                          int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(a_desc), "l"(b_desc), "r"(scale_d));
+#else
+  (void)d, (void)a_desc, (void)b_desc, (void)scale_d;
+  __trap();
+#endif
+}
+// - _rs_trans_b: A in registers (the mma.sync A fragment of the warp's 16 rows), B from shared
+//   memory MN-major (imm-trans-b 1).
+__device__ inline void wgmma_m64n64k16_rs_trans_b(float d[][4], const uint32_t a[4],
+                                                  uint64_t b_desc, int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, "
+      "p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]),
+        "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]),
+        "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]),
+        "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
+#else
+  (void)d, (void)a, (void)b_desc, (void)scale_d;
+  __trap();
+#endif
+}
+// wgmma.fence: the registers a wgmma reads (its accumulators, A) were written by other
+// instructions before it. commit_group closes this thread's wgmma group; wait_group<N> waits
+// until at most N groups are in flight, after which their accumulators may be read.
+__device__ inline void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ inline void wgmma_commit_group() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+template <int N>
+__device__ inline void wgmma_wait_group() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// fence.proxy.async.shared::cta: the shared memory cp.async wrote (the generic proxy) is
+// visible to the wgmma's reads (the async proxy), once a barrier after it orders the threads.
+__device__ inline void fence_proxy_async_shared() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
 // ---- hardware only end
 
 // ---- device code begin: tests/backend/test_flash_attention_emulated.cpp runs what lies
@@ -195,6 +278,43 @@ __device__ void load_kv_tile_async(uint16_t* dst, int dst_stride, const uint16_t
   load_tile_async<HD, kFlashKvTile>(
       dst, dst_stride, kv + flash_kv_offset(s, b, kj * tiles.kv_tile, g, HD), s.kv_heads * HD,
       int(flash_tile_rows(kj, tiles.kv_tile, s.seq)));
+}
+
+// Issues (cp.async, not committed) the copy of a 64 x HD tile of bf16 codes into shared memory
+// laid out for wgmma (wgmma_tile_element): row r from global src + r * src_stride; rows from
+// `rows` on zero-filled, as load_tile_async. Thread t copies the 16-byte chunk (t / 8) %
+// (HD / 8) of rows t % 8 + 8 (t / HD) + pass 1024 / HD, so the 8 lanes of a quarter warp fill
+// one core matrix, 128 contiguous bytes (no bank conflict), and both addresses step by a fixed
+// stride.
+template <int HD>
+__device__ void load_wgmma_tile_async(uint16_t* dst, const uint16_t* src, int64_t src_stride,
+                                      int rows) {
+  constexpr int kRowsPerPass = 8 * kFlashMmaThreads / HD;
+  static_assert(kFlashMmaThreads % HD == 0 && kWgmmaM % kRowsPerPass == 0,
+                "every thread copies the same chunk of the same number of rows");
+  const int t = int(threadIdx.x);
+  const int row = t % 8 + 8 * (t / HD), col = 8 * ((t / 8) % (HD / 8));
+  const uint16_t* from = src + row * src_stride + col;
+  uint16_t* to = dst + wgmma_tile_element(row, col, HD);
+  const int64_t from_step = kRowsPerPass * src_stride;
+  constexpr int kToStep =
+      kRowsPerPass * HD;  // wgmma_tile_element's row group, kRowsPerPass / 8 of them
+#pragma unroll
+  for (int pass = 0; pass < kWgmmaM / kRowsPerPass; ++pass) {
+    const bool real = row + pass * kRowsPerPass < rows;
+    cp_async_16(to, real ? from : src, real ? 16 : 0);
+    from += from_step;
+    to += kToStep;
+  }
+}
+
+// The same for key tile kj of `kv` (k or v: the rows of kv head g of batch row b).
+template <int HD>
+__device__ void load_wgmma_kv_tile_async(uint16_t* dst, const uint16_t* kv, const FlashDims& s,
+                                         const FlashTiling& tiles, int64_t b, int64_t g,
+                                         int64_t kj) {
+  load_wgmma_tile_async<HD>(dst, kv + flash_kv_offset(s, b, kj * tiles.kv_tile, g, HD),
+                            s.kv_heads * HD, int(flash_tile_rows(kj, tiles.kv_tile, s.seq)));
 }
 
 // The A fragment of the 16 x 16 block at `base` of a row-major bf16 tile (row stride `stride`).
@@ -359,6 +479,79 @@ __device__ void store_rows(float* dst, int64_t dst_stride, int w0, int64_t rows,
   }
 }
 
+// The key tile's 16 x 8 n-blocks of scores, per warp and 16-row block.
+constexpr int kFlashKeyBlocks = int(kFlashKvTile) / kMmaN;
+
+// One key tile of the forward's online softmax for a warp's 16-row block (both forward kernels):
+// its scores `sc` (C fragments, masked) move the rows' running max m and partial sums l (rows
+// group and group + 8: m[0], l[0] and m[1], l[1]; l is this lane's share, its 16 of the 64
+// columns), O is rescaled to the new max, and P = exp(scale (S - m)) comes back rounded to bf16
+// as the A fragments of O += P V (`pa`), so its fp32 scores are dead before the product.
+template <int HD>
+__device__ void online_softmax_step(float sc[kFlashKeyBlocks][kMmaCElements], float m[2],
+                                    float l[2], float o[HD / kMmaN][kMmaCElements],
+                                    uint32_t pa[kFlashKeyBlocks / 2][4], float scale_log2) {
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[nb][i]);
+  }
+  // Key tile 0 holds key 0, which every query sees, so m is finite from tile 0 on; a later tile
+  // with no key a row sees leaves its m, rescales by 1 and adds weights 0.
+  float rescale[2], neg_m_scaled[2];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const float m_new = fmaxf(m[half], quad_max(tile_max[half]));
+    rescale[half] = exp2_approx_ftz((m[half] - m_new) * scale_log2);
+    m[half] = m_new;
+    neg_m_scaled[half] = -m_new * scale_log2;
+    l[half] *= rescale[half];
+  }
+  // P = exp(scale (S - m)) = exp2(scale_log2 S - scale_log2 m): one fma and one exp2 each.
+#pragma unroll
+  for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) {
+      const float p = exp2_approx_ftz(fmaf(sc[nb][i], scale_log2, neg_m_scaled[i >> 1]));
+      sc[nb][i] = p;
+      l[i >> 1] += p;
+    }
+  }
+  a_fragments_from_c<kFlashKeyBlocks>(pa, sc);
+#pragma unroll
+  for (int ob = 0; ob < HD / kMmaN; ++ob) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= rescale[i >> 1];
+  }
+}
+
+// The end of the forward for a warp's 16-row block at row w0 of the query tile at r0 (both
+// forward kernels): out = O / l for the rows below `rows`, and their lse. O / l as O times 1 / l:
+// two roundings instead of one, 2^-24 next to P's 2^-9, and no division (with its slow path)
+// per element.
+template <int HD>
+__device__ void store_output_rows(float* out, float* lse, const FlashDims& s, int64_t b, int64_t h,
+                                  int64_t r0, int w0, int rows, float o[HD / kMmaN][kMmaCElements],
+                                  const float m[2], const float l[2], float scale, int lane) {
+  const float row_sum[2] = {quad_sum(l[0]), quad_sum(l[1])};
+  const float inverse_sum[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
+#pragma unroll
+  for (int ob = 0; ob < HD / kMmaN; ++ob) {
+#pragma unroll
+    for (int i = 0; i < kMmaCElements; ++i) o[ob][i] *= inverse_sum[i >> 1];
+  }
+  store_rows<HD>(out + flash_q_offset(s, b, r0, h, HD), s.heads * HD, w0, rows, o, 1.0f, lane);
+  if (mma_quad(lane) == 0) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = w0 + mma_group(lane) + 8 * half;
+      if (row < rows)
+        lse[flash_stat_offset(s, b, h, r0 + row)] = m[half] * scale + logf(row_sum[half]);
+    }
+  }
+}
+
 // The forward's query tile: kRowBlocks blocks of 16 rows a warp, 64 rows (1) or 128 (2;
 // flash_mma_query_tiling). Per key tile a 64-row tile reads 32 KB of K and V (hd 128) for
 // 2.1 MFLOP, 64 FLOP a byte: at the flash issue's 350 TFLOP/s, 5.5 TB/s of reads from L2,
@@ -379,7 +572,7 @@ template <int HD, int kRowBlocks>
 __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBlocks>)
     flash_forward_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
                              float* lse, FlashDims s, FlashTiling tiles, float scale) {
-  constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;  // n-blocks of the score tile
+  constexpr int kKeyBlocks = kFlashKeyBlocks;
   constexpr int kWarpRows = kRowBlocks * kMmaM;
   constexpr int kQueryTile = kFlashMmaWarps * kWarpRows;  // tiles.q_tile
   extern __shared__ __align__(16) float smem[];           // ldmatrix, cp.async: 16-byte rows
@@ -444,41 +637,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
       }
 #pragma unroll
       for (int r = 0; r < kRowBlocks; ++r) {
-        float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-          for (int i = 0; i < kMmaCElements; ++i) {
-            tile_max[i >> 1] = fmaxf(tile_max[i >> 1], sc[r][nb][i]);
-          }
-        }
-        // Key tile 0 holds key 0, which every query sees, so m is finite from tile 0 on; a
-        // later tile with no key a row sees leaves its m, rescales by 1 and adds weights 0.
-        float rescale[2], neg_m_scaled[2];
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const float m_new = fmaxf(m[r][half], quad_max(tile_max[half]));
-          rescale[half] = exp2_approx_ftz((m[r][half] - m_new) * scale_log2);
-          m[r][half] = m_new;
-          neg_m_scaled[half] = -m_new * scale_log2;
-          l[r][half] *= rescale[half];
-        }
-        // P = exp(scale (S - m)) = exp2(scale_log2 S - scale_log2 m): one fma and one exp2 each.
-#pragma unroll
-        for (int nb = 0; nb < kKeyBlocks; ++nb) {
-#pragma unroll
-          for (int i = 0; i < kMmaCElements; ++i) {
-            const float p = exp2_approx_ftz(fmaf(sc[r][nb][i], scale_log2, neg_m_scaled[i >> 1]));
-            sc[r][nb][i] = p;
-            l[r][i >> 1] += p;
-          }
-        }
-        a_fragments_from_c<kKeyBlocks>(pa[r], sc[r]);
-#pragma unroll
-        for (int ob = 0; ob < HD / kMmaN; ++ob) {
-#pragma unroll
-          for (int i = 0; i < kMmaCElements; ++i) o[r][ob][i] *= rescale[i >> 1];
-        }
+        online_softmax_step<HD>(sc[r], m[r], l[r], o[r], pa[r], scale_log2);
       }
     }
     cp_async_wait_group<0>();
@@ -492,30 +651,109 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
     }
   }
 
-  // O / l as O times 1 / l: two roundings instead of one, 2^-24 next to P's 2^-9, and no
-  // division (with its slow path) per element.
 #pragma unroll
   for (int r = 0; r < kRowBlocks; ++r) {
-    const float row_sum[2] = {quad_sum(l[r][0]), quad_sum(l[r][1])};
-    const float inverse_sum[2] = {1.0f / row_sum[0], 1.0f / row_sum[1]};
+    store_output_rows<HD>(out, lse, s, b, h, r0, w0 + r * kMmaM, rows, o[r], m[r], l[r], scale,
+                          lane);
+  }
+}
+
+// The forward on sm_90a's warpgroup MMA (wgmma): the 64-row forward above, warp for warp, with
+// its two products issued by the whole block (one warpgroup, kFlashMmaThreads threads) as
+// wgmma.m64n64k16 instead of per warp as mma.sync, and its tiles laid out in core matrices for
+// the instruction (src/backend/wgmma_operand.h) instead of padded rows for ldmatrix:
+// - S = Q K^T: HD / 16 wgmma, A = Q's tile and B = K's, both from shared memory (K-major);
+// - O += P V: per 16 keys and 64 output columns one wgmma, A = P from registers (the same
+//   a_fragments_from_c as mma.sync's, since a warp's 16 rows of wgmma's accumulators and
+//   register A are mma.sync's C and A fragments), B = V's tile MN-major.
+// No ldmatrix, and one instruction where a warp issued 32 (S at hd 128: 8 wgmma for 128 mma and
+// 64 ldmatrix a warp). The copies, the pipeline (V(j) lands during S and the softmax, K(j + 1)
+// during O += P V), the mask, the online softmax and the output are the 64-row mma kernel's.
+// Every warp takes part in every wgmma (the instruction is the warpgroup's), so a tile's warps
+// past a partial tile's last row compute scores of zero-filled queries (finite: key 0 is
+// visible to every query row) and store nothing. The emulated wgmma and mma.sync sum the same
+// products in the same order, so on the emulation this kernel gives the mma kernel's bits
+// (tests/backend/test_flash_attention_emulated.cpp); on a GPU the hardware's summation may
+// differ, and the GPU test holds it to the same bound of the reference. Run by
+// flash_forward_wgmma_kernel_only (attention-bench, the tests); training does not select it yet.
+// Registers: capped at 168, three blocks a multiprocessor, as the 64-row mma forward.
+template <int HD>
+__global__ void __launch_bounds__(kFlashMmaThreads, 3)
+    flash_forward_wgmma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
+                               float* lse, FlashDims s, FlashTiling tiles, float scale) {
+  static_assert(kFlashMmaThreads == 128 && kFlashQTile == kWgmmaM && kFlashKvTile == kWgmmaN,
+                "one warpgroup; a tile is one wgmma's M and N");
+  constexpr int kQueryTile = int(kFlashQTile);
+  extern __shared__ __align__(16) float smem[];  // cp.async, descriptors: 16-byte aligned
+  const FlashWgmmaSharedLayout lay = flash_wgmma_shared_layout(HD);
+  unsigned char* shared_bytes = reinterpret_cast<unsigned char*>(smem);
+  uint16_t* qs = reinterpret_cast<uint16_t*>(shared_bytes + lay.q);
+  uint16_t* ks = reinterpret_cast<uint16_t*>(shared_bytes + lay.k);
+  uint16_t* vs = reinterpret_cast<uint16_t*>(shared_bytes + lay.v);
+  // The operands' descriptors, built once; each k-step's is a constant add.
+  const uint64_t q_operand = wgmma_scores_operand(shared_space_address(qs), HD);
+  const uint64_t k_operand = wgmma_scores_operand(shared_space_address(ks), HD);
+  const uint64_t v_operand = wgmma_values_operand(shared_space_address(vs), HD);
+  const FlashBlockTask task = flash_block_task(FlashKernel::Forward, blockIdx.x, s, tiles);
+  const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
+  const int64_t r0 = qi * kQueryTile;
+  const int rows = int(flash_tile_rows(qi, kQueryTile, s.seq));
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int w0 = warp * kMmaM;  // the warp's 16 rows of the 64
+  const float scale_log2 = scale * kLog2e;
+
+  const int64_t last_kj = flash_last_kv_tile(tiles, qi);
+  load_wgmma_tile_async<HD>(qs, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_wgmma_kv_tile_async<HD>(ks, k, s, tiles, b, g, 0);
+  cp_async_commit_group();
+  float o[HD / kMmaN][kMmaCElements];
+  zero_rows<HD>(o);
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int64_t kj = 0; kj <= last_kj; ++kj) {
+    const int64_t c0 = kj * tiles.kv_tile;
+    cp_async_wait_group<0>();
+    fence_proxy_async_shared();
+    __syncthreads();  // q and K(kj) are in shared memory; every warp is done with V(kj - 1)
+    load_wgmma_kv_tile_async<HD>(vs, v, s, tiles, b, g, kj);
+    cp_async_commit_group();
+
+    float sc[kFlashKeyBlocks][kMmaCElements];
+    wgmma_fence();
 #pragma unroll
-    for (int ob = 0; ob < HD / kMmaN; ++ob) {
-#pragma unroll
-      for (int i = 0; i < kMmaCElements; ++i) o[r][ob][i] *= inverse_sum[i >> 1];
+    for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
+      wgmma_m64n64k16_ss(sc, wgmma_scores_step(q_operand, kk), wgmma_scores_step(k_operand, kk),
+                         kk > 0 ? 1 : 0);
     }
-    const int r_w0 = w0 + r * kMmaM;
-    store_rows<HD>(out + flash_q_offset(s, b, r0, h, HD), s.heads * HD, r_w0, rows, o[r], 1.0f,
-                   lane);
-    if (mma_quad(lane) == 0) {
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    if (flash_tile_needs_mask(tiles, qi, kj)) {
+      mask_scores<kFlashKeyBlocks, false, false>(sc, int(r0) + w0, int(c0), int(s.seq), -INFINITY,
+                                                 lane);
+    }
+    uint32_t pa[kFlashKeyBlocks / 2][4];
+    online_softmax_step<HD>(sc, m, l, o, pa, scale_log2);
+
+    cp_async_wait_group<0>();
+    fence_proxy_async_shared();
+    __syncthreads();  // V(kj) is in shared memory; every warp is done with K(kj)
+    if (kj < last_kj) {
+      load_wgmma_kv_tile_async<HD>(ks, k, s, tiles, b, g, kj + 1);
+      cp_async_commit_group();
+    }
+    wgmma_fence();
 #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int64_t row = r_w0 + mma_group(lane) + 8 * half;
-        if (row < rows) {
-          lse[flash_stat_offset(s, b, h, r0 + row)] = m[r][half] * scale + logf(row_sum[half]);
-        }
+    for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+#pragma unroll
+      for (int half = 0; half < HD / kWgmmaN; ++half) {
+        wgmma_m64n64k16_rs_trans_b(o + half * (kWgmmaN / kMmaN), pa[kk],
+                                   wgmma_values_step(v_operand, kk, half, HD), 1);
       }
     }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
   }
+  store_output_rows<HD>(out, lse, s, b, h, r0, w0, rows, o, m, l, scale, lane);
 }
 
 // The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of kRowBlocks
@@ -531,7 +769,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
     flash_backward_query_mma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
                                     const float* lse, const float* delta, const uint16_t* dout,
                                     float* dq, FlashDims s, FlashTiling tiles, float scale) {
-  constexpr int kKeyBlocks = int(kFlashKvTile) / kMmaN;
+  constexpr int kKeyBlocks = kFlashKeyBlocks;
   constexpr int kWarpRows = kRowBlocks * kMmaM;
   constexpr int kQueryTile = kFlashMmaWarps * kWarpRows;  // tiles.q_tile
   extern __shared__ __align__(16) float smem[];           // ldmatrix, cp.async: 16-byte rows
@@ -1003,6 +1241,66 @@ void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, i
   Bf16Copies c{};
   if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
   forward_kernel_at_tile(c, out, lse, s, head_dim, stream, query_tile);
+}
+
+namespace {
+
+template <int HD>
+void forward_wgmma_for(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
+                       cudaStream_t stream) {
+  const FlashTiling tiles = flash_mma_query_tiling(s.seq, kFlashQTile);
+  const int64_t bytes = flash_wgmma_shared_layout(HD).total_bytes;
+  const unsigned blocks =
+      launch_blocks(flash_forward_wgmma_kernel<HD>,
+                    flash_grid_blocks(FlashKernel::Forward, s.batch, s.heads, s.kv_heads, tiles),
+                    bytes, s, HD, "forward (wgmma)");
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  flash_forward_wgmma_kernel<HD><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
+      c.q, c.k, c.v, out, lse, s, tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+// What keeps the wgmma forward off `device`, or "" where it runs.
+std::string wgmma_forward_missing(int device) {
+  int major = 0, minor = 0;
+  GNMR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  GNMR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) {
+    return "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
+           " (wgmma is sm_90a's: H100, H200)";
+  }
+  // Code compiled for sm_90a has PTX version 90; without it the driver would compile the
+  // sm_80 PTX, in which the wgmma wrappers trap.
+  cudaFuncAttributes attributes{};
+  GNMR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, flash_forward_wgmma_kernel<64>));
+  if (attributes.ptxVersion < 90) {
+    return "a build without sm_90a code (GNMR_CUDA_ARCHITECTURES has no 90a)";
+  }
+  return "";
+}
+
+}  // namespace
+
+bool flash_wgmma_forward_runs_on(int device) {
+  return wgmma_forward_missing(device).empty();
+}
+
+void flash_forward_wgmma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
+                                     int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     cudaStream_t stream) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  Bf16Copies c{};
+  if (!checked_forward_regions(inputs, s, head_dim, kFlashQTile, c)) return;
+  int device = 0;
+  GNMR_CUDA_CHECK(cudaGetDevice(&device));
+  const std::string missing = wgmma_forward_missing(device);
+  if (!missing.empty()) {
+    throw Error(ErrorKind::Runtime, "flash attention (wgmma) for " +
+                                        flash_launch::shape_text(s, head_dim) +
+                                        " does not run here: " + missing);
+  }
+  head_dim == 64 ? forward_wgmma_for<64>(c, out, lse, s, stream)
+                 : forward_wgmma_for<128>(c, out, lse, s, stream);
 }
 
 namespace {

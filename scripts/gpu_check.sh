@@ -37,7 +37,7 @@
 #     racecheck   compute-sanitizer: racecheck (shared-memory races, which the emulation
 #                 cannot see) and synccheck over the tests of our kernels              (90 s)
 #   and, only when named (not in the default run):
-#     attention-bench  flash (SIMT, tensor cores) vs v1 attention, TFLOP/s and memory at
+#     attention-bench  flash (SIMT, tensor cores; the wgmma forward on sm_90a) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096 at hd 128, T = 1024 at hd 64 (bench_gpu_attention) (60 s)
 #     profile     Nsight Compute (ncu) over one llama2-1b-gpu bench step per kernel family:
 #                 each kernel shape's time, share of the DRAM bandwidth and of issue slots

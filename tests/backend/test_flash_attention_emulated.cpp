@@ -27,6 +27,7 @@
 #include "backend/cpu/flash_attention.h"
 #include "backend/flash_layout.h"
 #include "backend/mma_fragment.h"
+#include "backend/wgmma_operand.h"
 #include "emulated_cuda/emulated_cuda.h"
 #include "precision/bf16.h"
 
@@ -193,6 +194,47 @@ TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference
   // Two full 128-row tiles: pairs (1, 0) and (1, 1) unmasked, and on (1, 3) and (0, 1) the first
   // half's warps skip their math.
   expect_mma_forward_within_the_bf16_bound<64>(1, 256, 2, 1);
+}
+
+// The wgmma forward (flash_forward_wgmma_kernel, sm_90a's warpgroup MMA, emulated by
+// emulated_cuda.h through src/backend/wgmma_operand.h's descriptors) against the 64-row mma.sync
+// forward: the same bits, since both emulated instructions sum each output's 16 products and
+// its accumulator in double in the same k order, and the kernels share the softmax and the
+// output. A wrong tile layout, descriptor, fragment or pipeline step moves some output; every
+// output is NaN-poisoned before, so one left unwritten differs too.
+template <int HD>
+void expect_wgmma_forward_gives_the_mma_bits(int64_t batch, int64_t seq, int64_t heads,
+                                             int64_t kv_heads) {
+  SCOPED_TRACE("B=" + std::to_string(batch) + " T=" + std::to_string(seq) +
+               " H=" + std::to_string(heads) + " Hkv=" + std::to_string(kv_heads) +
+               " hd=" + std::to_string(HD));
+  const size_t nq = size_t(batch * seq * heads * HD), nkv = size_t(batch * seq * kv_heads * HD);
+  const size_t rows = size_t(batch * heads * seq);
+  const std::vector<uint16_t> qb = bf16_codes(random_normal(nq, 21, 2.0f)),
+                              kb = bf16_codes(random_normal(nkv, 22, 1.0f)),
+                              vb = bf16_codes(random_normal(nkv, 23, 1.0f));
+  const FlashDims d{batch, seq, heads, kv_heads};
+  std::vector<float> out(nq, std::nanf("")), lse(rows, std::nanf(""));
+  launch_mma_forward<HD>(qb, kb, vb, out, lse, d, kFlashQTile);
+  std::vector<float> wgmma_out(nq, std::nanf("")), wgmma_lse(rows, std::nanf(""));
+  const FlashTiling tiles = flash_mma_query_tiling(seq, kFlashQTile);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  emulated_launch(flash_grid_blocks(FlashKernel::Forward, batch, heads, kv_heads, tiles),
+                  kFlashMmaThreads, (flash_wgmma_shared_layout(HD).total_bytes + 3) / 4, [&] {
+                    flash_forward_wgmma_kernel<HD>(qb.data(), kb.data(), vb.data(),
+                                                   wgmma_out.data(), wgmma_lse.data(), d, tiles,
+                                                   scale);
+                  });
+  EXPECT_EQ(count_bit_differences(wgmma_out, out), 0u) << "out";
+  EXPECT_EQ(count_bit_differences(wgmma_lse, lse), 0u) << "lse";
+}
+
+TEST(FlashAttentionEmulated, WgmmaForwardGivesTheMmaForwardsBits) {
+  expect_wgmma_forward_gives_the_mma_bits<64>(2, 1, 4, 2);     // one key: warps 1-3 have no rows
+  expect_wgmma_forward_gives_the_mma_bits<64>(1, 17, 8, 2);    // one partial tile, GQA 4
+  expect_wgmma_forward_gives_the_mma_bits<64>(1, 130, 2, 1);   // two full tiles and 2 rows
+  expect_wgmma_forward_gives_the_mma_bits<128>(1, 70, 2, 2);   // hd 128, last tile of 6 rows
+  expect_wgmma_forward_gives_the_mma_bits<128>(1, 192, 2, 1);  // three full tiles
 }
 
 // The tensor-core backward (its dK/dV and dQ passes, after the emulated tensor-core forward and

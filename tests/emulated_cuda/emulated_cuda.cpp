@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/mma_fragment.h"
+#include "backend/wgmma_operand.h"
 #include "emulated_cuda/fiber_switch.h"
 #include "precision/bf16.h"
 
@@ -67,6 +68,12 @@ struct WarpExchange {
   uint16_t rows[kWarpSize][kLdmatrixRows];  // ldmatrix: the row at each lane's address
 };
 
+// A wgmma a thread issued and has not yet waited for: its accumulators and what they become.
+struct PendingWgmma {
+  float (*d)[kMmaCElements];
+  float result[kWgmmaN / kMmaN][kMmaCElements];
+};
+
 // A cp.async copy a thread issued and has not yet waited for.
 struct AsyncCopy {
   void* dst;
@@ -97,6 +104,9 @@ struct BlockRun {
   // Per thread: its committed cp.async groups, oldest first, and the group still open.
   std::vector<std::vector<std::vector<AsyncCopy>>> async_committed;
   std::vector<std::vector<AsyncCopy>> async_open;
+  // The same for its wgmma groups.
+  std::vector<std::vector<std::vector<PendingWgmma>>> wgmma_committed;
+  std::vector<std::vector<PendingWgmma>> wgmma_open;
   uint64_t barriers = 0;  // __syncthreads completed so far: the block's epoch
   std::string failure;    // set by a thread that found an error; the scheduler throws it
 };
@@ -181,6 +191,9 @@ void fiber_entry() {
       (*run.kernel)();
       if (!run.async_open[size_t(t)].empty() || !run.async_committed[size_t(t)].empty()) {
         fail_in_thread("returned with cp.async copies it never waited for");
+      }
+      if (!run.wgmma_open[size_t(t)].empty() || !run.wgmma_committed[size_t(t)].empty()) {
+        fail_in_thread("returned with wgmma products it never waited for");
       }
       run.state[size_t(t)] = ThreadState::kDone;
       ++run.done;
@@ -275,6 +288,8 @@ void run_block(const std::function<void()>& kernel, int threads) {
   run.exchange_turn.assign(size_t(threads), 0);
   run.async_committed.resize(size_t(threads));
   run.async_open.resize(size_t(threads));
+  run.wgmma_committed.resize(size_t(threads));
+  run.wgmma_open.resize(size_t(threads));
   running = &run;
   while (run.done < threads) {
     bool ran = false;
@@ -652,6 +667,143 @@ void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high) {
 
 uint32_t pack_bf16x2_rn(float low, float high) {
   return pack_bf16_pair(encode_bf16(low), encode_bf16(high));
+}
+
+uint32_t shared_space_address(const void* p) {
+  const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
+  const auto* at = static_cast<const unsigned char*>(p);
+  if (at < start || at >= start + shared_memory.size() * sizeof(float)) {
+    fail_in_thread("cvta.to.shared of an address outside the block's dynamic shared memory");
+  }
+  return uint32_t(at - start);
+}
+
+namespace {
+
+constexpr int kWarpgroupThreads = 4 * kWarpSize;
+constexpr int kWgmmaColumnBlocks = kWgmmaN / kMmaN;
+
+// The bf16 element at shared-state-space byte `address`, as a wgmma reads it: inside the
+// block's shared memory, and no cp.async still writing it (check_shared_read).
+float wgmma_shared_element(uint32_t address, const char* what, int lane) {
+  const size_t bytes = shared_memory.size() * sizeof(float);
+  if (size_t(address) + 2 > bytes) {
+    fail_in_thread(std::string(what) + ": lane " + std::to_string(lane) + " reads byte " +
+                   std::to_string(address) + ", outside the block's " + std::to_string(bytes) +
+                   " bytes of dynamic shared memory");
+  }
+  const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
+  check_shared_read(start + (address & ~3u), 4, what, lane);
+  uint16_t code;
+  std::memcpy(&code, start + address, sizeof code);
+  return decode_bf16(code);
+}
+
+void check_wgmma_descriptor(uint64_t desc, const char* what) {
+  if (wgmma_descriptor_swizzle(desc) != 0 || wgmma_descriptor_base_offset(desc) != 0) {
+    fail_in_thread(std::string(what) +
+                   ": a descriptor with a swizzle or base offset, which the emulation does not "
+                   "read (src/backend/wgmma_operand.h describes no-swizzle operands only)");
+  }
+}
+
+// The running thread's share of a wgmma: its 32 outputs (rows mma_c_row of its warp's 16,
+// columns 8 j + mma_c_col), from `a_rows` (its two rows of A: row group and group + 8, 16
+// elements each) and B read through `b_desc`, onto d's pending product if one is in flight.
+void issue_wgmma(float d[][kMmaCElements], const float a_rows[2][kWgmmaK], uint64_t b_desc,
+                 bool b_mn_major, int scale_d, const char* what) {
+  BlockRun& run = *running;
+  const int me = run.current, lane = me % kWarpSize;
+  check_wgmma_descriptor(b_desc, what);
+  const float(*acc)[kMmaCElements] = d;
+  for (const auto& group : run.wgmma_committed[size_t(me)]) {
+    for (const PendingWgmma& p : group) {
+      if (p.d == d) acc = p.result;
+    }
+  }
+  for (const PendingWgmma& p : run.wgmma_open[size_t(me)]) {
+    if (p.d == d) acc = p.result;
+  }
+  PendingWgmma pending{d, {}};
+  for (int j = 0; j < kWgmmaColumnBlocks; ++j) {
+    for (int c = 0; c < 2; ++c) {
+      const int col = kMmaN * j + mma_c_col(lane, c);
+      float b[kWgmmaK];
+      for (int k = 0; k < kWgmmaK; ++k) {
+        b[k] = wgmma_shared_element(wgmma_operand_byte(b_desc, b_mn_major, col, k), what, lane);
+      }
+      for (int half = 0; half < 2; ++half) {
+        const int i = 2 * half + c;  // element (row group + 8 half, column col)
+        double sum = scale_d != 0 ? double(acc[j][i]) : 0.0;
+        for (int k = 0; k < kWgmmaK; ++k) sum += double(a_rows[half][k]) * double(b[k]);
+        pending.result[j][i] = float(sum);
+      }
+    }
+  }
+  run.wgmma_open[size_t(me)].push_back(pending);
+}
+
+// The warp that issues a wgmma: a whole one, in a block of whole warpgroups.
+int wgmma_warp(const char* what) {
+  const int warp = full_warp(0xFFFFFFFFu, what);
+  if (running->threads % kWarpgroupThreads != 0) {
+    fail_in_thread(std::string(what) + " in a block of " + std::to_string(running->threads) +
+                   " threads, not whole warpgroups of 128");
+  }
+  return warp;
+}
+
+}  // namespace
+
+void wgmma_m64n64k16_ss(float d[][kMmaCElements], uint64_t a_desc, uint64_t b_desc, int scale_d) {
+  const char* what = "wgmma.m64n64k16 (A, B in shared memory)";
+  const int warp = wgmma_warp(what), lane = running->current % kWarpSize;
+  check_wgmma_descriptor(a_desc, what);
+  float a_rows[2][kWgmmaK];
+  for (int half = 0; half < 2; ++half) {
+    const int m = kMmaM * (warp % 4) + mma_group(lane) + 8 * half;
+    for (int k = 0; k < kWgmmaK; ++k) {
+      a_rows[half][k] = wgmma_shared_element(wgmma_operand_byte(a_desc, false, m, k), what, lane);
+    }
+  }
+  emulated_syncwarp();  // .sync.aligned: the whole warp issues it
+  issue_wgmma(d, a_rows, b_desc, false, scale_d, what);
+}
+
+void wgmma_m64n64k16_rs_trans_b(float d[][kMmaCElements], const uint32_t a[4], uint64_t b_desc,
+                                int scale_d) {
+  const char* what = "wgmma.m64n64k16 (A in registers, B MN-major)";
+  const int warp = wgmma_warp(what), lane = running->current % kWarpSize;
+  WarpExchange& x = next_exchange(warp);
+  for (int i = 0; i < kMmaAElements; ++i) {
+    const uint32_t pair = a[i / 2];
+    x.a[mma_a_row(lane, i)][mma_a_col(lane, i)] =
+        decode_bf16(i % 2 == 0 ? bf16_pair_low(pair) : bf16_pair_high(pair));
+  }
+  emulated_syncwarp();
+  float a_rows[2][kWgmmaK];
+  for (int half = 0; half < 2; ++half) {
+    for (int k = 0; k < kWgmmaK; ++k) a_rows[half][k] = x.a[mma_group(lane) + 8 * half][k];
+  }
+  issue_wgmma(d, a_rows, b_desc, true, scale_d, what);
+}
+
+void wgmma_commit_group() {
+  BlockRun& run = *running;
+  auto& open = run.wgmma_open[size_t(run.current)];
+  run.wgmma_committed[size_t(run.current)].push_back(std::move(open));
+  open.clear();
+}
+
+void emulated_wgmma_wait_group(int pending) {
+  BlockRun& run = *running;
+  auto& groups = run.wgmma_committed[size_t(run.current)];
+  while (int(groups.size()) > pending) {
+    for (const PendingWgmma& p : groups.front()) {
+      std::memcpy(p.d, p.result, sizeof p.result);
+    }
+    groups.erase(groups.begin());
+  }
 }
 
 void ldmatrix_x4(uint32_t r[4], const uint16_t* row) {

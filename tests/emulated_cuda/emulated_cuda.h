@@ -160,4 +160,37 @@ void cp_async_wait_group() {
 void ldmatrix_x4(uint32_t r[4], const uint16_t* row);
 void ldmatrix_x4_trans(uint32_t r[4], const uint16_t* row);
 
+// cvta.to.shared: p's address in the shared state space, here its byte offset in the block's
+// dynamic shared memory. Fails the launch for a p outside it.
+uint32_t shared_space_address(const void* p);
+
+// sm_90a's warpgroup MMA, wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 (operands and
+// descriptors as src/backend/wgmma_operand.h defines them; kernels/flash_attention_mma.cu wraps
+// the instructions the same way). Warp w % 4 of the warpgroup owns rows 16 (w % 4) .. + 15 of
+// the 64; d[j] is its mma.sync C fragment of columns 8 j .. 8 j + 7. scale_d 0: D = A B; 1:
+// D = A B + D.
+// - wgmma_m64n64k16_ss: A and B from shared memory, both K-major.
+// - wgmma_m64n64k16_rs_trans_b: A in registers (the mma.sync A fragment of the warp's 16 rows),
+//   B from shared memory MN-major (imm-trans-b 1).
+// Asynchronous as on a GPU: the product is taken at issue (shared memory read then, checked
+// against the cp.async races as ldmatrix is) and lands in d only at the thread's wait for its
+// group (wgmma_wait_group<N>: every committed group but the newest N). A later wgmma into the
+// same d before then accumulates onto the pending result, as the hardware chains them; d read
+// before the wait holds its old values; a thread that returns with a group it never waited for,
+// or issues a wgmma on a descriptor with a swizzle or base offset, fails the launch. Each
+// output is its 16 exact products and its accumulator summed in double and rounded once, as the
+// emulated mma_bf16_m16n8k16, so the emulated wgmma and mma.sync kernels give the same bits.
+void wgmma_m64n64k16_ss(float d[][4], uint64_t a_desc, uint64_t b_desc, int scale_d);
+void wgmma_m64n64k16_rs_trans_b(float d[][4], const uint32_t a[4], uint64_t b_desc, int scale_d);
+// wgmma.fence and fence.proxy.async.shared::cta order register and shared-memory accesses on a
+// GPU; the emulation's accesses happen in program order, so they do nothing here.
+inline void wgmma_fence() {}
+inline void fence_proxy_async_shared() {}
+void wgmma_commit_group();
+void emulated_wgmma_wait_group(int pending);
+template <int N>
+void wgmma_wait_group() {
+  emulated_wgmma_wait_group(N);
+}
+
 }  // namespace gnmr::cuda

@@ -285,6 +285,16 @@ cudaError_t cudaFuncSetAttribute(const void* func, enum cudaFuncAttribute attr, 
   return cudaSuccess;
 }
 
+// A kernel's attributes as an sm_90a build's on the emulated H100 / H200: compiled for 9.0 (PTX
+// and binary), 1024 threads a block; what the emulation does not model is 0.
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, const void* /*func*/) {
+  *attributes = cudaFuncAttributes{};
+  attributes->ptxVersion = attributes->binaryVersion =
+      10 * gnmr::cuda::kEmulatedComputeMajor + gnmr::cuda::kEmulatedComputeMinor;
+  attributes->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   *total = kEmulatedDeviceBytes;
   *free = kEmulatedDeviceBytes > allocated_bytes ? kEmulatedDeviceBytes - allocated_bytes : 0;

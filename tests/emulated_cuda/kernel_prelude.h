@@ -32,10 +32,14 @@
 #define __syncthreads() ::gnmr::cuda::emulated_syncthreads()
 #define __syncwarp(...) ::gnmr::cuda::emulated_syncwarp()
 
-// cuda_runtime.h's C++ overload taking the kernel itself (nvcc only).
+// cuda_runtime.h's C++ overloads taking the kernel itself (nvcc only).
 template <typename T>
 cudaError_t cudaFuncSetAttribute(T* entry, cudaFuncAttribute attr, int value) {
   return ::cudaFuncSetAttribute(reinterpret_cast<const void*>(entry), attr, value);
+}
+template <typename T>
+cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attributes, T* entry) {
+  return ::cudaFuncGetAttributes(attributes, reinterpret_cast<const void*>(entry));
 }
 
 namespace gnmr::cuda {

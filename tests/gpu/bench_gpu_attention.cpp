@@ -4,7 +4,9 @@
 // and backward, causal, hd 128, at T = 1024, 2048 and 4096 with 16384 tokens per call (B = 16384 /
 // T, H = Hkv = 16), then llama2-1b-gpu's heads (hd 64, H = Hkv = 32) at T = 1024, and the memory
 // each keeps (saved for the backward, plus its backward scratch); `--small` runs T = 128 instead
-// (the dry run's). Causal FLOPs are half the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2,
+// (the dry run's). The forward's kernels alone (no bf16 conversion of q, k, v) on the same
+// copies: the 64-row mma.sync kernel and, on sm_90a (H100, H200), the wgmma kernel, each beside
+// the default backward. Causal FLOPs are half the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2,
 // backward 2.5x that (FlashAttention-2, arXiv 2307.08691, section 4: five matmuls against two).
 // Prints one JSON line per (kernel, T). Not a test: scripts/gpu_check.sh's attention-bench stage
 // runs it. Exit 1 without a GPU.
@@ -122,6 +124,7 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
     const std::pair<int64_t, int64_t> tilings[] = {
         {forward_tile, dq_tile},
         {forward_tile == 128 ? 64 : 128, s.head_dim == 64 && dq_tile == 64 ? 128 : 64}};
+    double default_backward_ms = 0;
     for (const std::pair<int64_t, int64_t>& tiling : tilings) {
       const int64_t forward_rows = tiling.first, dq_rows = tiling.second;
       const double forward_ms = time_ms([&] {
@@ -138,6 +141,28 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
           "flash-mma-fwd" + std::to_string(forward_rows) + "-dq" + std::to_string(dq_rows);
       report(name.c_str(), s, forward_ms, backward_ms,
              double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats), device);
+      if (forward_rows == forward_tile) default_backward_ms = backward_ms;
+    }
+    // The forward's kernel alone (no bf16 conversion), mma.sync at 64 rows against the wgmma
+    // kernel (sm_90a only), on the copies the last forward made; the backward is the default's.
+    int device_index = 0;
+    GNMR_CUDA_CHECK(cudaGetDevice(&device_index));
+    const double mma_kernel_ms = time_ms([&] {
+      gnmr::cuda::flash_forward_mma_kernel_only(inputs.data, out.data, lse.data, s.batch, s.seq,
+                                                s.heads, s.kv_heads, s.head_dim, nullptr,
+                                                gnmr::kFlashQTile);
+    });
+    const double kept_bytes =
+        double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats);
+    report("flash-mma-fwd64-kernel-only", s, mma_kernel_ms, default_backward_ms, kept_bytes,
+           device);
+    if (gnmr::cuda::flash_wgmma_forward_runs_on(device_index)) {
+      const double wgmma_kernel_ms = time_ms([&] {
+        gnmr::cuda::flash_forward_wgmma_kernel_only(inputs.data, out.data, lse.data, s.batch, s.seq,
+                                                    s.heads, s.kv_heads, s.head_dim, nullptr);
+      });
+      report("flash-wgmma-fwd64-kernel-only", s, wgmma_kernel_ms, default_backward_ms, kept_bytes,
+             device);
     }
   }
   {
