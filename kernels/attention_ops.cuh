@@ -88,14 +88,30 @@ void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* sc
                             int64_t head_dim, cudaStream_t stream, int64_t query_tile);
 
 // The forward on sm_90a's warpgroup MMA (wgmma; kernels/flash_attention_mma.cu,
-// flash_forward_wgmma_kernel) over the same bf16 copies: out and lse written, within the bf16
-// bound of the reference as the mma.sync kernels. Runs only where flash_wgmma_forward_runs_on:
+// flash_forward_wgmma_kernel) over the same bf16 copies, query tiles of `query_tile` rows (64
+// or 128, as the mma.sync forward's): out and lse written, within the bf16 bound of the
+// reference as the mma.sync kernels. Runs only where flash_wgmma_runs_on:
 // a compute capability 9.0 device (H100, H200) and a build with sm_90a code; elsewhere
 // Error(Runtime) naming what is missing. Not yet run on a GPU, so training does not select it:
 // attention-bench times it beside the mma.sync forward and the GPU tests compare the two.
-bool flash_wgmma_forward_runs_on(int device);
+bool flash_wgmma_runs_on(int device);
 void flash_forward_wgmma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
                                      int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     cudaStream_t stream, int64_t query_tile);
+// The backward's dQ pass on wgmma (flash_backward_query_wgmma_kernel) where the forward's runs,
+// as flash_dq_pass_mma_only (the same tiles: 64, or 128 at head dim 64): dq written again.
+void flash_dq_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
+                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, cudaStream_t stream, int64_t query_tile);
+// The backward's dK/dV pass alone, on the copies, delta and dout copy a
+// flash_attention_backward_mma of this shape made: dk and dv written again; on mma.sync, and on
+// wgmma where the forward's runs. For timing the two (attention-bench) and the tests.
+void flash_key_value_pass_mma_only(const void* inputs, const float* lse, const void* scratch,
+                                   float* dk, float* dv, int64_t batch, int64_t seq, int64_t heads,
+                                   int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
+void flash_key_value_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch,
+                                     float* dk, float* dv, int64_t batch, int64_t seq,
+                                     int64_t heads, int64_t kv_heads, int64_t head_dim,
                                      cudaStream_t stream);
 
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv

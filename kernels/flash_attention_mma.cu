@@ -30,9 +30,10 @@
 // where the tile pair needs it, updates its rows' running max m and partial sums l (each lane
 // holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by butterfly shuffles), then
 // O += P V (4 x HD / 8 mma) with P's accumulators reused as the A fragments. No atomics; every
-// output element is written by one lane. A forward on sm_90a's warpgroup MMA
-// (flash_forward_wgmma_kernel, below the others) runs the 64-row forward's steps with its two
-// products as wgmma; training does not select it yet (its comment says why).
+// output element is written by one lane. A forward and a dQ pass on sm_90a's warpgroup MMA
+// (flash_forward_wgmma_kernel, flash_backward_query_wgmma_kernel, after their mma.sync twins)
+// run the same rows' steps with their products as wgmma; training does not select them yet
+// (the forward's comment says why).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -157,7 +158,7 @@ __device__ inline uint32_t shared_space_address(const void* p) {
 // descriptors: src/backend/wgmma_operand.h): d[j] is the mma.sync C fragment of columns 8 j ..
 // 8 j + 7 of the warp's 16 rows; scale_d 0: D = A B, 1: D = A B + D. Only sm_90a has these
 // instructions; the sm_80 build compiles them to a trap, and the host launches the wgmma kernel
-// only on a compute capability 9.0 device (flash_wgmma_forward_runs_on).
+// only on a compute capability 9.0 device (flash_wgmma_runs_on).
 // - _ss: A and B from shared memory, both K-major (imm-trans-a 0, imm-trans-b 0).
 __device__ inline void wgmma_m64n64k16_ss(float d[][4], uint64_t a_desc, uint64_t b_desc,
                                           int scale_d) {
@@ -280,27 +281,26 @@ __device__ void load_kv_tile_async(uint16_t* dst, int dst_stride, const uint16_t
       int(flash_tile_rows(kj, tiles.kv_tile, s.seq)));
 }
 
-// Issues (cp.async, not committed) the copy of a 64 x HD tile of bf16 codes into shared memory
-// laid out for wgmma (wgmma_tile_element): row r from global src + r * src_stride; rows from
-// `rows` on zero-filled, as load_tile_async. Thread t copies the 16-byte chunk (t / 8) %
-// (HD / 8) of rows t % 8 + 8 (t / HD) + pass 1024 / HD, so the 8 lanes of a quarter warp fill
-// one core matrix, 128 contiguous bytes (no bank conflict), and both addresses step by a fixed
-// stride.
-template <int HD>
+// Issues (cp.async, not committed) the copy of a kRows x HD tile of bf16 codes (kRows 64 or
+// 128) into shared memory laid out for wgmma (wgmma_tile_element): row r from global
+// src + r * src_stride; rows from `rows` on zero-filled, as load_tile_async. Thread t copies the
+// 16-byte chunk (t / 8) % (HD / 8) of rows t % 8 + 8 (t / HD) + pass 1024 / HD, so the 8 lanes of
+// a quarter warp fill one core matrix, 128 contiguous bytes (no bank conflict), and both
+// addresses step by a fixed stride.
+template <int HD, int kRows>
 __device__ void load_wgmma_tile_async(uint16_t* dst, const uint16_t* src, int64_t src_stride,
                                       int rows) {
   constexpr int kRowsPerPass = 8 * kFlashMmaThreads / HD;
-  static_assert(kFlashMmaThreads % HD == 0 && kWgmmaM % kRowsPerPass == 0,
+  static_assert(kFlashMmaThreads % HD == 0 && kRows % kRowsPerPass == 0,
                 "every thread copies the same chunk of the same number of rows");
   const int t = int(threadIdx.x);
   const int row = t % 8 + 8 * (t / HD), col = 8 * ((t / 8) % (HD / 8));
   const uint16_t* from = src + row * src_stride + col;
   uint16_t* to = dst + wgmma_tile_element(row, col, HD);
   const int64_t from_step = kRowsPerPass * src_stride;
-  constexpr int kToStep =
-      kRowsPerPass * HD;  // wgmma_tile_element's row group, kRowsPerPass / 8 of them
+  constexpr int kToStep = kRowsPerPass * HD;  // kRowsPerPass / 8 of wgmma_tile_element's row groups
 #pragma unroll
-  for (int pass = 0; pass < kWgmmaM / kRowsPerPass; ++pass) {
+  for (int pass = 0; pass < kRows / kRowsPerPass; ++pass) {
     const bool real = row + pass * kRowsPerPass < rows;
     cp_async_16(to, real ? from : src, real ? 16 : 0);
     from += from_step;
@@ -313,8 +313,9 @@ template <int HD>
 __device__ void load_wgmma_kv_tile_async(uint16_t* dst, const uint16_t* kv, const FlashDims& s,
                                          const FlashTiling& tiles, int64_t b, int64_t g,
                                          int64_t kj) {
-  load_wgmma_tile_async<HD>(dst, kv + flash_kv_offset(s, b, kj * tiles.kv_tile, g, HD),
-                            s.kv_heads * HD, int(flash_tile_rows(kj, tiles.kv_tile, s.seq)));
+  load_wgmma_tile_async<HD, kWgmmaN>(dst, kv + flash_kv_offset(s, b, kj * tiles.kv_tile, g, HD),
+                                     s.kv_heads * HD,
+                                     int(flash_tile_rows(kj, tiles.kv_tile, s.seq)));
 }
 
 // The A fragment of the 16 x 16 block at `base` of a row-major bf16 tile (row stride `stride`).
@@ -658,39 +659,48 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
   }
 }
 
-// The forward on sm_90a's warpgroup MMA (wgmma): the 64-row forward above, warp for warp, with
+// The forward on sm_90a's warpgroup MMA (wgmma): the mma.sync forward above, row for row, with
 // its two products issued by the whole block (one warpgroup, kFlashMmaThreads threads) as
 // wgmma.m64n64k16 instead of per warp as mma.sync, and its tiles laid out in core matrices for
-// the instruction (src/backend/wgmma_operand.h) instead of padded rows for ldmatrix:
-// - S = Q K^T: HD / 16 wgmma, A = Q's tile and B = K's, both from shared memory (K-major);
+// the instruction (src/backend/wgmma_operand.h) instead of padded rows for ldmatrix. The query
+// tile is kSlabs slabs of 64 rows (64 or 128 rows, as the mma.sync forward's); warp w owns rows
+// 16 w .. 16 w + 15 of each slab (wgmma's accumulator layout). Per key tile and slab:
+// - S = Q K^T: HD / 16 wgmma, A = the slab of Q's tile and B = K's, both from shared memory
+//   (K-major), committed as one group per slab, so that with two slabs at hd 64 slab 0's
+//   softmax runs while slab 1's products are still on the tensor cores (wgmma.wait_group 1;
+//   kOverlapSlabs says why not at hd 128);
 // - O += P V: per 16 keys and 64 output columns one wgmma, A = P from registers (the same
 //   a_fragments_from_c as mma.sync's, since a warp's 16 rows of wgmma's accumulators and
 //   register A are mma.sync's C and A fragments), B = V's tile MN-major.
-// No ldmatrix, and one instruction where a warp issued 32 (S at hd 128: 8 wgmma for 128 mma and
-// 64 ldmatrix a warp). The copies, the pipeline (V(j) lands during S and the softmax, K(j + 1)
-// during O += P V), the mask, the online softmax and the output are the 64-row mma kernel's.
-// Every warp takes part in every wgmma (the instruction is the warpgroup's), so a tile's warps
-// past a partial tile's last row compute scores of zero-filled queries (finite: key 0 is
-// visible to every query row) and store nothing. The emulated wgmma and mma.sync sum the same
-// products in the same order, so on the emulation this kernel gives the mma kernel's bits
-// (tests/backend/test_flash_attention_emulated.cpp); on a GPU the hardware's summation may
-// differ, and the GPU test holds it to the same bound of the reference. Run by
+// No ldmatrix, and one instruction where a warp issued 32 (S at hd 128: 8 wgmma a slab for 128
+// mma and 64 ldmatrix a warp). The copies' pipeline (V(j) lands during S and the softmax,
+// K(j + 1) during O += P V), the mask, the online softmax and the output are the mma kernel's.
+// Every warp takes part in every wgmma (the instruction is the warpgroup's), and every slab in
+// every key tile: a wgmma behind a branch on the slab made ptxas serialize all of them (its
+// C7514 warning). So the 128-row tile's first slab computes its last key tile, where all its
+// scores are masked (weights 0: O, m and l keep their bits, as where the mma kernel skips it),
+// and a slab's rows past a partial tile's end compute scores of zero-filled queries (finite:
+// key 0 is visible to every query row) and store nothing. The emulated wgmma and mma.sync sum the
+// same products in the same order, so on the emulation this kernel gives the mma kernels' bits
+// (tests/backend/test_flash_attention_emulated.cpp); on a GPU the hardware's summation may differ,
+// and the GPU test holds it to the same bound of the reference. Run by
 // flash_forward_wgmma_kernel_only (attention-bench, the tests); training does not select it yet.
-// Registers: capped at 168, three blocks a multiprocessor, as the 64-row mma forward.
-template <int HD>
-__global__ void __launch_bounds__(kFlashMmaThreads, 3)
+// Registers: one slab capped at 168 (three blocks a multiprocessor), two at 255 (two), as the mma
+// forward's 64- and 128-row tiles.
+template <int HD, int kSlabs>
+__global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs>)
     flash_forward_wgmma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v, float* out,
                                float* lse, FlashDims s, FlashTiling tiles, float scale) {
-  static_assert(kFlashMmaThreads == 128 && kFlashQTile == kWgmmaM && kFlashKvTile == kWgmmaN,
-                "one warpgroup; a tile is one wgmma's M and N");
-  constexpr int kQueryTile = int(kFlashQTile);
+  static_assert(kFlashMmaThreads == 128 && kFlashKvTile == kWgmmaN,
+                "one warpgroup; a key tile is one wgmma's N");
+  constexpr int kQueryTile = kSlabs * kWgmmaM;   // tiles.q_tile
   extern __shared__ __align__(16) float smem[];  // cp.async, descriptors: 16-byte aligned
-  const FlashWgmmaSharedLayout lay = flash_wgmma_shared_layout(HD);
+  const FlashWgmmaSharedLayout lay = flash_wgmma_shared_layout(HD, kQueryTile);
   unsigned char* shared_bytes = reinterpret_cast<unsigned char*>(smem);
   uint16_t* qs = reinterpret_cast<uint16_t*>(shared_bytes + lay.q);
   uint16_t* ks = reinterpret_cast<uint16_t*>(shared_bytes + lay.k);
   uint16_t* vs = reinterpret_cast<uint16_t*>(shared_bytes + lay.v);
-  // The operands' descriptors, built once; each k-step's is a constant add.
+  // The operands' descriptors, built once; each slab's and k-step's is a constant add.
   const uint64_t q_operand = wgmma_scores_operand(shared_space_address(qs), HD);
   const uint64_t k_operand = wgmma_scores_operand(shared_space_address(ks), HD);
   const uint64_t v_operand = wgmma_values_operand(shared_space_address(vs), HD);
@@ -699,16 +709,26 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
   const int64_t r0 = qi * kQueryTile;
   const int rows = int(flash_tile_rows(qi, kQueryTile, s.seq));
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
-  const int w0 = warp * kMmaM;  // the warp's 16 rows of the 64
+  const int w0 = warp * kMmaM;  // the warp's 16 rows of each slab
   const float scale_log2 = scale * kLog2e;
+  // Two slabs' scores in flight together, slab 0's softmax running while slab 1's products
+  // do, fit the registers at hd 64 only; at hd 128 each slab's S is issued after the last's
+  // softmax (209 and 255 registers, no spills; overlapped at hd 128, ptxas spills).
+  constexpr bool kOverlapSlabs = kSlabs == 2 && HD == 64;
 
   const int64_t last_kj = flash_last_kv_tile(tiles, qi);
-  load_wgmma_tile_async<HD>(qs, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+  load_wgmma_tile_async<HD, kQueryTile>(qs, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
+                                        rows);
   load_wgmma_kv_tile_async<HD>(ks, k, s, tiles, b, g, 0);
   cp_async_commit_group();
-  float o[HD / kMmaN][kMmaCElements];
-  zero_rows<HD>(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  float o[kSlabs][HD / kMmaN][kMmaCElements];
+  float m[kSlabs][2], l[kSlabs][2];
+#pragma unroll
+  for (int r = 0; r < kSlabs; ++r) {
+    zero_rows<HD>(o[r]);
+    m[r][0] = m[r][1] = -INFINITY;
+    l[r][0] = l[r][1] = 0.0f;
+  }
 
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
     const int64_t c0 = kj * tiles.kv_tile;
@@ -718,21 +738,40 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     load_wgmma_kv_tile_async<HD>(vs, v, s, tiles, b, g, kj);
     cp_async_commit_group();
 
-    float sc[kFlashKeyBlocks][kMmaCElements];
-    wgmma_fence();
+    float sc[kSlabs][kFlashKeyBlocks][kMmaCElements];
+    // S for slab r: its HD / 16 products, one group.
+    const auto issue_scores = [&](int r) {
+      const uint64_t slab = wgmma_descriptor_advanced(q_operand, r * wgmma_tile_bytes(kWgmmaM, HD));
 #pragma unroll
-    for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
-      wgmma_m64n64k16_ss(sc, wgmma_scores_step(q_operand, kk), wgmma_scores_step(k_operand, kk),
-                         kk > 0 ? 1 : 0);
+      for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
+        wgmma_m64n64k16_ss(sc[r], wgmma_scores_step(slab, kk), wgmma_scores_step(k_operand, kk),
+                           kk > 0 ? 1 : 0);
+      }
+      wgmma_commit_group();
+    };
+    if (kOverlapSlabs) {
+      wgmma_fence();
+      issue_scores(0);
+      issue_scores(1);
     }
-    wgmma_commit_group();
-    wgmma_wait_group<0>();
-    if (flash_tile_needs_mask(tiles, qi, kj)) {
-      mask_scores<kFlashKeyBlocks, false, false>(sc, int(r0) + w0, int(c0), int(s.seq), -INFINITY,
-                                                 lane);
+    uint32_t pa[kSlabs][kFlashKeyBlocks / 2][4];
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+      if (!kOverlapSlabs) {
+        wgmma_fence();
+        issue_scores(r);
+        wgmma_wait_group<0>();
+      } else if (r == 0) {
+        wgmma_wait_group<1>();  // slab 0's scores, slab 1's products still running
+      } else {
+        wgmma_wait_group<0>();
+      }
+      if (flash_tile_needs_mask(tiles, qi, kj)) {
+        mask_scores<kFlashKeyBlocks, false, false>(sc[r], int(r0) + r * kWgmmaM + w0, int(c0),
+                                                   int(s.seq), -INFINITY, lane);
+      }
+      online_softmax_step<HD>(sc[r], m[r], l[r], o[r], pa[r], scale_log2);
     }
-    uint32_t pa[kFlashKeyBlocks / 2][4];
-    online_softmax_step<HD>(sc, m, l, o, pa, scale_log2);
 
     cp_async_wait_group<0>();
     fence_proxy_async_shared();
@@ -743,17 +782,24 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 3)
     }
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+    for (int r = 0; r < kSlabs; ++r) {
 #pragma unroll
-      for (int half = 0; half < HD / kWgmmaN; ++half) {
-        wgmma_m64n64k16_rs_trans_b(o + half * (kWgmmaN / kMmaN), pa[kk],
-                                   wgmma_values_step(v_operand, kk, half, HD), 1);
+      for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+#pragma unroll
+        for (int half = 0; half < HD / kWgmmaN; ++half) {
+          wgmma_m64n64k16_rs_trans_b(o[r] + half * (kWgmmaN / kMmaN), pa[r][kk],
+                                     wgmma_values_step(v_operand, kk, half, HD), 1);
+        }
       }
     }
     wgmma_commit_group();
     wgmma_wait_group<0>();
   }
-  store_output_rows<HD>(out, lse, s, b, h, r0, w0, rows, o, m, l, scale, lane);
+#pragma unroll
+  for (int r = 0; r < kSlabs; ++r) {
+    store_output_rows<HD>(out, lse, s, b, h, r0, r * kWgmmaM + w0, rows, o[r], m[r], l[r], scale,
+                          lane);
+  }
 }
 
 // The dQ pass: one block per (batch, head, query tile), kFlashMmaWarps warps of kRowBlocks
@@ -897,6 +943,162 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
   }
 }
 
+// The dQ pass on sm_90a's warpgroup MMA: the mma.sync dQ pass above, row for row, with its three
+// products issued by the block's warpgroup as wgmma.m64n64k16 (as the wgmma forward's; one or
+// two 64-row slabs of query rows, warp w owning rows 16 w .. 16 w + 15 of each):
+// - S = Q K^T and dP = dO V^T: HD / 16 wgmma a slab each, both operands from shared memory
+//   K-major (V's rows are keys, so V^T is the same operand as K^T);
+// - dQ += dS K: per 16 keys and 64 columns one wgmma, A = dS from registers (a_fragments_from_c),
+//   B = K's tile MN-major (K's rows are the product's K dimension, as V's in the forward).
+// The buffers' alternating roles, the masks and dS are the mma kernel's; every slab computes
+// every key tile (the wgmma forward says why), its masked pairs' P exactly 0, so dQ gains
+// exact zeros there. On the emulation the mma kernel's bits; not yet run on a GPU, so the
+// backend does not select it (flash_dq_pass_wgmma_only: attention-bench, the tests).
+template <int HD, int kSlabs>
+__global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs>)
+    flash_backward_query_wgmma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                      const float* lse, const float* delta, const uint16_t* dout,
+                                      float* dq, FlashDims s, FlashTiling tiles, float scale) {
+  static_assert(kFlashMmaThreads == 128 && kFlashKvTile == kWgmmaN,
+                "one warpgroup; a key tile is one wgmma's N");
+  constexpr int kQueryTile = kSlabs * kWgmmaM;   // tiles.q_tile
+  extern __shared__ __align__(16) float smem[];  // cp.async, descriptors: 16-byte aligned
+  const FlashWgmmaSharedLayout lay = flash_wgmma_shared_layout(HD, kQueryTile, true);
+  unsigned char* shared_bytes = reinterpret_cast<unsigned char*>(smem);
+  uint16_t* qs = reinterpret_cast<uint16_t*>(shared_bytes + lay.q);
+  uint16_t* dos = reinterpret_cast<uint16_t*>(shared_bytes + lay.dout);
+  // K(j) in buffer j % 2, V(j) in the other, as the mma kernel's.
+  uint16_t* const buffer0 = reinterpret_cast<uint16_t*>(shared_bytes + lay.k);
+  uint16_t* const buffer1 = reinterpret_cast<uint16_t*>(shared_bytes + lay.v);
+  const uint64_t q_operand = wgmma_scores_operand(shared_space_address(qs), HD);
+  const uint64_t do_operand = wgmma_scores_operand(shared_space_address(dos), HD);
+  const uint64_t scores0 = wgmma_scores_operand(shared_space_address(buffer0), HD),
+                 scores1 = wgmma_scores_operand(shared_space_address(buffer1), HD);
+  const uint64_t values0 = wgmma_values_operand(shared_space_address(buffer0), HD),
+                 values1 = wgmma_values_operand(shared_space_address(buffer1), HD);
+  const FlashBlockTask task = flash_block_task(FlashKernel::BackwardQuery, blockIdx.x, s, tiles);
+  const int64_t qi = task.tile, b = task.batch, h = task.head, g = task.kv_head;
+  const int64_t r0 = qi * kQueryTile;
+  const int rows = int(flash_tile_rows(qi, kQueryTile, s.seq));
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int w0 = warp * kMmaM;  // the warp's 16 rows of each slab
+  const int64_t last_kj = flash_last_kv_tile(tiles, qi);
+  load_wgmma_tile_async<HD, kQueryTile>(qs, q + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
+                                        rows);
+  load_wgmma_tile_async<HD, kQueryTile>(dos, dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD,
+                                        rows);
+  load_wgmma_kv_tile_async<HD>(buffer0, k, s, tiles, b, g, 0);
+  cp_async_commit_group();
+  const float scale_log2 = scale * kLog2e;
+  // This lane's two rows of each slab (group and group + 8 of its warp's 16): lse in log2
+  // units, delta; rows past the end are masked.
+  float row_lse_log2[kSlabs][2], row_delta[kSlabs][2];
+#pragma unroll
+  for (int r = 0; r < kSlabs; ++r) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = r * kWgmmaM + w0 + mma_group(lane) + 8 * half;
+      const bool real = row < rows;
+      row_lse_log2[r][half] = real ? lse[flash_stat_offset(s, b, h, r0 + row)] * kLog2e : 0.0f;
+      row_delta[r][half] = real ? delta[flash_stat_offset(s, b, h, r0 + row)] : 0.0f;
+    }
+  }
+  float dq_acc[kSlabs][HD / kMmaN][kMmaCElements];
+#pragma unroll
+  for (int r = 0; r < kSlabs; ++r) zero_rows<HD>(dq_acc[r]);
+
+  // C = A B^T for every slab, A the slab's rows of a query-row tile (Q or dO), B^T a key tile
+  // (K or V), both K-major: HD / 16 wgmma a slab, one group each, all waited for.
+  const auto multiply_slabs = [&](float c[kSlabs][kFlashKeyBlocks][kMmaCElements],
+                                  uint64_t rows_operand, uint64_t keys_operand) {
+    wgmma_fence();
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+      const uint64_t slab =
+          wgmma_descriptor_advanced(rows_operand, r * wgmma_tile_bytes(kWgmmaM, HD));
+#pragma unroll
+      for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
+        wgmma_m64n64k16_ss(c[r], wgmma_scores_step(slab, kk), wgmma_scores_step(keys_operand, kk),
+                           kk > 0 ? 1 : 0);
+      }
+      wgmma_commit_group();
+    }
+    wgmma_wait_group<0>();
+  };
+
+  for (int64_t kj = 0; kj <= last_kj; ++kj) {
+    const int64_t c0 = kj * tiles.kv_tile;
+    const bool odd = (kj & 1) != 0;
+    uint16_t* vs = odd ? buffer0 : buffer1;  // V(kj)'s buffer, then K(kj + 1)'s
+    cp_async_wait_group<0>();
+    fence_proxy_async_shared();
+    __syncthreads();  // q, dout and K(kj) are in shared memory; every warp is done with K(kj - 1)
+    load_wgmma_kv_tile_async<HD>(vs, v, s, tiles, b, g, kj);
+    cp_async_commit_group();
+
+    float sc[kSlabs][kFlashKeyBlocks][kMmaCElements];
+    multiply_slabs(sc, q_operand, odd ? scores1 : scores0);  // S = Q K^T
+    // P = exp(scale S - lse) = exp2(scale_log2 S - lse log2 e) into sc.
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+#pragma unroll
+      for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
+#pragma unroll
+        for (int i = 0; i < kMmaCElements; ++i) {
+          sc[r][nb][i] = exp2_approx_ftz(fmaf(sc[r][nb][i], scale_log2, -row_lse_log2[r][i >> 1]));
+        }
+      }
+    }
+    if (flash_tile_needs_mask(tiles, qi, kj)) {  // masked pairs exactly 0
+#pragma unroll
+      for (int r = 0; r < kSlabs; ++r) {
+        mask_scores<kFlashKeyBlocks, false, true>(sc[r], int(r0) + r * kWgmmaM + w0, int(c0),
+                                                  int(s.seq), 0.0f, lane);
+      }
+    }
+    cp_async_wait_group<0>();
+    fence_proxy_async_shared();
+    __syncthreads();  // V(kj) is in shared memory
+    float dp[kSlabs][kFlashKeyBlocks][kMmaCElements];
+    multiply_slabs(dp, do_operand, odd ? scores0 : scores1);  // dP = dO V^T
+    // dS = P (dP - delta), as the A fragments of dQ += dS K.
+    uint32_t dsa[kSlabs][kFlashKeyBlocks / 2][4];
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+#pragma unroll
+      for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
+#pragma unroll
+        for (int i = 0; i < kMmaCElements; ++i) sc[r][nb][i] *= dp[r][nb][i] - row_delta[r][i >> 1];
+      }
+      a_fragments_from_c<kFlashKeyBlocks>(dsa[r], sc[r]);
+    }
+    __syncthreads();  // every warp is done with V(kj), whose buffer K(kj + 1) takes
+    if (kj < last_kj) {
+      load_wgmma_kv_tile_async<HD>(vs, k, s, tiles, b, g, kj + 1);
+      cp_async_commit_group();
+    }
+    wgmma_fence();
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+#pragma unroll
+      for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+#pragma unroll
+        for (int half = 0; half < HD / kWgmmaN; ++half) {
+          wgmma_m64n64k16_rs_trans_b(dq_acc[r] + half * (kWgmmaN / kMmaN), dsa[r][kk],
+                                     wgmma_values_step(odd ? values1 : values0, kk, half, HD), 1);
+        }
+      }
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();  // dQ += dS K(kj)
+  }
+#pragma unroll
+  for (int r = 0; r < kSlabs; ++r) {
+    store_rows<HD>(dq + flash_q_offset(s, b, r0, h, HD), s.heads * HD, r * kWgmmaM + w0, rows,
+                   dq_acc[r], scale, lane);
+  }
+}
+
 // The dK/dV pass: one block per (batch, kv head, key tile), kFlashMmaWarps warps of 16 key rows,
 // over the GQA group's heads and, for each, the query tiles that see the key tile. Per query
 // tile, transposed: S^T = K Q^T, P^T = exp(scale S^T - lse) (as exp2, masked only where
@@ -1020,6 +1222,172 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
   store_rows<HD>(dv + at, s.kv_heads * HD, w0, cols, dv_acc, 1.0f, lane);
 }
 
+// The dK/dV pass on sm_90a's warpgroup MMA: the mma.sync dK/dV pass above, row for row, with its
+// four products issued by the block's warpgroup as wgmma.m64n64k16 (the key tile is one 64-row
+// slab, warp w owning key rows 16 w .. 16 w + 15, as there):
+// - S^T = K Q^T and dP^T = V dO^T: HD / 16 wgmma each, K's (V's) tile as A and the task's q
+//   (dout) tile as B^T, all from shared memory K-major;
+// - dV += P^T dO and dK += dS^T Q: per 16 query rows and 64 columns one wgmma, A = P^T (dS^T)
+//   from registers, B = the dout (q) tile MN-major. dV's products run while dP^T's are issued.
+// The tasks, their two stages of copies, lse and delta, the mask and dS^T are the mma kernel's.
+// On the emulation the mma kernel's bits; not yet run on a GPU, so the backend does not select
+// it (flash_key_value_pass_wgmma_only: attention-bench, the tests).
+template <int HD>
+__global__ void __launch_bounds__(kFlashMmaThreads, 2)
+    flash_backward_key_value_wgmma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
+                                          const float* lse, const float* delta,
+                                          const uint16_t* dout, float* dk, float* dv, FlashDims s,
+                                          FlashTiling tiles, float scale) {
+  static_assert(kFlashMmaThreads == 128 && kFlashKvTile == kWgmmaM && kFlashQTile == kWgmmaN,
+                "one warpgroup; the key tile is one wgmma's M, a query tile its N");
+  extern __shared__ __align__(16) float smem[];  // cp.async, descriptors: 16-byte aligned
+  const FlashWgmmaKeyValueLayout lay = flash_wgmma_key_value_layout(HD);
+  unsigned char* shared_bytes = reinterpret_cast<unsigned char*>(smem);
+  uint16_t* ks = reinterpret_cast<uint16_t*>(shared_bytes + lay.k);
+  uint16_t* vs = reinterpret_cast<uint16_t*>(shared_bytes + lay.v);
+  const uint64_t k_operand = wgmma_scores_operand(shared_space_address(ks), HD);
+  const uint64_t v_operand = wgmma_scores_operand(shared_space_address(vs), HD);
+  // Stage 0's q and dout tiles as B^T (K-major) and as B (MN-major); stage 1's lie
+  // lay.stage_bytes after.
+  const uint32_t q0 = shared_space_address(shared_bytes + lay.q),
+                 dout0 = shared_space_address(shared_bytes + lay.dout);
+  const uint64_t q_scores0 = wgmma_scores_operand(q0, HD), q_values0 = wgmma_values_operand(q0, HD);
+  const uint64_t dout_scores0 = wgmma_scores_operand(dout0, HD),
+                 dout_values0 = wgmma_values_operand(dout0, HD);
+  const FlashBlockTask task = flash_block_task(FlashKernel::BackwardKeyValue, blockIdx.x, s, tiles);
+  const int64_t kj = task.tile, b = task.batch, g = task.kv_head;
+  const uint32_t group = uint32_t(s.heads) / uint32_t(s.kv_heads);
+  const int64_t c0 = kj * tiles.kv_tile;
+  const int cols = int(flash_tile_rows(kj, tiles.kv_tile, s.seq));
+  const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
+  const int w0 = warp * kMmaM;  // the warp's first key row in the key tile
+  const float scale_log2 = scale * kLog2e;
+  const int64_t first_qi = flash_first_q_tile(tiles, kj);
+  const uint32_t per_head = uint32_t(flash_q_tiles(tiles) - first_qi);
+  const int64_t tasks = int64_t(group) * per_head;
+  // Task n's data sits in stage n % 2: the copies for task n + 1 land while task n's math runs.
+  const auto stage = [&](int64_t n, int offset) {
+    return shared_bytes + offset + (n & 1) * lay.stage_bytes;
+  };
+  const auto stage_lse = [&](int64_t n) { return reinterpret_cast<float*>(stage(n, lay.lse)); };
+  const auto stage_delta = [&](int64_t n) { return reinterpret_cast<float*>(stage(n, lay.delta)); };
+  static_assert(kFlashQTile <= kFlashMmaThreads, "a thread per query row of the tile");
+  const auto load_task = [&](int64_t n) {
+    const int64_t h = g * group + uint32_t(n) / per_head, qi = first_qi + uint32_t(n) % per_head;
+    const int64_t r0 = qi * tiles.q_tile;
+    const int rows = int(flash_tile_rows(qi, tiles.q_tile, s.seq));
+    load_wgmma_tile_async<HD, kWgmmaN>(reinterpret_cast<uint16_t*>(stage(n, lay.q)),
+                                       q + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+    load_wgmma_tile_async<HD, kWgmmaN>(reinterpret_cast<uint16_t*>(stage(n, lay.dout)),
+                                       dout + flash_q_offset(s, b, r0, h, HD), s.heads * HD, rows);
+    const int64_t i = threadIdx.x;
+    if (i < tiles.q_tile) {
+      const int64_t at = flash_stat_offset(s, b, h, i < rows ? r0 + i : r0);
+      cp_async_4(stage_lse(n) + i, lse + at, i < rows ? 4 : 0);
+      cp_async_4(stage_delta(n) + i, delta + at, i < rows ? 4 : 0);
+    }
+  };
+
+  load_wgmma_kv_tile_async<HD>(ks, k, s, tiles, b, g, kj);
+  load_wgmma_kv_tile_async<HD>(vs, v, s, tiles, b, g, kj);
+  load_task(0);
+  cp_async_commit_group();
+  float dk_acc[HD / kMmaN][kMmaCElements], dv_acc[HD / kMmaN][kMmaCElements];
+  zero_rows<HD>(dk_acc);
+  zero_rows<HD>(dv_acc);
+
+  for (int64_t n = 0; n < tasks; ++n) {
+    const int64_t qi = first_qi + uint32_t(n) % per_head, r0 = qi * tiles.q_tile;
+    const float *lse_rows = stage_lse(n), *delta_rows = stage_delta(n);
+    const uint32_t stage_offset = uint32_t(n & 1) * uint32_t(lay.stage_bytes);
+    const uint64_t q_scores = wgmma_descriptor_advanced(q_scores0, stage_offset),
+                   q_values = wgmma_descriptor_advanced(q_values0, stage_offset),
+                   dout_scores = wgmma_descriptor_advanced(dout_scores0, stage_offset),
+                   dout_values = wgmma_descriptor_advanced(dout_values0, stage_offset);
+    if (n + 1 < tasks) {
+      load_task(n + 1);
+      cp_async_commit_group();
+      cp_async_wait_group<1>();  // task n's group (and k, v with task 0's) landed
+    } else {
+      cp_async_wait_group<0>();
+    }
+    if (int64_t(threadIdx.x) < tiles.q_tile) stage_lse(n)[threadIdx.x] *= kLog2e;
+    fence_proxy_async_shared();
+    __syncthreads();  // task n's tiles and rows are in shared memory
+
+    // S^T = K Q^T, then P^T = exp2(scale_log2 S^T - lse log2 e) in place.
+    float pt[kFlashKeyBlocks][kMmaCElements];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
+      wgmma_m64n64k16_ss(pt, wgmma_scores_step(k_operand, kk), wgmma_scores_step(q_scores, kk),
+                         kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+#pragma unroll
+    for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
+      float lse_log2[2];
+      load_float2(lse_rows + nb * kMmaN + mma_c_col(lane, 0), lse_log2);
+#pragma unroll
+      for (int i = 0; i < kMmaCElements; ++i) {
+        pt[nb][i] = exp2_approx_ftz(fmaf(pt[nb][i], scale_log2, -lse_log2[i & 1]));
+      }
+    }
+    if (flash_tile_needs_mask(tiles, qi, kj)) {
+      mask_scores<kFlashKeyBlocks, true, true>(pt, int(c0) + w0, int(r0), int(s.seq), 0.0f, lane);
+    }
+    // dV += P^T dO, in flight while dP^T = V dO^T is issued.
+    uint32_t pa[kFlashKeyBlocks / 2][4];
+    a_fragments_from_c<kFlashKeyBlocks>(pa, pt);
+    float dst[kFlashKeyBlocks][kMmaCElements];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+#pragma unroll
+      for (int half = 0; half < HD / kWgmmaN; ++half) {
+        wgmma_m64n64k16_rs_trans_b(dv_acc + half * (kWgmmaN / kMmaN), pa[kk],
+                                   wgmma_values_step(dout_values, kk, half, HD), 1);
+      }
+    }
+    wgmma_commit_group();
+#pragma unroll
+    for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
+      wgmma_m64n64k16_ss(dst, wgmma_scores_step(v_operand, kk), wgmma_scores_step(dout_scores, kk),
+                         kk > 0 ? 1 : 0);
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    // dS^T = P^T (dP^T - delta), then dK += dS^T Q.
+#pragma unroll
+    for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
+      float row_delta[2];
+      load_float2(delta_rows + nb * kMmaN + mma_c_col(lane, 0), row_delta);
+#pragma unroll
+      for (int i = 0; i < kMmaCElements; ++i) {
+        dst[nb][i] = pt[nb][i] * (dst[nb][i] - row_delta[i & 1]);
+      }
+    }
+    uint32_t dsa[kFlashKeyBlocks / 2][4];
+    a_fragments_from_c<kFlashKeyBlocks>(dsa, dst);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+#pragma unroll
+      for (int half = 0; half < HD / kWgmmaN; ++half) {
+        wgmma_m64n64k16_rs_trans_b(dk_acc + half * (kWgmmaN / kMmaN), dsa[kk],
+                                   wgmma_values_step(q_values, kk, half, HD), 1);
+      }
+    }
+    wgmma_commit_group();
+    wgmma_wait_group<0>();
+    __syncthreads();  // every warp is done with stage n % 2, where task n + 2's copies go
+  }
+  const int64_t at = flash_kv_offset(s, b, c0, g, HD);
+  store_rows<HD>(dk + at, s.kv_heads * HD, w0, cols, dk_acc, scale, lane);
+  store_rows<HD>(dv + at, s.kv_heads * HD, w0, cols, dv_acc, 1.0f, lane);
+}
+
 // The backward's first pass: for each query row (b, t, h), delta = dout . out in fp32, which
 // both passes read, and dout's bf16 copy, whose tiles they read, from one read of dout (the
 // SIMT delta kernel and a conversion read it twice, and that delta kernel gives each thread a
@@ -1129,20 +1497,12 @@ void dq_pass_mma_for(const Bf16Copies& c, const float* lse, float* dq, const Fla
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HD, int kQueryRowBlocks>
-void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, const float* lse,
-                      float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
+// The dK/dV pass (after the delta kernel, which made c.delta and c.dout).
+template <int HD>
+void key_value_pass_mma_for(const Bf16Copies& c, const float* lse, float* dk, float* dv,
+                            const FlashDims& s, cudaStream_t stream) {
   const FlashTiling tiles = flash_gpu_tiling(s.seq);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  const int64_t rows = s.batch * s.seq * s.heads;
-  constexpr int64_t kRowsPerBlock = kFlashMmaWarps * (kWarpSize / kFlashDeltaLanes);
-  const unsigned delta_blocks =
-      launch_blocks(flash_delta_and_dout_bf16_kernel<HD>,
-                    (rows + kRowsPerBlock - 1) / kRowsPerBlock, 0, s, HD, "backward delta");
-  flash_delta_and_dout_bf16_kernel<HD>
-      <<<delta_blocks, kFlashMmaThreads, 0, stream>>>(out, dout, c.delta, c.dout, s);
-  GNMR_CUDA_CHECK(cudaGetLastError());
-
   const int64_t kv_bytes = flash_mma_shared_bytes(FlashKernel::BackwardKeyValue, HD, tiles);
   const unsigned kv_blocks = launch_blocks(
       flash_backward_key_value_mma_kernel<HD>,
@@ -1152,6 +1512,21 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
       <<<kv_blocks, kFlashMmaThreads, size_t(kv_bytes), stream>>>(c.q, c.k, c.v, lse, c.delta,
                                                                   c.dout, dk, dv, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD, int kQueryRowBlocks>
+void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, const float* lse,
+                      float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
+  const int64_t rows = s.batch * s.seq * s.heads;
+  constexpr int64_t kRowsPerBlock = kFlashMmaWarps * (kWarpSize / kFlashDeltaLanes);
+  const unsigned delta_blocks =
+      launch_blocks(flash_delta_and_dout_bf16_kernel<HD>,
+                    (rows + kRowsPerBlock - 1) / kRowsPerBlock, 0, s, HD, "backward delta");
+  flash_delta_and_dout_bf16_kernel<HD>
+      <<<delta_blocks, kFlashMmaThreads, 0, stream>>>(out, dout, c.delta, c.dout, s);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+
+  key_value_pass_mma_for<HD>(c, lse, dk, dv, s, stream);
   dq_pass_mma_for<HD, kQueryRowBlocks>(c, lse, dq, s, stream);
 }
 
@@ -1245,23 +1620,54 @@ void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, i
 
 namespace {
 
-template <int HD>
+template <int HD, int kSlabs>
 void forward_wgmma_for(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
                        cudaStream_t stream) {
-  const FlashTiling tiles = flash_mma_query_tiling(s.seq, kFlashQTile);
-  const int64_t bytes = flash_wgmma_shared_layout(HD).total_bytes;
+  const FlashTiling tiles = flash_mma_query_tiling(s.seq, kSlabs * kWgmmaM);
+  const int64_t bytes = flash_wgmma_shared_layout(HD, kSlabs * kWgmmaM).total_bytes;
   const unsigned blocks =
-      launch_blocks(flash_forward_wgmma_kernel<HD>,
+      launch_blocks(flash_forward_wgmma_kernel<HD, kSlabs>,
                     flash_grid_blocks(FlashKernel::Forward, s.batch, s.heads, s.kv_heads, tiles),
                     bytes, s, HD, "forward (wgmma)");
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  flash_forward_wgmma_kernel<HD><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
+  flash_forward_wgmma_kernel<HD, kSlabs><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
       c.q, c.k, c.v, out, lse, s, tiles, scale);
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
-// What keeps the wgmma forward off `device`, or "" where it runs.
-std::string wgmma_forward_missing(int device) {
+template <int HD, int kSlabs>
+void dq_pass_wgmma_for(const Bf16Copies& c, const float* lse, float* dq, const FlashDims& s,
+                       cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const FlashTiling tiles = flash_mma_query_tiling(s.seq, kSlabs * kWgmmaM);
+  const int64_t bytes = flash_wgmma_shared_layout(HD, kSlabs * kWgmmaM, true).total_bytes;
+  const unsigned blocks = launch_blocks(
+      flash_backward_query_wgmma_kernel<HD, kSlabs>,
+      flash_grid_blocks(FlashKernel::BackwardQuery, s.batch, s.heads, s.kv_heads, tiles), bytes, s,
+      HD, "backward dq (wgmma)");
+  flash_backward_query_wgmma_kernel<HD, kSlabs>
+      <<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(c.q, c.k, c.v, lse, c.delta, c.dout, dq,
+                                                            s, tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int HD>
+void key_value_pass_wgmma_for(const Bf16Copies& c, const float* lse, float* dk, float* dv,
+                              const FlashDims& s, cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
+  const FlashTiling tiles = flash_gpu_tiling(s.seq);
+  const int64_t bytes = flash_wgmma_key_value_layout(HD).total_bytes;
+  const unsigned blocks = launch_blocks(
+      flash_backward_key_value_wgmma_kernel<HD>,
+      flash_grid_blocks(FlashKernel::BackwardKeyValue, s.batch, s.heads, s.kv_heads, tiles), bytes,
+      s, HD, "backward dk/dv (wgmma)");
+  flash_backward_key_value_wgmma_kernel<HD><<<blocks, kFlashMmaThreads, size_t(bytes), stream>>>(
+      c.q, c.k, c.v, lse, c.delta, c.dout, dk, dv, s, tiles, scale);
+  GNMR_CUDA_CHECK(cudaGetLastError());
+}
+
+// What keeps the wgmma kernels off `device`, or "" where they run.
+std::string wgmma_missing(int device) {
   int major = 0, minor = 0;
   GNMR_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
   GNMR_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
@@ -1272,35 +1678,46 @@ std::string wgmma_forward_missing(int device) {
   // Code compiled for sm_90a has PTX version 90; without it the driver would compile the
   // sm_80 PTX, in which the wgmma wrappers trap.
   cudaFuncAttributes attributes{};
-  GNMR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, flash_forward_wgmma_kernel<64>));
+  GNMR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, flash_forward_wgmma_kernel<64, 1>));
   if (attributes.ptxVersion < 90) {
     return "a build without sm_90a code (GNMR_CUDA_ARCHITECTURES has no 90a)";
   }
   return "";
 }
 
+// Error(Runtime) naming what keeps the wgmma kernels off the current device, if anything.
+void check_wgmma_runs_here(const FlashDims& s, int64_t head_dim, const char* pass) {
+  int device = 0;
+  GNMR_CUDA_CHECK(cudaGetDevice(&device));
+  const std::string missing = wgmma_missing(device);
+  if (!missing.empty()) {
+    throw Error(ErrorKind::Runtime, std::string("flash attention's ") + pass + " (wgmma) for " +
+                                        flash_launch::shape_text(s, head_dim) +
+                                        " does not run here: " + missing);
+  }
+}
+
 }  // namespace
 
-bool flash_wgmma_forward_runs_on(int device) {
-  return wgmma_forward_missing(device).empty();
+bool flash_wgmma_runs_on(int device) {
+  return wgmma_missing(device).empty();
 }
 
 void flash_forward_wgmma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
                                      int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                     cudaStream_t stream) {
+                                     cudaStream_t stream, int64_t query_tile) {
   const FlashDims s{batch, seq, heads, kv_heads};
   Bf16Copies c{};
-  if (!checked_forward_regions(inputs, s, head_dim, kFlashQTile, c)) return;
-  int device = 0;
-  GNMR_CUDA_CHECK(cudaGetDevice(&device));
-  const std::string missing = wgmma_forward_missing(device);
-  if (!missing.empty()) {
-    throw Error(ErrorKind::Runtime, "flash attention (wgmma) for " +
-                                        flash_launch::shape_text(s, head_dim) +
-                                        " does not run here: " + missing);
+  if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
+  check_wgmma_runs_here(s, head_dim, "forward");
+  const bool two_slabs = query_tile == 2 * kWgmmaM;
+  if (head_dim == 64) {
+    two_slabs ? forward_wgmma_for<64, 2>(c, out, lse, s, stream)
+              : forward_wgmma_for<64, 1>(c, out, lse, s, stream);
+  } else {
+    two_slabs ? forward_wgmma_for<128, 2>(c, out, lse, s, stream)
+              : forward_wgmma_for<128, 1>(c, out, lse, s, stream);
   }
-  head_dim == 64 ? forward_wgmma_for<64>(c, out, lse, s, stream)
-                 : forward_wgmma_for<128>(c, out, lse, s, stream);
 }
 
 namespace {
@@ -1340,6 +1757,43 @@ void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* sc
   } else {
     dq_pass_mma_for<128, 1>(c, lse, dq, s, stream);
   }
+}
+
+void flash_dq_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
+                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                              int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  Bf16Copies c{};
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, c)) return;
+  check_wgmma_runs_here(s, head_dim, "dq pass");
+  if (head_dim == 64) {
+    query_tile == 2 * kWgmmaM ? dq_pass_wgmma_for<64, 2>(c, lse, dq, s, stream)
+                              : dq_pass_wgmma_for<64, 1>(c, lse, dq, s, stream);
+  } else {
+    dq_pass_wgmma_for<128, 1>(c, lse, dq, s, stream);
+  }
+}
+
+void flash_key_value_pass_mma_only(const void* inputs, const float* lse, const void* scratch,
+                                   float* dk, float* dv, int64_t batch, int64_t seq, int64_t heads,
+                                   int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  Bf16Copies c{};
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, kFlashQTile, c)) return;
+  head_dim == 64 ? key_value_pass_mma_for<64>(c, lse, dk, dv, s, stream)
+                 : key_value_pass_mma_for<128>(c, lse, dk, dv, s, stream);
+}
+
+void flash_key_value_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch,
+                                     float* dk, float* dv, int64_t batch, int64_t seq,
+                                     int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     cudaStream_t stream) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  Bf16Copies c{};
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, kFlashQTile, c)) return;
+  check_wgmma_runs_here(s, head_dim, "dk/dv pass");
+  head_dim == 64 ? key_value_pass_wgmma_for<64>(c, lse, dk, dv, s, stream)
+                 : key_value_pass_wgmma_for<128>(c, lse, dk, dv, s, stream);
 }
 
 void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,

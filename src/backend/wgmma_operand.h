@@ -78,8 +78,8 @@ GNMR_HD_INLINE uint32_t wgmma_operand_byte(uint64_t desc, bool mn_major, int mn,
                   : core + uint32_t(mn % 8) * kWgmmaCoreRowBytes + uint32_t(k % 8) * 2;
 }
 
-// The kernel's tiles (q: 64 query rows, k and v: 64 key rows; head_dim columns, bf16): in core
-// matrices of 8 rows x 8 columns, a row group's head_dim / 8 core matrices side by side (128
+// The kernel's tiles (q: 64 or 128 query rows, k and v: 64 key rows; head_dim columns, bf16): in
+// core matrices of 8 rows x 8 columns, a row group's head_dim / 8 core matrices side by side (128
 // bytes apart), the row groups one after another (head_dim x 16 bytes apart). The bf16 element
 // index of (row, col). A 16-byte chunk of a row (8 columns from a multiple of 8) is
 // contiguous, so the tile copies stay cp.async's 16 bytes.
@@ -91,17 +91,41 @@ GNMR_HD_INLINE int wgmma_tile_bytes(int rows, int head_dim) {
   return rows * head_dim * 2;
 }
 
-// The wgmma forward's shared memory, byte offsets: q's 64-row tile, K's, V's.
+// The wgmma kernels' shared memory, byte offsets: q's tile of `query_rows` (64 or 128: one or
+// two 64-row slabs, slab r's operand wgmma_tile_bytes(64, head_dim) r after the tile's), with
+// `with_dout` (the dQ pass) dout's tile of as many rows, then the 64-row tiles of K and V (the
+// dQ pass's two buffers, whose roles alternate).
 struct FlashWgmmaSharedLayout {
-  int q = 0, k = 0, v = 0, total_bytes = 0;
+  int q = 0, dout = 0, k = 0, v = 0, total_bytes = 0;
 };
-GNMR_HD_INLINE FlashWgmmaSharedLayout flash_wgmma_shared_layout(int head_dim) {
-  const int tile = wgmma_tile_bytes(kWgmmaM, head_dim);
+GNMR_HD_INLINE FlashWgmmaSharedLayout flash_wgmma_shared_layout(int head_dim, int query_rows,
+                                                                bool with_dout = false) {
   FlashWgmmaSharedLayout l;
   l.q = 0;
-  l.k = tile;
-  l.v = 2 * tile;
-  l.total_bytes = 3 * tile;
+  l.dout = l.q + wgmma_tile_bytes(query_rows, head_dim);
+  l.k = with_dout ? l.dout + wgmma_tile_bytes(query_rows, head_dim) : l.dout;
+  l.v = l.k + wgmma_tile_bytes(kWgmmaN, head_dim);
+  l.total_bytes = l.v + wgmma_tile_bytes(kWgmmaN, head_dim);
+  return l;
+}
+
+// The wgmma dK/dV pass's shared memory, byte offsets: K's and V's 64-row tiles, then two stages
+// of a task's data, stage 1's stage_bytes after stage 0's: its q and dout tiles (64 query rows)
+// and its lse and delta rows (64 floats each).
+struct FlashWgmmaKeyValueLayout {
+  int k = 0, v = 0, q = 0, dout = 0, lse = 0, delta = 0, stage_bytes = 0, total_bytes = 0;
+};
+GNMR_HD_INLINE FlashWgmmaKeyValueLayout flash_wgmma_key_value_layout(int head_dim) {
+  const int tile = wgmma_tile_bytes(kWgmmaM, head_dim), rows_bytes = kWgmmaN * 4;
+  FlashWgmmaKeyValueLayout l;
+  l.k = 0;
+  l.v = tile;
+  l.q = 2 * tile;
+  l.dout = 3 * tile;
+  l.lse = 4 * tile;
+  l.delta = l.lse + rows_bytes;
+  l.stage_bytes = 2 * tile + 2 * rows_bytes;
+  l.total_bytes = l.q + 2 * l.stage_bytes;
   return l;
 }
 

@@ -197,11 +197,11 @@ TEST(FlashAttentionEmulated, TensorCoreForwardIsWithinTheBf16BoundOfTheReference
 }
 
 // The wgmma forward (flash_forward_wgmma_kernel, sm_90a's warpgroup MMA, emulated by
-// emulated_cuda.h through src/backend/wgmma_operand.h's descriptors) against the 64-row mma.sync
-// forward: the same bits, since both emulated instructions sum each output's 16 products and
-// its accumulator in double in the same k order, and the kernels share the softmax and the
-// output. A wrong tile layout, descriptor, fragment or pipeline step moves some output; every
-// output is NaN-poisoned before, so one left unwritten differs too.
+// emulated_cuda.h through src/backend/wgmma_operand.h's descriptors), with query tiles of 64 and
+// 128 rows, against the 64-row mma.sync forward: the same bits, since both emulated instructions
+// sum each output's 16 products and its accumulator in double in the same k order, and the kernels
+// share the softmax and the output. A wrong tile layout, descriptor, fragment or pipeline step
+// moves some output; every output is NaN-poisoned before, so one left unwritten differs too.
 template <int HD>
 void expect_wgmma_forward_gives_the_mma_bits(int64_t batch, int64_t seq, int64_t heads,
                                              int64_t kv_heads) {
@@ -216,17 +216,27 @@ void expect_wgmma_forward_gives_the_mma_bits(int64_t batch, int64_t seq, int64_t
   const FlashDims d{batch, seq, heads, kv_heads};
   std::vector<float> out(nq, std::nanf("")), lse(rows, std::nanf(""));
   launch_mma_forward<HD>(qb, kb, vb, out, lse, d, kFlashQTile);
-  std::vector<float> wgmma_out(nq, std::nanf("")), wgmma_lse(rows, std::nanf(""));
-  const FlashTiling tiles = flash_mma_query_tiling(seq, kFlashQTile);
   const float scale = 1.0f / std::sqrt(static_cast<float>(HD));
-  emulated_launch(flash_grid_blocks(FlashKernel::Forward, batch, heads, kv_heads, tiles),
-                  kFlashMmaThreads, (flash_wgmma_shared_layout(HD).total_bytes + 3) / 4, [&] {
-                    flash_forward_wgmma_kernel<HD>(qb.data(), kb.data(), vb.data(),
-                                                   wgmma_out.data(), wgmma_lse.data(), d, tiles,
-                                                   scale);
-                  });
-  EXPECT_EQ(count_bit_differences(wgmma_out, out), 0u) << "out";
-  EXPECT_EQ(count_bit_differences(wgmma_lse, lse), 0u) << "lse";
+  for (const int64_t query_tile : {kFlashQTile, 2 * kFlashQTile}) {
+    SCOPED_TRACE("query tiles of " + std::to_string(query_tile) + " rows");
+    std::vector<float> wgmma_out(nq, std::nanf("")), wgmma_lse(rows, std::nanf(""));
+    const FlashTiling tiles = flash_mma_query_tiling(seq, query_tile);
+    const int64_t shared_floats =
+        (flash_wgmma_shared_layout(HD, int(query_tile)).total_bytes + 3) / 4;
+    emulated_launch(
+        flash_grid_blocks(FlashKernel::Forward, batch, heads, kv_heads, tiles), kFlashMmaThreads,
+        shared_floats, [&] {
+          if (query_tile == kFlashQTile) {
+            flash_forward_wgmma_kernel<HD, 1>(qb.data(), kb.data(), vb.data(), wgmma_out.data(),
+                                              wgmma_lse.data(), d, tiles, scale);
+          } else {
+            flash_forward_wgmma_kernel<HD, 2>(qb.data(), kb.data(), vb.data(), wgmma_out.data(),
+                                              wgmma_lse.data(), d, tiles, scale);
+          }
+        });
+    EXPECT_EQ(count_bit_differences(wgmma_out, out), 0u) << "out";
+    EXPECT_EQ(count_bit_differences(wgmma_lse, lse), 0u) << "lse";
+  }
 }
 
 TEST(FlashAttentionEmulated, WgmmaForwardGivesTheMmaForwardsBits) {
@@ -234,7 +244,9 @@ TEST(FlashAttentionEmulated, WgmmaForwardGivesTheMmaForwardsBits) {
   expect_wgmma_forward_gives_the_mma_bits<64>(1, 17, 8, 2);    // one partial tile, GQA 4
   expect_wgmma_forward_gives_the_mma_bits<64>(1, 130, 2, 1);   // two full tiles and 2 rows
   expect_wgmma_forward_gives_the_mma_bits<128>(1, 70, 2, 2);   // hd 128, last tile of 6 rows
-  expect_wgmma_forward_gives_the_mma_bits<128>(1, 192, 2, 1);  // three full tiles
+  expect_wgmma_forward_gives_the_mma_bits<128>(1, 192, 2, 1);  // 128 rows: a full and a half tile
+  // Two full 128-row tiles: the first slab skips the last key tile of each.
+  expect_wgmma_forward_gives_the_mma_bits<64>(1, 256, 2, 1);
 }
 
 // The tensor-core backward (its dK/dV and dQ passes, after the emulated tensor-core forward and
@@ -322,6 +334,41 @@ void expect_mma_backward_within_the_bounds(int64_t batch, int64_t seq, int64_t h
     std::vector<float> dq_other;
     run_dq_pass(dq_other, dq_tile == 64 ? 128 : 64);
     EXPECT_EQ(count_bit_differences(dq, dq_other), 0u) << "dq differs with the other query tile";
+  }
+  // The dK/dV pass on wgmma (flash_backward_key_value_wgmma_kernel): the mma kernel's bits.
+  {
+    std::vector<float> wgmma_dk(nkv, nan), wgmma_dv(nkv, nan);
+    emulated_launch(blocks(FlashKernel::BackwardKeyValue), kFlashMmaThreads,
+                    (flash_wgmma_key_value_layout(HD).total_bytes + 3) / 4, [&] {
+                      flash_backward_key_value_wgmma_kernel<HD>(
+                          qb.data(), kb.data(), vb.data(), lse.data(), delta.data(), doutb.data(),
+                          wgmma_dk.data(), wgmma_dv.data(), d, tiles, scale);
+                    });
+    EXPECT_EQ(count_bit_differences(wgmma_dk, dk), 0u) << "dk of the wgmma dk/dv pass";
+    EXPECT_EQ(count_bit_differences(wgmma_dv, dv), 0u) << "dv of the wgmma dk/dv pass";
+  }
+  // The dQ pass on wgmma (flash_backward_query_wgmma_kernel) at each tile it takes: the mma
+  // kernel's bits, since the emulated instructions sum alike (every output NaN-poisoned before).
+  for (const int64_t wgmma_tile : {kFlashQTile, 2 * kFlashQTile}) {
+    if (wgmma_tile == 2 * kFlashQTile && HD != 64) continue;
+    std::vector<float> wgmma_dq(nq, nan);
+    const FlashTiling q_tiles = flash_mma_query_tiling(seq, wgmma_tile);
+    emulated_launch(
+        flash_grid_blocks(FlashKernel::BackwardQuery, batch, heads, kv_heads, q_tiles),
+        kFlashMmaThreads,
+        (flash_wgmma_shared_layout(HD, int(wgmma_tile), true).total_bytes + 3) / 4, [&] {
+          if (wgmma_tile == 2 * kFlashQTile) {
+            flash_backward_query_wgmma_kernel<HD, 2>(qb.data(), kb.data(), vb.data(), lse.data(),
+                                                     delta.data(), doutb.data(), wgmma_dq.data(), d,
+                                                     q_tiles, scale);
+          } else {
+            flash_backward_query_wgmma_kernel<HD, 1>(qb.data(), kb.data(), vb.data(), lse.data(),
+                                                     delta.data(), doutb.data(), wgmma_dq.data(), d,
+                                                     q_tiles, scale);
+          }
+        });
+    EXPECT_EQ(count_bit_differences(wgmma_dq, dq), 0u)
+        << "the wgmma dq pass at " << wgmma_tile << "-row tiles";
   }
   namespace ref = attention_bf16_reference;
   const ref::Gradients want = ref::backward_reference(q, k, v, dout, s);

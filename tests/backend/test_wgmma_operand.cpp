@@ -2,27 +2,27 @@
 // forward's wgmma kernel hands the instruction, read back element by element through the
 // descriptor's definition (wgmma_operand_byte, what the CUDA emulation reads), against the
 // row-major tile it means.
-#include "backend/wgmma_operand.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/flash_layout.h"
+#include "backend/wgmma_operand.h"
 
 namespace gnmr {
 namespace {
 
 TEST(WgmmaOperand, DescriptorFieldsSitWhereThePtxIsaPutsThem) {
   const uint64_t d = wgmma_descriptor(0x3FFF0, 0x1230, 0x2340);
-  EXPECT_EQ(d & 0x3FFFu, 0x3FFFu);                 // bits 0-13: start >> 4
-  EXPECT_EQ((d >> 14) & 0x3u, 0u);                  // 14-15 unused
-  EXPECT_EQ((d >> 16) & 0x3FFFu, 0x123u);           // 16-29: LBO >> 4
-  EXPECT_EQ((d >> 30) & 0x3u, 0u);                  // 30-31 unused
-  EXPECT_EQ((d >> 32) & 0x3FFFu, 0x234u);           // 32-45: SBO >> 4
-  EXPECT_EQ(d >> 46, 0u);                           // base offset 0, no swizzle
+  EXPECT_EQ(d & 0x3FFFu, 0x3FFFu);         // bits 0-13: start >> 4
+  EXPECT_EQ((d >> 14) & 0x3u, 0u);         // 14-15 unused
+  EXPECT_EQ((d >> 16) & 0x3FFFu, 0x123u);  // 16-29: LBO >> 4
+  EXPECT_EQ((d >> 30) & 0x3u, 0u);         // 30-31 unused
+  EXPECT_EQ((d >> 32) & 0x3FFFu, 0x234u);  // 32-45: SBO >> 4
+  EXPECT_EQ(d >> 46, 0u);                  // base offset 0, no swizzle
   EXPECT_EQ(wgmma_descriptor_start(d), 0x3FFF0u);
   EXPECT_EQ(wgmma_descriptor_lbo(d), 0x1230u);
   EXPECT_EQ(wgmma_descriptor_sbo(d), 0x2340u);
@@ -56,14 +56,15 @@ TEST(WgmmaOperand, CoreMatricesAreEightRowsOfSixteenContiguousBytes) {
   EXPECT_EQ(wgmma_operand_byte(d, true, 0, 8), 256u + 1024u);
 }
 
-// A 64 x head_dim tile whose element (row, col) is row * head_dim + col, placed by
+// A rows x head_dim tile whose element (row, col) is row * head_dim + col, placed by
 // wgmma_tile_element at byte `base` of a shared memory image.
 struct PlacedTile {
   int head_dim;
   uint32_t base;
   std::vector<int32_t> image;  // per bf16 slot: the element it holds, -1 none
-  PlacedTile(int hd, uint32_t at) : head_dim(hd), base(at), image((at + 64 * hd * 2) / 2, -1) {
-    for (int row = 0; row < kWgmmaM; ++row) {
+  PlacedTile(int hd, uint32_t at, int rows = kWgmmaM)
+      : head_dim(hd), base(at), image((at + uint32_t(rows * hd * 2)) / 2, -1) {
+    for (int row = 0; row < rows; ++row) {
       for (int col = 0; col < hd; ++col) {
         int32_t& slot = image[base / 2 + size_t(wgmma_tile_element(row, col, hd))];
         EXPECT_EQ(slot, -1) << "row " << row << " col " << col << " shares a slot";
@@ -79,42 +80,76 @@ struct PlacedTile {
 
 TEST(WgmmaOperand, TheTileLayoutFillsItsBytesOnceAndKeepsChunksContiguous) {
   for (const int hd : {64, 128}) {
-    std::vector<int> seen(size_t(64 * hd), 0);
-    for (int row = 0; row < 64; ++row) {
-      for (int col = 0; col < hd; ++col) {
-        const int e = wgmma_tile_element(row, col, hd);
-        ASSERT_GE(e, 0);
-        ASSERT_LT(e, 64 * hd);
-        ++seen[size_t(e)];
-        // cp.async copies 16 bytes of a row: 8 columns from a multiple of 8, contiguous.
-        if (col % 8 != 0) {
-          EXPECT_EQ(e, wgmma_tile_element(row, col - 1, hd) + 1);
+    for (const int tile_rows : {64, 128}) {
+      std::vector<int> seen(size_t(tile_rows * hd), 0);
+      for (int row = 0; row < tile_rows; ++row) {
+        for (int col = 0; col < hd; ++col) {
+          const int e = wgmma_tile_element(row, col, hd);
+          ASSERT_GE(e, 0);
+          ASSERT_LT(e, tile_rows * hd);
+          ++seen[size_t(e)];
+          // cp.async copies 16 bytes of a row: 8 columns from a multiple of 8, contiguous.
+          if (col % 8 != 0) {
+            EXPECT_EQ(e, wgmma_tile_element(row, col - 1, hd) + 1);
+          }
         }
       }
+      for (const int n : seen) ASSERT_EQ(n, 1);
+      EXPECT_EQ(wgmma_tile_bytes(tile_rows, hd), tile_rows * hd * 2);
+      const FlashWgmmaSharedLayout l = flash_wgmma_shared_layout(hd, tile_rows);
+      EXPECT_EQ(l.k - l.q, wgmma_tile_bytes(tile_rows, hd));
+      EXPECT_EQ(l.v - l.k, wgmma_tile_bytes(64, hd));
+      EXPECT_EQ(l.total_bytes - l.v, wgmma_tile_bytes(64, hd));
     }
-    for (const int n : seen) ASSERT_EQ(n, 1);
-    EXPECT_EQ(wgmma_tile_bytes(64, hd), 64 * hd * 2);
-    const FlashWgmmaSharedLayout l = flash_wgmma_shared_layout(hd);
-    EXPECT_EQ(l.k - l.q, wgmma_tile_bytes(64, hd));
-    EXPECT_EQ(l.v - l.k, wgmma_tile_bytes(64, hd));
-    EXPECT_EQ(l.total_bytes, 3 * wgmma_tile_bytes(64, hd));
   }
   static_assert(kWgmmaM == kFlashQTile && kWgmmaN == kFlashKvTile,
                 "the wgmma forward's tiles are the flash tiling's");
 }
 
+TEST(WgmmaOperand, TheKeyValuePassesRegionsAreDisjointAndAligned) {
+  for (const int hd : {64, 128}) {
+    const FlashWgmmaKeyValueLayout l = flash_wgmma_key_value_layout(hd);
+    const int tile = wgmma_tile_bytes(64, hd), rows = 64 * 4;
+    // [start, end) of K, V, and each stage's q, dout, lse, delta.
+    std::vector<std::pair<int, int>> regions = {{l.k, l.k + tile}, {l.v, l.v + tile}};
+    for (int stage = 0; stage < 2; ++stage) {
+      const int at = stage * l.stage_bytes;
+      regions.push_back({l.q + at, l.q + at + tile});
+      regions.push_back({l.dout + at, l.dout + at + tile});
+      regions.push_back({l.lse + at, l.lse + at + rows});
+      regions.push_back({l.delta + at, l.delta + at + rows});
+    }
+    for (size_t i = 0; i < regions.size(); ++i) {
+      EXPECT_EQ(regions[i].first % 16, 0) << "region " << i << " off a 16-byte boundary";
+      EXPECT_GE(regions[i].first, 0);
+      EXPECT_LE(regions[i].second, l.total_bytes) << "region " << i;
+      for (size_t j = 0; j < i; ++j) {
+        EXPECT_TRUE(regions[i].second <= regions[j].first || regions[j].second <= regions[i].first)
+            << "regions " << j << " and " << i << " overlap";
+      }
+    }
+    EXPECT_LE(l.total_bytes, 227 * 1024 / 2) << "two blocks a multiprocessor";
+  }
+}
+
 // S = Q K^T's operands: at k-step kk, A(m, k) = Q[m][16 kk + k] and B^T(n, k) = K[n][16 kk + k],
-// both K-major, for every m / n of the 64 rows.
+// both K-major, for every m / n of the 64 rows; and the second slab of a 128-row query tile
+// (the kernel's descriptor advanced by a 64-row tile's bytes), A(m, k) = Q[64 + m][16 kk + k].
 TEST(WgmmaOperand, ScoreOperandsAreTheTilesSixteenColumnBlocks) {
   for (const int hd : {64, 128}) {
     SCOPED_TRACE("hd " + std::to_string(hd));
-    const PlacedTile tile(hd, 3 * 64 * hd * 2);  // a tile not at address 0
-    for (int kk = 0; kk < hd / kWgmmaK; ++kk) {
-      const uint64_t d = wgmma_scores_step(wgmma_scores_operand(tile.base, hd), kk);
-      for (int mn = 0; mn < 64; ++mn) {
-        for (int k = 0; k < kWgmmaK; ++k) {
-          ASSERT_EQ(tile.at(wgmma_operand_byte(d, false, mn, k)), mn * hd + 16 * kk + k)
-              << "kk " << kk << " row " << mn << " k " << k;
+    const PlacedTile tile(hd, 3 * 64 * hd * 2, 128);  // a tile not at address 0
+    for (int slab = 0; slab < 2; ++slab) {
+      const uint64_t operand = wgmma_descriptor_advanced(wgmma_scores_operand(tile.base, hd),
+                                                         uint32_t(slab * wgmma_tile_bytes(64, hd)));
+      for (int kk = 0; kk < hd / kWgmmaK; ++kk) {
+        const uint64_t d = wgmma_scores_step(operand, kk);
+        for (int mn = 0; mn < 64; ++mn) {
+          for (int k = 0; k < kWgmmaK; ++k) {
+            ASSERT_EQ(tile.at(wgmma_operand_byte(d, false, mn, k)),
+                      (64 * slab + mn) * hd + 16 * kk + k)
+                << "slab " << slab << " kk " << kk << " row " << mn << " k " << k;
+          }
         }
       }
     }
@@ -132,8 +167,7 @@ TEST(WgmmaOperand, ValueOperandsAreTheTilesSixteenRowBlocks) {
         const uint64_t d = wgmma_values_step(wgmma_values_operand(tile.base, hd), kk, h, hd);
         for (int k = 0; k < kWgmmaK; ++k) {
           for (int n = 0; n < kWgmmaN; ++n) {
-            ASSERT_EQ(tile.at(wgmma_operand_byte(d, true, n, k)),
-                      (16 * kk + k) * hd + 64 * h + n)
+            ASSERT_EQ(tile.at(wgmma_operand_byte(d, true, n, k)), (16 * kk + k) * hd + 64 * h + n)
                 << "kk " << kk << " h " << h << " k " << k << " n " << n;
           }
         }

@@ -534,9 +534,10 @@ void check_shared_write(const void* at, size_t bytes) {
   for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
     SharedWordAccess& a = shared_access[w];
     if (a.read == run.barriers && a.reader != me) {
-      fail_in_thread(name() + " overwrites byte " + std::to_string(4 * w) +
-                     " of shared memory, which " + thread_text(a.reader) +
-                     " read by ldmatrix with no __syncthreads between (the copy may land first)");
+      fail_in_thread(
+          name() + " overwrites byte " + std::to_string(4 * w) + " of shared memory, which " +
+          thread_text(a.reader) +
+          " read by ldmatrix or wgmma with no __syncthreads between (the copy may land first)");
     }
     if (a.writer >= 0 && a.writer != me &&
         (a.landed == SharedWordAccess::kPending || a.landed == run.barriers)) {

@@ -275,7 +275,7 @@ TEST(EmulatedCuda, ACpAsyncAndAnLdmatrixOfOtherThreadsWithNoBarrierBetweenAreARa
   };
   expect_logic_error([&] { launch(Race::kWriteAfterRead, false); },
                      {"thread (32, 0, 0)", "cp.async of 16 bytes overwrites byte 0",
-                      "which thread 0 read by ldmatrix with no __syncthreads between"});
+                      "which thread 0 read by ldmatrix or wgmma with no __syncthreads between"});
   expect_logic_error([&] { launch(Race::kReadAfterLanding, false); },
                      {"thread (32, 0, 0)", "ldmatrix.x4 (lane 0) reads byte 0",
                       "thread 0's cp.async wrote with no __syncthreads between its wait"});

@@ -4,12 +4,12 @@
 // and backward, causal, hd 128, at T = 1024, 2048 and 4096 with 16384 tokens per call (B = 16384 /
 // T, H = Hkv = 16), then llama2-1b-gpu's heads (hd 64, H = Hkv = 32) at T = 1024, and the memory
 // each keeps (saved for the backward, plus its backward scratch); `--small` runs T = 128 instead
-// (the dry run's). The forward's kernels alone (no bf16 conversion of q, k, v) on the same
-// copies: the 64-row mma.sync kernel and, on sm_90a (H100, H200), the wgmma kernel, each beside
-// the default backward. Causal FLOPs are half the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2,
-// backward 2.5x that (FlashAttention-2, arXiv 2307.08691, section 4: five matmuls against two).
-// Prints one JSON line per (kernel, T). Not a test: scripts/gpu_check.sh's attention-bench stage
-// runs it. Exit 1 without a GPU.
+// (the dry run's). Then each pass's kernel alone (JSON with "pass": the forward, the dQ pass and
+// the dK/dV pass), the mma.sync ones and, on sm_90a (H100, H200), the wgmma ones, at each query
+// tile. Causal FLOPs are
+// half the dense ones: forward 2 * 2 * B * H * T^2 * hd / 2, backward 2.5x that (FlashAttention-2,
+// arXiv 2307.08691, section 4: five matmuls against two). Prints one JSON line per (kernel, T). Not
+// a test: scripts/gpu_check.sh's attention-bench stage runs it. Exit 1 without a GPU.
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
@@ -83,6 +83,22 @@ void report(const char* kernel, const AttentionShape& s, double forward_ms, doub
   std::fflush(stdout);
 }
 
+// One pass's kernel alone: "pass" forward (two products), dq (the backward's dQ pass: three, 1.5
+// times the forward's FLOPs) or dkdv (its dK/dV pass: four, twice).
+void report_pass(const std::string& kernel, const char* pass, const AttentionShape& s, double ms,
+                 const char* device) {
+  const double forward_flops =
+      2.0 * 2.0 * double(s.batch * s.heads) * double(s.seq) * double(s.seq) * s.head_dim / 2.0;
+  const std::string name(pass);
+  const double flops = forward_flops * (name == "dq" ? 1.5 : name == "dkdv" ? 2.0 : 1.0);
+  std::printf(
+      "{\"kernel\": \"%s\", \"pass\": \"%s\", \"device\": \"%s\", \"B\": %lld, \"T\": %lld, "
+      "\"H\": %lld, \"hd\": %lld, \"ms\": %.3f, \"tflops\": %.2f}\n",
+      kernel.c_str(), pass, device, (long long)s.batch, (long long)s.seq, (long long)s.heads,
+      (long long)s.head_dim, ms, flops / ms / 1e9);
+  std::fflush(stdout);
+}
+
 void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t workspace_bytes,
            const char* device) {
   const size_t nq = size_t(s.batch * s.seq * s.heads * s.head_dim);
@@ -124,7 +140,6 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
     const std::pair<int64_t, int64_t> tilings[] = {
         {forward_tile, dq_tile},
         {forward_tile == 128 ? 64 : 128, s.head_dim == 64 && dq_tile == 64 ? 128 : 64}};
-    double default_backward_ms = 0;
     for (const std::pair<int64_t, int64_t>& tiling : tilings) {
       const int64_t forward_rows = tiling.first, dq_rows = tiling.second;
       const double forward_ms = time_ms([&] {
@@ -141,28 +156,60 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
           "flash-mma-fwd" + std::to_string(forward_rows) + "-dq" + std::to_string(dq_rows);
       report(name.c_str(), s, forward_ms, backward_ms,
              double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats), device);
-      if (forward_rows == forward_tile) default_backward_ms = backward_ms;
     }
-    // The forward's kernel alone (no bf16 conversion), mma.sync at 64 rows against the wgmma
-    // kernel (sm_90a only), on the copies the last forward made; the backward is the default's.
+    // Each pass's kernel alone on the copies (and delta) the last forward and backward made,
+    // mma.sync against wgmma (sm_90a only) at each query tile the pass takes: the forward's
+    // (no bf16 conversion of q, k, v) and the dQ pass's.
     int device_index = 0;
     GNMR_CUDA_CHECK(cudaGetDevice(&device_index));
-    const double mma_kernel_ms = time_ms([&] {
-      gnmr::cuda::flash_forward_mma_kernel_only(inputs.data, out.data, lse.data, s.batch, s.seq,
-                                                s.heads, s.kv_heads, s.head_dim, nullptr,
-                                                gnmr::kFlashQTile);
-    });
-    const double kept_bytes =
-        double(sizeof(float)) * double(nq + rows + inputs_floats + scratch_floats);
-    report("flash-mma-fwd64-kernel-only", s, mma_kernel_ms, default_backward_ms, kept_bytes,
-           device);
-    if (gnmr::cuda::flash_wgmma_forward_runs_on(device_index)) {
-      const double wgmma_kernel_ms = time_ms([&] {
-        gnmr::cuda::flash_forward_wgmma_kernel_only(inputs.data, out.data, lse.data, s.batch, s.seq,
-                                                    s.heads, s.kv_heads, s.head_dim, nullptr);
-      });
-      report("flash-wgmma-fwd64-kernel-only", s, wgmma_kernel_ms, default_backward_ms, kept_bytes,
-             device);
+    const bool wgmma = gnmr::cuda::flash_wgmma_runs_on(device_index);
+    for (const int64_t tile : {gnmr::kFlashQTile, 2 * gnmr::kFlashQTile}) {
+      const std::string rows_text = std::to_string(tile);
+      report_pass("flash-mma-fwd" + rows_text, "forward", s, time_ms([&] {
+                    gnmr::cuda::flash_forward_mma_kernel_only(inputs.data, out.data, lse.data,
+                                                              s.batch, s.seq, s.heads, s.kv_heads,
+                                                              s.head_dim, nullptr, tile);
+                  }),
+                  device);
+      if (wgmma) {
+        report_pass("flash-wgmma-fwd" + rows_text, "forward", s, time_ms([&] {
+                      gnmr::cuda::flash_forward_wgmma_kernel_only(
+                          inputs.data, out.data, lse.data, s.batch, s.seq, s.heads, s.kv_heads,
+                          s.head_dim, nullptr, tile);
+                    }),
+                    device);
+      }
+      if (tile == gnmr::kFlashQTile) {  // the dK/dV pass: 64-row key tiles
+        report_pass("flash-mma-dkdv", "dkdv", s, time_ms([&] {
+                      gnmr::cuda::flash_key_value_pass_mma_only(
+                          inputs.data, lse.data, scratch.data, dk.data, dv.data, s.batch, s.seq,
+                          s.heads, s.kv_heads, s.head_dim, nullptr);
+                    }),
+                    device);
+        if (wgmma) {
+          report_pass("flash-wgmma-dkdv", "dkdv", s, time_ms([&] {
+                        gnmr::cuda::flash_key_value_pass_wgmma_only(
+                            inputs.data, lse.data, scratch.data, dk.data, dv.data, s.batch, s.seq,
+                            s.heads, s.kv_heads, s.head_dim, nullptr);
+                      }),
+                      device);
+        }
+      }
+      if (tile == 2 * gnmr::kFlashQTile && s.head_dim != 64) continue;  // dq: 128 at hd 64 only
+      report_pass("flash-mma-dq" + rows_text, "dq", s, time_ms([&] {
+                    gnmr::cuda::flash_dq_pass_mma_only(inputs.data, lse.data, scratch.data, dq.data,
+                                                       s.batch, s.seq, s.heads, s.kv_heads,
+                                                       s.head_dim, nullptr, tile);
+                  }),
+                  device);
+      if (wgmma) {
+        report_pass("flash-wgmma-dq" + rows_text, "dq", s, time_ms([&] {
+                      gnmr::cuda::flash_dq_pass_wgmma_only(inputs.data, lse.data, scratch.data,
+                                                           dq.data, s.batch, s.seq, s.heads,
+                                                           s.kv_heads, s.head_dim, nullptr, tile);
+                    }),
+                    device);
+      }
     }
   }
   {

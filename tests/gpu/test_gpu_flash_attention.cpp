@@ -299,63 +299,111 @@ TEST(GpuFlashAttention, TensorCoreKernelsAtALongSequenceWithAPartialLastTile) {
   expect_tensor_core_kernels_within_the_bounds(shapes_for({1000}, 1));
 }
 
-// The wgmma forward (sm_90a; kernels/flash_attention_mma.cu, flash_forward_wgmma_kernel) on the
-// bf16 copies a tensor-core forward made: within the bf16 bound of the reference, every output
-// written (NaN-poisoned before), the same bits twice; and whether it gives the 64-row mma.sync
-// kernel's bits, said in the log (the emulation gives them; on a GPU that is the hardware's
-// summation order, which no document fixes). Skips where it does not run (not sm_90a).
-void expect_wgmma_forward_within_the_bound(const std::vector<AttentionShape>& all) {
+// Runs `run` (which writes `outputs`, NaN-poisoned first) twice; both runs' outputs must be
+// finite and give the same bits. Returns the first's.
+std::vector<std::vector<float>> twice_the_same(std::vector<DeviceBuffer<float>*> outputs,
+                                               const std::vector<size_t>& counts,
+                                               const std::function<void()>& run) {
+  std::vector<std::vector<float>> first;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (size_t i = 0; i < outputs.size(); ++i) poison(*outputs[i], counts[i]);
+    run();
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const std::vector<float> got = outputs[i]->to_host();
+      EXPECT_EQ(count_non_finite(got), 0u) << "output " << i;
+      if (attempt == 0) {
+        first.push_back(got);
+      } else {
+        EXPECT_EQ(std::memcmp(got.data(), first[i].data(), got.size() * sizeof(float)), 0)
+            << "output " << i << " differs between two runs";
+      }
+    }
+  }
+  return first;
+}
+
+// The wgmma kernels (sm_90a; kernels/flash_attention_mma.cu: flash_forward_wgmma_kernel,
+// flash_backward_query_wgmma_kernel, flash_backward_key_value_wgmma_kernel) on the bf16 copies,
+// delta and dout copy the mma.sync forward and backward made, at each query tile they take:
+// out, lse, dq, dk and dv within the bounds of
+// the reference, every output written (NaN-poisoned before), the same bits twice; and whether
+// they give the mma.sync kernels' bits, said in the log (the emulation gives them; on a GPU that
+// is the hardware's summation order, which no document fixes). Skips where they do not run.
+void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& all) {
   namespace ref = attention_bf16_reference;
   int device = 0;
   GNMR_CUDA_CHECK(cudaGetDevice(&device));
-  if (!flash_wgmma_forward_runs_on(device)) GTEST_SKIP() << "the wgmma forward needs sm_90a";
+  if (!flash_wgmma_runs_on(device)) GTEST_SKIP() << "the wgmma kernels need sm_90a";
   for (const AttentionShape& s : all) {
     SCOPED_TRACE(shape_name(s));
     const Inputs in(s);
-    const size_t nq = in.q.size(), nrows = size_t(s.batch * s.heads * s.seq);
+    const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
     const size_t inputs_floats = size_t(
         flash_attention_mma_inputs_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
-    DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
-    DeviceBuffer<float> out(nq), lse(nrows), inputs(inputs_floats);
-    poison(inputs, inputs_floats);
+    const size_t scratch_floats = size_t(
+        flash_attention_mma_scratch_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim) / 4);
+    DeviceBuffer<float> q(in.q), k(in.k), v(in.v), dout(in.dout);
+    DeviceBuffer<float> out(nq), lse(nrows), dq(nq), dk(nkv), dv(nkv), inputs(inputs_floats),
+        scratch(scratch_floats);
+    poison(inputs, inputs_floats), poison(scratch, scratch_floats);
     flash_attention_forward_mma(q.get(), k.get(), v.get(), nullptr, nullptr, out.get(), lse.get(),
                                 inputs.get(), s.batch, s.seq, s.heads, s.kv_heads, s.head_dim,
                                 nullptr, kFlashQTile);
-    const std::vector<float> mma_out = out.to_host(), mma_lse = lse.to_host();
-    std::vector<float> runs[2][2];
-    for (auto& run : runs) {
-      poison(out, nq), poison(lse, nrows);
-      flash_forward_wgmma_kernel_only(inputs.get(), out.get(), lse.get(), s.batch, s.seq, s.heads,
-                                      s.kv_heads, s.head_dim, nullptr);
-      GNMR_CUDA_CHECK(cudaDeviceSynchronize());
-      run[0] = out.to_host(), run[1] = lse.to_host();
-    }
-    ASSERT_EQ(count_non_finite(runs[0][0]), 0u);
-    ASSERT_EQ(count_non_finite(runs[0][1]), 0u);
+    flash_attention_backward_mma(inputs.get(), out.get(), lse.get(), dout.get(), dq.get(), dk.get(),
+                                 dv.get(), scratch.get(), s.batch, s.seq, s.heads, s.kv_heads,
+                                 s.head_dim, nullptr, kFlashQTile);
+    GNMR_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<float> mma_out = out.to_host(), mma_lse = lse.to_host(),
+                             mma_dq = dq.to_host(), mma_dk = dk.to_host(), mma_dv = dv.to_host();
     const ref::Reference forward = ref::reference(in.q, in.k, in.v, s);
-    EXPECT_EQ(ref::out_violations(runs[0][0], forward), "");
-    EXPECT_EQ(ref::lse_violations(runs[0][1], forward), "");
-    for (int i = 0; i < 2; ++i) {
-      EXPECT_EQ(std::memcmp(runs[0][i].data(), runs[1][i].data(), runs[0][i].size() * 4), 0)
-          << (i == 0 ? "out" : "lse") << " differs between two runs";
+    const ref::Gradients grads = ref::backward_reference(in.q, in.k, in.v, in.dout, s);
+    const auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0 ? "same" : "differs";
+    };
+    const std::vector<std::vector<float>> kv = twice_the_same({&dk, &dv}, {nkv, nkv}, [&] {
+      flash_key_value_pass_wgmma_only(inputs.get(), lse.get(), scratch.get(), dk.get(), dv.get(),
+                                      s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+    });
+    EXPECT_EQ(ref::violations("dk", kv[0], grads.dk, grads.dk_bound), "");
+    EXPECT_EQ(ref::violations("dv", kv[1], grads.dv, grads.dv_bound), "");
+    std::printf("wgmma dk/dv pass, %s: dk %s, dv %s as mma.sync's\n", shape_name(s).c_str(),
+                same_bits(kv[0], mma_dk), same_bits(kv[1], mma_dv));
+    for (const int64_t tile : {kFlashQTile, 2 * kFlashQTile}) {
+      SCOPED_TRACE("query tiles of " + std::to_string(tile) + " rows");
+      // The dq pass reads the forward's lse: the mma.sync one's, restored after each forward.
+      DeviceBuffer<float> wgmma_lse(nrows);
+      const std::vector<std::vector<float>> fwd =
+          twice_the_same({&out, &wgmma_lse}, {nq, nrows}, [&] {
+            flash_forward_wgmma_kernel_only(inputs.get(), out.get(), wgmma_lse.get(), s.batch,
+                                            s.seq, s.heads, s.kv_heads, s.head_dim, nullptr, tile);
+          });
+      EXPECT_EQ(ref::out_violations(fwd[0], forward), "");
+      EXPECT_EQ(ref::lse_violations(fwd[1], forward), "");
+      std::printf("wgmma forward, %s, %lld-row tiles: out %s, lse %s as mma.sync's\n",
+                  shape_name(s).c_str(), (long long)tile, same_bits(fwd[0], mma_out),
+                  same_bits(fwd[1], mma_lse));
+      if (tile == 2 * kFlashQTile && s.head_dim != 64) continue;  // dq: 128 rows at hd 64 only
+      const std::vector<std::vector<float>> bwd = twice_the_same({&dq}, {nq}, [&] {
+        flash_dq_pass_wgmma_only(inputs.get(), lse.get(), scratch.get(), dq.get(), s.batch, s.seq,
+                                 s.heads, s.kv_heads, s.head_dim, nullptr, tile);
+      });
+      EXPECT_EQ(ref::violations("dq", bwd[0], grads.dq, grads.dq_bound), "");
+      std::printf("wgmma dq pass, %s, %lld-row tiles: dq %s as mma.sync's\n", shape_name(s).c_str(),
+                  (long long)tile, same_bits(bwd[0], mma_dq));
     }
-    const bool same_out = std::memcmp(runs[0][0].data(), mma_out.data(), nq * 4) == 0;
-    const bool same_lse = std::memcmp(runs[0][1].data(), mma_lse.data(), nrows * 4) == 0;
-    std::printf("wgmma forward, %s: %s the mma.sync forward's bits (out %s, lse %s)\n",
-                shape_name(s).c_str(), same_out && same_lse ? "gives" : "does not give",
-                same_out ? "same" : "differs", same_lse ? "same" : "differs");
   }
 }
 
-TEST(GpuFlashAttention, WgmmaForwardIsWithinTheBf16BoundAndGivesTheSameBitsTwice) {
+TEST(GpuFlashAttention, WgmmaKernelsAreWithinTheBf16BoundsAndGiveTheSameBitsTwice) {
   SKIP_WITHOUT_GPU();
-  expect_wgmma_forward_within_the_bound(shapes_for({1, 17, 128}, 2));
+  expect_wgmma_kernels_within_the_bounds(shapes_for({1, 17, 128}, 2));
 }
 
 // Named *LongSequence*: gpu_check.sh's memcheck stage leaves it out.
-TEST(GpuFlashAttention, WgmmaForwardAtALongSequenceWithAPartialLastTile) {
+TEST(GpuFlashAttention, WgmmaKernelsAtALongSequenceWithAPartialLastTile) {
   SKIP_WITHOUT_GPU();
-  expect_wgmma_forward_within_the_bound(shapes_for({1000}, 1));
+  expect_wgmma_kernels_within_the_bounds(shapes_for({1000}, 1));
 }
 
 // dq, dk, dv of two runs through the backend: the same bits, and finite.
