@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 namespace gnmr::cuda {
 
@@ -52,6 +53,17 @@ int64_t flash_attention_mma_inputs_bytes(int64_t batch, int64_t seq, int64_t hea
 int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
                                           int64_t kv_heads, int64_t head_dim);
 
+// Which tensor-core instruction the bf16 flash kernels below run: mma.sync (sm_80 and sm_90,
+// the default, run on an H200), or sm_90a's warpgroup MMA (wgmma: H100 and H200 only, written
+// since and not yet run on a GPU). The same results within the same bounds; whether the same
+// bits is the hardware's summation order (the emulation gives the same bits).
+enum class FlashMmaInstruction { MmaSync, Wgmma };
+
+// What keeps the wgmma kernels off `device` ("" where they run): a compute capability other
+// than 9.0, or a build without sm_90a code. The entry points below throw Error(Runtime) with
+// it when asked for wgmma there.
+std::string flash_wgmma_unavailable(int device);
+
 // The same forward and backward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k,
 // v, dout rounded to bf16, and P and dS rounded to bf16 where they enter a product; fp32
 // accumulation and softmax statistics. The forward writes its bf16 copies of q, k, v to
@@ -60,7 +72,8 @@ int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t he
 // not written: the attention of rope_forward's q and k); the backward takes that forward's
 // inputs, out and lse, and reads neither q, k nor v, so those need not outlive the forward.
 // scratch: flash_attention_mma_scratch_bytes, overwritten. Both buffers 16-byte aligned
-// (checked). The backend runs them for model.attention = flash_bf16 (and auto under bf16 GEMMs).
+// (checked). The backend runs them for model.attention = flash_bf16 (and auto under bf16 GEMMs),
+// and with wgmma for flash_wgmma.
 // query_tile: the forward's query rows per thread block, 64 or 128 (by default
 // kFlashMmaForwardQueryTile, backend/flash_layout.h), and the backward's dq pass's, 64 or at
 // head dim 64 128 (flash_mma_query_pass_tile); the same results, other speeds (on a GPU the
@@ -69,50 +82,32 @@ void flash_attention_forward_mma(const float* q, const float* k, const float* v,
                                  const float* rope_cos, const float* rope_sin, float* out,
                                  float* lse, void* inputs, int64_t batch, int64_t seq,
                                  int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                 cudaStream_t stream, int64_t query_tile);
+                                 cudaStream_t stream, int64_t query_tile,
+                                 FlashMmaInstruction instruction = FlashMmaInstruction::MmaSync);
 void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv, void* scratch,
                                   int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, cudaStream_t stream, int64_t query_tile);
-// The tensor-core forward's kernel alone, on the bf16 copies in `inputs` that a
+                                  int64_t head_dim, cudaStream_t stream, int64_t query_tile,
+                                  FlashMmaInstruction instruction = FlashMmaInstruction::MmaSync);
+// Each pass's kernel alone. The forward's, on the bf16 copies in `inputs` that a
 // flash_attention_forward_mma of this shape made: out and lse written again, the same bits at
-// either query tile. And the backward's dq pass alone, on those copies and on the delta and
-// dout's bf16 copy in `scratch` that a flash_attention_backward_mma of this shape made: dq
-// written again, the same bits at either tile. For timing the two tiles on a shape (the cuda
-// backend picks the faster at the shape's first call, docs/DESIGN.md §6).
+// either query tile. The backward's dq pass and dK/dV pass, on those copies and on the delta and
+// dout's bf16 copy in `scratch` that a flash_attention_backward_mma of this shape made: dq (dk,
+// dv) written again, the dq pass the same bits at either tile. For timing the two tiles on a
+// shape (the cuda backend picks the faster at the shape's first call, docs/DESIGN.md §6), and
+// one instruction against the other (attention-bench).
 void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
                                    int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                   cudaStream_t stream, int64_t query_tile);
+                                   cudaStream_t stream, int64_t query_tile,
+                                   FlashMmaInstruction instruction = FlashMmaInstruction::MmaSync);
 void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
                             int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                            int64_t head_dim, cudaStream_t stream, int64_t query_tile);
-
-// The forward on sm_90a's warpgroup MMA (wgmma; kernels/flash_attention_mma.cu,
-// flash_forward_wgmma_kernel) over the same bf16 copies, query tiles of `query_tile` rows (64
-// or 128, as the mma.sync forward's): out and lse written, within the bf16 bound of the
-// reference as the mma.sync kernels. Runs only where flash_wgmma_runs_on:
-// a compute capability 9.0 device (H100, H200) and a build with sm_90a code; elsewhere
-// Error(Runtime) naming what is missing. Not yet run on a GPU, so training does not select it:
-// attention-bench times it beside the mma.sync forward and the GPU tests compare the two.
-bool flash_wgmma_runs_on(int device);
-void flash_forward_wgmma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
-                                     int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                     cudaStream_t stream, int64_t query_tile);
-// The backward's dQ pass on wgmma (flash_backward_query_wgmma_kernel) where the forward's runs,
-// as flash_dq_pass_mma_only (the same tiles: 64, or 128 at head dim 64): dq written again.
-void flash_dq_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
-                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                              int64_t head_dim, cudaStream_t stream, int64_t query_tile);
-// The backward's dK/dV pass alone, on the copies, delta and dout copy a
-// flash_attention_backward_mma of this shape made: dk and dv written again; on mma.sync, and on
-// wgmma where the forward's runs. For timing the two (attention-bench) and the tests.
+                            int64_t head_dim, cudaStream_t stream, int64_t query_tile,
+                            FlashMmaInstruction instruction = FlashMmaInstruction::MmaSync);
 void flash_key_value_pass_mma_only(const void* inputs, const float* lse, const void* scratch,
                                    float* dk, float* dv, int64_t batch, int64_t seq, int64_t heads,
-                                   int64_t kv_heads, int64_t head_dim, cudaStream_t stream);
-void flash_key_value_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch,
-                                     float* dk, float* dv, int64_t batch, int64_t seq,
-                                     int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                     cudaStream_t stream);
+                                   int64_t kv_heads, int64_t head_dim, cudaStream_t stream,
+                                   FlashMmaInstruction instruction = FlashMmaInstruction::MmaSync);
 
 // From the forward's q, k, v, out and lse and the gradient dout (shaped as out): dq, dk, dv
 // overwritten, without atomics (the same bits on every run). scratch:

@@ -30,10 +30,11 @@
 // where the tile pair needs it, updates its rows' running max m and partial sums l (each lane
 // holds 2 rows x 16 of the 64 columns; a row's 4 lanes combine by butterfly shuffles), then
 // O += P V (4 x HD / 8 mma) with P's accumulators reused as the A fragments. No atomics; every
-// output element is written by one lane. A forward and a dQ pass on sm_90a's warpgroup MMA
-// (flash_forward_wgmma_kernel, flash_backward_query_wgmma_kernel, after their mma.sync twins)
-// run the same rows' steps with their products as wgmma; training does not select them yet
-// (the forward's comment says why).
+// output element is written by one lane. The same three kernels on sm_90a's warpgroup MMA
+// (flash_forward_wgmma_kernel, flash_backward_query_wgmma_kernel,
+// flash_backward_key_value_wgmma_kernel, each after its mma.sync twin) run the same rows' steps
+// with their products as wgmma: FlashMmaInstruction::Wgmma, model.attention = flash_wgmma, not
+// auto's choice until a GPU has run them (the forward's comment says why).
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -158,7 +159,7 @@ __device__ inline uint32_t shared_space_address(const void* p) {
 // descriptors: src/backend/wgmma_operand.h): d[j] is the mma.sync C fragment of columns 8 j ..
 // 8 j + 7 of the warp's 16 rows; scale_d 0: D = A B, 1: D = A B + D. Only sm_90a has these
 // instructions; the sm_80 build compiles them to a trap, and the host launches the wgmma kernel
-// only on a compute capability 9.0 device (flash_wgmma_runs_on).
+// only on a compute capability 9.0 device (flash_wgmma_unavailable).
 // - _ss: A and B from shared memory, both K-major (imm-trans-a 0, imm-trans-b 0).
 __device__ inline void wgmma_m64n64k16_ss(float d[][4], uint64_t a_desc, uint64_t b_desc,
                                           int scale_d) {
@@ -659,6 +660,33 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
   }
 }
 
+// The warpgroup's two products in the wgmma kernels, issued and not committed. c = A B^T: A and
+// B the 64 x HD tiles (64 rows: a slab of a query tile, or a key tile) whose descriptors are
+// `a` and `b` (wgmma_scores_operand), both K-major; HD / 16 wgmma, the first overwriting c.
+template <int HD>
+__device__ void wgmma_rows_times_rows_transposed(float c[kFlashKeyBlocks][kMmaCElements],
+                                                 uint64_t a, uint64_t b) {
+#pragma unroll
+  for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
+    wgmma_m64n64k16_ss(c, wgmma_scores_step(a, kk), wgmma_scores_step(b, kk), kk > 0 ? 1 : 0);
+  }
+}
+// acc += A B: A 64 x 64 in registers (a_fragments_from_c's, four 16-column k-steps), B the
+// 64 x HD tile whose descriptor is `b` (wgmma_values_operand), MN-major; 4 x HD / 64 wgmma.
+template <int HD>
+__device__ void wgmma_accumulate_a_times_rows(float acc[HD / kMmaN][kMmaCElements],
+                                              const uint32_t a[kFlashKeyBlocks / 2][4],
+                                              uint64_t b) {
+#pragma unroll
+  for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
+#pragma unroll
+    for (int half = 0; half < HD / kWgmmaN; ++half) {
+      wgmma_m64n64k16_rs_trans_b(acc + half * (kWgmmaN / kMmaN), a[kk],
+                                 wgmma_values_step(b, kk, half, HD), 1);
+    }
+  }
+}
+
 // The forward on sm_90a's warpgroup MMA (wgmma): the mma.sync forward above, row for row, with
 // its two products issued by the whole block (one warpgroup, kFlashMmaThreads threads) as
 // wgmma.m64n64k16 instead of per warp as mma.sync, and its tiles laid out in core matrices for
@@ -683,8 +711,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
 // key 0 is visible to every query row) and store nothing. The emulated wgmma and mma.sync sum the
 // same products in the same order, so on the emulation this kernel gives the mma kernels' bits
 // (tests/backend/test_flash_attention_emulated.cpp); on a GPU the hardware's summation may differ,
-// and the GPU test holds it to the same bound of the reference. Run by
-// flash_forward_wgmma_kernel_only (attention-bench, the tests); training does not select it yet.
+// and the GPU test holds it to the same bound of the reference. It runs for
+// model.attention = flash_wgmma (FlashMmaInstruction::Wgmma; auto keeps mma.sync until a GPU run
+// has measured these kernels) and in attention-bench.
 // Registers: one slab capped at 168 (three blocks a multiprocessor), two at 255 (two), as the mma
 // forward's 64- and 128-row tiles.
 template <int HD, int kSlabs>
@@ -741,12 +770,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
     float sc[kSlabs][kFlashKeyBlocks][kMmaCElements];
     // S for slab r: its HD / 16 products, one group.
     const auto issue_scores = [&](int r) {
-      const uint64_t slab = wgmma_descriptor_advanced(q_operand, r * wgmma_tile_bytes(kWgmmaM, HD));
-#pragma unroll
-      for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
-        wgmma_m64n64k16_ss(sc[r], wgmma_scores_step(slab, kk), wgmma_scores_step(k_operand, kk),
-                           kk > 0 ? 1 : 0);
-      }
+      wgmma_rows_times_rows_transposed<HD>(
+          sc[r], wgmma_descriptor_advanced(q_operand, r * wgmma_tile_bytes(kWgmmaM, HD)),
+          k_operand);
       wgmma_commit_group();
     };
     if (kOverlapSlabs) {
@@ -782,16 +808,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
     }
     wgmma_fence();
 #pragma unroll
-    for (int r = 0; r < kSlabs; ++r) {
-#pragma unroll
-      for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
-#pragma unroll
-        for (int half = 0; half < HD / kWgmmaN; ++half) {
-          wgmma_m64n64k16_rs_trans_b(o[r] + half * (kWgmmaN / kMmaN), pa[r][kk],
-                                     wgmma_values_step(v_operand, kk, half, HD), 1);
-        }
-      }
-    }
+    for (int r = 0; r < kSlabs; ++r) wgmma_accumulate_a_times_rows<HD>(o[r], pa[r], v_operand);
     wgmma_commit_group();
     wgmma_wait_group<0>();
   }
@@ -953,7 +970,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kRowBl
 // The buffers' alternating roles, the masks and dS are the mma kernel's; every slab computes
 // every key tile (the wgmma forward says why), its masked pairs' P exactly 0, so dQ gains
 // exact zeros there. On the emulation the mma kernel's bits; not yet run on a GPU, so the
-// backend does not select it (flash_dq_pass_wgmma_only: attention-bench, the tests).
+// backend runs it for model.attention = flash_wgmma only.
 template <int HD, int kSlabs>
 __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs>)
     flash_backward_query_wgmma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
@@ -1014,13 +1031,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
     wgmma_fence();
 #pragma unroll
     for (int r = 0; r < kSlabs; ++r) {
-      const uint64_t slab =
-          wgmma_descriptor_advanced(rows_operand, r * wgmma_tile_bytes(kWgmmaM, HD));
-#pragma unroll
-      for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
-        wgmma_m64n64k16_ss(c[r], wgmma_scores_step(slab, kk), wgmma_scores_step(keys_operand, kk),
-                           kk > 0 ? 1 : 0);
-      }
+      wgmma_rows_times_rows_transposed<HD>(
+          c[r], wgmma_descriptor_advanced(rows_operand, r * wgmma_tile_bytes(kWgmmaM, HD)),
+          keys_operand);
       wgmma_commit_group();
     }
     wgmma_wait_group<0>();
@@ -1080,14 +1093,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
     wgmma_fence();
 #pragma unroll
     for (int r = 0; r < kSlabs; ++r) {
-#pragma unroll
-      for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
-#pragma unroll
-        for (int half = 0; half < HD / kWgmmaN; ++half) {
-          wgmma_m64n64k16_rs_trans_b(dq_acc[r] + half * (kWgmmaN / kMmaN), dsa[r][kk],
-                                     wgmma_values_step(odd ? values1 : values0, kk, half, HD), 1);
-        }
-      }
+      wgmma_accumulate_a_times_rows<HD>(dq_acc[r], dsa[r], odd ? values1 : values0);
     }
     wgmma_commit_group();
     wgmma_wait_group<0>();  // dQ += dS K(kj)
@@ -1230,8 +1236,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
 // - dV += P^T dO and dK += dS^T Q: per 16 query rows and 64 columns one wgmma, A = P^T (dS^T)
 //   from registers, B = the dout (q) tile MN-major. dV's products run while dP^T's are issued.
 // The tasks, their two stages of copies, lse and delta, the mask and dS^T are the mma kernel's.
-// On the emulation the mma kernel's bits; not yet run on a GPU, so the backend does not select
-// it (flash_key_value_pass_wgmma_only: attention-bench, the tests).
+// On the emulation the mma kernel's bits; not yet run on a GPU, so the backend runs it for
+// model.attention = flash_wgmma only.
 template <int HD>
 __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     flash_backward_key_value_wgmma_kernel(const uint16_t* q, const uint16_t* k, const uint16_t* v,
@@ -1318,11 +1324,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     // S^T = K Q^T, then P^T = exp2(scale_log2 S^T - lse log2 e) in place.
     float pt[kFlashKeyBlocks][kMmaCElements];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
-      wgmma_m64n64k16_ss(pt, wgmma_scores_step(k_operand, kk), wgmma_scores_step(q_scores, kk),
-                         kk > 0 ? 1 : 0);
-    }
+    wgmma_rows_times_rows_transposed<HD>(pt, k_operand, q_scores);
     wgmma_commit_group();
     wgmma_wait_group<0>();
 #pragma unroll
@@ -1342,20 +1344,9 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     a_fragments_from_c<kFlashKeyBlocks>(pa, pt);
     float dst[kFlashKeyBlocks][kMmaCElements];
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
-#pragma unroll
-      for (int half = 0; half < HD / kWgmmaN; ++half) {
-        wgmma_m64n64k16_rs_trans_b(dv_acc + half * (kWgmmaN / kMmaN), pa[kk],
-                                   wgmma_values_step(dout_values, kk, half, HD), 1);
-      }
-    }
+    wgmma_accumulate_a_times_rows<HD>(dv_acc, pa, dout_values);
     wgmma_commit_group();
-#pragma unroll
-    for (int kk = 0; kk < HD / kWgmmaK; ++kk) {
-      wgmma_m64n64k16_ss(dst, wgmma_scores_step(v_operand, kk), wgmma_scores_step(dout_scores, kk),
-                         kk > 0 ? 1 : 0);
-    }
+    wgmma_rows_times_rows_transposed<HD>(dst, v_operand, dout_scores);
     wgmma_commit_group();
     wgmma_wait_group<0>();
     // dS^T = P^T (dP^T - delta), then dK += dS^T Q.
@@ -1371,14 +1362,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     uint32_t dsa[kFlashKeyBlocks / 2][4];
     a_fragments_from_c<kFlashKeyBlocks>(dsa, dst);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kFlashKeyBlocks / 2; ++kk) {
-#pragma unroll
-      for (int half = 0; half < HD / kWgmmaN; ++half) {
-        wgmma_m64n64k16_rs_trans_b(dk_acc + half * (kWgmmaN / kMmaN), dsa[kk],
-                                   wgmma_values_step(q_values, kk, half, HD), 1);
-      }
-    }
+    wgmma_accumulate_a_times_rows<HD>(dk_acc, dsa, q_values);
     wgmma_commit_group();
     wgmma_wait_group<0>();
     __syncthreads();  // every warp is done with stage n % 2, where task n + 2's copies go
@@ -1514,9 +1498,10 @@ void key_value_pass_mma_for(const Bf16Copies& c, const float* lse, float* dk, fl
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
-template <int HD, int kQueryRowBlocks>
-void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, const float* lse,
-                      float* dq, float* dk, float* dv, const FlashDims& s, cudaStream_t stream) {
+// The backward's first pass: delta and dout's bf16 copy (c.delta, c.dout).
+template <int HD>
+void delta_pass_for(const Bf16Copies& c, const float* out, const float* dout, const FlashDims& s,
+                    cudaStream_t stream) {
   const int64_t rows = s.batch * s.seq * s.heads;
   constexpr int64_t kRowsPerBlock = kFlashMmaWarps * (kWarpSize / kFlashDeltaLanes);
   const unsigned delta_blocks =
@@ -1525,100 +1510,7 @@ void backward_mma_for(const Bf16Copies& c, const float* out, const float* dout, 
   flash_delta_and_dout_bf16_kernel<HD>
       <<<delta_blocks, kFlashMmaThreads, 0, stream>>>(out, dout, c.delta, c.dout, s);
   GNMR_CUDA_CHECK(cudaGetLastError());
-
-  key_value_pass_mma_for<HD>(c, lse, dk, dv, s, stream);
-  dq_pass_mma_for<HD, kQueryRowBlocks>(c, lse, dq, s, stream);
 }
-
-// The forward's query tile, else Error(Runtime) naming it.
-void check_forward_query_tile(int64_t query_tile) {
-  if (query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) {
-    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a forward query tile of " +
-                                        std::to_string(query_tile) + " rows; it takes 64 or 128");
-  }
-}
-
-// The dq pass's query tile at this head dim, else Error(Runtime) naming both.
-void check_dq_query_tile(int64_t query_tile, int64_t head_dim) {
-  if ((query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) ||
-      (query_tile == 2 * kFlashQTile && head_dim != 64)) {
-    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a dq pass query tile of " +
-                                        std::to_string(query_tile) + " rows at head dim " +
-                                        std::to_string(head_dim) +
-                                        "; it takes 64, or 128 at head dim 64");
-  }
-}
-
-void forward_kernel_at_tile(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
-                            int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
-  const bool two_row_blocks = query_tile == 2 * kFlashQTile;
-  if (head_dim == 64) {
-    two_row_blocks ? forward_mma_for<64, 2>(c, out, lse, s, stream)
-                   : forward_mma_for<64, 1>(c, out, lse, s, stream);
-  } else {
-    two_row_blocks ? forward_mma_for<128, 2>(c, out, lse, s, stream)
-                   : forward_mma_for<128, 1>(c, out, lse, s, stream);
-  }
-}
-
-}  // namespace
-
-int64_t flash_attention_mma_inputs_bytes(int64_t batch, int64_t seq, int64_t heads,
-                                         int64_t kv_heads, int64_t head_dim) {
-  return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).inputs_bytes;
-}
-int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
-                                          int64_t kv_heads, int64_t head_dim) {
-  return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).scratch_bytes;
-}
-
-namespace {
-
-// The checks both forward entry points make (the shape, the tile, the copies' alignment), then
-// the copies' regions. False for an empty shape: nothing to do.
-bool checked_forward_regions(const void* inputs, const FlashDims& s, int64_t head_dim,
-                             int64_t query_tile, Bf16Copies& c) {
-  check_shape(s, head_dim);
-  check_forward_query_tile(query_tile);
-  if (s.batch * s.seq * s.heads == 0) return false;
-  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
-  c = buffer_regions(inputs, nullptr, s, head_dim);
-  return true;
-}
-
-}  // namespace
-
-void flash_attention_forward_mma(const float* q, const float* k, const float* v,
-                                 const float* rope_cos, const float* rope_sin, float* out,
-                                 float* lse, void* inputs, int64_t batch, int64_t seq,
-                                 int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                 cudaStream_t stream, int64_t query_tile) {
-  const FlashDims s{batch, seq, heads, kv_heads};
-  Bf16Copies c{};
-  if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
-  GNMR_CHECK((rope_cos == nullptr) == (rope_sin == nullptr),
-             "flash attention (tensor cores): RoPE needs both tables, cos and sin");
-  if (rope_cos != nullptr) {  // q and k rotated as they are copied
-    rope_forward_to_bf16(q, rope_cos, rope_sin, batch, seq, heads, head_dim, c.q, stream);
-    rope_forward_to_bf16(k, rope_cos, rope_sin, batch, seq, kv_heads, head_dim, c.k, stream);
-  } else {
-    convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
-    convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
-  }
-  convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
-  forward_kernel_at_tile(c, out, lse, s, head_dim, stream, query_tile);
-}
-
-void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
-                                   int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                   cudaStream_t stream, int64_t query_tile) {
-  const FlashDims s{batch, seq, heads, kv_heads};
-  Bf16Copies c{};
-  if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
-  forward_kernel_at_tile(c, out, lse, s, head_dim, stream, query_tile);
-}
-
-namespace {
 
 template <int HD, int kSlabs>
 void forward_wgmma_for(const Bf16Copies& c, float* out, float* lse, const FlashDims& s,
@@ -1666,6 +1558,25 @@ void key_value_pass_wgmma_for(const Bf16Copies& c, const float* lse, float* dk, 
   GNMR_CUDA_CHECK(cudaGetLastError());
 }
 
+// The forward's query tile, else Error(Runtime) naming it.
+void check_forward_query_tile(int64_t query_tile) {
+  if (query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a forward query tile of " +
+                                        std::to_string(query_tile) + " rows; it takes 64 or 128");
+  }
+}
+
+// The dq pass's query tile at this head dim, else Error(Runtime) naming both.
+void check_dq_query_tile(int64_t query_tile, int64_t head_dim) {
+  if ((query_tile != kFlashQTile && query_tile != 2 * kFlashQTile) ||
+      (query_tile == 2 * kFlashQTile && head_dim != 64)) {
+    throw Error(ErrorKind::Runtime, "flash attention (tensor cores): a dq pass query tile of " +
+                                        std::to_string(query_tile) + " rows at head dim " +
+                                        std::to_string(head_dim) +
+                                        "; it takes 64, or 128 at head dim 64");
+  }
+}
+
 // What keeps the wgmma kernels off `device`, or "" where they run.
 std::string wgmma_missing(int device) {
   int major = 0, minor = 0;
@@ -1685,50 +1596,106 @@ std::string wgmma_missing(int device) {
   return "";
 }
 
-// Error(Runtime) naming what keeps the wgmma kernels off the current device, if anything.
-void check_wgmma_runs_here(const FlashDims& s, int64_t head_dim, const char* pass) {
+// With wgmma, Error(Runtime) naming what keeps those kernels off the current device, if anything.
+void check_instruction(FlashMmaInstruction instruction, const FlashDims& s, int64_t head_dim) {
+  if (instruction != FlashMmaInstruction::Wgmma) return;
   int device = 0;
   GNMR_CUDA_CHECK(cudaGetDevice(&device));
   const std::string missing = wgmma_missing(device);
   if (!missing.empty()) {
-    throw Error(ErrorKind::Runtime, std::string("flash attention's ") + pass + " (wgmma) for " +
+    throw Error(ErrorKind::Runtime, "flash attention on wgmma for " +
                                         flash_launch::shape_text(s, head_dim) +
                                         " does not run here: " + missing);
   }
 }
 
-}  // namespace
-
-bool flash_wgmma_runs_on(int device) {
-  return wgmma_missing(device).empty();
+// Each pass at its head dim, tile and instruction (checked by the entry points).
+void forward_pass(const Bf16Copies& c, float* out, float* lse, const FlashDims& s, int64_t head_dim,
+                  cudaStream_t stream, int64_t query_tile, FlashMmaInstruction instruction) {
+  const bool two = query_tile == 2 * kFlashQTile;
+  if (instruction == FlashMmaInstruction::Wgmma) {
+    if (head_dim == 64) {
+      two ? forward_wgmma_for<64, 2>(c, out, lse, s, stream)
+          : forward_wgmma_for<64, 1>(c, out, lse, s, stream);
+    } else {
+      two ? forward_wgmma_for<128, 2>(c, out, lse, s, stream)
+          : forward_wgmma_for<128, 1>(c, out, lse, s, stream);
+    }
+  } else if (head_dim == 64) {
+    two ? forward_mma_for<64, 2>(c, out, lse, s, stream)
+        : forward_mma_for<64, 1>(c, out, lse, s, stream);
+  } else {
+    two ? forward_mma_for<128, 2>(c, out, lse, s, stream)
+        : forward_mma_for<128, 1>(c, out, lse, s, stream);
+  }
+}
+void dq_pass(const Bf16Copies& c, const float* lse, float* dq, const FlashDims& s, int64_t head_dim,
+             cudaStream_t stream, int64_t query_tile, FlashMmaInstruction instruction) {
+  const bool two = query_tile == 2 * kFlashQTile;  // at head dim 64 only (check_dq_query_tile)
+  if (instruction == FlashMmaInstruction::Wgmma) {
+    if (head_dim == 64) {
+      two ? dq_pass_wgmma_for<64, 2>(c, lse, dq, s, stream)
+          : dq_pass_wgmma_for<64, 1>(c, lse, dq, s, stream);
+    } else {
+      dq_pass_wgmma_for<128, 1>(c, lse, dq, s, stream);
+    }
+  } else if (head_dim == 64) {
+    two ? dq_pass_mma_for<64, 2>(c, lse, dq, s, stream)
+        : dq_pass_mma_for<64, 1>(c, lse, dq, s, stream);
+  } else {
+    dq_pass_mma_for<128, 1>(c, lse, dq, s, stream);
+  }
+}
+void key_value_pass(const Bf16Copies& c, const float* lse, float* dk, float* dv, const FlashDims& s,
+                    int64_t head_dim, cudaStream_t stream, FlashMmaInstruction instruction) {
+  if (instruction == FlashMmaInstruction::Wgmma) {
+    head_dim == 64 ? key_value_pass_wgmma_for<64>(c, lse, dk, dv, s, stream)
+                   : key_value_pass_wgmma_for<128>(c, lse, dk, dv, s, stream);
+  } else {
+    head_dim == 64 ? key_value_pass_mma_for<64>(c, lse, dk, dv, s, stream)
+                   : key_value_pass_mma_for<128>(c, lse, dk, dv, s, stream);
+  }
 }
 
-void flash_forward_wgmma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
-                                     int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                     cudaStream_t stream, int64_t query_tile) {
-  const FlashDims s{batch, seq, heads, kv_heads};
-  Bf16Copies c{};
-  if (!checked_forward_regions(inputs, s, head_dim, query_tile, c)) return;
-  check_wgmma_runs_here(s, head_dim, "forward");
-  const bool two_slabs = query_tile == 2 * kWgmmaM;
-  if (head_dim == 64) {
-    two_slabs ? forward_wgmma_for<64, 2>(c, out, lse, s, stream)
-              : forward_wgmma_for<64, 1>(c, out, lse, s, stream);
-  } else {
-    two_slabs ? forward_wgmma_for<128, 2>(c, out, lse, s, stream)
-              : forward_wgmma_for<128, 1>(c, out, lse, s, stream);
-  }
+}  // namespace
+
+std::string flash_wgmma_unavailable(int device) {
+  return wgmma_missing(device);
+}
+
+int64_t flash_attention_mma_inputs_bytes(int64_t batch, int64_t seq, int64_t heads,
+                                         int64_t kv_heads, int64_t head_dim) {
+  return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).inputs_bytes;
+}
+int64_t flash_attention_mma_scratch_bytes(int64_t batch, int64_t seq, int64_t heads,
+                                          int64_t kv_heads, int64_t head_dim) {
+  return flash_mma_buffers(FlashDims{batch, seq, heads, kv_heads}, head_dim).scratch_bytes;
 }
 
 namespace {
 
-// The checks both backward entry points make (the shape, the dq pass's tile, the rows' count in
-// 31 bits, the buffers' alignment), then the bf16 copies' and the scratch's regions. False for
-// an empty shape: nothing to do.
+// The checks both forward entry points make (the shape, the tile, the instruction, the copies'
+// alignment), then the copies' regions. False for an empty shape: nothing to do.
+bool checked_forward_regions(const void* inputs, const FlashDims& s, int64_t head_dim,
+                             int64_t query_tile, FlashMmaInstruction instruction, Bf16Copies& c) {
+  check_shape(s, head_dim);
+  check_forward_query_tile(query_tile);
+  check_instruction(instruction, s, head_dim);
+  if (s.batch * s.seq * s.heads == 0) return false;
+  check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
+  c = buffer_regions(inputs, nullptr, s, head_dim);
+  return true;
+}
+
+// The checks the backward entry points make (the shape, the dq pass's tile, the instruction,
+// the rows' count in 31 bits, the buffers' alignment), then the bf16 copies' and the scratch's
+// regions. False for an empty shape: nothing to do.
 bool checked_backward_regions(const void* inputs, const void* scratch, const FlashDims& s,
-                              int64_t head_dim, int64_t query_tile, Bf16Copies& c) {
+                              int64_t head_dim, int64_t query_tile, FlashMmaInstruction instruction,
+                              Bf16Copies& c) {
   check_shape(s, head_dim);
   check_dq_query_tile(query_tile, head_dim);
+  check_instruction(instruction, s, head_dim);
   const int64_t rows = s.batch * s.seq * s.heads;
   if (rows == 0) return false;
   check_aligned(inputs, "inputs' bf16 copies", s, head_dim);
@@ -1745,73 +1712,74 @@ bool checked_backward_regions(const void* inputs, const void* scratch, const Fla
 
 }  // namespace
 
-void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
-                            int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                            int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
+void flash_attention_forward_mma(const float* q, const float* k, const float* v,
+                                 const float* rope_cos, const float* rope_sin, float* out,
+                                 float* lse, void* inputs, int64_t batch, int64_t seq,
+                                 int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                 cudaStream_t stream, int64_t query_tile,
+                                 FlashMmaInstruction instruction) {
   const FlashDims s{batch, seq, heads, kv_heads};
   Bf16Copies c{};
-  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, c)) return;
-  if (head_dim == 64) {
-    query_tile == 2 * kFlashQTile ? dq_pass_mma_for<64, 2>(c, lse, dq, s, stream)
-                                  : dq_pass_mma_for<64, 1>(c, lse, dq, s, stream);
+  if (!checked_forward_regions(inputs, s, head_dim, query_tile, instruction, c)) return;
+  GNMR_CHECK((rope_cos == nullptr) == (rope_sin == nullptr),
+             "flash attention (tensor cores): RoPE needs both tables, cos and sin");
+  if (rope_cos != nullptr) {  // q and k rotated as they are copied
+    rope_forward_to_bf16(q, rope_cos, rope_sin, batch, seq, heads, head_dim, c.q, stream);
+    rope_forward_to_bf16(k, rope_cos, rope_sin, batch, seq, kv_heads, head_dim, c.k, stream);
   } else {
-    dq_pass_mma_for<128, 1>(c, lse, dq, s, stream);
+    convert_to_bf16(q, batch * seq * heads * head_dim, c.q, stream);
+    convert_to_bf16(k, batch * seq * kv_heads * head_dim, c.k, stream);
   }
+  convert_to_bf16(v, batch * seq * kv_heads * head_dim, c.v, stream);
+  forward_pass(c, out, lse, s, head_dim, stream, query_tile, instruction);
 }
 
-void flash_dq_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
-                              int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                              int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
+void flash_forward_mma_kernel_only(const void* inputs, float* out, float* lse, int64_t batch,
+                                   int64_t seq, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                   cudaStream_t stream, int64_t query_tile,
+                                   FlashMmaInstruction instruction) {
   const FlashDims s{batch, seq, heads, kv_heads};
   Bf16Copies c{};
-  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, c)) return;
-  check_wgmma_runs_here(s, head_dim, "dq pass");
-  if (head_dim == 64) {
-    query_tile == 2 * kWgmmaM ? dq_pass_wgmma_for<64, 2>(c, lse, dq, s, stream)
-                              : dq_pass_wgmma_for<64, 1>(c, lse, dq, s, stream);
-  } else {
-    dq_pass_wgmma_for<128, 1>(c, lse, dq, s, stream);
-  }
+  if (!checked_forward_regions(inputs, s, head_dim, query_tile, instruction, c)) return;
+  forward_pass(c, out, lse, s, head_dim, stream, query_tile, instruction);
+}
+
+void flash_dq_pass_mma_only(const void* inputs, const float* lse, const void* scratch, float* dq,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
+                            int64_t head_dim, cudaStream_t stream, int64_t query_tile,
+                            FlashMmaInstruction instruction) {
+  const FlashDims s{batch, seq, heads, kv_heads};
+  Bf16Copies c{};
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, instruction, c)) return;
+  dq_pass(c, lse, dq, s, head_dim, stream, query_tile, instruction);
 }
 
 void flash_key_value_pass_mma_only(const void* inputs, const float* lse, const void* scratch,
                                    float* dk, float* dv, int64_t batch, int64_t seq, int64_t heads,
-                                   int64_t kv_heads, int64_t head_dim, cudaStream_t stream) {
+                                   int64_t kv_heads, int64_t head_dim, cudaStream_t stream,
+                                   FlashMmaInstruction instruction) {
   const FlashDims s{batch, seq, heads, kv_heads};
   Bf16Copies c{};
-  if (!checked_backward_regions(inputs, scratch, s, head_dim, kFlashQTile, c)) return;
-  head_dim == 64 ? key_value_pass_mma_for<64>(c, lse, dk, dv, s, stream)
-                 : key_value_pass_mma_for<128>(c, lse, dk, dv, s, stream);
-}
-
-void flash_key_value_pass_wgmma_only(const void* inputs, const float* lse, const void* scratch,
-                                     float* dk, float* dv, int64_t batch, int64_t seq,
-                                     int64_t heads, int64_t kv_heads, int64_t head_dim,
-                                     cudaStream_t stream) {
-  const FlashDims s{batch, seq, heads, kv_heads};
-  Bf16Copies c{};
-  if (!checked_backward_regions(inputs, scratch, s, head_dim, kFlashQTile, c)) return;
-  check_wgmma_runs_here(s, head_dim, "dk/dv pass");
-  head_dim == 64 ? key_value_pass_wgmma_for<64>(c, lse, dk, dv, s, stream)
-                 : key_value_pass_wgmma_for<128>(c, lse, dk, dv, s, stream);
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, kFlashQTile, instruction, c)) {
+    return;
+  }
+  key_value_pass(c, lse, dk, dv, s, head_dim, stream, instruction);
 }
 
 void flash_attention_backward_mma(const void* inputs, const float* out, const float* lse,
                                   const float* dout, float* dq, float* dk, float* dv, void* scratch,
                                   int64_t batch, int64_t seq, int64_t heads, int64_t kv_heads,
-                                  int64_t head_dim, cudaStream_t stream, int64_t query_tile) {
+                                  int64_t head_dim, cudaStream_t stream, int64_t query_tile,
+                                  FlashMmaInstruction instruction) {
   const FlashDims s{batch, seq, heads, kv_heads};
   Bf16Copies c{};
-  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, c)) return;
+  if (!checked_backward_regions(inputs, scratch, s, head_dim, query_tile, instruction, c)) return;
   check_aligned(out, "output", s, head_dim);
   check_aligned(dout, "output gradient", s, head_dim);
-  if (head_dim == 64) {
-    query_tile == 2 * kFlashQTile
-        ? backward_mma_for<64, 2>(c, out, dout, lse, dq, dk, dv, s, stream)
-        : backward_mma_for<64, 1>(c, out, dout, lse, dq, dk, dv, s, stream);
-  } else {
-    backward_mma_for<128, 1>(c, out, dout, lse, dq, dk, dv, s, stream);
-  }
+  head_dim == 64 ? delta_pass_for<64>(c, out, dout, s, stream)
+                 : delta_pass_for<128>(c, out, dout, s, stream);
+  key_value_pass(c, lse, dk, dv, s, head_dim, stream, instruction);
+  dq_pass(c, lse, dq, s, head_dim, stream, query_tile, instruction);
 }
 
 }  // namespace gnmr::cuda

@@ -425,15 +425,17 @@ stage_bench() {
     shape=(--steps 5 --warmup 3)
   fi
   [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
-  # The recipes on the default attention (auto), then bf16 on the v1 attention, so one GPU run
-  # measures the MFU both give. Each run: a label, then its --set overrides. The GNMR-controlled
+  # The recipes on the default attention (auto), then bf16 on the v1 attention and on the flash
+  # kernels' wgmma versions (sm_90a; fails elsewhere, naming why), so one GPU run measures the
+  # MFU each gives. Each run: a label, then its --set overrides. The GNMR-controlled
   # fp8mix next to static_low is issue 11's "within 2% of static low's step time".
   local label set out rc runs=(
     "bf16|precision.recipe=bf16"
     "fp8mix|precision.recipe=fp8mix"
     "fp8mix-static_low|precision.recipe=fp8mix gnmr.controller=static_low"
     "actq|precision.recipe=actq"
-    "bf16+materialized|precision.recipe=bf16 model.attention=materialized")
+    "bf16+materialized|precision.recipe=bf16 model.attention=materialized"
+    "bf16+flash_wgmma|precision.recipe=bf16 model.attention=flash_wgmma")
   local run set_args=()
   for run in "${runs[@]}"; do
     label=${run%%|*} set_args=()

@@ -228,7 +228,8 @@ void validate(const RunConfig& c) {
   require_one_of("log.level", c.log.level,
                  {"trace", "debug", "info", "warn", "error", "critical", "off"});
   require_one_of("backend", c.backend, {"cpu", "cuda"});
-  require_one_of("model.attention", m.attention, {"auto", "flash", "flash_bf16", "materialized"});
+  require_one_of("model.attention", m.attention,
+                 {"auto", "flash", "flash_bf16", "flash_wgmma", "materialized"});
   require(m.attention.rfind("flash", 0) != 0 || c.backend == "cuda", "model.attention",
           "is \"" + m.attention +
               "\", which runs only on backend=cuda (the cpu backend's attention is "

@@ -26,7 +26,8 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float init_std = 0.02f;
   // The attention kernel: "flash" (fused, no T x T tensor, fp32; cuda only), "flash_bf16"
-  // (the same on bf16 tensor cores; cuda only), "materialized" (the probabilities kept for the
+  // (the same on bf16 tensor cores, mma.sync; cuda only), "flash_wgmma" (the same on sm_90a's
+  // wgmma; H100 / H200 only, not yet run on a GPU), "materialized" (the probabilities kept for the
   // backward; the cpu backend's, v1 on cuda) or "auto" (flash on cuda where its kernels take
   // the shape, materialized on cpu). The cuda backend says which per layer
   // (backend/cuda/cuda_backend.h).

@@ -214,6 +214,10 @@ TEST(ConfigLoad, ModelAttentionDefaultsToAutoAndFlashNeedsTheCudaBackend) {
                       "is \"flash\", which runs only on backend=cuda");
   expect_config_error(path, {"model.attention=flash_bf16"},
                       "is \"flash_bf16\", which runs only on backend=cuda");
+  EXPECT_EQ(load_run_config(path, {"backend=cuda", "model.attention=flash_wgmma"}).model.attention,
+            "flash_wgmma");
+  expect_config_error(path, {"model.attention=flash_wgmma"},
+                      "is \"flash_wgmma\", which runs only on backend=cuda");
   expect_config_error(path, {"model.attention=fused"}, "\"model.attention\" is \"fused\"");
 }
 

@@ -159,57 +159,39 @@ void bench(const AttentionShape& s, cublasLtHandle_t lt, void* workspace, size_t
     }
     // Each pass's kernel alone on the copies (and delta) the last forward and backward made,
     // mma.sync against wgmma (sm_90a only) at each query tile the pass takes: the forward's
-    // (no bf16 conversion of q, k, v) and the dQ pass's.
+    // (no bf16 conversion of q, k, v), the dK/dV pass's and the dQ pass's.
+    using gnmr::cuda::FlashMmaInstruction;
     int device_index = 0;
     GNMR_CUDA_CHECK(cudaGetDevice(&device_index));
-    const bool wgmma = gnmr::cuda::flash_wgmma_runs_on(device_index);
-    for (const int64_t tile : {gnmr::kFlashQTile, 2 * gnmr::kFlashQTile}) {
-      const std::string rows_text = std::to_string(tile);
-      report_pass("flash-mma-fwd" + rows_text, "forward", s, time_ms([&] {
-                    gnmr::cuda::flash_forward_mma_kernel_only(inputs.data, out.data, lse.data,
-                                                              s.batch, s.seq, s.heads, s.kv_heads,
-                                                              s.head_dim, nullptr, tile);
-                  }),
-                  device);
-      if (wgmma) {
-        report_pass("flash-wgmma-fwd" + rows_text, "forward", s, time_ms([&] {
-                      gnmr::cuda::flash_forward_wgmma_kernel_only(
+    std::vector<std::pair<FlashMmaInstruction, std::string>> instructions = {
+        {FlashMmaInstruction::MmaSync, "mma"}};
+    if (gnmr::cuda::flash_wgmma_unavailable(device_index).empty()) {
+      instructions.push_back({FlashMmaInstruction::Wgmma, "wgmma"});
+    }
+    for (const auto& [instruction, name] : instructions) {
+      const std::string prefix = "flash-" + name;
+      for (const int64_t tile : {gnmr::kFlashQTile, 2 * gnmr::kFlashQTile}) {
+        const std::string rows_text = std::to_string(tile);
+        report_pass(prefix + "-fwd" + rows_text, "forward", s, time_ms([&] {
+                      gnmr::cuda::flash_forward_mma_kernel_only(
                           inputs.data, out.data, lse.data, s.batch, s.seq, s.heads, s.kv_heads,
-                          s.head_dim, nullptr, tile);
+                          s.head_dim, nullptr, tile, instruction);
+                    }),
+                    device);
+        if (tile == 2 * gnmr::kFlashQTile && s.head_dim != 64) continue;  // dq: 128 at hd 64 only
+        report_pass(prefix + "-dq" + rows_text, "dq", s, time_ms([&] {
+                      gnmr::cuda::flash_dq_pass_mma_only(
+                          inputs.data, lse.data, scratch.data, dq.data, s.batch, s.seq, s.heads,
+                          s.kv_heads, s.head_dim, nullptr, tile, instruction);
                     }),
                     device);
       }
-      if (tile == gnmr::kFlashQTile) {  // the dK/dV pass: 64-row key tiles
-        report_pass("flash-mma-dkdv", "dkdv", s, time_ms([&] {
-                      gnmr::cuda::flash_key_value_pass_mma_only(
-                          inputs.data, lse.data, scratch.data, dk.data, dv.data, s.batch, s.seq,
-                          s.heads, s.kv_heads, s.head_dim, nullptr);
-                    }),
-                    device);
-        if (wgmma) {
-          report_pass("flash-wgmma-dkdv", "dkdv", s, time_ms([&] {
-                        gnmr::cuda::flash_key_value_pass_wgmma_only(
-                            inputs.data, lse.data, scratch.data, dk.data, dv.data, s.batch, s.seq,
-                            s.heads, s.kv_heads, s.head_dim, nullptr);
-                      }),
-                      device);
-        }
-      }
-      if (tile == 2 * gnmr::kFlashQTile && s.head_dim != 64) continue;  // dq: 128 at hd 64 only
-      report_pass("flash-mma-dq" + rows_text, "dq", s, time_ms([&] {
-                    gnmr::cuda::flash_dq_pass_mma_only(inputs.data, lse.data, scratch.data, dq.data,
-                                                       s.batch, s.seq, s.heads, s.kv_heads,
-                                                       s.head_dim, nullptr, tile);
+      report_pass(prefix + "-dkdv", "dkdv", s, time_ms([&] {
+                    gnmr::cuda::flash_key_value_pass_mma_only(
+                        inputs.data, lse.data, scratch.data, dk.data, dv.data, s.batch, s.seq,
+                        s.heads, s.kv_heads, s.head_dim, nullptr, instruction);
                   }),
                   device);
-      if (wgmma) {
-        report_pass("flash-wgmma-dq" + rows_text, "dq", s, time_ms([&] {
-                      gnmr::cuda::flash_dq_pass_wgmma_only(inputs.data, lse.data, scratch.data,
-                                                           dq.data, s.batch, s.seq, s.heads,
-                                                           s.kv_heads, s.head_dim, nullptr, tile);
-                    }),
-                    device);
-      }
     }
   }
   {

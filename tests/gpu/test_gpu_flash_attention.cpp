@@ -334,7 +334,8 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
   namespace ref = attention_bf16_reference;
   int device = 0;
   GNMR_CUDA_CHECK(cudaGetDevice(&device));
-  if (!flash_wgmma_runs_on(device)) GTEST_SKIP() << "the wgmma kernels need sm_90a";
+  const std::string unavailable = flash_wgmma_unavailable(device);
+  if (!unavailable.empty()) GTEST_SKIP() << "the wgmma kernels do not run here: " << unavailable;
   for (const AttentionShape& s : all) {
     SCOPED_TRACE(shape_name(s));
     const Inputs in(s);
@@ -362,8 +363,9 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
       return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0 ? "same" : "differs";
     };
     const std::vector<std::vector<float>> kv = twice_the_same({&dk, &dv}, {nkv, nkv}, [&] {
-      flash_key_value_pass_wgmma_only(inputs.get(), lse.get(), scratch.get(), dk.get(), dv.get(),
-                                      s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr);
+      flash_key_value_pass_mma_only(inputs.get(), lse.get(), scratch.get(), dk.get(), dv.get(),
+                                    s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, nullptr,
+                                    FlashMmaInstruction::Wgmma);
     });
     EXPECT_EQ(ref::violations("dk", kv[0], grads.dk, grads.dk_bound), "");
     EXPECT_EQ(ref::violations("dv", kv[1], grads.dv, grads.dv_bound), "");
@@ -375,8 +377,9 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
       DeviceBuffer<float> wgmma_lse(nrows);
       const std::vector<std::vector<float>> fwd =
           twice_the_same({&out, &wgmma_lse}, {nq, nrows}, [&] {
-            flash_forward_wgmma_kernel_only(inputs.get(), out.get(), wgmma_lse.get(), s.batch,
-                                            s.seq, s.heads, s.kv_heads, s.head_dim, nullptr, tile);
+            flash_forward_mma_kernel_only(inputs.get(), out.get(), wgmma_lse.get(), s.batch, s.seq,
+                                          s.heads, s.kv_heads, s.head_dim, nullptr, tile,
+                                          FlashMmaInstruction::Wgmma);
           });
       EXPECT_EQ(ref::out_violations(fwd[0], forward), "");
       EXPECT_EQ(ref::lse_violations(fwd[1], forward), "");
@@ -385,8 +388,9 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
                   same_bits(fwd[1], mma_lse));
       if (tile == 2 * kFlashQTile && s.head_dim != 64) continue;  // dq: 128 rows at hd 64 only
       const std::vector<std::vector<float>> bwd = twice_the_same({&dq}, {nq}, [&] {
-        flash_dq_pass_wgmma_only(inputs.get(), lse.get(), scratch.get(), dq.get(), s.batch, s.seq,
-                                 s.heads, s.kv_heads, s.head_dim, nullptr, tile);
+        flash_dq_pass_mma_only(inputs.get(), lse.get(), scratch.get(), dq.get(), s.batch, s.seq,
+                               s.heads, s.kv_heads, s.head_dim, nullptr, tile,
+                               FlashMmaInstruction::Wgmma);
       });
       EXPECT_EQ(ref::violations("dq", bwd[0], grads.dq, grads.dq_bound), "");
       std::printf("wgmma dq pass, %s, %lld-row tiles: dq %s as mma.sync's\n", shape_name(s).c_str(),
@@ -662,6 +666,34 @@ TEST(GpuFlashAttention, AutoRunsTheFlashKernelsOfTheGemmPrecision) {
   EXPECT_EQ(be->plan_attention("a", unsupported, false)->kernel().rfind("materialized", 0), 0u);
   be->set_gemm_precision(GemmPrecision::FP32);
   EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(), "flash (fp32 SIMT)");
+}
+
+// model.attention flash_wgmma plans the tensor-core kernels on wgmma where they run (sm_90a),
+// and elsewhere refuses at plan time, naming what is missing.
+TEST(GpuFlashAttention, FlashWgmmaPlansTheWgmmaKernelsOrSaysWhyNot) {
+  SKIP_WITHOUT_GPU();
+  CudaBackendOptions options;
+  options.attention = CudaAttention::FlashWgmma;
+  options.flash_tiles = FlashTiles::Defaults;
+  std::unique_ptr<Backend> be = make_cuda_backend(options);
+  const AttentionShape shape{2, 130, 8, 2, 64};
+  int device = 0;
+  GNMR_CUDA_CHECK(cudaGetDevice(&device));
+  if (flash_wgmma_unavailable(device).empty()) {
+    EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(),
+              "flash_wgmma (bf16 tensor cores, wgmma; query tiles of " +
+                  std::to_string(kFlashMmaForwardQueryTile) +
+                  " rows in the forward, 128 in the dq pass)");
+  } else {
+    try {
+      be->plan_attention("a", shape, false);
+      ADD_FAILURE() << "flash_wgmma planned where wgmma does not run";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.attention \"flash_wgmma\" needs sm_90a"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(GpuFlashAttention, RefusesAnUnsupportedHeadDimNamingTheShape) {

@@ -83,17 +83,19 @@ class CudaAttentionState final : public AttentionState {
                    : "materialized (cuBLASLt fp32 GEMMs + causal softmax)";
       case AttentionKernel::FlashSimt:
         return "flash (fp32 SIMT)";
-      case AttentionKernel::FlashTensorCores:
+      case AttentionKernel::FlashTensorCores: {
+        const std::string kernels =
+            instruction == cuda::FlashMmaInstruction::Wgmma
+                ? "flash_wgmma (bf16 tensor cores, wgmma; query tiles of "
+                : "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of ";
         if (tiles_timed) {
-          return std::string(
-                     "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of 64 or 128 "
-                     "rows in the forward") +
+          return kernels + "64 or 128 rows in the forward" +
                  (shape.head_dim == 64 ? " and the dq pass" : ", 64 in the dq pass") +
                  ", the faster at this shape, timed at its first forward and backward)";
         }
-        return "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +
-               std::to_string(kFlashMmaForwardQueryTile) + " rows in the forward, " +
+        return kernels + std::to_string(kFlashMmaForwardQueryTile) + " rows in the forward, " +
                std::to_string(flash_mma_query_pass_tile(shape.head_dim)) + " in the dq pass)";
+      }
     }
     return "?";
   }
@@ -106,6 +108,8 @@ class CudaAttentionState final : public AttentionState {
   bool flash() const { return kernel_kind != AttentionKernel::Materialized; }
   AttentionKernel kernel_kind = AttentionKernel::Materialized;
   bool tiles_timed = false;  // the tensor-core kernels' query tiles: timed, not the defaults
+  // The tensor-core kernels' instruction: wgmma for model.attention = flash_wgmma.
+  cuda::FlashMmaInstruction instruction = cuda::FlashMmaInstruction::MmaSync;
   // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
   GemmPrecision v1_precision = GemmPrecision::FP32;
   bool out_kept = false;
@@ -131,6 +135,8 @@ const char* attention_choice_name(CudaAttention choice) {
       return "flash";
     case CudaAttention::FlashBf16:
       return "flash_bf16";
+    case CudaAttention::FlashWgmma:
+      return "flash_wgmma";
     case CudaAttention::Materialized:
       return "materialized";
   }
@@ -147,8 +153,9 @@ AttentionKernel attention_kernel_for(CudaAttention choice, bool bf16_gemms,
                                      const AttentionShape& shape, int64_t shared_limit,
                                      bool& warned) {
   if (choice == CudaAttention::Materialized) return AttentionKernel::Materialized;
-  const bool tensor_cores =
-      choice == CudaAttention::FlashBf16 || (choice == CudaAttention::Auto && bf16_gemms);
+  const bool tensor_cores = choice == CudaAttention::FlashBf16 ||
+                            choice == CudaAttention::FlashWgmma ||
+                            (choice == CudaAttention::Auto && bf16_gemms);
   const AttentionKernel flash =
       tensor_cores ? AttentionKernel::FlashTensorCores : AttentionKernel::FlashSimt;
   const bool supported = cuda::flash_attention_supports_head_dim(shape.head_dim);
@@ -651,6 +658,17 @@ class CudaBackend final : public Backend {
         attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
                              shared_optin_bytes_, warned_flash_fallback_);
     state->tiles_timed = time_flash_tiles_;
+    if (attention_choice_ == CudaAttention::FlashWgmma &&
+        state->kernel_kind == AttentionKernel::FlashTensorCores) {
+      const std::string unavailable = cuda::flash_wgmma_unavailable(device_index_);
+      if (!unavailable.empty()) {
+        throw Error(ErrorKind::Config,
+                    "model.attention \"flash_wgmma\" needs sm_90a's wgmma (an H100 or H200, and "
+                    "a build with sm_90a code); here: " +
+                        unavailable + "; use model.attention=flash_bf16 or auto");
+      }
+      state->instruction = cuda::FlashMmaInstruction::Wgmma;
+    }
     state->v1_precision = gemm_precision();
     state->out_kept = state->flash() && out_kept;
     if (state->flash() && !out_kept) {
@@ -711,14 +729,15 @@ class CudaBackend final : public Backend {
       cuda::flash_attention_backward_mma(
           state.inputs_bf16.data, state.flash_out(), f32_data(state.lse), f32_data(dout),
           f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads, s.kv_heads,
-          s.head_dim, stream_, choose ? flash_mma_query_pass_tile(s.head_dim) : tile);
+          s.head_dim, stream_, choose ? flash_mma_query_pass_tile(s.head_dim) : tile,
+          state.instruction);
       if (choose) {
         tile = flash_mma_query_pass_tile(s.head_dim);
         if (time_flash_tiles_ && s.head_dim == 64) {  // only 64 rows at head dim 128
           tile = timed_tile(s, "the dq pass's", [&](int64_t t) {
             cuda::flash_dq_pass_mma_only(state.inputs_bf16.data, f32_data(state.lse), scratch,
                                          f32_data(dq), s.batch, s.seq, s.heads, s.kv_heads,
-                                         s.head_dim, stream_, t);
+                                         s.head_dim, stream_, t, state.instruction);
           });
         }
       }
@@ -976,14 +995,14 @@ class CudaBackend final : public Backend {
             f32_data(q), f32_data(k), f32_data(v), rope ? rope->cos : nullptr,
             rope ? rope->sin : nullptr, f32_data(out), f32_data(state.lse), state.inputs_bf16.data,
             s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_,
-            choose ? kFlashMmaForwardQueryTile : tile);
+            choose ? kFlashMmaForwardQueryTile : tile, state.instruction);
         if (choose) {
           tile = kFlashMmaForwardQueryTile;
           if (time_flash_tiles_) {
             tile = timed_tile(s, "the forward's", [&](int64_t t) {
-              cuda::flash_forward_mma_kernel_only(state.inputs_bf16.data, f32_data(out),
-                                                  f32_data(state.lse), s.batch, s.seq, s.heads,
-                                                  s.kv_heads, s.head_dim, stream_, t);
+              cuda::flash_forward_mma_kernel_only(
+                  state.inputs_bf16.data, f32_data(out), f32_data(state.lse), s.batch, s.seq,
+                  s.heads, s.kv_heads, s.head_dim, stream_, t, state.instruction);
             });
           }
         }
@@ -1104,6 +1123,7 @@ CudaAttention parse_cuda_attention(const std::string& name) {
   if (name == "auto") return CudaAttention::Auto;
   if (name == "flash") return CudaAttention::Flash;
   if (name == "flash_bf16") return CudaAttention::FlashBf16;
+  if (name == "flash_wgmma") return CudaAttention::FlashWgmma;
   if (name == "materialized") return CudaAttention::Materialized;
   throw Error(ErrorKind::Config, "config: \"model.attention\" is \"" + name +
                                      "\", must be one of: auto, flash, flash_bf16, materialized");

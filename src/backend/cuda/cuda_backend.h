@@ -21,9 +21,10 @@ namespace gnmr {
 // the device's shared memory, v1 elsewhere: the tensor-core ones under train.gemm_precision
 // bf16 (25-60x the SIMT kernels' TFLOP/s on an H200: README), the fp32 SIMT ones under fp32.
 // Chosen per layer at plan_attention.
-enum class CudaAttention { Auto, Flash, FlashBf16, Materialized };
+enum class CudaAttention { Auto, Flash, FlashBf16, FlashWgmma, Materialized };
 
-// "auto" | "flash" | "flash_bf16" | "materialized", else Error(Config) naming model.attention.
+// "auto" | "flash" | "flash_bf16" | "flash_wgmma" | "materialized", else Error(Config) naming
+// model.attention.
 CudaAttention parse_cuda_attention(const std::string& name);
 
 // The tensor-core flash kernels' query tiles (backend/cuda/flash_tile_choice.h): Timed runs
