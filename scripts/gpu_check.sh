@@ -189,12 +189,19 @@ stage_preflight() {
   fi
   note "GPU: $gpu_name"
   local cap
-  cap="$(echo "$gpu_name" | awk -F', ' '{print $2}')"
+  cap="$(gpu_compute_capability)"
   case "$cap" in
     8.0 | 9.0) status=PASS why="$gpu_name" ;;
     unknown) status=PASS why="$gpu_name: compute capability unknown, the tests will tell" ;;
     *) status=FAIL why="compute capability $cap: the bundle has code for 8.0 and 9.0 only ($gpu_name)" ;;
   esac
+}
+
+# The first GPU's compute capability as nvidia-smi gives it ("9.0"), or "unknown".
+gpu_compute_capability() {
+  local cap
+  cap="$(echo "$gpu_name" | awk -F', ' '{print $2}')"
+  echo "${cap:-unknown}"
 }
 
 stage_gpu_tests() {
@@ -206,6 +213,12 @@ stage_gpu_tests() {
   if ((gpu_count < 2)); then
     negative+=':*TwoGpus*'
     note "$gpu_count GPU(s): the *TwoGpus* tests (2-rank NCCL training, the multi-process NCCL checks) are left out"
+  fi
+  # The flash kernels' wgmma versions run on compute capability 9.0 only (sm_90a): elsewhere
+  # their tests skip, so they are left out, and the log says so.
+  if [ "$(gpu_compute_capability)" != 9.0 ]; then
+    negative+=':*Wgmma*:*flash_wgmma*'
+    note "compute capability $(gpu_compute_capability): the wgmma tests (*Wgmma*, *flash_wgmma*) are left out (wgmma is sm_90a's)"
   fi
   # One process per suite: an illegal access leaves the CUDA context unusable, and every later
   # test of that process would fail with it.
@@ -439,6 +452,10 @@ stage_bench() {
   local run set_args=()
   for run in "${runs[@]}"; do
     label=${run%%|*} set_args=()
+    if [[ $label == *wgmma* && "$(gpu_compute_capability)" != 9.0 ]]; then
+      lines+="$label left out (wgmma is sm_90a's); "
+      continue
+    fi
     for set in ${run#*|}; do set_args+=(--set "$set"); done
     out="$work/bench-run.log"
     timeout -k 5 "$run_timeout_s" "$bundle/bin/gnmr" bench --config "$config" --backend cuda "${shape[@]}" \

@@ -326,10 +326,10 @@ std::vector<std::vector<float>> twice_the_same(std::vector<DeviceBuffer<float>*>
 // The wgmma kernels (sm_90a; kernels/flash_attention_mma.cu: flash_forward_wgmma_kernel,
 // flash_backward_query_wgmma_kernel, flash_backward_key_value_wgmma_kernel) on the bf16 copies,
 // delta and dout copy the mma.sync forward and backward made, at each query tile they take:
-// out, lse, dq, dk and dv within the bounds of
-// the reference, every output written (NaN-poisoned before), the same bits twice; and whether
-// they give the mma.sync kernels' bits, said in the log (the emulation gives them; on a GPU that
-// is the hardware's summation order, which no document fixes). Skips where they do not run.
+// out, lse, dq, dk and dv within the bounds of the reference, every output written
+// (NaN-poisoned before), the same bits twice; and whether they give the mma.sync kernels' bits,
+// said in the log (the emulation gives them; on a GPU that is the hardware's summation order,
+// which no document fixes). Skips where they do not run.
 void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& all) {
   namespace ref = attention_bf16_reference;
   int device = 0;
@@ -373,7 +373,8 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
                 same_bits(kv[0], mma_dk), same_bits(kv[1], mma_dv));
     for (const int64_t tile : {kFlashQTile, 2 * kFlashQTile}) {
       SCOPED_TRACE("query tiles of " + std::to_string(tile) + " rows");
-      // The dq pass reads the forward's lse: the mma.sync one's, restored after each forward.
+      // The wgmma forward writes an lse of its own: the dq pass reads the mma.sync forward's,
+      // as the backward that made its delta did.
       DeviceBuffer<float> wgmma_lse(nrows);
       const std::vector<std::vector<float>> fwd =
           twice_the_same({&out, &wgmma_lse}, {nq, nrows}, [&] {
