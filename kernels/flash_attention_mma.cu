@@ -223,6 +223,18 @@ __device__ inline void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
+// Pins `acc`'s registers to this point: the compiler moves no use of them across it (CUTLASS's
+// warpgroup_fence_operand). After a wgmma.wait_group, so that no instruction reads accumulators
+// before their products have landed: the wgmma's asm hands them out at issue as far as the
+// compiler knows, and ptxas would serialize every wgmma of a kernel with such a read (C7514).
+template <int N>
+__device__ inline void wgmma_fence_operands(float (&acc)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(acc[i][j])::"memory");
+  }
+}
 // fence.proxy.async.shared::cta: the shared memory cp.async wrote (the generic proxy) is
 // visible to the wgmma's reads (the async proxy), once a barrier after it orders the threads.
 __device__ inline void fence_proxy_async_shared() {
@@ -792,6 +804,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
       } else {
         wgmma_wait_group<0>();
       }
+      wgmma_fence_operands(sc[r]);
       if (flash_tile_needs_mask(tiles, qi, kj)) {
         mask_scores<kFlashKeyBlocks, false, false>(sc[r], int(r0) + r * kWgmmaM + w0, int(c0),
                                                    int(s.seq), -INFINITY, lane);
@@ -811,6 +824,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
     for (int r = 0; r < kSlabs; ++r) wgmma_accumulate_a_times_rows<HD>(o[r], pa[r], v_operand);
     wgmma_commit_group();
     wgmma_wait_group<0>();
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) wgmma_fence_operands(o[r]);
   }
 #pragma unroll
   for (int r = 0; r < kSlabs; ++r) {
@@ -1037,6 +1052,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
       wgmma_commit_group();
     }
     wgmma_wait_group<0>();
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) wgmma_fence_operands(c[r]);
   };
 
   for (int64_t kj = 0; kj <= last_kj; ++kj) {
@@ -1097,6 +1114,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
     }
     wgmma_commit_group();
     wgmma_wait_group<0>();  // dQ += dS K(kj)
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) wgmma_fence_operands(dq_acc[r]);
   }
 #pragma unroll
   for (int r = 0; r < kSlabs; ++r) {
@@ -1327,6 +1346,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     wgmma_rows_times_rows_transposed<HD>(pt, k_operand, q_scores);
     wgmma_commit_group();
     wgmma_wait_group<0>();
+    wgmma_fence_operands(pt);
 #pragma unroll
     for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
       float lse_log2[2];
@@ -1349,6 +1369,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     wgmma_rows_times_rows_transposed<HD>(dst, v_operand, dout_scores);
     wgmma_commit_group();
     wgmma_wait_group<0>();
+    wgmma_fence_operands(dst);
+    wgmma_fence_operands(dv_acc);
     // dS^T = P^T (dP^T - delta), then dK += dS^T Q.
 #pragma unroll
     for (int nb = 0; nb < kFlashKeyBlocks; ++nb) {
@@ -1365,6 +1387,7 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     wgmma_accumulate_a_times_rows<HD>(dk_acc, dsa, q_values);
     wgmma_commit_group();
     wgmma_wait_group<0>();
+    wgmma_fence_operands(dk_acc);
     __syncthreads();  // every warp is done with stage n % 2, where task n + 2's copies go
   }
   const int64_t at = flash_kv_offset(s, b, c0, g, HD);

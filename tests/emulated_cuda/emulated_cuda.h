@@ -186,6 +186,10 @@ void wgmma_m64n64k16_rs_trans_b(float d[][4], const uint32_t a[4], uint64_t b_de
 // GPU; the emulation's accesses happen in program order, so they do nothing here.
 inline void wgmma_fence() {}
 inline void fence_proxy_async_shared() {}
+// The kernels' register pin after a wait (CUTLASS's warpgroup_fence_operand): the emulation's
+// products land at the wait itself, so nothing to pin.
+template <int N>
+void wgmma_fence_operands(float (&)[N][4]) {}
 void wgmma_commit_group();
 void emulated_wgmma_wait_group(int pending);
 template <int N>
