@@ -33,11 +33,12 @@
 #     bench       gnmr bench on llama2-1b-gpu at seq 1024: bf16, fp8mix (GNMR controller),
 #                 fp8mix under static_low, actq (each on model.attention auto: the tensor-
 #                 core flash kernels under the config's bf16 GEMMs), and bf16 on the v1
-#                 attention; tokens/s, MFU and the GEMMs' share each; 45 s per run    (150 s)
+#                 attention and on the flash kernels' wgmma versions (compute capability
+#                 9.0 only); tokens/s, MFU and the GEMMs' share each; 45 s per run    (150 s)
 #     racecheck   compute-sanitizer: racecheck (shared-memory races, which the emulation
 #                 cannot see) and synccheck over the tests of our kernels              (90 s)
 #   and, only when named (not in the default run):
-#     attention-bench  flash (SIMT, tensor cores; the wgmma forward on sm_90a) vs v1 attention, TFLOP/s and memory at
+#     attention-bench  flash (SIMT, tensor cores: mma.sync, and wgmma on sm_90a) vs v1 attention, TFLOP/s and memory at
 #                 T = 1024, 2048, 4096 at hd 128, T = 1024 at hd 64 (bench_gpu_attention) (60 s)
 #     profile     Nsight Compute (ncu) over one llama2-1b-gpu bench step per kernel family:
 #                 each kernel shape's time, share of the DRAM bandwidth and of issue slots
@@ -439,7 +440,7 @@ stage_bench() {
   fi
   [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
   # The recipes on the default attention (auto), then bf16 on the v1 attention and on the flash
-  # kernels' wgmma versions (sm_90a; fails elsewhere, naming why), so one GPU run measures the
+  # kernels' wgmma versions (left out off compute capability 9.0), so one GPU run measures the
   # MFU each gives. Each run: a label, then its --set overrides. The GNMR-controlled
   # fp8mix next to static_low is issue 11's "within 2% of static low's step time".
   local label set out rc runs=(

@@ -20,7 +20,8 @@ if [ "$preset" = asan ]; then
   # The asan preset builds the CUDA backend on the host emulation of CUDA (tests/emulated_cuda),
   # so the gpu tests run here too, under the sanitizers: every kernel, GEMM, projection and
   # attention test, of the end-to-end runs fp8mix against the CPU (its FP8 GEMMs, scales and
-  # quantizers through the whole backend), the nccl communicator on the emulated NCCL, one
+  # quantizers through the whole backend) and bf16 on the wgmma flash kernels (the emulated
+  # device is sm_90), the nccl communicator on the emulated NCCL, one
   # rank and 2-3 rank processes, the command-line runs (resume, blocking launches) and the
   # data-parallel training runs on 1 and 2 GPU ranks (overlap, ZeRO-1, resume, an mpirun
   # launch): 1-3.5 minutes each under ASan. Left out for time (`ctest --preset emulated` runs
