@@ -64,6 +64,23 @@ enum class FlashMmaInstruction { MmaSync, Wgmma };
 // it when asked for wgmma there.
 std::string flash_wgmma_unavailable(int device);
 
+// One wgmma.mma_async m64n64k16 (bf16 -> fp32) on the GPU (kernels/wgmma_operand_check.cu), to
+// check how the hardware reads the operand layouts the wgmma kernels describe
+// (src/backend/wgmma_operand.h): `image` (device memory, image_bytes: a multiple of 16, at most
+// 48 KiB) is copied to the block's shared memory as is, and each operand's descriptor built from
+// its WgmmaCheckOperand (byte offsets; start from the image's first byte). With a_rows null, A
+// and B from shared memory, both K-major (the kernels' S = Q K^T); else A from registers, taken
+// from a_rows (device memory, 64 x 16 bf16 codes, row-major) as each warp's mma.sync A fragment,
+// and B MN-major (O = P V). d (device memory, 64 x 64 floats, row-major): D = A B, placed by the
+// accumulators' layout (warp w rows 16 w .. 16 w + 15, mma.sync's C fragment per 8 columns).
+// Throws Error(Runtime) where flash_wgmma_unavailable names a reason, and for a bad image size.
+struct WgmmaCheckOperand {
+  uint32_t start = 0, lbo = 0, sbo = 0;
+};
+void wgmma_operand_check(const void* image, int image_bytes, WgmmaCheckOperand a,
+                         WgmmaCheckOperand b, const uint16_t* a_rows, float* d,
+                         cudaStream_t stream);
+
 // The same forward and backward on bf16 tensor cores (kernels/flash_attention_mma.cu): q, k,
 // v, dout rounded to bf16, and P and dS rounded to bf16 where they enter a product; fp32
 // accumulation and softmax statistics. The forward writes its bf16 copies of q, k, v to

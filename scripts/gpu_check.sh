@@ -238,6 +238,10 @@ stage_gpu_tests() {
     elif ((rc != 0 && n_failed == 0)); then crashed+="${suite%.} (exit $rc) "; fi
     note "suite ${suite%.}: $n_ok passed, $n_failed failed, $n_skipped skipped, exit $rc"
   done < <("$bundle/tests/test_gpu" --gtest_list_tests 2>/dev/null | grep -v '^ ' | grep '\.$')
+  # What the wgmma tests found (written on the emulation, unrun on a GPU before): how the GPU
+  # reads the operand layouts (GpuWgmma) and whether the wgmma kernels give mma.sync's bits,
+  # repeated here so the run's own output shows them.
+  grep -E '^wgmma' "$logs/gpu-tests.log" 2>/dev/null | sort -u | while read -r line; do note "$line"; done
   if [ -n "$crashed" ]; then status=FAIL why="crashed: $crashed; $failed failed, $passed passed (gpu-tests.log)"
   elif ((failed)); then status=FAIL why="$failed failed, $passed passed (gpu-tests.log)"
   elif ((skipped)); then status=FAIL why="$skipped tests skipped although a GPU is present"
@@ -528,8 +532,13 @@ stage_profile() {
   # hd 64 a score's exponential and its QK^T and PV products (2 x 64 multiply-adds) take the
   # same time on the two, so XU near its peak says the exponentials bound the forward.
   local tensor_metrics=lts__throughput.avg.pct_of_peak_sustained_elapsed,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active
+  # The wgmma kernels' run (compute capability 9.0 only) adds the tensor pipe's cycles busy with
+  # any MMA: the HMMA column counts mma.sync's, and wgmma's may not be HMMA to ncu. A run of its
+  # own, so that a metric this ncu lacks fails that run alone.
+  local wgmma_metrics="$tensor_metrics,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
   # recipe | kernel regex | launches profiled (ncu replays each one: a few seconds a run) |
-  # matching launches skipped first | "tensor" where the run adds those metrics. The attention's:
+  # matching launches skipped first | "tensor" or "wgmma" where the run adds those metrics |
+  # another setting, if any. The attention's:
   # the step runs llama2-1b-gpu's 24 layers' forward kernels, then per layer from the last the
   # backward's three (delta, dK/dV, dQ), so skipping 22 profiles the last two forwards and the
   # last two layers' backward. The element-wise kernels run in three: the forward's (its first
@@ -540,32 +549,40 @@ stage_profile() {
   # actq's saved activations: their quantizers in the forward, their dequantization (to bf16,
   # for the weight gradients) in the backward.
   local runs=(
-    "fp8mix|regex:quantize_fp|60|0|"
-    "fp8mix|regex:sum_squares_chunks|4|0|"
-    "bf16|regex:flash|8|22|tensor"
-    "bf16|regex:rmsnorm_forward|swiglu_forward|residual|convert_to_bf16|rope|24|0|"
-    "bf16|regex:cross_entropy|rmsnorm_backward|swiglu_backward|swiglu_gradient|30|0|"
-    "bf16|regex:adamw|7|0|"
-    "actq|regex:quantize_int_groups|quantize_pack|group_scales|8|0|"
-    "actq|regex:dequantize_int|8|0|")
-  local run recipe regex count skip extra run_metrics out failed=0 files=()
+    "fp8mix|regex:quantize_fp|60|0||"
+    "fp8mix|regex:sum_squares_chunks|4|0||"
+    "bf16|regex:flash|8|22|tensor|"
+    "bf16|regex:wgmma|8|22|wgmma|model.attention=flash_wgmma"
+    "bf16|regex:rmsnorm_forward|swiglu_forward|residual|convert_to_bf16|rope|24|0||"
+    "bf16|regex:cross_entropy|rmsnorm_backward|swiglu_backward|swiglu_gradient|30|0||"
+    "bf16|regex:adamw|7|0||"
+    "actq|regex:quantize_int_groups|quantize_pack|group_scales|8|0||"
+    "actq|regex:dequantize_int|8|0||")
+  local run recipe regex count skip extra setting run_metrics out failed=0 files=() ran=0
   for run in "${runs[@]}"; do
-    recipe=${run%%|*} regex=${run#*|} extra=${regex##*|} regex=${regex%|*}
+    recipe=${run%%|*} regex=${run#*|} setting=${regex##*|} regex=${regex%|*}
+    extra=${regex##*|} regex=${regex%|*}
     skip=${regex##*|} regex=${regex%|*} count=${regex##*|} regex=${regex%|*}
+    if [ "$extra" = wgmma ] && [ "$(gpu_compute_capability)" != 9.0 ]; then
+      echo "=== $recipe, kernels $regex: left out (wgmma is sm_90a's)" >>"$logs/profile.log"
+      continue
+    fi
     run_metrics=$metrics
     [ "$extra" = tensor ] && run_metrics="$metrics,$tensor_metrics"
+    [ "$extra" = wgmma ] && run_metrics="$metrics,$wgmma_metrics"
     out="$work/profile-${#files[@]}.txt"
+    ran=$((ran + 1))
     timeout -k 5 25 "$ncu" --clock-control none --metrics "$run_metrics" --print-summary per-kernel \
       -k "$regex" --launch-skip "$skip" --launch-count "$count" "$bundle/bin/gnmr" bench \
       --config "$config" --backend cuda --steps 1 --warmup 0 --set "precision.recipe=$recipe" \
-      >"$out" 2>&1 || failed=$((failed + 1))
+      ${setting:+--set "$setting"} >"$out" 2>&1 || failed=$((failed + 1))
     { echo "=== $recipe, kernels $regex (at most $count launches after $skip)"; cat "$out"; } >>"$logs/profile.log"
     files+=("$out")
   done
   { echo "=== the table"; python3 scripts/ncu_summary.py "${files[@]}"; } >>"$logs/profile.log" 2>&1
   local line
   line="$(python3 scripts/ncu_summary.py --line "${files[@]}" 2>&1)" || { status=FAIL why="ncu profiled no kernel (profile.log)"; return; }
-  if ((failed)); then status=FAIL why="$failed of ${#runs[@]} ncu runs failed (profile.log); $line"; else status=PASS why="$line"; fi
+  if ((failed)); then status=FAIL why="$failed of $ran ncu runs failed (profile.log); $line"; else status=PASS why="$line"; fi
 }
 
 declare -A timeout_s=([preflight]=20 [gemm-sweep]=45 [gpu-tests]=180 [e2e]=60 [memcheck]=60 [bench]=150 [racecheck]=90 [attention-bench]=60 [profile]=180)

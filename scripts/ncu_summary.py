@@ -16,8 +16,10 @@ slots held (sm__warps_active.avg.pct_of_peak_sustained_active, achieved occupanc
 peak instruction rate of two pipes: XU, the special-function unit that takes the softmax's
 exponentials, a quarter of a warp a cycle per scheduler
 (sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active), and FMA, the fp32 multiply-adds
-(sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active); "-" where a kernel's run did
-not measure one.
+(sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active); and, where the run asked for it
+(the wgmma kernels'), the share of cycles the tensor pipe was busy with any MMA instruction
+(sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active), since the HMMA column may not
+count wgmma's; "-" where a kernel's run did not measure one.
 
     scripts/ncu_summary.py FILE...           the table
     scripts/ncu_summary.py --line FILE...    one line: the kernels, the largest three
@@ -44,8 +46,10 @@ TENSOR = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
 WARPS = "sm__warps_active.avg.pct_of_peak_sustained_active"
 XU = "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"
 FMA = "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active"
+ANY_MMA = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
 # The extra columns: header and metric, printed where any row has the metric.
-EXTRA = [("L2", L2), ("tensor", TENSOR), ("warps", WARPS), ("XU", XU), ("FMA", FMA)]
+EXTRA = [("L2", L2), ("tensor", TENSOR), ("warps", WARPS), ("XU", XU), ("FMA", FMA),
+         ("MMA", ANY_MMA)]
 
 
 def short_name(name):

@@ -68,10 +68,27 @@ struct WarpExchange {
   uint16_t rows[kWarpSize][kLdmatrixRows];  // ldmatrix: the row at each lane's address
 };
 
-// A wgmma a thread issued and has not yet waited for: its accumulators and what they become.
+// A wgmma a thread issued and has not yet waited for: its accumulators, what they become, and
+// the words of shared memory its share read, which the GPU may read until the wait
+// (SharedWordAccess::wgmma_in_flight).
 struct PendingWgmma {
   float (*d)[kMmaCElements];
   float result[kWgmmaN / kMmaN][kMmaCElements];
+  std::vector<uint32_t> words;
+};
+
+constexpr int kWarpgroupThreads = 4 * kWarpSize;
+
+// A wgmma as one thread issued it: which form, its descriptors (A's 0 in registers) and scale_d.
+// Every thread of a warpgroup issues the same ones in the same order (.sync.aligned).
+struct WgmmaIssue {
+  bool a_in_registers;
+  uint64_t a_desc, b_desc;
+  int scale_d;
+  bool operator==(const WgmmaIssue& o) const {
+    return a_in_registers == o.a_in_registers && a_desc == o.a_desc && b_desc == o.b_desc &&
+           scale_d == o.scale_d;
+  }
 };
 
 // A cp.async copy a thread issued and has not yet waited for.
@@ -107,20 +124,38 @@ struct BlockRun {
   // The same for its wgmma groups.
   std::vector<std::vector<std::vector<PendingWgmma>>> wgmma_committed;
   std::vector<std::vector<PendingWgmma>> wgmma_open;
+  // Per thread: the words its copies landed in since its last fence.proxy.async.
+  std::vector<std::vector<uint32_t>> unfenced_words;
+  // Per thread: a wgmma.fence since its start or its last wgmma.wait_group (wgmma_fence).
+  std::vector<unsigned char> wgmma_fenced;
+  // Per warpgroup, the wgmma its threads issued, in order; per thread, how many it has.
+  std::vector<std::vector<WgmmaIssue>> warpgroup_wgmma;
+  std::vector<size_t> wgmma_issued;
+  // PendingWgmma::words of landed wgmma, emptied, for the next to reuse (one each per thread
+  // and wgmma would be a heap allocation apiece).
+  std::vector<std::vector<uint32_t>> spare_words;
   uint64_t barriers = 0;  // __syncthreads completed so far: the block's epoch
   std::string failure;    // set by a thread that found an error; the scheduler throws it
 };
 
-// What the asynchronous copies and ldmatrix did to one 4-byte word of shared memory, for the
-// races between threads of a block that no barrier orders (shared_word_races): a cp.async
+// What the asynchronous copies, ldmatrix and wgmma did to one 4-byte word of shared memory, for
+// the races between threads of a block that no barrier orders (shared_word_races): a cp.async
 // writes its words from its issue until it lands at its thread's wait, and the others may read
-// them only after a __syncthreads that follows the landing.
+// them only after a __syncthreads that follows the landing. A wgmma reads its operands from its
+// issue until its thread's wgmma.wait_group (the tensor cores read shared memory
+// asynchronously, through the async proxy): no copy may write them in between, not even its own
+// thread's, and another thread's only after a __syncthreads that follows the wait. And a copy's
+// bytes reach a wgmma (the async proxy) only once the copying thread has run a
+// fence.proxy.async.shared::cta after its landing (cp.async writes through the generic proxy).
 struct SharedWordAccess {
   static constexpr uint64_t kPending = ~uint64_t{0};
   int writer = -1;           // the thread of the last cp.async to the word, -1: none
   uint64_t landed = 0;       // the epoch it landed in, kPending until its thread waits
-  int reader = -1;           // the thread of the last ldmatrix of the word in `read`, -2: many
-  uint64_t read = kPending;  // the epoch of that read
+  int reader = -1;           // the thread of the last read of the word in `read`, -2: many
+  uint64_t read = kPending;  // the epoch of that read (a wgmma's: of its wait)
+  int wgmma_in_flight = 0;   // wgmma shares that read the word and are not yet waited for
+  int wgmma_reader = -1;     // the thread of the last of them
+  bool fenced = true;        // the last copy's writer has fenced it for the async proxy
 };
 
 BlockRun* running = nullptr;
@@ -290,6 +325,10 @@ void run_block(const std::function<void()>& kernel, int threads) {
   run.async_open.resize(size_t(threads));
   run.wgmma_committed.resize(size_t(threads));
   run.wgmma_open.resize(size_t(threads));
+  run.unfenced_words.resize(size_t(threads));
+  run.wgmma_fenced.assign(size_t(threads), 0);
+  run.warpgroup_wgmma.resize(size_t((threads + kWarpgroupThreads - 1) / kWarpgroupThreads));
+  run.wgmma_issued.assign(size_t(threads), 0);
   running = &run;
   while (run.done < threads) {
     bool ran = false;
@@ -308,6 +347,15 @@ void run_block(const std::function<void()>& kernel, int threads) {
       if (!run.failure.empty()) throw_failure(run.failure);
     }
     if (!ran) throw_failure(stuck_text(run));
+  }
+  for (int t = 0; t < threads; ++t) {
+    const size_t group_issued = run.warpgroup_wgmma[size_t(t / kWarpgroupThreads)].size();
+    if (run.wgmma_issued[size_t(t)] != group_issued) {
+      throw_failure("block " + dim_text(blockIdx) + ": thread " + std::to_string(t) + " issued " +
+                    std::to_string(run.wgmma_issued[size_t(t)]) + " wgmma, another of its " +
+                    "warpgroup " + std::to_string(group_issued) +
+                    " (every thread of a warpgroup issues the same wgmma: .sync.aligned)");
+    }
   }
   running = nullptr;
 }
@@ -456,21 +504,33 @@ void emulated_shfl_xor(unsigned mask, const void* in, void* out, size_t bytes, i
   std::memcpy(out, x.bytes[source >= 0 && source < kWarpSize ? source : lane], bytes);
 }
 
+namespace {
+
+// Element i of a bf16 fragment whose pairs are `pairs` (element 2 j in pair j's low half).
+float fragment_element(const uint32_t pairs[], int i) {
+  const uint32_t pair = pairs[i / 2];
+  return decode_bf16(i % 2 == 0 ? bf16_pair_low(pair) : bf16_pair_high(pair));
+}
+
+// The lane's A fragment (mma.sync m16n8k16's, also a register-A wgmma's) into its warp's
+// exchange: each lane places its own elements (every element of A is one lane's), so they are
+// decoded once a warp, not by every lane (the long-sequence tensor-core attention test, emulated
+// preset: 179 s when each lane decoded all of them, 79 s then).
+void place_a_fragment(WarpExchange& x, const uint32_t a[4], int lane) {
+  for (int i = 0; i < kMmaAElements; ++i) {
+    x.a[mma_a_row(lane, i)][mma_a_col(lane, i)] = fragment_element(a, i);
+  }
+}
+
+}  // namespace
+
 void mma_bf16_m16n8k16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   const int warp = full_warp(0xFFFFFFFFu, "mma.sync");
   const int lane = running->current % kWarpSize;
   WarpExchange& x = next_exchange(warp);
-  // Each lane places its own fragments' elements (every element of A and B is one lane's), so
-  // the 384 are decoded once a warp, not by every lane (the long-sequence tensor-core attention
-  // test, emulated preset: 179 s when each lane decoded all of them, 79 s now).
-  const auto element = [](uint32_t pair, int i) {
-    return decode_bf16(i % 2 == 0 ? bf16_pair_low(pair) : bf16_pair_high(pair));
-  };
-  for (int i = 0; i < kMmaAElements; ++i) {
-    x.a[mma_a_row(lane, i)][mma_a_col(lane, i)] = element(a[i / 2], i);
-  }
+  place_a_fragment(x, a, lane);
   for (int i = 0; i < kMmaBElements; ++i) {
-    x.b[mma_b_row(lane, i)][mma_b_col(lane, i)] = element(b[i / 2], i);
+    x.b[mma_b_row(lane, i)][mma_b_col(lane, i)] = fragment_element(b, i);
   }
   emulated_syncwarp();
   for (int i = 0; i < kMmaCElements; ++i) {  // d is the lane's own: read, then written
@@ -497,7 +557,14 @@ std::string thread_text(int thread) {
   return thread == -2 ? "other threads" : "thread " + std::to_string(thread);
 }
 
-// The running thread reads `bytes` at `at` (an ldmatrix row).
+// Thread `me` reads the word now (an ldmatrix, or a wgmma's share at its wait).
+void note_shared_read(SharedWordAccess& a, int me) {
+  a.reader = a.read == running->barriers && a.reader != me ? -2 : me;
+  a.read = running->barriers;
+}
+
+// The running thread reads `bytes` at `at` (an ldmatrix row, or a word a wgmma reads at its
+// issue; check_wgmma_words_landed records its read again at the wait).
 // `what` and `lane` name the instruction; the text is made only for an error (this runs for
 // every ldmatrix, and a string a call was a heap allocation each).
 void check_shared_read(const void* at, size_t bytes, const char* what, int lane) {
@@ -516,8 +583,7 @@ void check_shared_read(const void* at, size_t bytes, const char* what, int lane)
                      thread_text(a.writer) +
                      "'s cp.async wrote with no __syncthreads between its wait and this read");
     }
-    a.reader = a.read == run.barriers && a.reader != me ? -2 : me;
-    a.read = run.barriers;
+    note_shared_read(a, me);
   }
 }
 
@@ -533,11 +599,17 @@ void check_shared_write(const void* at, size_t bytes) {
   const auto name = [bytes] { return cp_async_text(bytes); };
   for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
     SharedWordAccess& a = shared_access[w];
+    if (a.wgmma_in_flight > 0) {
+      fail_in_thread(name() + " overwrites byte " + std::to_string(4 * w) +
+                     " of shared memory, which " + thread_text(a.wgmma_reader) +
+                     "'s wgmma is still reading (no wgmma.wait_group of its group yet)");
+    }
     if (a.read == run.barriers && a.reader != me) {
       fail_in_thread(
           name() + " overwrites byte " + std::to_string(4 * w) + " of shared memory, which " +
           thread_text(a.reader) +
-          " read by ldmatrix or wgmma with no __syncthreads between (the copy may land first)");
+          " read (ldmatrix, wgmma or a vector load) with no __syncthreads between (the copy may "
+          "land first)");
     }
     if (a.writer >= 0 && a.writer != me &&
         (a.landed == SharedWordAccess::kPending || a.landed == run.barriers)) {
@@ -552,8 +624,11 @@ void check_shared_write(const void* at, size_t bytes) {
 
 // The running thread's copy to `at` landed (its wait).
 void mark_landed(const void* at, size_t bytes) {
+  std::vector<uint32_t>& unfenced = running->unfenced_words[size_t(running->current)];
   for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
     shared_access[w].landed = running->barriers;
+    shared_access[w].fenced = false;
+    unfenced.push_back(uint32_t(w));
   }
 }
 
@@ -644,10 +719,24 @@ void emulated_cp_async_wait_group(int pending) {
   }
 }
 
+namespace {
+
+// A vector load from shared memory is a read the races are checked against, as an ldmatrix's.
+void check_vector_load(const float* p, size_t bytes, const char* what) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  const auto start = reinterpret_cast<uintptr_t>(shared_memory.data());
+  if (at >= start && at + bytes <= start + shared_memory.size() * sizeof(float)) {
+    check_shared_read(p, bytes, what, running->current % kWarpSize);
+  }
+}
+
+}  // namespace
+
 void load_float4(const float* p, float v[4]) {
   if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
     fail_in_thread("a 16-byte load from an address off a 16-byte boundary");
   }
+  check_vector_load(p, 16, "a 16-byte load");
   for (int i = 0; i < 4; ++i) v[i] = p[i];
 }
 
@@ -655,6 +744,7 @@ void load_float2(const float* p, float v[2]) {
   if (reinterpret_cast<uintptr_t>(p) % 8 != 0) {
     fail_in_thread("an 8-byte load from an address off an 8-byte boundary");
   }
+  check_vector_load(p, 8, "an 8-byte load");
   v[0] = p[0], v[1] = p[1];
 }
 
@@ -681,12 +771,16 @@ uint32_t shared_space_address(const void* p) {
 
 namespace {
 
-constexpr int kWarpgroupThreads = 4 * kWarpSize;
 constexpr int kWgmmaColumnBlocks = kWgmmaN / kMmaN;
+// At most the words a thread's share of a wgmma reads: two rows of A and 16 columns of B, 16
+// elements each, one word apiece at worst.
+constexpr int kWgmmaReadWords = (2 + 2 * kWgmmaColumnBlocks) * kWgmmaK;
 
 // The bf16 element at shared-state-space byte `address`, as a wgmma reads it: inside the
-// block's shared memory, and no cp.async still writing it (check_shared_read).
-float wgmma_shared_element(uint32_t address, const char* what, int lane) {
+// block's shared memory, and no cp.async still writing it (check_shared_read). Its word joins
+// `words`, those the wgmma reads until its wait.
+float wgmma_shared_element(uint32_t address, const char* what, int lane,
+                           std::vector<uint32_t>& words) {
   const size_t bytes = shared_memory.size() * sizeof(float);
   if (size_t(address) + 2 > bytes) {
     fail_in_thread(std::string(what) + ": lane " + std::to_string(lane) + " reads byte " +
@@ -694,7 +788,17 @@ float wgmma_shared_element(uint32_t address, const char* what, int lane) {
                    " bytes of dynamic shared memory");
   }
   const auto* start = reinterpret_cast<const unsigned char*>(shared_memory.data());
-  check_shared_read(start + (address & ~3u), 4, what, lane);
+  if (words.empty() || words.back() != address / 4) {  // the word's checks, once in a row
+    check_shared_read(start + (address & ~3u), 4, what, lane);
+    const SharedWordAccess& a = shared_access[address / 4];
+    if (a.writer >= 0 && !a.fenced) {
+      fail_in_thread(std::string(what) + ": lane " + std::to_string(lane) + " reads byte " +
+                     std::to_string(address) + " of shared memory, which " + thread_text(a.writer) +
+                     "'s cp.async wrote with no fence.proxy.async.shared::cta after it landed "
+                     "(the tensor cores may read the old bytes)");
+    }
+    words.push_back(address / 4);
+  }
   uint16_t code;
   std::memcpy(&code, start + address, sizeof code);
   return decode_bf16(code);
@@ -711,8 +815,10 @@ void check_wgmma_descriptor(uint64_t desc, const char* what) {
 // The running thread's share of a wgmma: its 32 outputs (rows mma_c_row of its warp's 16,
 // columns 8 j + mma_c_col), from `a_rows` (its two rows of A: row group and group + 8, 16
 // elements each) and B read through `b_desc`, onto d's pending product if one is in flight.
+// `words`: those A's rows were read from (none for A in registers); with B's, they stay the
+// wgmma's (wgmma_in_flight) until the wait.
 void issue_wgmma(float d[][kMmaCElements], const float a_rows[2][kWgmmaK], uint64_t b_desc,
-                 bool b_mn_major, int scale_d, const char* what) {
+                 bool b_mn_major, int scale_d, const char* what, std::vector<uint32_t> words) {
   BlockRun& run = *running;
   const int me = run.current, lane = me % kWarpSize;
   check_wgmma_descriptor(b_desc, what);
@@ -725,32 +831,77 @@ void issue_wgmma(float d[][kMmaCElements], const float a_rows[2][kWgmmaK], uint6
   for (const PendingWgmma& p : run.wgmma_open[size_t(me)]) {
     if (p.d == d) acc = p.result;
   }
-  PendingWgmma pending{d, {}};
+  PendingWgmma pending{d, {}, {}};
   for (int j = 0; j < kWgmmaColumnBlocks; ++j) {
-    for (int c = 0; c < 2; ++c) {
-      const int col = kMmaN * j + mma_c_col(lane, c);
-      float b[kWgmmaK];
-      for (int k = 0; k < kWgmmaK; ++k) {
-        b[k] = wgmma_shared_element(wgmma_operand_byte(b_desc, b_mn_major, col, k), what, lane);
+    // The lane's two columns of B, read in the order that meets each word's two elements one
+    // after the other (wgmma_shared_element checks a word once in a row): along K where K is
+    // contiguous, across the column pair where N is.
+    float b[2][kWgmmaK];
+    const auto read = [&](int c, int k) {
+      b[c][k] = wgmma_shared_element(
+          wgmma_operand_byte(b_desc, b_mn_major, kMmaN * j + mma_c_col(lane, c), k), what, lane,
+          words);
+    };
+    for (int outer = 0; outer < (b_mn_major ? kWgmmaK : 2); ++outer) {
+      for (int inner = 0; inner < (b_mn_major ? 2 : kWgmmaK); ++inner) {
+        b_mn_major ? read(inner, outer) : read(outer, inner);
       }
+    }
+    for (int c = 0; c < 2; ++c) {
       for (int half = 0; half < 2; ++half) {
-        const int i = 2 * half + c;  // element (row group + 8 half, column col)
+        const int i = 2 * half + c;  // element (row group + 8 half, column 8 j + mma_c_col)
         double sum = scale_d != 0 ? double(acc[j][i]) : 0.0;
-        for (int k = 0; k < kWgmmaK; ++k) sum += double(a_rows[half][k]) * double(b[k]);
+        for (int k = 0; k < kWgmmaK; ++k) sum += double(a_rows[half][k]) * double(b[c][k]);
         pending.result[j][i] = float(sum);
       }
     }
   }
-  run.wgmma_open[size_t(me)].push_back(pending);
+  for (const uint32_t w : words) {
+    ++shared_access[w].wgmma_in_flight;
+    shared_access[w].wgmma_reader = me;
+  }
+  pending.words = std::move(words);
+  run.wgmma_open[size_t(me)].push_back(std::move(pending));
 }
 
-// The warp that issues a wgmma: a whole one, in a block of whole warpgroups.
-int wgmma_warp(const char* what) {
+// An empty list for a wgmma's words, with room for them.
+std::vector<uint32_t> wgmma_words() {
+  std::vector<std::vector<uint32_t>>& spare = running->spare_words;
+  if (spare.empty()) {
+    std::vector<uint32_t> words;
+    words.reserve(kWgmmaReadWords);
+    return words;
+  }
+  std::vector<uint32_t> words = std::move(spare.back());
+  spare.pop_back();
+  return words;
+}
+
+// The warp that issues a wgmma: a whole one, in a block of whole warpgroups, fenced since its
+// last wait (wgmma_fence), and the same wgmma as the warpgroup's other threads issued as their
+// same-numbered one (the block's end checks that none issued more).
+int wgmma_warp(const char* what, const WgmmaIssue& issue) {
+  BlockRun& run = *running;
+  const int me = run.current;
+  if (!run.wgmma_fenced[size_t(me)]) {
+    fail_in_thread(std::string(what) +
+                   " with no wgmma.fence since the thread began or last ran wgmma.wait_group");
+  }
   const int warp = full_warp(0xFFFFFFFFu, what);
-  if (running->threads % kWarpgroupThreads != 0) {
-    fail_in_thread(std::string(what) + " in a block of " + std::to_string(running->threads) +
+  if (run.threads % kWarpgroupThreads != 0) {
+    fail_in_thread(std::string(what) + " in a block of " + std::to_string(run.threads) +
                    " threads, not whole warpgroups of 128");
   }
+  std::vector<WgmmaIssue>& issued = run.warpgroup_wgmma[size_t(me / kWarpgroupThreads)];
+  size_t& n = run.wgmma_issued[size_t(me)];
+  if (n == issued.size()) {
+    issued.push_back(issue);
+  } else if (!(issued[n] == issue)) {
+    fail_in_thread(std::string(what) + " number " + std::to_string(n + 1) +
+                   " of the thread differs from its warpgroup's (form, descriptors or scale_d): " +
+                   "every thread of a warpgroup issues the same wgmma (.sync.aligned)");
+  }
+  ++n;
   return warp;
 }
 
@@ -758,35 +909,47 @@ int wgmma_warp(const char* what) {
 
 void wgmma_m64n64k16_ss(float d[][kMmaCElements], uint64_t a_desc, uint64_t b_desc, int scale_d) {
   const char* what = "wgmma.m64n64k16 (A, B in shared memory)";
-  const int warp = wgmma_warp(what), lane = running->current % kWarpSize;
+  const int warp = wgmma_warp(what, {false, a_desc, b_desc, scale_d});
+  const int lane = running->current % kWarpSize;
   check_wgmma_descriptor(a_desc, what);
   float a_rows[2][kWgmmaK];
+  std::vector<uint32_t> words = wgmma_words();
   for (int half = 0; half < 2; ++half) {
     const int m = kMmaM * (warp % 4) + mma_group(lane) + 8 * half;
     for (int k = 0; k < kWgmmaK; ++k) {
-      a_rows[half][k] = wgmma_shared_element(wgmma_operand_byte(a_desc, false, m, k), what, lane);
+      a_rows[half][k] =
+          wgmma_shared_element(wgmma_operand_byte(a_desc, false, m, k), what, lane, words);
     }
   }
   emulated_syncwarp();  // .sync.aligned: the whole warp issues it
-  issue_wgmma(d, a_rows, b_desc, false, scale_d, what);
+  issue_wgmma(d, a_rows, b_desc, false, scale_d, what, std::move(words));
 }
 
 void wgmma_m64n64k16_rs_trans_b(float d[][kMmaCElements], const uint32_t a[4], uint64_t b_desc,
                                 int scale_d) {
   const char* what = "wgmma.m64n64k16 (A in registers, B MN-major)";
-  const int warp = wgmma_warp(what), lane = running->current % kWarpSize;
+  const int warp = wgmma_warp(what, {true, 0, b_desc, scale_d});
+  const int lane = running->current % kWarpSize;
   WarpExchange& x = next_exchange(warp);
-  for (int i = 0; i < kMmaAElements; ++i) {
-    const uint32_t pair = a[i / 2];
-    x.a[mma_a_row(lane, i)][mma_a_col(lane, i)] =
-        decode_bf16(i % 2 == 0 ? bf16_pair_low(pair) : bf16_pair_high(pair));
-  }
+  place_a_fragment(x, a, lane);
   emulated_syncwarp();
   float a_rows[2][kWgmmaK];
   for (int half = 0; half < 2; ++half) {
     for (int k = 0; k < kWgmmaK; ++k) a_rows[half][k] = x.a[mma_group(lane) + 8 * half][k];
   }
-  issue_wgmma(d, a_rows, b_desc, true, scale_d, what);
+  issue_wgmma(d, a_rows, b_desc, true, scale_d, what, wgmma_words());
+}
+
+void wgmma_fence() {
+  running->wgmma_fenced[size_t(running->current)] = 1;
+}
+
+void fence_proxy_async_shared() {
+  BlockRun& run = *running;
+  for (const uint32_t w : run.unfenced_words[size_t(run.current)]) {
+    if (shared_access[w].writer == run.current) shared_access[w].fenced = true;
+  }
+  run.unfenced_words[size_t(run.current)].clear();
 }
 
 void wgmma_commit_group() {
@@ -798,10 +961,18 @@ void wgmma_commit_group() {
 
 void emulated_wgmma_wait_group(int pending) {
   BlockRun& run = *running;
+  run.wgmma_fenced[size_t(run.current)] = 0;
   auto& groups = run.wgmma_committed[size_t(run.current)];
   while (int(groups.size()) > pending) {
-    for (const PendingWgmma& p : groups.front()) {
+    for (PendingWgmma& p : groups.front()) {
       std::memcpy(p.d, p.result, sizeof p.result);
+      for (const uint32_t w : p.words) {  // read until now: a copy needs a barrier after this
+        SharedWordAccess& a = shared_access[w];
+        --a.wgmma_in_flight;
+        note_shared_read(a, run.current);
+      }
+      p.words.clear();
+      run.spare_words.push_back(std::move(p.words));
     }
     groups.erase(groups.begin());
   }

@@ -16,9 +16,13 @@
 //   the device's opt-in maximum (an H100's), and launch shapes outside CUDA's limits: the launch
 //   fails as on a GPU (cudaGetLastError);
 // - shared memory starts as NaN bytes, so a read of an element no thread wrote shows;
-// - races through shared memory between the cp.async copies and the ldmatrix reads of
-//   different threads with no __syncthreads between them (a copy counting from its issue to
-//   its landing at its thread's wait): an error naming both threads and the byte.
+// - races through shared memory between the cp.async copies and the ldmatrix, wgmma and vector
+//   (load_float4, load_float2) reads of different threads with no __syncthreads between them
+//   (a copy counting from its issue to its landing at its thread's wait, a wgmma's read from
+//   its issue to its thread's wait), and a copy over a wgmma's operands before that wait: an
+//   error naming both threads and the byte;
+// - a wgmma without the fences the PTX ISA asks for (wgmma_fence, fence_proxy_async_shared), or
+//   not issued alike by every thread of its warpgroup.
 // Global memory is host memory (emulated_cudart.cpp allocates each buffer exactly), so the
 // ASan build catches a kernel reading or writing past a buffer.
 // What it cannot check: races between threads of a block through plain loads and stores
@@ -119,7 +123,8 @@ inline float exp2_approx_ftz(float x) {
 
 // The 16- and 8-byte loads and the 8-byte store kernels/flash_attention_mma.cu wraps the same
 // way: v = p[0..3]; v = p[0..1]; p[0..3] = the bf16 codes of `low` (its low half first) and
-// `high`. Fail the launch for a pointer off its access's boundary (a GPU faults).
+// `high`. Fail the launch for a pointer off its access's boundary (a GPU faults). A load from
+// shared memory is checked against the cp.async races as an ldmatrix is.
 void load_float4(const float* p, float v[4]);
 void load_float2(const float* p, float v[2]);
 void store_bf16x4(uint16_t* p, uint32_t low, uint32_t high);
@@ -174,18 +179,29 @@ uint32_t shared_space_address(const void* p);
 //   B from shared memory MN-major (imm-trans-b 1).
 // Asynchronous as on a GPU: the product is taken at issue (shared memory read then, checked
 // against the cp.async races as ldmatrix is) and lands in d only at the thread's wait for its
-// group (wgmma_wait_group<N>: every committed group but the newest N). A later wgmma into the
-// same d before then accumulates onto the pending result, as the hardware chains them; d read
+// group (wgmma_wait_group<N>: every committed group but the newest N). The GPU's tensor cores
+// may read the operands in shared memory at any time until that wait, so a cp.async over them
+// before it fails the launch (the issuing thread's own, or one after a __syncthreads, too), and
+// another thread's after it needs a __syncthreads between, as after an ldmatrix. A later wgmma into
+// the same d before then accumulates onto the pending result, as the hardware chains them; d read
 // before the wait holds its old values; a thread that returns with a group it never waited for,
-// or issues a wgmma on a descriptor with a swizzle or base offset, fails the launch. Each
+// issues a wgmma on a descriptor with a swizzle or base offset, or issues a wgmma (form,
+// descriptors, scale_d) other than the one its warpgroup's other threads issued at the same
+// count, or more or fewer of them (.sync.aligned: on a GPU undefined), fails the launch. Each
 // output is its 16 exact products and its accumulator summed in double and rounded once, as the
 // emulated mma_bf16_m16n8k16, so the emulated wgmma and mma.sync kernels give the same bits.
 void wgmma_m64n64k16_ss(float d[][4], uint64_t a_desc, uint64_t b_desc, int scale_d);
 void wgmma_m64n64k16_rs_trans_b(float d[][4], const uint32_t a[4], uint64_t b_desc, int scale_d);
-// wgmma.fence and fence.proxy.async.shared::cta order register and shared-memory accesses on a
-// GPU; the emulation's accesses happen in program order, so they do nothing here.
-inline void wgmma_fence() {}
-inline void fence_proxy_async_shared() {}
+// wgmma.fence: the PTX ISA requires it between a thread's accesses of registers and a wgmma
+// that reads them (its accumulators, a register A), and before the first wgmma. The emulation's
+// register accesses happen in program order, so it holds the kernels to a stricter rule they
+// keep: a wgmma issued with no wgmma.fence since the thread's start or its last
+// wgmma.wait_group (after which a kernel reads and writes the accumulators) fails the launch.
+void wgmma_fence();
+// fence.proxy.async.shared::cta: the copies this thread's waits have landed become visible to
+// the async proxy, which the wgmma's reads of shared memory go through. A wgmma reading a word
+// whose last copy's thread has not fenced it since its landing fails the launch.
+void fence_proxy_async_shared();
 // The kernels' register pin after a wait (CUTLASS's warpgroup_fence_operand): the emulation's
 // products land at the wait itself, so nothing to pin.
 template <int N>

@@ -2,7 +2,8 @@
 // indices, barriers order shared-memory traffic, shuffles exchange across lanes, ldmatrix
 // delivers each lane its elements, cp.async copies land at the wait for their group, a barrier
 // some threads skip, an ldmatrix row or a cp.async a GPU could not do, a thread that leaves
-// copies unwaited and a launch a GPU would refuse are errors, shared memory starts as NaN.
+// copies unwaited and a launch a GPU would refuse are errors, shared memory starts as NaN; a
+// wgmma's product lands at its wait and its shared operands may not be written until then.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +17,9 @@
 #include <vector>
 
 #include "backend/mma_fragment.h"
+#include "backend/wgmma_operand.h"
 #include "emulated_cuda/emulated_cuda.h"
+#include "precision/bf16.h"
 
 namespace gnmr::cuda {
 namespace {
@@ -221,10 +224,10 @@ TEST(EmulatedCuda, ACpAsyncAGpuCouldNotDoOrNeverWaitedForIsAnError) {
       {"thread (0, 0, 0)", "returned with cp.async copies it never waited for"});
 }
 
-// Races through shared memory between cp.async and ldmatrix, in a block of two warps over 32
-// rows of 16 bytes. The fibers run in thread order between barriers, so the warp that goes
-// first is the one that acts first. Each race is reported; the same steps with the barrier a GPU
-// needs are not.
+// Races through shared memory between cp.async and ldmatrix (or a 16-byte load), in a block of
+// two warps over 32 rows of 16 bytes. The fibers run in thread order between barriers, so the warp
+// that goes first is the one that acts first. Each race is reported; the same steps with the
+// barrier a GPU needs are not.
 TEST(EmulatedCuda, ACpAsyncAndAnLdmatrixOfOtherThreadsWithNoBarrierBetweenAreARace) {
   alignas(16) static const float source[4] = {1, 2, 3, 4};
   constexpr size_t kShared = 32 * 16;
@@ -237,7 +240,13 @@ TEST(EmulatedCuda, ACpAsyncAndAnLdmatrixOfOtherThreadsWithNoBarrierBetweenAreARa
     cp_async_16(rows(), source, 16);
     cp_async_commit_group();
   };
-  enum class Race { kWriteAfterRead, kReadAfterLanding, kReadBeforeLanding, kTwoWrites };
+  enum class Race {
+    kWriteAfterRead,
+    kReadAfterLanding,
+    kReadBeforeLanding,
+    kTwoWrites,
+    kVectorLoadAfterLanding
+  };
   // barrier: the __syncthreads that orders the two sides.
   const auto kernel = [&](Race race, bool barrier) {
     return [=] {
@@ -267,15 +276,23 @@ TEST(EmulatedCuda, ACpAsyncAndAnLdmatrixOfOtherThreadsWithNoBarrierBetweenAreARa
           if (barrier) emulated_syncthreads();
           if (t == 32) copy_row_0(), cp_async_wait_group<0>();
           break;
+        case Race::kVectorLoadAfterLanding: {  // thread 0 copies and waits; then thread 32 loads
+          if (t == 0) copy_row_0(), cp_async_wait_group<0>();
+          if (barrier) emulated_syncthreads();
+          float v[4];
+          if (t == 32) load_float4(emulated_shared_memory(), v);
+          break;
+        }
       }
     };
   };
   const auto launch = [&](Race race, bool barrier) {
     emulated_kernel_launch(kernel(race, barrier), nullptr, 1, 64, kShared);
   };
-  expect_logic_error([&] { launch(Race::kWriteAfterRead, false); },
-                     {"thread (32, 0, 0)", "cp.async of 16 bytes overwrites byte 0",
-                      "which thread 0 read by ldmatrix or wgmma with no __syncthreads between"});
+  expect_logic_error(
+      [&] { launch(Race::kWriteAfterRead, false); },
+      {"thread (32, 0, 0)", "cp.async of 16 bytes overwrites byte 0",
+       "which thread 0 read (ldmatrix, wgmma or a vector load) with no __syncthreads between"});
   expect_logic_error([&] { launch(Race::kReadAfterLanding, false); },
                      {"thread (32, 0, 0)", "ldmatrix.x4 (lane 0) reads byte 0",
                       "thread 0's cp.async wrote with no __syncthreads between its wait"});
@@ -284,11 +301,134 @@ TEST(EmulatedCuda, ACpAsyncAndAnLdmatrixOfOtherThreadsWithNoBarrierBetweenAreARa
   expect_logic_error([&] { launch(Race::kTwoWrites, false); },
                      {"thread (32, 0, 0)", "writes byte 0",
                       "thread 0's cp.async also writes with no __syncthreads between"});
+  expect_logic_error([&] { launch(Race::kVectorLoadAfterLanding, false); },
+                     {"thread (32, 0, 0)", "a 16-byte load (lane 0) reads byte 0",
+                      "thread 0's cp.async wrote with no __syncthreads between its wait"});
   for (Race race : {Race::kWriteAfterRead, Race::kReadAfterLanding, Race::kReadBeforeLanding,
-                    Race::kTwoWrites}) {
+                    Race::kTwoWrites, Race::kVectorLoadAfterLanding}) {
     launch(race, true);
     EXPECT_EQ(emulated_take_launch_error(true), 0) << int(race);
   }
+}
+
+// A wgmma (sm_90a's warpgroup MMA) by one warpgroup over two 64 x 16 bf16 tiles, A at byte 0
+// and B at byte 2048 of shared memory, laid out as wgmma_tile_element places them: D = A B^T
+// lands at the wait, and the tensor cores' reads of A and B last from the issue until then, so a
+// copy over B before it, even after a barrier, and another thread's copy over A after it with no
+// barrier between are races; the same copy after the wait and a barrier is not. The copies
+// reach the wgmma only through each copying thread's fence.proxy.async, the wgmma needs a
+// wgmma.fence before it, and every thread of the warpgroup issues the same one.
+TEST(EmulatedCuda, AWgmmaLandsAtItsWaitReadsItsSharedOperandsUntilThenAndIsTheWarpgroups) {
+  constexpr int kRows = 64, kCols = 16, kTileBytes = kRows * kCols * 2;
+  static float a[kRows][kCols], b[kRows][kCols];
+  alignas(16) static uint16_t staged[2][kRows * kCols];
+  for (int r = 0; r < kRows; ++r) {
+    for (int c = 0; c < kCols; ++c) {
+      a[r][c] = float((r * 7 + c * 3) % 11 - 5);  // small integers: exact in bf16 and in D
+      b[r][c] = float((r * 5 + c) % 9 - 4);
+      staged[0][wgmma_tile_element(r, c, kCols)] = encode_bf16(a[r][c]);
+      staged[1][wgmma_tile_element(r, c, kCols)] = encode_bf16(b[r][c]);
+    }
+  }
+  // The faults: a copy over the operands at one of three points (kCopy...), a missing fence
+  // (kNoProxyFence: the tiles' copies not fenced for the async proxy; kNoWgmmaFence: no
+  // wgmma.fence), warp 3 not issuing the wgmma or issuing it with another B.
+  enum class Fault {
+    kNone,
+    kNoProxyFence,
+    kNoWgmmaFence,
+    kCopyBeforeTheWait,
+    kCopyAfterABarrierBeforeTheWait,
+    kCopyAfterTheWait,
+    kWarp3Skips,
+    kWarp3ReadsAnotherB
+  };
+  static float d_seen[kRows][kRows];
+  const auto kernel = [&](Fault fault, bool barrier) {
+    return [=] {
+      const int t = int(threadIdx.x), lane = t % kWarpSize, warp = t / kWarpSize;
+      unsigned char* shared = reinterpret_cast<unsigned char*>(emulated_shared_memory());
+      for (int chunk = t; chunk < 2 * kTileBytes / 16; chunk += 128) {
+        cp_async_16(shared + 16 * chunk,
+                    reinterpret_cast<const unsigned char*>(staged) + 16 * chunk, 16);
+      }
+      cp_async_commit_group();
+      cp_async_wait_group<0>();
+      if (fault != Fault::kNoProxyFence) fence_proxy_async_shared();
+      emulated_syncthreads();
+      float d[kWgmmaN / kMmaN][kMmaCElements];
+      if (fault != Fault::kNoWgmmaFence) wgmma_fence();
+      const bool other_b = fault == Fault::kWarp3ReadsAnotherB && warp == 3;
+      if (fault != Fault::kWarp3Skips || warp != 3) {
+        wgmma_m64n64k16_ss(
+            d, wgmma_scores_operand(shared_space_address(shared), kCols),
+            wgmma_scores_operand(shared_space_address(shared + (other_b ? 0 : kTileBytes)), kCols),
+            0);
+      }
+      wgmma_commit_group();
+      const auto copy_over = [&](int tile) {
+        cp_async_16(shared + tile * kTileBytes, staged[tile], 16);
+        cp_async_commit_group();
+        cp_async_wait_group<0>();
+      };
+      // Thread 0 reads B's first word itself (lanes 0-3 of every warp read B's column 0), and
+      // A's row 0 is read by threads 0-3 only: thread 31 copies over it once they have waited
+      // (the __syncwarp), and a GPU still needs a __syncthreads between.
+      if (fault == Fault::kCopyBeforeTheWait && t == 0) copy_over(1);
+      if (fault == Fault::kCopyAfterABarrierBeforeTheWait) {
+        emulated_syncthreads();  // every thread has issued its share
+        if (t == 0) copy_over(1);
+      }
+      wgmma_wait_group<0>();
+      if (fault == Fault::kCopyAfterTheWait) {
+        if (barrier) {
+          emulated_syncthreads();
+        } else {
+          emulated_syncwarp();
+        }
+        if (t == 31) copy_over(0);
+      }
+      for (int j = 0; j < kWgmmaN / kMmaN; ++j) {
+        for (int i = 0; i < kMmaCElements; ++i) {
+          d_seen[kMmaM * warp + mma_c_row(lane, i)][kMmaN * j + mma_c_col(lane, i)] = d[j][i];
+        }
+      }
+    };
+  };
+  const auto launch = [&](Fault fault, bool barrier) {
+    emulated_kernel_launch(kernel(fault, barrier), nullptr, 1, 128, 2 * kTileBytes);
+  };
+  launch(Fault::kNone, false);
+  ASSERT_EQ(emulated_take_launch_error(true), 0);
+  for (int m = 0; m < kRows; ++m) {
+    for (int n = 0; n < kRows; ++n) {
+      float sum = 0.0f;
+      for (int k = 0; k < kCols; ++k) sum += a[m][k] * b[n][k];
+      ASSERT_EQ(d_seen[m][n], sum) << "D(" << m << ", " << n << ")";
+    }
+  }
+  expect_logic_error([&] { launch(Fault::kNoProxyFence, false); },
+                     {"wgmma.m64n64k16 (A, B in shared memory): lane",
+                      "'s cp.async wrote with no fence.proxy.async.shared::cta after it landed"});
+  expect_logic_error([&] { launch(Fault::kNoWgmmaFence, false); },
+                     {"wgmma.m64n64k16 (A, B in shared memory) with no wgmma.fence since the "
+                      "thread began or last ran wgmma.wait_group"});
+  for (Fault fault : {Fault::kCopyBeforeTheWait, Fault::kCopyAfterABarrierBeforeTheWait}) {
+    expect_logic_error([&] { launch(fault, false); },
+                       {"thread (0, 0, 0)", "cp.async of 16 bytes overwrites byte 2048",
+                        "'s wgmma is still reading (no wgmma.wait_group of its group yet)"});
+  }
+  expect_logic_error(
+      [&] { launch(Fault::kCopyAfterTheWait, false); },
+      {"thread (31, 0, 0)", "cp.async of 16 bytes overwrites byte 0",
+       "other threads read (ldmatrix, wgmma or a vector load) with no __syncthreads between"});
+  expect_logic_error(
+      [&] { launch(Fault::kWarp3Skips, false); },
+      {"block (0, 0, 0): thread 96 issued 0 wgmma, another of its warpgroup 1", ".sync.aligned"});
+  expect_logic_error([&] { launch(Fault::kWarp3ReadsAnotherB, false); },
+                     {"number 1 of the thread differs from its warpgroup's", ".sync.aligned"});
+  launch(Fault::kCopyAfterTheWait, true);
+  EXPECT_EQ(emulated_take_launch_error(true), 0);
 }
 
 TEST(EmulatedCuda, ABarrierSomeThreadsNeverReachIsAnErrorNamingTheBlock) {

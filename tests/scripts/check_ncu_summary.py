@@ -77,5 +77,23 @@ with tempfile.NamedTemporaryFile("w", suffix=".txt") as extra:
     top = run("--line", extra.name)
     check("DRAM 11% issue 51% L2 41% tensor 31% warps 25% XU 61% FMA 19%" in top.stdout,
           f"the one-line form with the extra columns: {top.stdout!r}")
-print("ncu_summary.py: 4 rows, order, units, --line, the extra columns and the empty case as "
+# The wgmma kernels' run adds the tensor pipe's cycles busy with any MMA: a sixth column.
+wgmma = flash.replace("flash_forward_mma_kernel", "flash_forward_wgmma_kernel").replace(
+    "    smsp__issue_active", "    sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"
+    "             %   70.00   72.00   71.00\n    smsp__issue_active")
+with tempfile.NamedTemporaryFile("w", suffix=".txt") as extra, \
+        tempfile.NamedTemporaryFile("w", suffix=".txt") as with_mma:
+    extra.write(flash)
+    extra.flush()
+    with_mma.write(wgmma)
+    with_mma.flush()
+    all_three = run(sample, extra.name, with_mma.name)
+    lines = all_three.stdout.splitlines()
+    check(lines[0].split()[7:14] == ["L2", "tensor", "warps", "XU", "FMA", "MMA", "kernel"],
+          f"the header names the MMA column too: {lines[0]!r}")
+    rows = {line.split()[11]: line.split() for line in lines[1:]}  # by the name's first word
+    check(rows["flash_forward_wgmma_kernel<64,"][10] == "71%"
+          and rows["flash_forward_mma_kernel<64,"][10] == "-",
+          f"the MMA column on the wgmma row only: {all_three.stdout!r}")
+print("ncu_summary.py: 4 rows, order, units, --line, the extra columns (MMA too) and the empty case as "
       "expected")
