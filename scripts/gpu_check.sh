@@ -604,7 +604,7 @@ for stage in "${stages[@]}"; do
   status=FAIL why="did not finish within ${timeout_s[$stage]} s"
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
-  export -f note have_gpu cuda_backend_built needs_backend sanitizer_ready run_sanitizer "stage_${stage//-/_}"
+  export -f note have_gpu gpu_compute_capability cuda_backend_built needs_backend sanitizer_ready run_sanitizer "stage_${stage//-/_}"
   export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }

@@ -4,7 +4,8 @@
 # stages asked for, the logs directory must hold only the stage logs and table.txt (what a run
 # hands back), a bad argument must exit 2, a missing library must fail preflight,
 # --require-gpu must turn "no GPU" into a failure, a packed bundle must be unpacked, and the
-# sanitizer's findings must be read right (a stand-in GPU and compute-sanitizer).
+# sanitizer's findings must be read right (a stand-in GPU and compute-sanitizer), and the wgmma
+# tests must run on compute capability 9.0 only (a stand-in test_gpu).
 #   check_gpu_check.sh GNMR_BINARY WORK_DIR
 set -uo pipefail
 gnmr="$1" work="$2"
@@ -105,6 +106,36 @@ out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=unsupported bash "$script" --bundle
   || fail "an unsupported device fails a sanitizer stage: $out"
 [ "$(echo "$out" | grep -E '^(memcheck|racecheck) +SKIP .*device not supported' | sort -u | wc -l)" = 2 ] \
   || fail "an unsupported device is not SKIP in both sanitizer stages: $out"
+# preflight reads the stand-in GPU's compute capability (in the stage's subshell: it read "" and
+# failed every GPU before gpu_compute_capability was exported to it).
+out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight 2>&1)
+echo "$out" | grep -Eq '^preflight +PASS +[0-9]+ +NVIDIA H200, 9.0' || fail "preflight on a stand-in 9.0 GPU: $out"
+# gpu-tests with a stand-in test_gpu: on compute capability 9.0 the wgmma tests run (a stage runs
+# in a subshell, so a helper it calls must be exported to it: without, the capability read ""
+# and they were left out everywhere), their findings are repeated in the run's output; on 8.0
+# they are left out, and the output says so.
+cat >"$work/bundle/tests/test_gpu" <<'FAKE'
+#!/bin/sh
+case "$1" in
+  --gtest_list_tests) printf 'GpuWgmma.\n  ReadsTheLayouts\n' ;;
+  *) echo "$*" >>"$FAKE_FILTERS"
+     echo "wgmma, A and B in shared memory (K-major): the GPU's D matches the definition"
+     echo "[       OK ] GpuWgmma.ReadsTheLayouts (1 ms)" ;;
+esac
+FAKE
+chmod +x "$work/bundle/tests/test_gpu"
+mkdir -p "$work/fake80"
+sed 's/9\.0/8.0/' "$work/fake/nvidia-smi" >"$work/fake80/nvidia-smi" && chmod +x "$work/fake80/nvidia-smi"
+: >"$work/filters"
+out=$(PATH="$work/fake:$PATH" FAKE_FILTERS="$work/filters" bash "$script" --bundle "$work/bundle" --logs "$work/logs" gpu-tests 2>&1)
+echo "$out" | grep -Eq '^gpu-tests +PASS +[0-9]+ +1 tests' || fail "gpu-tests on a stand-in 9.0 GPU: $out"
+grep -q -- '-.*\*Wgmma\*' "$work/filters" && fail "the wgmma tests were left out on compute capability 9.0: $(cat "$work/filters")"
+echo "$out" | grep -q "^\[gpu-tests\] wgmma, A and B in shared memory (K-major): the GPU's D matches the definition" \
+  || fail "gpu-tests does not repeat the wgmma findings: $out"
+: >"$work/filters"
+out=$(PATH="$work/fake80:$PATH" FAKE_FILTERS="$work/filters" bash "$script" --bundle "$work/bundle" --logs "$work/logs" gpu-tests 2>&1)
+grep -q -- '-.*\*Wgmma\*' "$work/filters" || fail "the wgmma tests ran on compute capability 8.0: $(cat "$work/filters")"
+echo "$out" | grep -q "compute capability 8.0: the wgmma tests .* are left out" || fail "no note of the wgmma tests left out on 8.0: $out"
 rm "$work/bundle/tests/test_gpu"
 out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" racecheck 2>&1)
 echo "$out" | grep -Eq '^racecheck +FAIL +[0-9]+ +the bundle has no tests/test_gpu' || fail "racecheck without test_gpu: $out"
