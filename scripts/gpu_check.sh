@@ -238,10 +238,18 @@ stage_gpu_tests() {
     elif ((rc != 0 && n_failed == 0)); then crashed+="${suite%.} (exit $rc) "; fi
     note "suite ${suite%.}: $n_ok passed, $n_failed failed, $n_skipped skipped, exit $rc"
   done < <("$bundle/tests/test_gpu" --gtest_list_tests 2>/dev/null | grep -v '^ ' | grep '\.$')
-  # What the wgmma tests found (written on the emulation, unrun on a GPU before): how the GPU
-  # reads the operand layouts (GpuWgmma) and whether the wgmma kernels give mma.sync's bits,
-  # repeated here so the run's own output shows them.
-  grep -E '^wgmma' "$logs/gpu-tests.log" 2>/dev/null | sort -u | while read -r line; do note "$line"; done
+  # What the wgmma tests found (written on the emulation, unrun on a GPU before), here so the
+  # run's own output shows it: how the GPU reads the operand layouts (GpuWgmma's lines), and
+  # how many of the kernels' outputs have mma.sync's bits (their lines counted, the first that
+  # differs shown; all of them in the log).
+  local compared differing
+  grep -E "^wgmma.*D matches" "$logs/gpu-tests.log" 2>/dev/null | sort -u | while read -r line; do note "$line"; done
+  compared=$(grep -Ec "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" 2>/dev/null)
+  differing=$(grep -E "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" 2>/dev/null | grep -c differs)
+  if ((compared)); then
+    note "wgmma kernels: $((compared - differing)) of $compared runs give mma.sync's bits in every output"
+    ((differing)) && note "first that differs: $(grep -E "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" | grep -m1 differs)"
+  fi
   if [ -n "$crashed" ]; then status=FAIL why="crashed: $crashed; $failed failed, $passed passed (gpu-tests.log)"
   elif ((failed)); then status=FAIL why="$failed failed, $passed passed (gpu-tests.log)"
   elif ((skipped)); then status=FAIL why="$skipped tests skipped although a GPU is present"

@@ -120,6 +120,8 @@ case "$1" in
   --gtest_list_tests) printf 'GpuWgmma.\n  ReadsTheLayouts\n' ;;
   *) echo "$*" >>"$FAKE_FILTERS"
      echo "wgmma, A and B in shared memory (K-major): the GPU's D matches the definition"
+     echo "wgmma forward, B=1 T=17: out same, lse same as mma.sync's"
+     echo "wgmma dq pass, B=1 T=17: dq differs as mma.sync's"
      echo "[       OK ] GpuWgmma.ReadsTheLayouts (1 ms)" ;;
 esac
 FAKE
@@ -132,6 +134,10 @@ echo "$out" | grep -Eq '^gpu-tests +PASS +[0-9]+ +1 tests' || fail "gpu-tests on
 grep -q -- '-.*\*Wgmma\*' "$work/filters" && fail "the wgmma tests were left out on compute capability 9.0: $(cat "$work/filters")"
 echo "$out" | grep -q "^\[gpu-tests\] wgmma, A and B in shared memory (K-major): the GPU's D matches the definition" \
   || fail "gpu-tests does not repeat the wgmma findings: $out"
+echo "$out" | grep -q "^\[gpu-tests\] wgmma kernels: 1 of 2 runs give mma.sync's bits in every output" \
+  || fail "gpu-tests does not count the wgmma kernels' bit comparisons: $out"
+echo "$out" | grep -q "^\[gpu-tests\] first that differs: wgmma dq pass, B=1 T=17: dq differs as mma.sync's" \
+  || fail "gpu-tests does not show the first differing comparison: $out"
 : >"$work/filters"
 out=$(PATH="$work/fake80:$PATH" FAKE_FILTERS="$work/filters" bash "$script" --bundle "$work/bundle" --logs "$work/logs" gpu-tests 2>&1)
 grep -q -- '-.*\*Wgmma\*' "$work/filters" || fail "the wgmma tests ran on compute capability 8.0: $(cat "$work/filters")"
