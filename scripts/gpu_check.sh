@@ -242,13 +242,13 @@ stage_gpu_tests() {
   # run's own output shows it: how the GPU reads the operand layouts (GpuWgmma's lines), and
   # how many of the kernels' outputs have mma.sync's bits (their lines counted, the first that
   # differs shown; all of them in the log).
-  local compared differing
+  local comparisons compared differing
   grep -E "^wgmma.*D matches" "$logs/gpu-tests.log" 2>/dev/null | sort -u | while read -r line; do note "$line"; done
-  compared=$(grep -Ec "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" 2>/dev/null)
-  differing=$(grep -E "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" 2>/dev/null | grep -c differs)
-  if ((compared)); then
+  comparisons=$(grep -E "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" 2>/dev/null)
+  if [ -n "$comparisons" ]; then
+    compared=$(grep -c . <<<"$comparisons") differing=$(grep -c differs <<<"$comparisons")
     note "wgmma kernels: $((compared - differing)) of $compared runs give mma.sync's bits in every output"
-    ((differing)) && note "first that differs: $(grep -E "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" | grep -m1 differs)"
+    ((differing)) && note "first that differs: $(grep -m1 differs <<<"$comparisons")"
   fi
   if [ -n "$crashed" ]; then status=FAIL why="crashed: $crashed; $failed failed, $passed passed (gpu-tests.log)"
   elif ((failed)); then status=FAIL why="$failed failed, $passed passed (gpu-tests.log)"

@@ -124,16 +124,13 @@ struct BlockRun {
   // The same for its wgmma groups.
   std::vector<std::vector<std::vector<PendingWgmma>>> wgmma_committed;
   std::vector<std::vector<PendingWgmma>> wgmma_open;
-  // Per thread: the words its copies landed in since its last fence.proxy.async.
-  std::vector<std::vector<uint32_t>> unfenced_words;
+  // Per thread: the fence.proxy.async it has run so far.
+  std::vector<uint64_t> proxy_fences;
   // Per thread: a wgmma.fence since its start or its last wgmma.wait_group (wgmma_fence).
   std::vector<unsigned char> wgmma_fenced;
   // Per warpgroup, the wgmma its threads issued, in order; per thread, how many it has.
   std::vector<std::vector<WgmmaIssue>> warpgroup_wgmma;
   std::vector<size_t> wgmma_issued;
-  // PendingWgmma::words of landed wgmma, emptied, for the next to reuse (one each per thread
-  // and wgmma would be a heap allocation apiece).
-  std::vector<std::vector<uint32_t>> spare_words;
   uint64_t barriers = 0;  // __syncthreads completed so far: the block's epoch
   std::string failure;    // set by a thread that found an error; the scheduler throws it
 };
@@ -146,16 +143,17 @@ struct BlockRun {
 // asynchronously, through the async proxy): no copy may write them in between, not even its own
 // thread's, and another thread's only after a __syncthreads that follows the wait. And a copy's
 // bytes reach a wgmma (the async proxy) only once the copying thread has run a
-// fence.proxy.async.shared::cta after its landing (cp.async writes through the generic proxy).
+// fence.proxy.async.shared::cta after its landing (cp.async writes through the generic proxy):
+// its count of those then exceeds the one the word kept at the landing.
 struct SharedWordAccess {
   static constexpr uint64_t kPending = ~uint64_t{0};
-  int writer = -1;           // the thread of the last cp.async to the word, -1: none
-  uint64_t landed = 0;       // the epoch it landed in, kPending until its thread waits
-  int reader = -1;           // the thread of the last read of the word in `read`, -2: many
-  uint64_t read = kPending;  // the epoch of that read (a wgmma's: of its wait)
-  int wgmma_in_flight = 0;   // wgmma shares that read the word and are not yet waited for
-  int wgmma_reader = -1;     // the thread of the last of them
-  bool fenced = true;        // the last copy's writer has fenced it for the async proxy
+  int writer = -1;             // the thread of the last cp.async to the word, -1: none
+  uint64_t landed = 0;         // the epoch it landed in, kPending until its thread waits
+  int reader = -1;             // the thread of the last read of the word in `read`, -2: many
+  uint64_t read = kPending;    // the epoch of that read (a wgmma's: of its wait)
+  int wgmma_in_flight = 0;     // wgmma shares that read the word and are not yet waited for
+  int wgmma_reader = -1;       // the thread of the last of them
+  uint64_t writer_fences = 0;  // the writer's proxy_fences when the copy landed
 };
 
 BlockRun* running = nullptr;
@@ -325,7 +323,7 @@ void run_block(const std::function<void()>& kernel, int threads) {
   run.async_open.resize(size_t(threads));
   run.wgmma_committed.resize(size_t(threads));
   run.wgmma_open.resize(size_t(threads));
-  run.unfenced_words.resize(size_t(threads));
+  run.proxy_fences.assign(size_t(threads), 0);
   run.wgmma_fenced.assign(size_t(threads), 0);
   run.warpgroup_wgmma.resize(size_t((threads + kWarpgroupThreads - 1) / kWarpgroupThreads));
   run.wgmma_issued.assign(size_t(threads), 0);
@@ -563,8 +561,8 @@ void note_shared_read(SharedWordAccess& a, int me) {
   a.read = running->barriers;
 }
 
-// The running thread reads `bytes` at `at` (an ldmatrix row, or a word a wgmma reads at its
-// issue; check_wgmma_words_landed records its read again at the wait).
+// The running thread reads `bytes` at `at` (an ldmatrix row, a vector load, or a word a wgmma
+// reads at its issue; emulated_wgmma_wait_group records the wgmma's read again at its wait).
 // `what` and `lane` name the instruction; the text is made only for an error (this runs for
 // every ldmatrix, and a string a call was a heap allocation each).
 void check_shared_read(const void* at, size_t bytes, const char* what, int lane) {
@@ -624,11 +622,10 @@ void check_shared_write(const void* at, size_t bytes) {
 
 // The running thread's copy to `at` landed (its wait).
 void mark_landed(const void* at, size_t bytes) {
-  std::vector<uint32_t>& unfenced = running->unfenced_words[size_t(running->current)];
+  const uint64_t fences = running->proxy_fences[size_t(running->current)];
   for (size_t w = shared_word(at), end = w + bytes / sizeof(float); w < end; ++w) {
     shared_access[w].landed = running->barriers;
-    shared_access[w].fenced = false;
-    unfenced.push_back(uint32_t(w));
+    shared_access[w].writer_fences = fences;
   }
 }
 
@@ -791,7 +788,7 @@ float wgmma_shared_element(uint32_t address, const char* what, int lane,
   if (words.empty() || words.back() != address / 4) {  // the word's checks, once in a row
     check_shared_read(start + (address & ~3u), 4, what, lane);
     const SharedWordAccess& a = shared_access[address / 4];
-    if (a.writer >= 0 && !a.fenced) {
+    if (a.writer >= 0 && running->proxy_fences[size_t(a.writer)] == a.writer_fences) {
       fail_in_thread(std::string(what) + ": lane " + std::to_string(lane) + " reads byte " +
                      std::to_string(address) + " of shared memory, which " + thread_text(a.writer) +
                      "'s cp.async wrote with no fence.proxy.async.shared::cta after it landed "
@@ -866,14 +863,8 @@ void issue_wgmma(float d[][kMmaCElements], const float a_rows[2][kWgmmaK], uint6
 
 // An empty list for a wgmma's words, with room for them.
 std::vector<uint32_t> wgmma_words() {
-  std::vector<std::vector<uint32_t>>& spare = running->spare_words;
-  if (spare.empty()) {
-    std::vector<uint32_t> words;
-    words.reserve(kWgmmaReadWords);
-    return words;
-  }
-  std::vector<uint32_t> words = std::move(spare.back());
-  spare.pop_back();
+  std::vector<uint32_t> words;
+  words.reserve(kWgmmaReadWords);
   return words;
 }
 
@@ -945,11 +936,7 @@ void wgmma_fence() {
 }
 
 void fence_proxy_async_shared() {
-  BlockRun& run = *running;
-  for (const uint32_t w : run.unfenced_words[size_t(run.current)]) {
-    if (shared_access[w].writer == run.current) shared_access[w].fenced = true;
-  }
-  run.unfenced_words[size_t(run.current)].clear();
+  ++running->proxy_fences[size_t(running->current)];
 }
 
 void wgmma_commit_group() {
@@ -964,15 +951,13 @@ void emulated_wgmma_wait_group(int pending) {
   run.wgmma_fenced[size_t(run.current)] = 0;
   auto& groups = run.wgmma_committed[size_t(run.current)];
   while (int(groups.size()) > pending) {
-    for (PendingWgmma& p : groups.front()) {
+    for (const PendingWgmma& p : groups.front()) {
       std::memcpy(p.d, p.result, sizeof p.result);
       for (const uint32_t w : p.words) {  // read until now: a copy needs a barrier after this
         SharedWordAccess& a = shared_access[w];
         --a.wgmma_in_flight;
         note_shared_read(a, run.current);
       }
-      p.words.clear();
-      run.spare_words.push_back(std::move(p.words));
     }
     groups.erase(groups.begin());
   }
