@@ -1,8 +1,8 @@
 // Host API of the training-op kernels (RMSNorm, SwiGLU, cross-entropy, the trainer's loss and
-// norm reductions, AdamW, the recipes' fp fake quantizer, bf16 rounding). All pointers are
-// device pointers, fp32 unless said; work is queued on `stream`; errors surface through
-// GNMR_CUDA_CHECK. Plain C++, so a .cpp file can include it and link gnmr_kernels. Each names
-// its CPU twin in src/backend/cpu; the elementwise ops give the same bits (shared math in
+// norm reductions, AdamW, the recipes' fp fake quantizer, bf16 rounding, the bits digest). All
+// pointers are device pointers, fp32 unless said; work is queued on `stream`; errors surface
+// through GNMR_CUDA_CHECK. Plain C++, so a .cpp file can include it and link gnmr_kernels. Each
+// names its CPU twin in src/backend/cpu; the elementwise ops give the same bits (shared math in
 // backend/train_math.h and src/precision), the reductions are deterministic and their order is
 // said at each (tests/gpu/test_gpu_train_ops.cpp compares them).
 #pragma once
@@ -110,6 +110,12 @@ void adamw_update_batch(const std::vector<AdamWTensor>& tensors, const float* cl
 void fake_quantize_fp_blockwise(const float* x, float* out, int64_t rows, int64_t cols,
                                 FpFormat format, int64_t block_rows, int64_t block_cols,
                                 cudaStream_t stream);
+
+// The digest of words[0, count) (32-bit words, device memory): gnmr::bits_digest's value, its
+// CPU twin (src/backend/bits_digest.h). partials: kBitsDigestPartials device words, overwritten.
+// Waits for `stream` (it reads the partial sums back): for one-off checks, not for a step.
+constexpr int kBitsDigestPartials = 256;
+uint64_t bits_digest(const void* words, int64_t count, uint64_t* partials, cudaStream_t stream);
 
 // out[i] = nearest bf16 of x[i] as f32 (out may be x). Twin: cpu::round_to_bf16_copy.
 void round_to_bf16(const float* x, float* out, int64_t count, cudaStream_t stream);

@@ -33,8 +33,9 @@
 #     bench       gnmr bench on llama2-1b-gpu at seq 1024: bf16, fp8mix (GNMR controller),
 #                 fp8mix under static_low, actq (each on model.attention auto: the tensor-
 #                 core flash kernels under the config's bf16 GEMMs), and bf16 on the v1
-#                 attention and on the flash kernels' wgmma versions (compute capability
-#                 9.0 only); tokens/s, MFU and the GEMMs' share each; 45 s per run    (150 s)
+#                 attention, on the flash kernels' wgmma versions and on auto offering them
+#                 (GNMR_AUTO_WGMMA=1; both compute capability 9.0 only); tokens/s, MFU, the
+#                 GEMMs' share and the attention variants chosen each; 45 s per run   (170 s)
 #     racecheck   compute-sanitizer: racecheck (shared-memory races, which the emulation
 #                 cannot see) and synccheck over the tests of our kernels              (90 s)
 #   and, only when named (not in the default run):
@@ -241,9 +242,10 @@ stage_gpu_tests() {
   # What the wgmma tests found (written on the emulation, unrun on a GPU before), here so the
   # run's own output shows it: how the GPU reads the operand layouts (GpuWgmma's lines), and
   # how many of the kernels' outputs have mma.sync's bits (their lines counted, the first that
-  # differs shown; all of them in the log).
+  # differs shown; all of them in the log), and whether model.attention=auto offered them to its
+  # timing (it does where they give mma.sync's bits).
   local comparisons compared differing
-  grep -E "^wgmma.*D matches" "$logs/gpu-tests.log" 2>/dev/null | sort -u | while read -r line; do note "$line"; done
+  grep -E "^wgmma.*D matches|^auto flash attention, " "$logs/gpu-tests.log" 2>/dev/null | sort -u | while read -r line; do note "$line"; done
   comparisons=$(grep -E "^wgmma.* as mma.sync's$" "$logs/gpu-tests.log" 2>/dev/null)
   if [ -n "$comparisons" ]; then
     compared=$(grep -c . <<<"$comparisons") differing=$(grep -c differs <<<"$comparisons")
@@ -451,30 +453,34 @@ stage_bench() {
     shape=(--steps 5 --warmup 3)
   fi
   [ -f "$config" ] || { status=FAIL why="no $config in the bundle"; return; }
-  # The recipes on the default attention (auto), then bf16 on the v1 attention and on the flash
-  # kernels' wgmma versions (left out off compute capability 9.0), so one GPU run measures the
-  # MFU each gives. Each run: a label, then its --set overrides. The GNMR-controlled
-  # fp8mix next to static_low is issue 11's "within 2% of static low's step time".
+  # The recipes on the default attention (auto), then bf16 on the v1 attention, on the flash
+  # kernels' wgmma versions, and on auto with wgmma offered where its bits are mma.sync's
+  # (GNMR_AUTO_WGMMA=1; both left out off compute capability 9.0), so one GPU run measures the
+  # MFU each gives. Each run: a label, its --set overrides, and environment assignments. The
+  # GNMR-controlled fp8mix next to static_low is issue 11's "within 2% of static low's step time".
   local label set out rc runs=(
-    "bf16|precision.recipe=bf16"
-    "fp8mix|precision.recipe=fp8mix"
-    "fp8mix-static_low|precision.recipe=fp8mix gnmr.controller=static_low"
-    "actq|precision.recipe=actq"
-    "bf16+materialized|precision.recipe=bf16 model.attention=materialized"
-    "bf16+flash_wgmma|precision.recipe=bf16 model.attention=flash_wgmma")
-  local run set_args=()
+    "bf16|precision.recipe=bf16|"
+    "fp8mix|precision.recipe=fp8mix|"
+    "fp8mix-static_low|precision.recipe=fp8mix gnmr.controller=static_low|"
+    "actq|precision.recipe=actq|"
+    "bf16+materialized|precision.recipe=bf16 model.attention=materialized|"
+    "bf16+flash_wgmma|precision.recipe=bf16 model.attention=flash_wgmma|"
+    "bf16+auto_wgmma|precision.recipe=bf16|GNMR_AUTO_WGMMA=1")
+  local run sets envs set_args=()
   for run in "${runs[@]}"; do
-    label=${run%%|*} set_args=()
+    label=${run%%|*} sets=${run#*|} envs=${run##*|} set_args=()
+    sets=${sets%|*}
     if [[ $label == *wgmma* && "$(gpu_compute_capability)" != 9.0 ]]; then
       lines+="$label left out (wgmma is sm_90a's); "
       continue
     fi
-    for set in ${run#*|}; do set_args+=(--set "$set"); done
+    for set in $sets; do set_args+=(--set "$set"); done
     out="$work/bench-run.log"
-    timeout -k 5 "$run_timeout_s" "$bundle/bin/gnmr" bench --config "$config" --backend cuda "${shape[@]}" \
-      "${set_args[@]}" >"$out" 2>&1
+    # shellcheck disable=SC2086  # $envs: whole NAME=value words, none with spaces
+    env $envs timeout -k 5 "$run_timeout_s" "$bundle/bin/gnmr" bench --config "$config" --backend cuda \
+      "${shape[@]}" "${set_args[@]}" >"$out" 2>&1
     rc=$?
-    { echo "=== $label: gnmr bench ${set_args[*]} (exit $rc)"; cat "$out"; } >>"$logs/bench.log"
+    { echo "=== $label: ${envs:+$envs }gnmr bench ${set_args[*]} (exit $rc)"; cat "$out"; } >>"$logs/bench.log"
     if ((rc == 0)); then
       lines+="$label $(grep -o 'tokens/s *[0-9.]*' "$out" | tail -1 | tr -s ' ')"
       # MFU against the bf16 peak bench measured, then against the datasheet's.
@@ -483,7 +489,15 @@ stage_bench() {
       lines+=" gemm $(grep -oE '^ +gemm +[0-9.]+ ms +[0-9.]+%' "$out" | tail -1 | awk '{print $4}')"
       # The device memory the backend planned (peak), which the saved copies' choices change.
       lines+=" mem $(grep -oE '[0-9.]+ MiB planned by the backend' "$out" | tail -1 |
-        awk '{printf "%.1f GiB", $1 / 1024}'); "
+        awk '{printf "%.1f GiB", $1 / 1024}')"
+      # The tensor-core attention variant each pass runs (timed at the first step; under auto
+      # wgmma only where it gave mma.sync's bits, else a warning), and any such warning.
+      local variants
+      variants=$(sed -nE 's/.*: the (forward|backward) runs ([a-z.]+), ([0-9]+)-row query tiles.*/\1 \2 \3/p' "$out" |
+        sort -u | paste -sd, -)
+      [ -n "$variants" ] && lines+=" attention $variants"
+      grep -q "wgmma kernels wrote other bits" "$out" && lines+=" (wgmma left out: other bits)"
+      lines+="; "
     elif ((rc == 124 || rc == 137)); then
       failed=$((failed + 1)) lines+="$label killed after $run_timeout_s s; "
     else

@@ -16,9 +16,14 @@ namespace gnmr {
 namespace {
 
 // GNMR_POISON=1: the backends' debug mode that fills what nothing may read unwritten with NaN.
+// Whether environment variable `name` is "1".
+bool env_flag(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::strcmp(value, "1") == 0;
+}
+
 bool poison_from_env() {
-  const char* poison = std::getenv("GNMR_POISON");
-  return poison != nullptr && std::strcmp(poison, "1") == 0;
+  return env_flag("GNMR_POISON");
 }
 
 }  // namespace
@@ -44,6 +49,7 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
     options.device = cuda_device_of_this_process();
     options.poison = poison_from_env();
     options.attention = parse_cuda_attention(config.model.attention);
+    options.auto_wgmma = env_flag("GNMR_AUTO_WGMMA");
     std::unique_ptr<Backend> backend = make_cuda_backend(options);
     backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
     return backend;

@@ -809,6 +809,16 @@ void check_wgmma_descriptor(uint64_t desc, const char* what) {
   }
 }
 
+// emulated_set_wgmma_rounds_toward_zero: a test's stand-in for a GPU whose wgmma rounds its
+// sums otherwise than its mma.sync.
+bool wgmma_rounds_toward_zero = false;
+
+// x rounded to a float toward zero.
+float float_toward_zero(double x) {
+  const float f = float(x);
+  return std::fabs(double(f)) > std::fabs(x) ? std::nextafter(f, 0.0f) : f;
+}
+
 // The running thread's share of a wgmma: its 32 outputs (rows mma_c_row of its warp's 16,
 // columns 8 j + mma_c_col), from `a_rows` (its two rows of A: row group and group + 8, 16
 // elements each) and B read through `b_desc`, onto d's pending product if one is in flight.
@@ -849,7 +859,7 @@ void issue_wgmma(float d[][kMmaCElements], const float a_rows[2][kWgmmaK], uint6
         const int i = 2 * half + c;  // element (row group + 8 half, column 8 j + mma_c_col)
         double sum = scale_d != 0 ? double(acc[j][i]) : 0.0;
         for (int k = 0; k < kWgmmaK; ++k) sum += double(a_rows[half][k]) * double(b[c][k]);
-        pending.result[j][i] = float(sum);
+        pending.result[j][i] = wgmma_rounds_toward_zero ? float_toward_zero(sum) : float(sum);
       }
     }
   }
@@ -929,6 +939,10 @@ void wgmma_m64n64k16_rs_trans_b(float d[][kMmaCElements], const uint32_t a[4], u
     for (int k = 0; k < kWgmmaK; ++k) a_rows[half][k] = x.a[mma_group(lane) + 8 * half][k];
   }
   issue_wgmma(d, a_rows, b_desc, true, scale_d, what, wgmma_words());
+}
+
+void emulated_set_wgmma_rounds_toward_zero(bool on) {
+  wgmma_rounds_toward_zero = on;
 }
 
 void wgmma_fence() {

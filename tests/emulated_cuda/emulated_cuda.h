@@ -192,6 +192,11 @@ uint32_t shared_space_address(const void* p);
 // emulated mma_bf16_m16n8k16, so the emulated wgmma and mma.sync kernels give the same bits.
 void wgmma_m64n64k16_ss(float d[][4], uint64_t a_desc, uint64_t b_desc, int scale_d);
 void wgmma_m64n64k16_rs_trans_b(float d[][4], const uint32_t a[4], uint64_t b_desc, int scale_d);
+// For the tests of what turns on whether wgmma sums as mma.sync does (the CUDA backend offers
+// the wgmma flash kernels only where they give the mma.sync kernels' bits:
+// backend/cuda/flash_kernel_choice.h): while set, each emulated wgmma sum is rounded toward
+// zero instead of to nearest, as on a GPU whose tensor cores round wgmma's sums otherwise.
+void emulated_set_wgmma_rounds_toward_zero(bool on);
 // wgmma.fence: the PTX ISA requires it between a thread's accesses of registers and a wgmma
 // that reads them (its accumulators, a register A), and before the first wgmma. The emulation's
 // register accesses happen in program order, so it holds the kernels to a stricter rule they

@@ -1,14 +1,20 @@
 // What every gpu test needs: whether a device is visible (the tests skip without one), a
-// device copy of a host vector freed on scope exit, random inputs, and NaN poisoning.
+// device copy of a host vector freed on scope exit, random inputs, NaN poisoning, and what the
+// backend logged.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda_check.cuh"
@@ -26,6 +32,26 @@ inline bool have_gpu() {
 
 #define SKIP_WITHOUT_GPU() \
   if (!gnmr_test::have_gpu()) GTEST_SKIP() << "no CUDA device visible"
+
+// What spdlog's default logger writes, from info up, while this lives; the logger it replaced
+// is back after.
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    auto logger = std::make_shared<spdlog::logger>(
+        "captured", std::make_shared<spdlog::sinks::ostream_sink_mt>(text_));
+    logger->set_level(spdlog::level::info);
+    spdlog::set_default_logger(logger);
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  CapturedLog(const CapturedLog&) = delete;
+  CapturedLog& operator=(const CapturedLog&) = delete;
+  std::string text() const { return text_.str(); }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
 
 template <typename T>
 class DeviceBuffer {

@@ -34,6 +34,10 @@
 #include "kernels/cuda_check.cuh"
 #include "util/error.h"
 
+#ifdef GNMR_CUDA_EMULATED
+#include "emulated_cuda/emulated_cuda.h"
+#endif
+
 namespace gnmr::cuda {
 namespace {
 
@@ -521,6 +525,64 @@ TEST(GpuFlashAttention, TheTensorCoreStateKeepsItsBf16InputsSoTheBackwardReadsNo
   }
 }
 
+// Two forward and backward calls through a cuda backend made with `options` (bf16 GEMMs) at
+// `shape`, on random inputs fixed by the shape: each call's out, dq, dk, dv, the host's waits
+// during each call's forward and backward, the state's kernel() and what the backend logged.
+struct BackendAttentionCalls {
+  std::vector<float> results[2][4];  // [call][out, dq, dk, dv]
+  int64_t waits[2][2];               // [call][forward, backward]
+  std::string kernel, log;
+};
+
+BackendAttentionCalls backend_attention_calls(const CudaBackendOptions& options,
+                                              const AttentionShape& shape) {
+  const int64_t b = shape.batch, t = shape.seq, h = shape.heads, hkv = shape.kv_heads,
+                hd = shape.head_dim;
+  gnmr_test::CapturedLog log;
+  BackendAttentionCalls calls;
+  std::unique_ptr<Backend> be = make_cuda_backend(options);
+  be->set_gemm_precision(GemmPrecision::BF16);
+  std::unique_ptr<AttentionState> state = be->plan_attention("attention", shape, false);
+  calls.kernel = state->kernel();
+  auto tensor = [&](const char* name, std::vector<int64_t> dims, uint32_t seed) {
+    Tensor x = be->allocate(name, std::move(dims), DType::F32, MemoryRole::Scratch);
+    const std::vector<float> values = gnmr_test::random_normal(size_t(x.numel()), seed);
+    be->copy_from_host(x, values.data());
+    return x;
+  };
+  const Tensor q = tensor("q", {b, t, h, hd}, 1), k = tensor("k", {b, t, hkv, hd}, 2),
+               v = tensor("v", {b, t, hkv, hd}, 3), dout = tensor("dout", {b, t, h, hd}, 4);
+  for (int call = 0; call < 2; ++call) {
+    Tensor out = tensor("out", {b, t, h, hd}, 5), dq = tensor("dq", {b, t, h, hd}, 6),
+           dk = tensor("dk", {b, t, hkv, hd}, 7), dv = tensor("dv", {b, t, hkv, hd}, 8);
+    const int64_t before = be->sync_count();
+    be->attention_forward(q, k, v, out, *state);
+    calls.waits[call][0] = be->sync_count() - before;
+    be->attention_backward(q, k, v, *state, dout, dq, dk, dv);
+    calls.waits[call][1] = be->sync_count() - before - calls.waits[call][0];
+    Tensor* outs[4] = {&out, &dq, &dk, &dv};
+    for (int i = 0; i < 4; ++i) {
+      calls.results[call][i].resize(size_t(outs[i]->numel()));
+      be->copy_to_host(*outs[i], calls.results[call][i].data());
+    }
+  }
+  calls.log = log.text();
+  return calls;
+}
+
+// Both calls' out, dq, dk, dv of `got` have the bits of `want`'s.
+void expect_same_call_bits(const BackendAttentionCalls& got, const BackendAttentionCalls& want) {
+  for (int call = 0; call < 2; ++call) {
+    for (int i = 0; i < 4; ++i) {
+      SCOPED_TRACE("call " + std::to_string(call) + ", result " + std::to_string(i));
+      ASSERT_EQ(got.results[call][i].size(), want.results[call][i].size());
+      EXPECT_EQ(std::memcmp(got.results[call][i].data(), want.results[call][i].data(),
+                            want.results[call][i].size() * sizeof(float)),
+                0);
+    }
+  }
+}
+
 // Through the backend: with the query tiles timed (FlashTiles::Timed), a shape's first forward
 // and, at head dim 64, its first backward time both tiles (one more wait each, none after),
 // and every call gives the bits of the default tiles: out, dq, dk, dv, the first call and the
@@ -531,55 +593,90 @@ TEST(GpuFlashAttention, TimedQueryTilesWaitOnceAndGiveTheDefaultTilesBits) {
     // A partial 128-row query tile and two query heads a kv head, at one sequence and four
     // heads: the timing runs each kernel ~16 times, seconds each on the CUDA emulation.
     const AttentionShape shape{1, 130, 4, 2, hd};
-    const int64_t b = shape.batch, t = shape.seq, h = shape.heads, hkv = shape.kv_heads;
     SCOPED_TRACE("hd " + std::to_string(hd));
-    std::vector<float> results[2][2][4];  // [timed][call][out, dq, dk, dv]
-    int64_t waits[2][2][2];               // [timed][call][after the forward, the backward]
-    for (int timed = 0; timed < 2; ++timed) {
-      CudaBackendOptions options;
-      options.attention = CudaAttention::FlashBf16;
-      options.flash_tiles = timed ? FlashTiles::Timed : FlashTiles::Defaults;
-      std::unique_ptr<Backend> be = make_cuda_backend(options);
-      std::unique_ptr<AttentionState> state = be->plan_attention("attention", shape, false);
-      EXPECT_EQ(state->kernel().find("timed at its first forward") != std::string::npos, timed == 1)
-          << state->kernel();
-      auto tensor = [&](const char* name, std::vector<int64_t> dims, uint32_t seed) {
-        Tensor x = be->allocate(name, std::move(dims), DType::F32, MemoryRole::Scratch);
-        const std::vector<float> values = gnmr_test::random_normal(size_t(x.numel()), seed);
-        be->copy_from_host(x, values.data());
-        return x;
-      };
-      const Tensor q = tensor("q", {b, t, h, hd}, 1), k = tensor("k", {b, t, hkv, hd}, 2),
-                   v = tensor("v", {b, t, hkv, hd}, 3), dout = tensor("dout", {b, t, h, hd}, 4);
-      for (int call = 0; call < 2; ++call) {
-        Tensor out = tensor("out", {b, t, h, hd}, 5), dq = tensor("dq", {b, t, h, hd}, 6),
-               dk = tensor("dk", {b, t, hkv, hd}, 7), dv = tensor("dv", {b, t, hkv, hd}, 8);
-        const int64_t before = be->sync_count();
-        be->attention_forward(q, k, v, out, *state);
-        waits[timed][call][0] = be->sync_count() - before;
-        be->attention_backward(q, k, v, *state, dout, dq, dk, dv);
-        waits[timed][call][1] = be->sync_count() - before - waits[timed][call][0];
-        Tensor* outs[4] = {&out, &dq, &dk, &dv};
-        for (int i = 0; i < 4; ++i) {
-          results[timed][call][i].resize(size_t(outs[i]->numel()));
-          be->copy_to_host(*outs[i], results[timed][call][i].data());
-        }
-      }
+    CudaBackendOptions options;
+    options.attention = CudaAttention::FlashBf16;
+    options.flash_tiles = FlashTiles::Defaults;
+    const BackendAttentionCalls defaults = backend_attention_calls(options, shape);
+    options.flash_tiles = FlashTiles::Timed;
+    const BackendAttentionCalls timed = backend_attention_calls(options, shape);
+    EXPECT_EQ(defaults.kernel.find("timed at its first forward"), std::string::npos);
+    EXPECT_NE(timed.kernel.find("timed at its first forward"), std::string::npos);
+    EXPECT_EQ(defaults.waits[0][0], 0);
+    EXPECT_EQ(defaults.waits[0][1], 0);
+    EXPECT_EQ(timed.waits[0][0], 1) << "the forward's tiles timed at the first call";
+    EXPECT_EQ(timed.waits[0][1], hd == 64 ? 1 : 0) << "the dq pass's, at head dim 64";
+    EXPECT_EQ(timed.waits[1][0] + timed.waits[1][1], 0) << "no timing at the second call";
+    EXPECT_NE(timed.log.find("the forward runs mma.sync"), std::string::npos) << timed.log;
+    EXPECT_EQ(timed.log.find("wgmma"), std::string::npos) << "flash_bf16 offers mma.sync alone";
+    expect_same_call_bits(timed, defaults);
+  }
+}
+
+// model.attention auto with the variants timed and wgmma asked for (GNMR_AUTO_WGMMA=1), on a
+// device that runs wgmma: a shape's first forward and backward run the wgmma kernels beside the
+// mma.sync ones and offer them to the timing only where they left the same bits
+// (bits_digest.h), so every call, the first and the one after the choice, gives the mma.sync
+// kernels' bits. Not asked for, auto offers mma.sync alone. On the emulation, whose wgmma sums as
+// its mma.sync does, a second run makes the emulated wgmma round toward zero: its bits differ,
+// the log says so for each pass, and only mma.sync is timed.
+TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKernelsBits) {
+  SKIP_WITHOUT_GPU();
+  int device = 0;
+  GNMR_CUDA_CHECK(cudaGetDevice(&device));
+  const std::string unavailable = flash_wgmma_unavailable(device);
+  if (!unavailable.empty()) GTEST_SKIP() << "the wgmma kernels do not run here: " << unavailable;
+  for (const int64_t hd : {int64_t{64}, int64_t{128}}) {
+    const AttentionShape shape{1, 130, 4, 2, hd};
+    SCOPED_TRACE("hd " + std::to_string(hd));
+    CudaBackendOptions options;
+    options.attention = CudaAttention::FlashBf16;
+    options.flash_tiles = FlashTiles::Defaults;
+    const BackendAttentionCalls mma_sync = backend_attention_calls(options, shape);
+    options.attention = CudaAttention::Auto;
+    options.flash_tiles = FlashTiles::Timed;
+    if (hd == 64) {
+      const BackendAttentionCalls unasked = backend_attention_calls(options, shape);
+      EXPECT_EQ(unasked.kernel.find("wgmma"), std::string::npos) << unasked.kernel;
+      EXPECT_EQ(unasked.log.find("wgmma"), std::string::npos) << unasked.log;
+      expect_same_call_bits(unasked, mma_sync);
     }
-    EXPECT_EQ(waits[0][0][0], 0);
-    EXPECT_EQ(waits[0][0][1], 0);
-    EXPECT_EQ(waits[1][0][0], 1) << "the forward's tiles timed at the first call";
-    EXPECT_EQ(waits[1][0][1], hd == 64 ? 1 : 0) << "the dq pass's, at head dim 64";
-    EXPECT_EQ(waits[1][1][0] + waits[1][1][1], 0) << "no timing at the second call";
-    for (int call = 0; call < 2; ++call) {
-      for (int i = 0; i < 4; ++i) {
-        SCOPED_TRACE("call " + std::to_string(call) + ", result " + std::to_string(i));
-        ASSERT_EQ(results[1][call][i].size(), results[0][call][i].size());
-        EXPECT_EQ(std::memcmp(results[1][call][i].data(), results[0][call][i].data(),
-                              results[0][call][i].size() * sizeof(float)),
-                  0);
-      }
+    options.auto_wgmma = true;
+    const BackendAttentionCalls chosen = backend_attention_calls(options, shape);
+    EXPECT_NE(chosen.kernel.find("or wgmma where it gives mma.sync's bits"), std::string::npos)
+        << chosen.kernel;
+    EXPECT_GT(chosen.waits[0][0], 0);
+    EXPECT_GT(chosen.waits[0][1], 0) << "wgmma offered: the backward chooses at every head dim";
+    EXPECT_EQ(chosen.waits[1][0] + chosen.waits[1][1], 0) << "nothing chosen at the second call";
+    expect_same_call_bits(chosen, mma_sync);
+    // The GPU's answer, for the run's log (gpu_check.sh prints it).
+    const bool same_bits = chosen.log.find("wrote other bits") == std::string::npos;
+    std::printf("auto flash attention, hd %lld: the wgmma kernels %s\n", static_cast<long long>(hd),
+                same_bits ? "gave mma.sync's bits and were timed beside them"
+                          : "wrote other bits than mma.sync's and were left out");
+#ifdef GNMR_CUDA_EMULATED
+    EXPECT_TRUE(same_bits) << chosen.log;
+    for (const char* pass : {"the forward", "the backward"}) {
+      const std::string line = chosen.log.substr(chosen.log.find(std::string(pass) + " runs"));
+      EXPECT_NE(line.substr(0, line.find('\n')).find("wgmma"), std::string::npos)
+          << pass << ": wgmma timed beside mma.sync\n"
+          << chosen.log;
     }
+    emulated_set_wgmma_rounds_toward_zero(true);
+    const BackendAttentionCalls refused = backend_attention_calls(options, shape);
+    emulated_set_wgmma_rounds_toward_zero(false);
+    expect_same_call_bits(refused, mma_sync);
+    for (const char* pass : {"the forward", "the backward"}) {
+      SCOPED_TRACE(pass);
+      EXPECT_NE(refused.log.find(std::string(pass) + "'s wgmma kernels wrote other bits"),
+                std::string::npos)
+          << refused.log;
+      const size_t runs = refused.log.find(std::string(pass) + " runs");
+      ASSERT_NE(runs, std::string::npos) << refused.log;
+      const std::string line = refused.log.substr(runs, refused.log.find('\n', runs) - runs);
+      EXPECT_EQ(line.find("wgmma"), std::string::npos) << line;
+    }
+#endif
   }
 }
 
@@ -657,7 +754,9 @@ TEST(GpuFlashAttention, RopeAttentionForwardIsRopeThenAttentionAndTheTensorCores
 // the fp32 SIMT ones under fp32, v1 for a head dim the flash kernels lack.
 TEST(GpuFlashAttention, AutoRunsTheFlashKernelsOfTheGemmPrecision) {
   SKIP_WITHOUT_GPU();
-  std::unique_ptr<Backend> be = make_cuda_backend(CudaBackendOptions{});
+  CudaBackendOptions options;  // the default tiles: the timed ones' text has its own test
+  options.flash_tiles = FlashTiles::Defaults;
+  std::unique_ptr<Backend> be = make_cuda_backend(options);
   const AttentionShape shape{2, 130, 8, 2, 64}, unsupported{2, 130, 8, 2, 96};
   be->set_gemm_precision(GemmPrecision::BF16);
   EXPECT_EQ(be->plan_attention("a", shape, false)->kernel(),

@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/bits_digest.h"
 #include "backend/cpu/ops.h"
 #include "gpu_test_util.h"
 #include "kernels/cuda_check.cuh"
@@ -412,6 +413,29 @@ TEST(GpuTrainOps, SumSquaresIsBitExactAcrossChunksAndBatches) {
                       nullptr);
     sync();
     expect_same_bits(d_out.to_host(), cpu_out, "sum of squares, second run");
+  }
+}
+
+// The digest's kernel against its CPU twin: a grid-strided sum over a few passes of the fixed
+// grid and a ragged end, then one word changed by one bit, which must change the digest.
+TEST(GpuTrainOps, BitsDigestIsTheCpuTwinsAndChangesWithOneWord) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(41);
+  for (const int64_t count : {int64_t{0}, int64_t{1}, int64_t{1000}, int64_t{256 * 256 * 3 + 17}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    std::vector<uint32_t> words(static_cast<size_t>(count));
+    for (uint32_t& w : words) w = rng();
+    DeviceBuffer<uint32_t> d_words(words);
+    DeviceBuffer<uint64_t> partials(cuda::kBitsDigestPartials);
+    const uint64_t digest = cuda::bits_digest(d_words.get(), count, partials.get(), nullptr);
+    EXPECT_EQ(digest, bits_digest(words.data(), count));
+    if (count == 0) {
+      EXPECT_EQ(digest, 0u);
+      continue;
+    }
+    words[size_t(count) / 2] ^= 1u << 7;
+    DeviceBuffer<uint32_t> changed(words);
+    EXPECT_NE(cuda::bits_digest(changed.get(), count, partials.get(), nullptr), digest);
   }
 }
 

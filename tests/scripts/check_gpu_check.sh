@@ -122,6 +122,7 @@ case "$1" in
      echo "wgmma, A and B in shared memory (K-major): the GPU's D matches the definition"
      echo "wgmma forward, B=1 T=17: out same, lse same as mma.sync's"
      echo "wgmma dq pass, B=1 T=17: dq differs as mma.sync's"
+     echo "auto flash attention, hd 64: the wgmma kernels wrote other bits than mma.sync's and were left out"
      echo "[       OK ] GpuWgmma.ReadsTheLayouts (1 ms)" ;;
 esac
 FAKE
@@ -134,6 +135,8 @@ echo "$out" | grep -Eq '^gpu-tests +PASS +[0-9]+ +1 tests' || fail "gpu-tests on
 grep -q -- '-.*\*Wgmma\*' "$work/filters" && fail "the wgmma tests were left out on compute capability 9.0: $(cat "$work/filters")"
 echo "$out" | grep -q "^\[gpu-tests\] wgmma, A and B in shared memory (K-major): the GPU's D matches the definition" \
   || fail "gpu-tests does not repeat the wgmma findings: $out"
+echo "$out" | grep -q "^\[gpu-tests\] auto flash attention, hd 64: the wgmma kernels wrote other bits" \
+  || fail "gpu-tests does not repeat whether auto offered the wgmma kernels: $out"
 echo "$out" | grep -q "^\[gpu-tests\] wgmma kernels: 1 of 2 runs give mma.sync's bits in every output" \
   || fail "gpu-tests does not count the wgmma kernels' bit comparisons: $out"
 echo "$out" | grep -q "^\[gpu-tests\] first that differs: wgmma dq pass, B=1 T=17: dq differs as mma.sync's" \

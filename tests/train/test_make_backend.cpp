@@ -90,10 +90,12 @@ TEST(MakeBackend, CudaPlansTheAttentionThatModelAttentionChose) {
             "materialized (cuBLASLt GEMMs on bf16 tensor cores + fp32 causal softmax)");
   EXPECT_EQ(v1_bf16->plan_attention("e", hd64, false)->saved_bytes(), probs_bytes);
   EXPECT_EQ(flash->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
-  EXPECT_EQ(bf16->plan_attention("d", hd64, false)->kernel(),
-            "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of " +
-                std::to_string(gnmr::kFlashMmaForwardQueryTile) +
-                " rows in the forward, 128 in the dq pass)");
+  // (the tiles it names: the defaults on the emulation, timed on a GPU, where either is tested
+  // in GpuFlashAttention.*)
+  EXPECT_EQ(bf16->plan_attention("d", hd64, false)
+                ->kernel()
+                .rfind("flash_bf16 (bf16 tensor cores, mma.sync; query tiles of ", 0),
+            0u);
   EXPECT_EQ(auto_backend->plan_attention("d", hd64, false)->kernel(), "flash (fp32 SIMT)");
   gnmr_test::expect_error([&] { bf16->plan_attention("b", hd16, false); }, gnmr::ErrorKind::Config,
                           {"\"flash_bf16\": head dim 16", "materialized"});

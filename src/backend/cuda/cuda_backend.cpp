@@ -17,7 +17,7 @@
 #include "backend/cuda/cuda_projection.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_probe.h"
-#include "backend/cuda/flash_tile_choice.h"
+#include "backend/cuda/flash_kernel_choice.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/embedding_index.h"
 #include "backend/flash_layout.h"
@@ -87,6 +87,9 @@ class CudaAttentionState final : public AttentionState {
         const std::string kernels =
             instruction == cuda::FlashMmaInstruction::Wgmma
                 ? "flash_wgmma (bf16 tensor cores, wgmma; query tiles of "
+            : wgmma_offered
+                ? "flash_bf16 (bf16 tensor cores, mma.sync, or wgmma where it gives mma.sync's "
+                  "bits and is faster; query tiles of "
                 : "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of ";
         if (tiles_timed) {
           return kernels + "64 or 128 rows in the forward" +
@@ -108,8 +111,11 @@ class CudaAttentionState final : public AttentionState {
   bool flash() const { return kernel_kind != AttentionKernel::Materialized; }
   AttentionKernel kernel_kind = AttentionKernel::Materialized;
   bool tiles_timed = false;  // the tensor-core kernels' query tiles: timed, not the defaults
-  // The tensor-core kernels' instruction: wgmma for model.attention = flash_wgmma.
+  // The tensor-core kernels' instruction: wgmma for model.attention = flash_wgmma. Under auto,
+  // with the tiles timed on a device that runs wgmma, the default of a choice that offers wgmma
+  // too (wgmma_offered; flash_kernel_choice.h).
   cuda::FlashMmaInstruction instruction = cuda::FlashMmaInstruction::MmaSync;
+  bool wgmma_offered = false;
   // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
   GemmPrecision v1_precision = GemmPrecision::FP32;
   bool out_kept = false;
@@ -202,7 +208,8 @@ class CudaBackend final : public Backend {
       : memory_(options.poison),
         attention_choice_(options.attention),
         time_flash_tiles_(options.flash_tiles == FlashTiles::Timed ||
-                          (options.flash_tiles == FlashTiles::Auto && !kEmulatedCuda)) {
+                          (options.flash_tiles == FlashTiles::Auto && !kEmulatedCuda)),
+        auto_wgmma_(options.auto_wgmma) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
       throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
@@ -669,6 +676,14 @@ class CudaBackend final : public Backend {
       }
       state->instruction = cuda::FlashMmaInstruction::Wgmma;
     }
+    state->wgmma_offered = attention_choice_ == CudaAttention::Auto && auto_wgmma_ &&
+                           time_flash_tiles_ &&
+                           state->kernel_kind == AttentionKernel::FlashTensorCores &&
+                           cuda::flash_wgmma_unavailable(device_index_).empty();
+    if (state->wgmma_offered && !digest_partials_.data) {
+      digest_partials_ = allocate("flash.digest_partials", {2 * cuda::kBitsDigestPartials},
+                                  DType::F32, MemoryRole::Scratch);
+    }
     state->v1_precision = gemm_precision();
     state->out_kept = state->flash() && out_kept;
     if (state->flash() && !out_kept) {
@@ -724,22 +739,32 @@ class CudaBackend final : public Backend {
     if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
       // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
       // not read.
-      int64_t& tile = flash_tiles_[flash_tile_key(s)].dq;
-      const bool choose = tile == 0;
+      FlashPassChoice& choice = flash_choices_[flash_choice_key(s)].backward;
+      const bool choose = !choice.chosen;
+      const int64_t default_tile = flash_mma_query_pass_tile(s.head_dim);
+      const cuda::FlashVariant variant =
+          choose ? cuda::FlashVariant{state.instruction, default_tile} : choice.variant;
       cuda::flash_attention_backward_mma(
           state.inputs_bf16.data, state.flash_out(), f32_data(state.lse), f32_data(dout),
           f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads, s.kv_heads,
-          s.head_dim, stream_, choose ? flash_mma_query_pass_tile(s.head_dim) : tile,
-          state.instruction);
+          s.head_dim, stream_, variant.tile, variant.instruction);
       if (choose) {
-        tile = flash_mma_query_pass_tile(s.head_dim);
-        if (time_flash_tiles_ && s.head_dim == 64) {  // only 64 rows at head dim 128
-          tile = timed_tile(s, "the dq pass's", [&](int64_t t) {
-            cuda::flash_dq_pass_mma_only(state.inputs_bf16.data, f32_data(state.lse), scratch,
-                                         f32_data(dq), s.batch, s.seq, s.heads, s.kv_heads,
-                                         s.head_dim, stream_, t, state.instruction);
-          });
-        }
+        // The two passes again on the dout copy and delta the call left in scratch; the dq
+        // pass has 128-row tiles at head dim 64 only.
+        const std::vector<int64_t> tiles = s.head_dim == 64 ? cuda::flash_query_tiles(default_tile)
+                                                            : std::vector<int64_t>{default_tile};
+        choice.variant = chosen_flash_variant(
+            state, "the backward", variant, tiles,
+            [&](const cuda::FlashVariant& v) {
+              cuda::flash_dq_pass_mma_only(state.inputs_bf16.data, f32_data(state.lse), scratch,
+                                           f32_data(dq), s.batch, s.seq, s.heads, s.kv_heads,
+                                           s.head_dim, stream_, v.tile, v.instruction);
+              cuda::flash_key_value_pass_mma_only(
+                  state.inputs_bf16.data, f32_data(state.lse), scratch, f32_data(dk), f32_data(dv),
+                  s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, v.instruction);
+            },
+            {&dq, &dk, &dv});
+        choice.chosen = true;
       }
       return;
     }
@@ -989,22 +1014,26 @@ class CudaBackend final : public Backend {
     if (state.flash()) {
       if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
         // Its bf16 copies of q, k, v go to the state, for the backward.
-        int64_t& tile = flash_tiles_[flash_tile_key(s)].forward;
-        const bool choose = tile == 0;
+        FlashPassChoice& choice = flash_choices_[flash_choice_key(s)].forward;
+        const bool choose = !choice.chosen;
+        const cuda::FlashVariant variant =
+            choose ? cuda::FlashVariant{state.instruction, kFlashMmaForwardQueryTile}
+                   : choice.variant;
         cuda::flash_attention_forward_mma(
             f32_data(q), f32_data(k), f32_data(v), rope ? rope->cos : nullptr,
             rope ? rope->sin : nullptr, f32_data(out), f32_data(state.lse), state.inputs_bf16.data,
-            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_,
-            choose ? kFlashMmaForwardQueryTile : tile, state.instruction);
-        if (choose) {
-          tile = kFlashMmaForwardQueryTile;
-          if (time_flash_tiles_) {
-            tile = timed_tile(s, "the forward's", [&](int64_t t) {
-              cuda::flash_forward_mma_kernel_only(
-                  state.inputs_bf16.data, f32_data(out), f32_data(state.lse), s.batch, s.seq,
-                  s.heads, s.kv_heads, s.head_dim, stream_, t, state.instruction);
-            });
-          }
+            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, variant.tile,
+            variant.instruction);
+        if (choose) {  // the kernel again on the bf16 copies the call made
+          choice.variant = chosen_flash_variant(
+              state, "the forward", variant, cuda::flash_query_tiles(kFlashMmaForwardQueryTile),
+              [&](const cuda::FlashVariant& v) {
+                cuda::flash_forward_mma_kernel_only(
+                    state.inputs_bf16.data, f32_data(out), f32_data(state.lse), s.batch, s.seq,
+                    s.heads, s.kv_heads, s.head_dim, stream_, v.tile, v.instruction);
+              },
+              {&out, &state.lse});
+          choice.chosen = true;
         }
       } else {
         cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
@@ -1059,24 +1088,64 @@ class CudaBackend final : public Backend {
     return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
                                    stream_, gemm_precision(),    target_, weights_epoch_};
   }
-  // The query tiles the tensor-core flash kernels run at an attention shape (0: not chosen
-  // yet), chosen at its first forward and first backward.
-  struct FlashTileChoice {
-    int64_t forward = 0, dq = 0;
+  // The variant each tensor-core flash pass runs at an attention shape, chosen at its first
+  // forward and first backward (flash_kernel_choice.h).
+  struct FlashPassChoice {
+    bool chosen = false;
+    cuda::FlashVariant variant;
   };
-  using FlashTileKey = std::array<int64_t, 5>;
-  static FlashTileKey flash_tile_key(const AttentionShape& s) {
+  struct FlashShapeChoice {
+    FlashPassChoice forward, backward;
+  };
+  using FlashChoiceKey = std::array<int64_t, 5>;
+  static FlashChoiceKey flash_choice_key(const AttentionShape& s) {
     return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
   }
-  // The faster of the two query tiles for `run` (one kernel at a tile; flash_tile_choice.h),
-  // logged. The timing waits for the stream: a shape's first step waits once more.
-  int64_t timed_tile(const AttentionShape& s, const char* kernels,
-                     const std::function<void(int64_t)>& run) {
+  // The variant `pass` runs from now on, after a first call that ran `ran` (the state's
+  // instruction at the default tile, `tiles[0]`) and left `outputs`. With the tiles not timed,
+  // `ran`. Otherwise: where the state offers wgmma, `run` runs it at that tile and the bits
+  // digest of `outputs` decides whether it joins (the same bits as mma.sync's) or is left out
+  // (logged as a warning); then the offered variants are timed (a single one is run once, to
+  // leave its bits), the choice is logged, and `outputs` hold the chosen variant's bits. Each
+  // digest and the timing wait for the stream: a shape's first step waits a few times more.
+  cuda::FlashVariant chosen_flash_variant(const CudaAttentionState& state, const char* pass,
+                                          const cuda::FlashVariant& ran,
+                                          const std::vector<int64_t>& tiles,
+                                          const std::function<void(const cuda::FlashVariant&)>& run,
+                                          const std::vector<const Tensor*>& outputs) {
+    if (!time_flash_tiles_) return ran;
+    const std::string shape = attention_shape_text(state.shape);
+    std::vector<cuda::FlashMmaInstruction> instructions = {ran.instruction};
+    if (state.wgmma_offered) {
+      const std::vector<uint64_t> reference = output_digests(outputs);
+      run(cuda::FlashVariant{cuda::FlashMmaInstruction::Wgmma, ran.tile});
+      if (output_digests(outputs) == reference) {
+        instructions.push_back(cuda::FlashMmaInstruction::Wgmma);
+      } else {
+        spdlog::warn(
+            "tensor-core flash at {}: {}'s wgmma kernels wrote other bits than its mma.sync "
+            "kernels; running mma.sync (model.attention=flash_wgmma runs wgmma)",
+            shape, pass);
+      }
+    }
+    const std::vector<cuda::FlashVariant> variants = cuda::flash_variants(instructions, tiles);
+    if (variants.size() == 1 && !state.wgmma_offered) return ran;  // nothing ran since the call
     ++sync_count_;
-    const cuda::FlashTileTiming timing = cuda::time_query_tiles(stream_, run);
-    spdlog::info("flash_bf16 at {}: {} query tiles of {}", attention_shape_text(s), kernels,
-                 cuda::flash_tile_timing_text(timing));
-    return timing.tile;
+    const cuda::FlashVariantTiming timing =
+        cuda::time_flash_variants(stream_, variants.size(), [&](size_t i) { run(variants[i]); });
+    spdlog::info("tensor-core flash at {}: {} runs {}", shape, pass,
+                 cuda::flash_variant_timing_text(variants, timing));
+    return variants[timing.chosen];
+  }
+  // The bits digest of each tensor (bits_digest.h); each waits for the stream.
+  std::vector<uint64_t> output_digests(const std::vector<const Tensor*>& outputs) {
+    std::vector<uint64_t> digests;
+    for (const Tensor* t : outputs) {
+      ++sync_count_;
+      digests.push_back(cuda::bits_digest(t->data, int64_t(t->bytes() / 4),
+                                          static_cast<uint64_t*>(digest_partials_.data), stream_));
+    }
+    return digests;
   }
 
   // The span of one op in `gnmr bench`'s breakdown (op_timer.h); nothing while timing is off.
@@ -1090,7 +1159,9 @@ class CudaBackend final : public Backend {
   bool warned_flash_fallback_ = false;
   CudaAttention attention_choice_;
   bool time_flash_tiles_ = false;  // CudaBackendOptions::flash_tiles
-  std::map<FlashTileKey, FlashTileChoice> flash_tiles_;
+  bool auto_wgmma_ = false;        // CudaBackendOptions::auto_wgmma
+  std::map<FlashChoiceKey, FlashShapeChoice> flash_choices_;
+  Tensor digest_partials_;  // kBitsDigestPartials words for output_digests, where wgmma is offered
   GpuTarget target_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;

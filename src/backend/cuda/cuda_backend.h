@@ -27,11 +27,13 @@ enum class CudaAttention { Auto, Flash, FlashBf16, FlashWgmma, Materialized };
 // model.attention.
 CudaAttention parse_cuda_attention(const std::string& name);
 
-// The tensor-core flash kernels' query tiles (backend/cuda/flash_tile_choice.h): Timed runs
-// both (64 and 128 rows; the dq pass only at head dim 64) at each attention shape's first
-// forward and backward and then the faster, Defaults kFlashMmaForwardQueryTile and
-// flash_mma_query_pass_tile (backend/flash_layout.h), Auto Timed on a GPU and Defaults on the
-// CUDA emulation (where a kernel's time says nothing about a GPU's). The same bits either way.
+// The tensor-core flash kernels' variants (backend/cuda/flash_kernel_choice.h): Timed runs each
+// query tile (64 and 128 rows; the dq pass only at head dim 64) and, under attention Auto on a
+// device with sm_90a's wgmma, each instruction whose bits are mma.sync's at each attention
+// shape's first forward and backward, and then the fastest; Defaults runs mma.sync (wgmma under
+// FlashWgmma) at kFlashMmaForwardQueryTile and flash_mma_query_pass_tile (backend/flash_layout.h);
+// Auto is Timed on a GPU and Defaults on the CUDA emulation (where a kernel's time says nothing
+// about a GPU's). The same bits either way.
 enum class FlashTiles { Auto, Timed, Defaults };
 
 struct CudaBackendOptions {
@@ -39,6 +41,12 @@ struct CudaBackendOptions {
   bool poison = false;  // GNMR_POISON=1: fill activations and scratch with NaN bytes
   CudaAttention attention = CudaAttention::Auto;
   FlashTiles flash_tiles = FlashTiles::Auto;
+  // Under attention Auto with the tiles timed, on a device that runs wgmma: offer the wgmma
+  // kernels to the timed choice where they give the mma.sync kernels' bits
+  // (backend/cuda/flash_kernel_choice.h). Off unless asked (GNMR_AUTO_WGMMA=1) until a GPU run
+  // has shown them to run: the bits digest keeps other bits out of training, but a kernel that
+  // faults ends the process, which no check inside it can catch.
+  bool auto_wgmma = false;
 };
 
 // Error(Runtime) naming the problem when device `options.device` cannot run this build
