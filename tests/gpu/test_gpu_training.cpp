@@ -117,6 +117,20 @@ const std::vector<Recipe>& recipes() {
 
 class GpuTraining : public ::testing::TestWithParam<int> {};
 
+// Whether `recipe`'s first step times the tensor-core flash kernels' variants: on a GPU (the
+// emulation keeps the default tiles: CudaBackendOptions::flash_tiles) where it runs them.
+bool times_flash_variants(const Recipe& recipe) {
+#ifdef GNMR_CUDA_EMULATED
+  (void)recipe;
+  return false;
+#else
+  for (const std::string& o : recipe.overrides) {
+    if (o == "model.attention=flash_bf16" || o == "model.attention=flash_wgmma") return true;
+  }
+  return false;
+#endif
+}
+
 // Why `recipe` does not run on this GPU ("" where it does): the wgmma kernels need sm_90a.
 std::string why_not_here(const Recipe& recipe) {
   for (const std::string& o : recipe.overrides) {
@@ -151,7 +165,11 @@ TEST_P(GpuTraining, MatchesTheCpuBackendWithOneWaitPerStep) {
     EXPECT_NEAR(gpu.grad_norms[size_t(s)], cpu.grad_norms[size_t(s)],
                 10 * tolerance * cpu.grad_norms[size_t(s)])
         << recipe.name << " grad norm, step " << s + 1;
-    EXPECT_EQ(gpu.syncs_per_step[size_t(s)], 1) << recipe.name << " step " << s + 1;
+    if (s == 0 && times_flash_variants(recipe)) {  // the variants timed: a few more waits, once
+      EXPECT_GT(gpu.syncs_per_step[size_t(s)], 1) << recipe.name << " step " << s + 1;
+    } else {
+      EXPECT_EQ(gpu.syncs_per_step[size_t(s)], 1) << recipe.name << " step " << s + 1;
+    }
     EXPECT_EQ(gpu.bytes_allocated_per_step[size_t(s)], 0u) << recipe.name << " step " << s + 1;
   }
   // Where every path's backward reads a copy its forward kept (kept_copies_replace_x), the GPU
