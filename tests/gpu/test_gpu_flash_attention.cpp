@@ -570,6 +570,25 @@ BackendAttentionCalls backend_attention_calls(const CudaBackendOptions& options,
   return calls;
 }
 
+// check(shape, defaults) at each head dim's shape, a partial 128-row query tile and two query
+// heads a kv head at one sequence and four heads (the timing runs each kernel ~16 times, seconds
+// each on the CUDA emulation), with the calls on the mma.sync kernels at their default tiles:
+// the bits every variant must give.
+void for_each_timed_shape(
+    const std::function<void(const AttentionShape&, const BackendAttentionCalls&)>& check) {
+  for (const int64_t hd : {int64_t{64}, int64_t{128}}) {
+    const AttentionShape shape{1, 130, 4, 2, hd};
+    SCOPED_TRACE("hd " + std::to_string(hd));
+    CudaBackendOptions options;
+    options.attention = CudaAttention::FlashBf16;
+    options.flash_tiles = FlashTiles::Defaults;
+    const BackendAttentionCalls defaults = backend_attention_calls(options, shape);
+    EXPECT_EQ(defaults.kernel.find("timed at its first forward"), std::string::npos);
+    EXPECT_EQ(defaults.waits[0][0] + defaults.waits[0][1], 0) << "nothing timed";
+    check(shape, defaults);
+  }
+}
+
 // Both calls' out, dq, dk, dv of `got` have the bits of `want`'s.
 void expect_same_call_bits(const BackendAttentionCalls& got, const BackendAttentionCalls& want) {
   for (int call = 0; call < 2; ++call) {
@@ -589,28 +608,20 @@ void expect_same_call_bits(const BackendAttentionCalls& got, const BackendAttent
 // second (which runs the tile the timing chose).
 TEST(GpuFlashAttention, TimedQueryTilesWaitOnceAndGiveTheDefaultTilesBits) {
   SKIP_WITHOUT_GPU();
-  for (const int64_t hd : {int64_t{64}, int64_t{128}}) {
-    // A partial 128-row query tile and two query heads a kv head, at one sequence and four
-    // heads: the timing runs each kernel ~16 times, seconds each on the CUDA emulation.
-    const AttentionShape shape{1, 130, 4, 2, hd};
-    SCOPED_TRACE("hd " + std::to_string(hd));
+  for_each_timed_shape([](const AttentionShape& shape, const BackendAttentionCalls& defaults) {
+    const int64_t hd = shape.head_dim;
     CudaBackendOptions options;
     options.attention = CudaAttention::FlashBf16;
-    options.flash_tiles = FlashTiles::Defaults;
-    const BackendAttentionCalls defaults = backend_attention_calls(options, shape);
     options.flash_tiles = FlashTiles::Timed;
     const BackendAttentionCalls timed = backend_attention_calls(options, shape);
-    EXPECT_EQ(defaults.kernel.find("timed at its first forward"), std::string::npos);
     EXPECT_NE(timed.kernel.find("timed at its first forward"), std::string::npos);
-    EXPECT_EQ(defaults.waits[0][0], 0);
-    EXPECT_EQ(defaults.waits[0][1], 0);
     EXPECT_EQ(timed.waits[0][0], 1) << "the forward's tiles timed at the first call";
     EXPECT_EQ(timed.waits[0][1], hd == 64 ? 1 : 0) << "the dq pass's, at head dim 64";
     EXPECT_EQ(timed.waits[1][0] + timed.waits[1][1], 0) << "no timing at the second call";
     EXPECT_NE(timed.log.find("the forward runs mma.sync"), std::string::npos) << timed.log;
     EXPECT_EQ(timed.log.find("wgmma"), std::string::npos) << "flash_bf16 offers mma.sync alone";
     expect_same_call_bits(timed, defaults);
-  }
+  });
 }
 
 // model.attention auto with the variants timed and wgmma asked for (GNMR_AUTO_WGMMA=1), on a
@@ -626,13 +637,9 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKern
   GNMR_CUDA_CHECK(cudaGetDevice(&device));
   const std::string unavailable = flash_wgmma_unavailable(device);
   if (!unavailable.empty()) GTEST_SKIP() << "the wgmma kernels do not run here: " << unavailable;
-  for (const int64_t hd : {int64_t{64}, int64_t{128}}) {
-    const AttentionShape shape{1, 130, 4, 2, hd};
-    SCOPED_TRACE("hd " + std::to_string(hd));
+  for_each_timed_shape([](const AttentionShape& shape, const BackendAttentionCalls& mma_sync) {
+    const int64_t hd = shape.head_dim;
     CudaBackendOptions options;
-    options.attention = CudaAttention::FlashBf16;
-    options.flash_tiles = FlashTiles::Defaults;
-    const BackendAttentionCalls mma_sync = backend_attention_calls(options, shape);
     options.attention = CudaAttention::Auto;
     options.flash_tiles = FlashTiles::Timed;
     if (hd == 64) {
@@ -655,29 +662,38 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKern
                 same_bits ? "gave mma.sync's bits and were timed beside them"
                           : "wrote other bits than mma.sync's and were left out");
 #ifdef GNMR_CUDA_EMULATED
+    // The log line naming what `pass` runs and what was timed beside it ("" if none).
+    const auto runs_line = [](const std::string& log, const std::string& pass) {
+      const size_t at = log.find(pass + " runs");
+      return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
+    };
     EXPECT_TRUE(same_bits) << chosen.log;
     for (const char* pass : {"the forward", "the backward"}) {
-      const std::string line = chosen.log.substr(chosen.log.find(std::string(pass) + " runs"));
-      EXPECT_NE(line.substr(0, line.find('\n')).find("wgmma"), std::string::npos)
+      EXPECT_NE(runs_line(chosen.log, pass).find("wgmma"), std::string::npos)
           << pass << ": wgmma timed beside mma.sync\n"
           << chosen.log;
     }
-    emulated_set_wgmma_rounds_toward_zero(true);
-    const BackendAttentionCalls refused = backend_attention_calls(options, shape);
-    emulated_set_wgmma_rounds_toward_zero(false);
+    // The emulated wgmma rounding otherwise for this run only, whatever it throws.
+    struct RoundingTowardZero {
+      RoundingTowardZero() { emulated_set_wgmma_rounds_toward_zero(true); }
+      ~RoundingTowardZero() { emulated_set_wgmma_rounds_toward_zero(false); }
+    };
+    const BackendAttentionCalls refused = [&] {
+      const RoundingTowardZero rounding;
+      return backend_attention_calls(options, shape);
+    }();
     expect_same_call_bits(refused, mma_sync);
     for (const char* pass : {"the forward", "the backward"}) {
       SCOPED_TRACE(pass);
       EXPECT_NE(refused.log.find(std::string(pass) + "'s wgmma kernels wrote other bits"),
                 std::string::npos)
           << refused.log;
-      const size_t runs = refused.log.find(std::string(pass) + " runs");
-      ASSERT_NE(runs, std::string::npos) << refused.log;
-      const std::string line = refused.log.substr(runs, refused.log.find('\n', runs) - runs);
+      const std::string line = runs_line(refused.log, pass);
+      EXPECT_NE(line.find("mma.sync"), std::string::npos) << refused.log;
       EXPECT_EQ(line.find("wgmma"), std::string::npos) << line;
     }
 #endif
-  }
+  });
 }
 
 // Through the backend: rope_attention_forward gives the out of RoPE on q and k, then
