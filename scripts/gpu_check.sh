@@ -23,7 +23,8 @@
 #                 per bf16 and FP8 GEMM of a llama2-1b-gpu step, the heuristic's first
 #                 algorithm timed against the next 15 it ranks (bench_gpu_gemm)      (45 s)
 #     gpu-tests   the bundle's `gpu` tests, one process per test suite (a sticky CUDA error
-#                 fails its suite, not every later one): each CUDA kernel vs its CPU twin,
+#                 fails its suite, not every later one; on 9.0 a suite's wgmma tests get a
+#                 process of their own after the rest): each CUDA kernel vs its CPU twin,
 #                 the backend vs the CPU backend; a test that skips here fails; a suite
 #                 that hangs is killed after 45 s and the later suites still run      (180 s)
 #     e2e         tiny-model runs per recipe on the GPU vs the CPU losses recorded in the
@@ -206,10 +207,29 @@ gpu_compute_capability() {
   echo "${cap:-unknown}"
 }
 
+# One process of stage_gpu_tests: the bundle's tests that FILTER (a --gtest_filter) selects,
+# its output added to gpu-tests.log, its counts added to the stage's, LABEL in its note (none
+# where the filter selects no test and the process ends well).
+run_test_part() {
+  local filter="$1" label="$2" out="$work/suite.log" rc n_ok n_failed n_skipped
+  timeout -k 5 "$suite_timeout_s" "$bundle/tests/test_gpu" --gtest_filter="$filter" >"$out" 2>&1
+  rc=$?
+  ((rc == 124 || rc == 137)) && echo "[gpu-tests] killed after $suite_timeout_s s (a hang?)" >>"$out"
+  cat "$out" >>"$logs/gpu-tests.log"
+  n_ok=$(grep -c '^\[       OK \] .*([0-9]* ms)$' "$out" || true)
+  n_failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$out" || true)
+  n_skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$out" || true)
+  passed=$((passed + n_ok)) failed=$((failed + n_failed)) skipped=$((skipped + n_skipped))
+  if ((rc == 124 || rc == 137)); then crashed+="$label (hung: killed after $suite_timeout_s s) "
+  elif ((rc != 0 && n_failed == 0)); then crashed+="$label (exit $rc) "; fi
+  ((rc == 0 && n_ok + n_failed + n_skipped == 0)) && return
+  note "suite $label: $n_ok passed, $n_failed failed, $n_skipped skipped, exit $rc"
+}
+
 stage_gpu_tests() {
   have_gpu || { status=SKIP why="no GPU"; return; }
   [ -x "$bundle/tests/test_gpu" ] || { status=FAIL why="the bundle has no tests/test_gpu"; return; }
-  local negative='GpuGemmSweep.*' suite out rc passed=0 failed=0 skipped=0 crashed="" n_ok n_failed n_skipped
+  local negative='GpuGemmSweep.*' suite passed=0 failed=0 skipped=0 crashed=""
   # Tests named *TwoGpus* need two devices (NCCL takes one rank per GPU): on one they are left
   # out, and the log says so, rather than skipped (a skip here is a failure).
   if ((gpu_count < 2)); then
@@ -223,21 +243,21 @@ stage_gpu_tests() {
     note "compute capability $(gpu_compute_capability): the wgmma tests (*Wgmma*, *flash_wgmma*) are left out (wgmma is sm_90a's)"
   fi
   # One process per suite: an illegal access leaves the CUDA context unusable, and every later
-  # test of that process would fail with it.
+  # test of that process would fail with it. On 9.0 a suite's wgmma tests get a process of their
+  # own after the rest: those kernels have not run on a GPU before, and a fault in one must not
+  # take the suite's mma.sync tests with it.
+  local wgmma_tests='*Wgmma*:*flash_wgmma*' cc
+  cc="$(gpu_compute_capability)"
   while read -r suite; do
     [ "$suite" = "GpuGemmSweep." ] && continue
-    out="$work/suite.log"
-    timeout -k 5 "$suite_timeout_s" "$bundle/tests/test_gpu" --gtest_filter="${suite}*-$negative" >"$out" 2>&1
-    rc=$?
-    ((rc == 124 || rc == 137)) && echo "[gpu-tests] killed after $suite_timeout_s s (a hang?)" >>"$out"
-    cat "$out" >>"$logs/gpu-tests.log"
-    n_ok=$(grep -c '^\[       OK \] .*([0-9]* ms)$' "$out" || true)
-    n_failed=$(grep -c '^\[  FAILED  \] .*([0-9]* ms)$' "$out" || true)
-    n_skipped=$(grep -c '^\[  SKIPPED \] .*([0-9]* ms)$' "$out" || true)
-    passed=$((passed + n_ok)) failed=$((failed + n_failed)) skipped=$((skipped + n_skipped))
-    if ((rc == 124 || rc == 137)); then crashed+="${suite%.} (hung: killed after $suite_timeout_s s) "
-    elif ((rc != 0 && n_failed == 0)); then crashed+="${suite%.} (exit $rc) "; fi
-    note "suite ${suite%.}: $n_ok passed, $n_failed failed, $n_skipped skipped, exit $rc"
+    if [ "$cc" != 9.0 ]; then
+      run_test_part "${suite}*-$negative" "${suite%.}"
+    elif [[ $suite == *Wgmma* ]]; then
+      run_test_part "${suite}*-$negative" "${suite%.}"
+    else
+      run_test_part "${suite}*-$negative:$wgmma_tests" "${suite%.}"
+      run_test_part "${suite}*Wgmma*:${suite}*flash_wgmma*-$negative" "${suite%.} (wgmma)"
+    fi
   done < <("$bundle/tests/test_gpu" --gtest_list_tests 2>/dev/null | grep -v '^ ' | grep '\.$')
   # What the wgmma tests found (written on the emulation, unrun on a GPU before), here so the
   # run's own output shows it: how the GPU reads the operand layouts (GpuWgmma's lines), and
@@ -626,7 +646,7 @@ for stage in "${stages[@]}"; do
   status=FAIL why="did not finish within ${timeout_s[$stage]} s"
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
-  export -f note have_gpu gpu_compute_capability cuda_backend_built needs_backend sanitizer_ready run_sanitizer "stage_${stage//-/_}"
+  export -f note have_gpu gpu_compute_capability cuda_backend_built needs_backend sanitizer_ready run_sanitizer run_test_part "stage_${stage//-/_}"
   export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }
