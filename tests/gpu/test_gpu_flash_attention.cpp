@@ -529,9 +529,9 @@ TEST(GpuFlashAttention, TheTensorCoreStateKeepsItsBf16InputsSoTheBackwardReadsNo
 // `shape`, on random inputs fixed by the shape: each call's out, dq, dk, dv, the host's waits
 // during each call's forward and backward, the state's kernel() and what the backend logged.
 struct BackendAttentionCalls {
-  std::vector<float> results[2][4];  // [call][out, dq, dk, dv]
-  int64_t waits[2][2];               // [call][forward, backward]
-  std::string kernel, log;
+  std::vector<float> results[2][4];       // [call][out, dq, dk, dv]
+  int64_t waits[2][2];                    // [call][forward, backward]
+  std::string kernel, kernel_after, log;  // kernel(): at the plan, after the calls
 };
 
 BackendAttentionCalls backend_attention_calls(const CudaBackendOptions& options,
@@ -567,6 +567,7 @@ BackendAttentionCalls backend_attention_calls(const CudaBackendOptions& options,
     }
   }
   calls.log = log.text();
+  calls.kernel_after = state->kernel();
   return calls;
 }
 
@@ -587,6 +588,21 @@ void for_each_timed_shape(
     EXPECT_EQ(defaults.waits[0][0] + defaults.waits[0][1], 0) << "nothing timed";
     check(shape, defaults);
   }
+}
+
+// What the backend logged of `pass`'s choice ("the forward", "the backward"): the variant
+// ("wgmma, 128-row query tiles") and its whole line from there, with the times of the others;
+// both "" where it logged none.
+struct LoggedChoice {
+  std::string variant, line;
+};
+
+LoggedChoice logged_choice(const std::string& log, const std::string& pass) {
+  const std::string runs = pass + " runs ";
+  const size_t at = log.find(runs);
+  if (at == std::string::npos) return {};
+  const std::string line = log.substr(at, log.find('\n', at) - at);
+  return {line.substr(runs.size(), line.find(" (") - runs.size()), line};
 }
 
 // Both calls' out, dq, dk, dv of `got` have the bits of `want`'s.
@@ -615,6 +631,19 @@ TEST(GpuFlashAttention, TimedQueryTilesWaitOnceAndGiveTheDefaultTilesBits) {
     options.flash_tiles = FlashTiles::Timed;
     const BackendAttentionCalls timed = backend_attention_calls(options, shape);
     EXPECT_NE(timed.kernel.find("timed at its first forward"), std::string::npos);
+    EXPECT_EQ(timed.kernel.find("chosen:"), std::string::npos) << timed.kernel;
+    // After the calls it names what each pass chose, as the log did (the backward at head dim
+    // 128 had one variant: nothing timed, nothing logged).
+    for (const char* pass : {"the forward", "the backward"}) {
+      SCOPED_TRACE(pass);
+      const LoggedChoice logged = logged_choice(timed.log, pass);
+      const std::string variant =
+          logged.line.empty() && hd == 128 ? "mma.sync, 64-row query tiles" : logged.variant;
+      ASSERT_FALSE(variant.empty()) << timed.log;
+      EXPECT_NE(timed.kernel_after.find(std::string(pass) + " on " + variant), std::string::npos)
+          << timed.kernel_after << "\n"
+          << timed.log;
+    }
     EXPECT_EQ(timed.waits[0][0], 1) << "the forward's tiles timed at the first call";
     EXPECT_EQ(timed.waits[0][1], hd == 64 ? 1 : 0) << "the dq pass's, at head dim 64";
     EXPECT_EQ(timed.waits[1][0] + timed.waits[1][1], 0) << "no timing at the second call";
@@ -656,20 +685,19 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKern
     EXPECT_GT(chosen.waits[0][1], 0) << "wgmma offered: the backward chooses at every head dim";
     EXPECT_EQ(chosen.waits[1][0] + chosen.waits[1][1], 0) << "nothing chosen at the second call";
     expect_same_call_bits(chosen, mma_sync);
+    EXPECT_NE(chosen.kernel_after.find("; chosen: the forward on "), std::string::npos)
+        << chosen.kernel_after;
+    EXPECT_NE(chosen.kernel_after.find(", the backward on "), std::string::npos)
+        << chosen.kernel_after;
     // The GPU's answer, for the run's log (gpu_check.sh prints it).
     const bool same_bits = chosen.log.find("wrote other bits") == std::string::npos;
     std::printf("auto flash attention, hd %lld: the wgmma kernels %s\n", static_cast<long long>(hd),
                 same_bits ? "gave mma.sync's bits and were timed beside them"
                           : "wrote other bits than mma.sync's and were left out");
 #ifdef GNMR_CUDA_EMULATED
-    // The log line naming what `pass` runs and what was timed beside it ("" if none).
-    const auto runs_line = [](const std::string& log, const std::string& pass) {
-      const size_t at = log.find(pass + " runs");
-      return at == std::string::npos ? std::string() : log.substr(at, log.find('\n', at) - at);
-    };
     EXPECT_TRUE(same_bits) << chosen.log;
     for (const char* pass : {"the forward", "the backward"}) {
-      EXPECT_NE(runs_line(chosen.log, pass).find("wgmma"), std::string::npos)
+      EXPECT_NE(logged_choice(chosen.log, pass).line.find("wgmma"), std::string::npos)
           << pass << ": wgmma timed beside mma.sync\n"
           << chosen.log;
     }
@@ -688,7 +716,7 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKern
       EXPECT_NE(refused.log.find(std::string(pass) + "'s wgmma kernels wrote other bits"),
                 std::string::npos)
           << refused.log;
-      const std::string line = runs_line(refused.log, pass);
+      const std::string line = logged_choice(refused.log, pass).line;
       EXPECT_NE(line.find("mma.sync"), std::string::npos) << refused.log;
       EXPECT_EQ(line.find("wgmma"), std::string::npos) << line;
     }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "backend/cuda/attention_v1.h"
@@ -62,6 +63,17 @@ struct StagingSlot {
 // (kernels/flash_attention_mma.cu).
 enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
 
+// The variant each tensor-core flash pass runs at an attention shape, chosen at its first
+// forward and first backward (flash_kernel_choice.h); shared by the backend and the shape's
+// attention states, whose kernel() names it.
+struct FlashPassChoice {
+  bool chosen = false;
+  cuda::FlashVariant variant;
+};
+struct FlashShapeChoice {
+  FlashPassChoice forward, backward;
+};
+
 // Either kernel's saved tensors: v1 keeps probs; flash keeps lse and either its own copy of out
 // or, when the caller keeps out (plan_attention's out_kept), where the forward wrote it.
 class CudaAttentionState final : public AttentionState {
@@ -94,13 +106,27 @@ class CudaAttentionState final : public AttentionState {
         if (tiles_timed) {
           return kernels + "64 or 128 rows in the forward" +
                  (shape.head_dim == 64 ? " and the dq pass" : ", 64 in the dq pass") +
-                 ", the faster at this shape, timed at its first forward and backward)";
+                 ", the faster at this shape, timed at its first forward and backward" +
+                 chosen_text() + ")";
         }
         return kernels + std::to_string(kFlashMmaForwardQueryTile) + " rows in the forward, " +
                std::to_string(flash_mma_query_pass_tile(shape.head_dim)) + " in the dq pass)";
       }
     }
     return "?";
+  }
+  // "; chosen: the forward on wgmma, 128-row query tiles, ..." once a pass has chosen.
+  std::string chosen_text() const {
+    std::string text;
+    const std::pair<const char*, const FlashPassChoice*> passes[2] = {
+        {"the forward", choice ? &choice->forward : nullptr},
+        {"the backward", choice ? &choice->backward : nullptr}};
+    for (const auto& [pass, c] : passes) {
+      if (c == nullptr || !c->chosen) continue;
+      text += (text.empty() ? "; chosen: " : ", ") + std::string(pass) + " on " +
+              cuda::flash_variant_text(c->variant);
+    }
+    return text;
   }
   // The out the flash backward reads: the copy, or the caller's own.
   const float* flash_out() const {
@@ -116,6 +142,7 @@ class CudaAttentionState final : public AttentionState {
   // too (wgmma_offered; flash_kernel_choice.h).
   cuda::FlashMmaInstruction instruction = cuda::FlashMmaInstruction::MmaSync;
   bool wgmma_offered = false;
+  std::shared_ptr<const FlashShapeChoice> choice;  // the tensor-core kernels' at this shape
   // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
   GemmPrecision v1_precision = GemmPrecision::FP32;
   bool out_kept = false;
@@ -665,6 +692,8 @@ class CudaBackend final : public Backend {
         attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
                              shared_optin_bytes_, warned_flash_fallback_);
     state->tiles_timed = time_flash_tiles_;
+    if (state->kernel_kind == AttentionKernel::FlashTensorCores)
+      state->choice = flash_choice(shape);
     if (attention_choice_ == CudaAttention::FlashWgmma &&
         state->kernel_kind == AttentionKernel::FlashTensorCores) {
       const std::string unavailable = cuda::flash_wgmma_unavailable(device_index_);
@@ -739,7 +768,7 @@ class CudaBackend final : public Backend {
     if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
       // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
       // not read.
-      FlashPassChoice& choice = flash_choices_[flash_choice_key(s)].backward;
+      FlashPassChoice& choice = flash_choice(s)->backward;
       const bool choose = !choice.chosen;
       const int64_t default_tile = flash_mma_query_pass_tile(s.head_dim);
       const cuda::FlashVariant variant =
@@ -1014,7 +1043,7 @@ class CudaBackend final : public Backend {
     if (state.flash()) {
       if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
         // Its bf16 copies of q, k, v go to the state, for the backward.
-        FlashPassChoice& choice = flash_choices_[flash_choice_key(s)].forward;
+        FlashPassChoice& choice = flash_choice(s)->forward;
         const bool choose = !choice.chosen;
         const cuda::FlashVariant variant =
             choose ? cuda::FlashVariant{state.instruction, kFlashMmaForwardQueryTile}
@@ -1088,18 +1117,13 @@ class CudaBackend final : public Backend {
     return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
                                    stream_, gemm_precision(),    target_, weights_epoch_};
   }
-  // The variant each tensor-core flash pass runs at an attention shape, chosen at its first
-  // forward and first backward (flash_kernel_choice.h).
-  struct FlashPassChoice {
-    bool chosen = false;
-    cuda::FlashVariant variant;
-  };
-  struct FlashShapeChoice {
-    FlashPassChoice forward, backward;
-  };
   using FlashChoiceKey = std::array<int64_t, 5>;
-  static FlashChoiceKey flash_choice_key(const AttentionShape& s) {
-    return {s.batch, s.seq, s.heads, s.kv_heads, s.head_dim};
+  // The shape's choice, made empty at its first call.
+  std::shared_ptr<FlashShapeChoice> flash_choice(const AttentionShape& s) {
+    std::shared_ptr<FlashShapeChoice>& choice =
+        flash_choices_[FlashChoiceKey{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim}];
+    if (!choice) choice = std::make_shared<FlashShapeChoice>();
+    return choice;
   }
   // The variant `pass` runs from now on, after a first call that ran `ran` (the state's
   // instruction at the default tile, `tiles[0]`) and left `outputs`. With the tiles not timed,
@@ -1160,7 +1184,7 @@ class CudaBackend final : public Backend {
   CudaAttention attention_choice_;
   bool time_flash_tiles_ = false;  // CudaBackendOptions::flash_tiles
   bool auto_wgmma_ = false;        // CudaBackendOptions::auto_wgmma
-  std::map<FlashChoiceKey, FlashShapeChoice> flash_choices_;
+  std::map<FlashChoiceKey, std::shared_ptr<FlashShapeChoice>> flash_choices_;
   Tensor digest_partials_;  // kBitsDigestPartials words for output_digests, where wgmma is offered
   GpuTarget target_;
   std::string device_name_;
