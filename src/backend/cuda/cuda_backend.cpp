@@ -142,7 +142,9 @@ class CudaAttentionState final : public AttentionState {
   // too (wgmma_offered; flash_kernel_choice.h).
   cuda::FlashMmaInstruction instruction = cuda::FlashMmaInstruction::MmaSync;
   bool wgmma_offered = false;
-  std::shared_ptr<const FlashShapeChoice> choice;  // the tensor-core kernels' at this shape
+  // The tensor-core kernels' choice at this shape, shared by the backend's states of the shape
+  // (the backend's flash_choices_).
+  std::shared_ptr<FlashShapeChoice> choice;
   // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
   GemmPrecision v1_precision = GemmPrecision::FP32;
   bool out_kept = false;
@@ -692,8 +694,13 @@ class CudaBackend final : public Backend {
         attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
                              shared_optin_bytes_, warned_flash_fallback_);
     state->tiles_timed = time_flash_tiles_;
-    if (state->kernel_kind == AttentionKernel::FlashTensorCores)
-      state->choice = flash_choice(shape);
+    if (state->kernel_kind ==
+        AttentionKernel::FlashTensorCores) {  // made at the shape's first plan
+      std::shared_ptr<FlashShapeChoice>& choice = flash_choices_[FlashChoiceKey{
+          shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim}];
+      if (!choice) choice = std::make_shared<FlashShapeChoice>();
+      state->choice = choice;
+    }
     if (attention_choice_ == CudaAttention::FlashWgmma &&
         state->kernel_kind == AttentionKernel::FlashTensorCores) {
       const std::string unavailable = cuda::flash_wgmma_unavailable(device_index_);
@@ -768,7 +775,7 @@ class CudaBackend final : public Backend {
     if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
       // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
       // not read.
-      FlashPassChoice& choice = flash_choice(s)->backward;
+      FlashPassChoice& choice = state.choice->backward;
       const bool choose = !choice.chosen;
       const int64_t default_tile = flash_mma_query_pass_tile(s.head_dim);
       const cuda::FlashVariant variant =
@@ -1043,7 +1050,7 @@ class CudaBackend final : public Backend {
     if (state.flash()) {
       if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
         // Its bf16 copies of q, k, v go to the state, for the backward.
-        FlashPassChoice& choice = flash_choice(s)->forward;
+        FlashPassChoice& choice = state.choice->forward;
         const bool choose = !choice.chosen;
         const cuda::FlashVariant variant =
             choose ? cuda::FlashVariant{state.instruction, kFlashMmaForwardQueryTile}
@@ -1117,14 +1124,6 @@ class CudaBackend final : public Backend {
     return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
                                    stream_, gemm_precision(),    target_, weights_epoch_};
   }
-  using FlashChoiceKey = std::array<int64_t, 5>;
-  // The shape's choice, made empty at its first call.
-  std::shared_ptr<FlashShapeChoice> flash_choice(const AttentionShape& s) {
-    std::shared_ptr<FlashShapeChoice>& choice =
-        flash_choices_[FlashChoiceKey{s.batch, s.seq, s.heads, s.kv_heads, s.head_dim}];
-    if (!choice) choice = std::make_shared<FlashShapeChoice>();
-    return choice;
-  }
   // The variant `pass` runs from now on, after a first call that ran `ran` (the state's
   // instruction at the default tile, `tiles[0]`) and left `outputs`. With the tiles not timed,
   // `ran`. Otherwise: where the state offers wgmma, `run` runs it at that tile and the bits
@@ -1182,8 +1181,9 @@ class CudaBackend final : public Backend {
   int64_t shared_optin_bytes_ = 0;  // shared memory per block a kernel may opt in to
   bool warned_flash_fallback_ = false;
   CudaAttention attention_choice_;
-  bool time_flash_tiles_ = false;  // CudaBackendOptions::flash_tiles
-  bool auto_wgmma_ = false;        // CudaBackendOptions::auto_wgmma
+  bool time_flash_tiles_ = false;                 // CudaBackendOptions::flash_tiles
+  bool auto_wgmma_ = false;                       // CudaBackendOptions::auto_wgmma
+  using FlashChoiceKey = std::array<int64_t, 5>;  // batch, seq, heads, kv_heads, head_dim
   std::map<FlashChoiceKey, std::shared_ptr<FlashShapeChoice>> flash_choices_;
   Tensor digest_partials_;  // kBitsDigestPartials words for output_digests, where wgmma is offered
   GpuTarget target_;
