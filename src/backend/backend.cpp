@@ -155,4 +155,10 @@ void Backend::swiglu_projections_backward(const Tensor& gate, const Tensor& up, 
   projection_backward(up_proj.state, up_proj.path, up_proj.w, dup, dx, true, up_proj.dw);
 }
 
+std::string attention_shape_text(const AttentionShape& s) {
+  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
+         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
+         " hd=" + std::to_string(s.head_dim);
+}
+
 }  // namespace gnmr

@@ -170,6 +170,9 @@ struct AttentionShape {
   int64_t batch, seq, heads, kv_heads, head_dim;
 };
 
+// "B=8 T=1024 H=32 Hkv=32 hd=64", for messages.
+std::string attention_shape_text(const AttentionShape& s);
+
 // What the attention forward keeps for its backward (plan_attention), backend-owned and
 // opaque to the model.
 class AttentionState {

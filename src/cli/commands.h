@@ -19,5 +19,6 @@ CommandAction add_bench_command(CLI::App& app);
 CommandAction add_config_command(CLI::App& app);
 CommandAction add_checkpoint_command(CLI::App& app);
 CommandAction add_version_command(CLI::App& app);
+CommandAction add_wgmma_trial_command(CLI::App& app);  // hidden: train/wgmma_trial.h
 
 }  // namespace gnmr

@@ -8,6 +8,7 @@
 #include "backend/cpu/blas_autotune.h"
 #include "cli/commands.h"
 #include "cli/unknown_subcommand.h"
+#include "train/wgmma_trial.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -40,6 +41,11 @@ int main(int argc, char** argv) {
       gnmr::add_checkpoint_command);
   add("config", "Config tools (show the fully resolved config)", gnmr::add_config_command);
   add("version", "Print the version and build features", gnmr::add_version_command);
+  // Run by gnmr itself in a child process, not by users: out of --help (an empty group).
+  CLI::App* wgmma_trial = app.add_subcommand("wgmma-trial", "The wgmma attention kernels' trial");
+  wgmma_trial->group("");
+  commands.emplace_back(wgmma_trial, gnmr::add_wgmma_trial_command(*wgmma_trial));
+  gnmr::set_wgmma_trial_executable("/proc/self/exe");
 
   try {
     app.parse(argc, argv);

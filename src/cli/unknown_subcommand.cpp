@@ -26,7 +26,9 @@ std::string unknown_subcommand_message(const CLI::App& app) {
 
   std::vector<std::string> names;
   std::string list;
-  for (const CLI::App* sub : level->get_subcommands([](const CLI::App*) { return true; })) {
+  // Not the hidden ones (an empty group: gnmr's own wgmma-trial).
+  for (const CLI::App* sub :
+       level->get_subcommands([](const CLI::App* s) { return !s->get_group().empty(); })) {
     names.push_back(sub->get_name());
     list += (list.empty() ? "" : ", ") + sub->get_name();
   }

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "parallel/launch_env.h"
+#include "train/wgmma_trial.h"
 #include "util/error.h"
 #ifdef GNMR_WITH_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -49,7 +50,7 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
     options.device = cuda_device_of_this_process();
     options.poison = poison_from_env();
     options.attention = parse_cuda_attention(config.model.attention);
-    options.auto_wgmma = env_flag("GNMR_AUTO_WGMMA");
+    options.wgmma_trial = wgmma_trial_from_env(options.device);
     std::unique_ptr<Backend> backend = make_cuda_backend(options);
     backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
     return backend;

@@ -45,6 +45,22 @@ TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {
   EXPECT_EQ(r.output.find("did you mean"), std::string::npos) << r.output;
 }
 
+// `gnmr wgmma-trial` is gnmr's own (train/wgmma_trial.h): neither --help nor the list of
+// subcommands names it, and without a GPU it fails naming why.
+TEST(CliErrors, TheHiddenWgmmaTrialIsNotOfferedAndWithoutAGpuSaysWhy) {
+  const auto help = run_gnmr("--help");
+  EXPECT_NE(help.output.find("version"), std::string::npos) << help.output;
+  EXPECT_EQ(help.output.find("wgmma"), std::string::npos) << help.output;
+  const auto unknown = run_gnmr("wgmma");
+  EXPECT_EQ(unknown.output.find("wgmma-trial"), std::string::npos) << unknown.output;
+  expect_failure("wgmma-trial --device 0", 2, "--batch is required");
+  const auto trial =
+      run_gnmr("wgmma-trial --device 0 --batch 1 --seq 17 --heads 4 --kv-heads 2 --head-dim 64");
+  if (trial.exit_code == 0) GTEST_SKIP() << "a GPU that runs wgmma: " << trial.output;
+  EXPECT_TRUE(trial.exit_code == 1 || trial.exit_code == 7) << trial.output;
+  EXPECT_NE(trial.output.find("gnmr: error: "), std::string::npos) << trial.output;
+}
+
 TEST(CliErrors, AMissingPathExitsWithTheCodeOfWhatItNames) {
   // Exit codes (README): a config 3, a data input 4, a checkpoint or model folder 5; never 2,
   // which is for a command line that does not parse.

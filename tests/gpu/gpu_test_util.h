@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
 
 namespace gnmr_test {
@@ -32,6 +33,16 @@ inline bool have_gpu() {
 
 #define SKIP_WITHOUT_GPU() \
   if (!gnmr_test::have_gpu()) GTEST_SKIP() << "no CUDA device visible"
+
+// Skips unless sm_90a's wgmma runs here (the wgmma kernels and checks).
+#define SKIP_WITHOUT_WGMMA()                                                      \
+  SKIP_WITHOUT_GPU();                                                             \
+  do {                                                                            \
+    int device = 0;                                                               \
+    GNMR_CUDA_CHECK(cudaGetDevice(&device));                                      \
+    const std::string why_not = gnmr::cuda::flash_wgmma_unavailable(device);      \
+    if (!why_not.empty()) GTEST_SKIP() << "wgmma does not run here: " << why_not; \
+  } while (0)
 
 // What spdlog's default logger writes, from info up, while this lives; the logger it replaced
 // is back after.

@@ -32,6 +32,8 @@
 #include "gpu_test_util.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
+#include "test_paths.h"
+#include "train/wgmma_trial.h"
 #include "util/error.h"
 
 #ifdef GNMR_CUDA_EMULATED
@@ -336,10 +338,7 @@ std::vector<std::vector<float>> twice_the_same(std::vector<DeviceBuffer<float>*>
 // which no document fixes). Skips where they do not run.
 void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& all) {
   namespace ref = attention_bf16_reference;
-  int device = 0;
-  GNMR_CUDA_CHECK(cudaGetDevice(&device));
-  const std::string unavailable = flash_wgmma_unavailable(device);
-  if (!unavailable.empty()) GTEST_SKIP() << "the wgmma kernels do not run here: " << unavailable;
+  SKIP_WITHOUT_WGMMA();
   for (const AttentionShape& s : all) {
     SCOPED_TRACE(shape_name(s));
     const Inputs in(s);
@@ -653,19 +652,15 @@ TEST(GpuFlashAttention, TimedQueryTilesWaitOnceAndGiveTheDefaultTilesBits) {
   });
 }
 
-// model.attention auto with the variants timed and wgmma asked for (GNMR_AUTO_WGMMA=1), on a
-// device that runs wgmma: a shape's first forward and backward run the wgmma kernels beside the
-// mma.sync ones and offer them to the timing only where they left the same bits
-// (bits_digest.h), so every call, the first and the one after the choice, gives the mma.sync
-// kernels' bits. Not asked for, auto offers mma.sync alone. On the emulation, whose wgmma sums as
-// its mma.sync does, a second run makes the emulated wgmma round toward zero: its bits differ,
-// the log says so for each pass, and only mma.sync is timed.
+// model.attention auto with the variants timed and a wgmma trial that passes (as
+// GNMR_AUTO_WGMMA=1's), on a device that runs wgmma: a shape's first forward and backward run
+// the wgmma kernels beside the mma.sync ones and offer them to the timing only where they left
+// the same bits (bits_digest.h), so every call, the first and the one after the choice, gives
+// the mma.sync kernels' bits. Without a trial, auto offers mma.sync alone. On the emulation, whose
+// wgmma sums as its mma.sync does, a second run makes the emulated wgmma round toward zero: its
+// bits differ, the log says so for each pass, and only mma.sync is timed.
 TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKernelsBits) {
-  SKIP_WITHOUT_GPU();
-  int device = 0;
-  GNMR_CUDA_CHECK(cudaGetDevice(&device));
-  const std::string unavailable = flash_wgmma_unavailable(device);
-  if (!unavailable.empty()) GTEST_SKIP() << "the wgmma kernels do not run here: " << unavailable;
+  SKIP_WITHOUT_WGMMA();
   for_each_timed_shape([](const AttentionShape& shape, const BackendAttentionCalls& mma_sync) {
     const int64_t hd = shape.head_dim;
     CudaBackendOptions options;
@@ -677,7 +672,7 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKern
       EXPECT_EQ(unasked.log.find("wgmma"), std::string::npos) << unasked.log;
       expect_same_call_bits(unasked, mma_sync);
     }
-    options.auto_wgmma = true;
+    options.wgmma_trial = [](const AttentionShape&) { return std::string(); };
     const BackendAttentionCalls chosen = backend_attention_calls(options, shape);
     EXPECT_NE(chosen.kernel.find("or wgmma where it gives mma.sync's bits"), std::string::npos)
         << chosen.kernel;
@@ -722,6 +717,77 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheyGiveTheMmaSyncKern
     }
 #endif
   });
+}
+
+// Under auto the wgmma kernels are offered at a shape only where CudaBackendOptions::wgmma_trial
+// answers "" for it, asked once per shape: a failing trial leaves them out with a warning that
+// gives its answer, and mma.sync alone runs. And the trial make_backend runs, `gnmr
+// wgmma-trial` in a child process (train/wgmma_trial.h), passes where the wgmma kernels give
+// the mma.sync kernels' bits: on the emulation it must; on a GPU the line printed says what
+// happened there, and the calls give the mma.sync kernels' bits either way.
+TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheirTrialProcessPasses) {
+  SKIP_WITHOUT_WGMMA();
+  const AttentionShape shape{1, 130, 4, 2, 64};
+  CudaBackendOptions options;
+  options.attention = CudaAttention::FlashBf16;
+  options.flash_tiles = FlashTiles::Defaults;
+  const BackendAttentionCalls mma_sync = backend_attention_calls(options, shape);
+
+  options.attention = CudaAttention::Auto;
+  options.flash_tiles = FlashTiles::Timed;
+  std::vector<std::string> asked;
+  options.wgmma_trial = [&](const AttentionShape& s) {
+    asked.push_back(attention_shape_text(s));
+    return std::string("the trial process was ended by signal 11 (Segmentation fault)");
+  };
+  {
+    gnmr_test::CapturedLog log;
+    std::unique_ptr<Backend> be = make_cuda_backend(options);
+    be->set_gemm_precision(GemmPrecision::BF16);
+    const AttentionShape other{1, 64, 4, 2, 64};
+    for (const AttentionShape& s : {shape, shape, other}) {
+      const std::unique_ptr<AttentionState> state = be->plan_attention("attention", s, false);
+      EXPECT_EQ(state->kernel().find("wgmma"), std::string::npos) << state->kernel();
+    }
+    EXPECT_EQ(asked,
+              (std::vector<std::string>{attention_shape_text(shape), attention_shape_text(other)}))
+        << "once per shape";
+    EXPECT_NE(log.text().find("at " + attention_shape_text(shape) +
+                              ": the wgmma kernels are left out (the trial process was ended by "
+                              "signal 11 (Segmentation fault)); running mma.sync"),
+              std::string::npos)
+        << log.text();
+  }
+  const BackendAttentionCalls refused = backend_attention_calls(options, shape);
+  for (const char* pass : {"the forward", "the backward"}) {
+    const std::string line = logged_choice(refused.log, pass).line;
+    EXPECT_NE(line.find("mma.sync"), std::string::npos) << refused.log;
+    EXPECT_EQ(line.find("wgmma"), std::string::npos) << line;
+  }
+  expect_same_call_bits(refused, mma_sync);
+
+  int device = 0;
+  GNMR_CUDA_CHECK(cudaGetDevice(&device));
+  options.wgmma_trial = [device](const AttentionShape& s) {
+    return run_wgmma_trial_process(gnmr_test::gnmr_binary(), device, s);
+  };
+  const BackendAttentionCalls tried = backend_attention_calls(options, shape);
+  const size_t left_out = tried.log.find("the wgmma kernels are left out");
+  const bool passed = left_out == std::string::npos;
+  std::printf("wgmma trial process, hd 64: %s\n",
+              passed
+                  ? "passed; the wgmma kernels were timed beside mma.sync"
+                  : tried.log.substr(left_out, tried.log.find('\n', left_out) - left_out).c_str());
+  expect_same_call_bits(tried, mma_sync);
+#ifdef GNMR_CUDA_EMULATED
+  EXPECT_TRUE(passed) << tried.log;
+  EXPECT_NE(tried.log.find("the wgmma attention kernels passed their trial at B=1 T=130 H=4 Hkv=2 "
+                           "hd=64 in a process of their own"),
+            std::string::npos)
+      << tried.log;
+  EXPECT_NE(logged_choice(tried.log, "the forward").line.find("wgmma"), std::string::npos)
+      << tried.log;
+#endif
 }
 
 // Through the backend: rope_attention_forward gives the out of RoPE on q and k, then

@@ -98,16 +98,6 @@ std::string first_difference(const std::vector<float>& gpu, const std::vector<fl
   return "none";
 }
 
-// Skips unless wgmma runs here.
-#define SKIP_WITHOUT_WGMMA()                                                      \
-  SKIP_WITHOUT_GPU();                                                             \
-  do {                                                                            \
-    int device = 0;                                                               \
-    GNMR_CUDA_CHECK(cudaGetDevice(&device));                                      \
-    const std::string why_not = gnmr::cuda::flash_wgmma_unavailable(device);      \
-    if (!why_not.empty()) GTEST_SKIP() << "wgmma does not run here: " << why_not; \
-  } while (0)
-
 // S = Q K^T's form: A (a 64-row slab of a query tile, head dim 16) and B (a key tile) both
 // K-major in the kernels' tile layout, described by wgmma_scores_operand.
 TEST(GpuWgmma, SharedOperandsAreReadAsTheScoresDescriptorsDefineThem) {

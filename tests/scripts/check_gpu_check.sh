@@ -125,6 +125,7 @@ case "$1" in
          echo "wgmma forward, B=1 T=17: out same, lse same as mma.sync's"
          echo "wgmma dq pass, B=1 T=17: dq differs as mma.sync's"
          echo "auto flash attention, hd 64: the wgmma kernels wrote other bits than mma.sync's and were left out"
+         echo "wgmma trial process, hd 64: passed; the wgmma kernels were timed beside mma.sync"
          echo "[       OK ] GpuWgmma.ReadsTheLayouts (1 ms)" ;;
        --gtest_filter=GpuFlash.\*Wgmma*) echo "[       OK ] GpuFlash.WgmmaKernels (1 ms)" ;;
        *) echo "[       OK ] GpuFlash.Kernels (1 ms)" ;;
@@ -146,6 +147,8 @@ echo "$out" | grep -q "^\[gpu-tests\] wgmma, A and B in shared memory (K-major):
   || fail "gpu-tests does not repeat the wgmma findings: $out"
 echo "$out" | grep -q "^\[gpu-tests\] auto flash attention, hd 64: the wgmma kernels wrote other bits" \
   || fail "gpu-tests does not repeat whether auto offered the wgmma kernels: $out"
+echo "$out" | grep -q "^\[gpu-tests\] wgmma trial process, hd 64: passed" \
+  || fail "gpu-tests does not repeat whether the wgmma trial process passed: $out"
 echo "$out" | grep -q "^\[gpu-tests\] wgmma kernels: 1 of 2 runs give mma.sync's bits in every output" \
   || fail "gpu-tests does not count the wgmma kernels' bit comparisons: $out"
 echo "$out" | grep -q "^\[gpu-tests\] first that differs: wgmma dq pass, B=1 T=17: dq differs as mma.sync's" \

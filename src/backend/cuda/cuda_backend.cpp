@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/cuda/attention_v1.h"
@@ -29,6 +30,7 @@
 #include "kernels/quantize.cuh"
 #include "kernels/train_ops.cuh"
 #include "util/error.h"
+#include "util/splitmix64.h"
 
 namespace gnmr {
 
@@ -69,9 +71,13 @@ enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
 struct FlashPassChoice {
   bool chosen = false;
   cuda::FlashVariant variant;
+  bool wgmma_other_bits = false;  // wgmma was offered and its outputs' digest differed
 };
 struct FlashShapeChoice {
   FlashPassChoice forward, backward;
+  // Under auto, where wgmma could be offered: CudaBackendOptions::wgmma_trial's answer at this
+  // shape, asked at its first plan ("" the kernels may run; else why not).
+  std::optional<std::string> wgmma_trial_problem;
 };
 
 // Either kernel's saved tensors: v1 keeps probs; flash keeps lse and either its own copy of out
@@ -156,12 +162,6 @@ class CudaAttentionState final : public AttentionState {
   AttentionShape shape{};
 };
 
-std::string attention_shape_text(const AttentionShape& s) {
-  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
-         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
-         " hd=" + std::to_string(s.head_dim);
-}
-
 const char* attention_choice_name(CudaAttention choice) {
   switch (choice) {
     case CudaAttention::Auto:
@@ -238,7 +238,7 @@ class CudaBackend final : public Backend {
         attention_choice_(options.attention),
         time_flash_tiles_(options.flash_tiles == FlashTiles::Timed ||
                           (options.flash_tiles == FlashTiles::Auto && !kEmulatedCuda)),
-        auto_wgmma_(options.auto_wgmma) {
+        wgmma_trial_(options.wgmma_trial) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
       throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
@@ -712,10 +712,23 @@ class CudaBackend final : public Backend {
       }
       state->instruction = cuda::FlashMmaInstruction::Wgmma;
     }
-    state->wgmma_offered = attention_choice_ == CudaAttention::Auto && auto_wgmma_ &&
+    state->wgmma_offered = attention_choice_ == CudaAttention::Auto && wgmma_trial_ &&
                            time_flash_tiles_ &&
                            state->kernel_kind == AttentionKernel::FlashTensorCores &&
                            cuda::flash_wgmma_unavailable(device_index_).empty();
+    if (state->wgmma_offered) {
+      std::optional<std::string>& problem = state->choice->wgmma_trial_problem;
+      if (!problem) {
+        problem = wgmma_trial_(shape);
+        if (!problem->empty()) {
+          spdlog::warn(
+              "tensor-core flash at {}: the wgmma kernels are left out ({}); running "
+              "mma.sync",
+              attention_shape_text(shape), *problem);
+        }
+      }
+      state->wgmma_offered = problem->empty();
+    }
     if (state->wgmma_offered && !digest_partials_.data) {
       digest_partials_ = allocate("flash.digest_partials", {2 * cuda::kBitsDigestPartials},
                                   DType::F32, MemoryRole::Scratch);
@@ -789,8 +802,8 @@ class CudaBackend final : public Backend {
         // pass has 128-row tiles at head dim 64 only.
         const std::vector<int64_t> tiles = s.head_dim == 64 ? cuda::flash_query_tiles(default_tile)
                                                             : std::vector<int64_t>{default_tile};
-        choice.variant = chosen_flash_variant(
-            state, "the backward", variant, tiles,
+        choose_flash_variant(
+            choice, state, "the backward", variant, tiles,
             [&](const cuda::FlashVariant& v) {
               cuda::flash_dq_pass_mma_only(state.inputs_bf16.data, f32_data(state.lse), scratch,
                                            f32_data(dq), s.batch, s.seq, s.heads, s.kv_heads,
@@ -800,7 +813,6 @@ class CudaBackend final : public Backend {
                   s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, v.instruction);
             },
             {&dq, &dk, &dv});
-        choice.chosen = true;
       }
       return;
     }
@@ -1061,15 +1073,15 @@ class CudaBackend final : public Backend {
             s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, variant.tile,
             variant.instruction);
         if (choose) {  // the kernel again on the bf16 copies the call made
-          choice.variant = chosen_flash_variant(
-              state, "the forward", variant, cuda::flash_query_tiles(kFlashMmaForwardQueryTile),
-              [&](const cuda::FlashVariant& v) {
-                cuda::flash_forward_mma_kernel_only(
-                    state.inputs_bf16.data, f32_data(out), f32_data(state.lse), s.batch, s.seq,
-                    s.heads, s.kv_heads, s.head_dim, stream_, v.tile, v.instruction);
-              },
-              {&out, &state.lse});
-          choice.chosen = true;
+          choose_flash_variant(choice, state, "the forward", variant,
+                               cuda::flash_query_tiles(kFlashMmaForwardQueryTile),
+                               [&](const cuda::FlashVariant& v) {
+                                 cuda::flash_forward_mma_kernel_only(
+                                     state.inputs_bf16.data, f32_data(out), f32_data(state.lse),
+                                     s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_,
+                                     v.tile, v.instruction);
+                               },
+                               {&out, &state.lse});
         }
       } else {
         cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
@@ -1124,19 +1136,22 @@ class CudaBackend final : public Backend {
     return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
                                    stream_, gemm_precision(),    target_, weights_epoch_};
   }
-  // The variant `pass` runs from now on, after a first call that ran `ran` (the state's
-  // instruction at the default tile, `tiles[0]`) and left `outputs`. With the tiles not timed,
-  // `ran`. Otherwise: where the state offers wgmma, `run` runs it at that tile and the bits
-  // digest of `outputs` decides whether it joins (the same bits as mma.sync's) or is left out
-  // (logged as a warning); then the offered variants are timed (a single one is run once, to
-  // leave its bits), the choice is logged, and `outputs` hold the chosen variant's bits. Each
-  // digest and the timing wait for the stream: a shape's first step waits a few times more.
-  cuda::FlashVariant chosen_flash_variant(const CudaAttentionState& state, const char* pass,
-                                          const cuda::FlashVariant& ran,
-                                          const std::vector<int64_t>& tiles,
-                                          const std::function<void(const cuda::FlashVariant&)>& run,
-                                          const std::vector<const Tensor*>& outputs) {
-    if (!time_flash_tiles_) return ran;
+  // Makes `choice`: the variant `pass` runs from now on, after a first call that ran `ran` (the
+  // state's instruction at the default tile, `tiles[0]`) and left `outputs`. With the tiles not
+  // timed, `ran`. Otherwise: where the state offers wgmma, `run` runs it at that tile and the
+  // bits digest of `outputs` decides whether it joins (the same bits as mma.sync's) or is left
+  // out (logged as a warning, and choice.wgmma_other_bits); then the offered variants are timed
+  // (a single one is run once, to leave its bits), the choice is logged, and `outputs` hold the
+  // chosen variant's bits. Each digest and the timing wait for the stream: a shape's first step
+  // waits a few times more.
+  void choose_flash_variant(FlashPassChoice& choice, const CudaAttentionState& state,
+                            const char* pass, const cuda::FlashVariant& ran,
+                            const std::vector<int64_t>& tiles,
+                            const std::function<void(const cuda::FlashVariant&)>& run,
+                            const std::vector<const Tensor*>& outputs) {
+    choice.chosen = true;
+    choice.variant = ran;
+    if (!time_flash_tiles_) return;
     const std::string shape = attention_shape_text(state.shape);
     std::vector<cuda::FlashMmaInstruction> instructions = {ran.instruction};
     if (state.wgmma_offered) {
@@ -1145,6 +1160,7 @@ class CudaBackend final : public Backend {
       if (output_digests(outputs) == reference) {
         instructions.push_back(cuda::FlashMmaInstruction::Wgmma);
       } else {
+        choice.wgmma_other_bits = true;
         spdlog::warn(
             "tensor-core flash at {}: {}'s wgmma kernels wrote other bits than its mma.sync "
             "kernels; running mma.sync (model.attention=flash_wgmma runs wgmma)",
@@ -1152,13 +1168,13 @@ class CudaBackend final : public Backend {
       }
     }
     const std::vector<cuda::FlashVariant> variants = cuda::flash_variants(instructions, tiles);
-    if (variants.size() == 1 && !state.wgmma_offered) return ran;  // nothing ran since the call
+    if (variants.size() == 1 && !state.wgmma_offered) return;  // nothing ran since the call
     ++sync_count_;
     const cuda::FlashVariantTiming timing =
         cuda::time_flash_variants(stream_, variants.size(), [&](size_t i) { run(variants[i]); });
     spdlog::info("tensor-core flash at {}: {} runs {}", shape, pass,
                  cuda::flash_variant_timing_text(variants, timing));
-    return variants[timing.chosen];
+    choice.variant = variants[timing.chosen];
   }
   // The bits digest of each tensor (bits_digest.h); each waits for the stream.
   std::vector<uint64_t> output_digests(const std::vector<const Tensor*>& outputs) {
@@ -1181,8 +1197,8 @@ class CudaBackend final : public Backend {
   int64_t shared_optin_bytes_ = 0;  // shared memory per block a kernel may opt in to
   bool warned_flash_fallback_ = false;
   CudaAttention attention_choice_;
-  bool time_flash_tiles_ = false;                 // CudaBackendOptions::flash_tiles
-  bool auto_wgmma_ = false;                       // CudaBackendOptions::auto_wgmma
+  bool time_flash_tiles_ = false;  // CudaBackendOptions::flash_tiles
+  std::function<std::string(const AttentionShape&)> wgmma_trial_;  // CudaBackendOptions
   using FlashChoiceKey = std::array<int64_t, 5>;  // batch, seq, heads, kv_heads, head_dim
   std::map<FlashChoiceKey, std::shared_ptr<FlashShapeChoice>> flash_choices_;
   Tensor digest_partials_;  // kBitsDigestPartials words for output_digests, where wgmma is offered
@@ -1220,12 +1236,61 @@ CudaAttention parse_cuda_attention(const std::string& name) {
   if (name == "flash_bf16") return CudaAttention::FlashBf16;
   if (name == "flash_wgmma") return CudaAttention::FlashWgmma;
   if (name == "materialized") return CudaAttention::Materialized;
-  throw Error(ErrorKind::Config, "config: \"model.attention\" is \"" + name +
-                                     "\", must be one of: auto, flash, flash_bf16, materialized");
+  throw Error(ErrorKind::Config,
+              "config: \"model.attention\" is \"" + name +
+                  "\", must be one of: auto, flash, flash_bf16, flash_wgmma, materialized");
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+std::string flash_wgmma_trial(int device, const AttentionShape& shape) {
+  CudaBackendOptions options;
+  options.device = device;
+  options.attention = CudaAttention::Auto;
+  options.flash_tiles = FlashTiles::Timed;
+  options.wgmma_trial = [](const AttentionShape&) { return std::string(); };  // this is the trial
+  CudaBackend backend(options);
+  backend.set_gemm_precision(GemmPrecision::BF16);
+  const std::unique_ptr<AttentionState> saved =
+      backend.plan_attention("wgmma_trial", shape, /*out_kept=*/false);
+  const auto& state = static_cast<const CudaAttentionState&>(*saved);
+  if (!state.wgmma_offered) {
+    const std::string unavailable = cuda::flash_wgmma_unavailable(device);
+    return "auto does not offer the wgmma kernels at " + attention_shape_text(shape) + ": " +
+           (unavailable.empty() ? "it runs " + state.kernel() : unavailable);
+  }
+  // Inputs in [-2, 2): scores of every sign and size a softmax meets in training.
+  const std::vector<int64_t> q_dims = {shape.batch, shape.seq, shape.heads, shape.head_dim},
+                             kv_dims = {shape.batch, shape.seq, shape.kv_heads, shape.head_dim};
+  uint64_t draw = 0;
+  auto random_tensor = [&](const char* name, const std::vector<int64_t>& dims) {
+    Tensor t = backend.allocate(name, dims, DType::F32, MemoryRole::Scratch);
+    std::vector<float> host(size_t(t.numel()));
+    for (float& x : host)
+      x = float(int64_t(splitmix64(++draw) >> 40) - (int64_t{1} << 23)) / 0x1p22f;
+    backend.copy_from_host(t, host.data());
+    return t;
+  };
+  const Tensor q = random_tensor("q", q_dims), k = random_tensor("k", kv_dims),
+               v = random_tensor("v", kv_dims), dout = random_tensor("dout", q_dims);
+  Tensor out = backend.allocate("out", q_dims, DType::F32, MemoryRole::Scratch),
+         dq = backend.allocate("dq", q_dims, DType::F32, MemoryRole::Scratch),
+         dk = backend.allocate("dk", kv_dims, DType::F32, MemoryRole::Scratch),
+         dv = backend.allocate("dv", kv_dims, DType::F32, MemoryRole::Scratch);
+  backend.attention_forward(q, k, v, out, *saved);
+  backend.attention_backward(q, k, v, *saved, dout, dq, dk, dv);
+  backend.synchronize();
+  std::string problems;
+  for (const auto& [pass, choice] : {std::pair{"the forward", &state.choice->forward},
+                                     std::pair{"the backward", &state.choice->backward}}) {
+    if (!choice->wgmma_other_bits) continue;
+    problems += (problems.empty() ? "" : "; ") + std::string(pass) +
+                "'s wgmma kernels wrote other bits than its mma.sync kernels at " +
+                attention_shape_text(shape);
+  }
+  return problems;
 }
 
 }  // namespace gnmr

@@ -6,6 +6,7 @@
 // waits for the device.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -41,17 +42,27 @@ struct CudaBackendOptions {
   bool poison = false;  // GNMR_POISON=1: fill activations and scratch with NaN bytes
   CudaAttention attention = CudaAttention::Auto;
   FlashTiles flash_tiles = FlashTiles::Auto;
-  // Under attention Auto with the tiles timed, on a device that runs wgmma: offer the wgmma
-  // kernels to the timed choice where they give the mma.sync kernels' bits
-  // (backend/cuda/flash_kernel_choice.h). Off unless asked (GNMR_AUTO_WGMMA=1) until a GPU run
-  // has shown them to run: the bits digest keeps other bits out of training, but a kernel that
-  // faults ends the process, which no check inside it can catch.
-  bool auto_wgmma = false;
+  // Under attention Auto with the tiles timed, on a device that runs wgmma: whether the wgmma
+  // kernels may be offered to the timed choice at an attention shape, asked once per shape at
+  // its first plan: "" yes (then they join where they give the mma.sync kernels' bits,
+  // backend/cuda/flash_kernel_choice.h), else why not (logged as a warning; mma.sync runs).
+  // The bits digest keeps other bits out of training, but a kernel that faults ends the process,
+  // which no check inside it can catch: make_backend answers by running flash_wgmma_trial in a
+  // child process (train/wgmma_trial.h). Unset: never offered.
+  std::function<std::string(const AttentionShape&)> wgmma_trial;
 };
 
 // Error(Runtime) naming the problem when device `options.device` cannot run this build
 // (probe_cuda_device).
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
+
+// The trial of the wgmma flash kernels at `shape` on GPU `device`, for a process of its own
+// (`gnmr wgmma-trial`, train/wgmma_trial.h): a backend under attention Auto with the tiles timed
+// runs one forward and one backward on random q, k, v and dout, the wgmma passes beside the
+// mma.sync ones as training would. "" where every wgmma pass gave the mma.sync passes' bits;
+// else which did not, or why wgmma was not offered (no sm_90a, the shape). A CUDA error throws;
+// a fault ends the process.
+std::string flash_wgmma_trial(int device, const AttentionShape& shape);
 
 // Where a cuda backend queues its work, for a communicator that must order its collectives
 // with it (the nccl communicator). Error(Usage) when `backend` is not the cuda backend.

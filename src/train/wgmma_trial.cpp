@@ -1,0 +1,97 @@
+#include "train/wgmma_trial.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "util/child_process.h"
+#include "util/error.h"
+#ifdef GNMR_WITH_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace gnmr {
+
+namespace {
+
+std::string& trial_executable() {
+  static std::string path;
+  return path;
+}
+
+}  // namespace
+
+void set_wgmma_trial_executable(const std::string& path) {
+  trial_executable() = path;
+}
+
+WgmmaTrial wgmma_trial_from_env(int device) {
+  const char* value = std::getenv("GNMR_AUTO_WGMMA");
+  const std::string setting = value ? value : "";
+  if (setting == "0") return {};
+  if (setting == "1") return [](const AttentionShape&) { return std::string(); };
+  if (!setting.empty()) {
+    throw Error(ErrorKind::Usage, "GNMR_AUTO_WGMMA is \"" + setting +
+                                      "\": 0 (auto never runs the wgmma attention kernels), 1 "
+                                      "(it may, without a trial) or unset (a trial process "
+                                      "decides)");
+  }
+  const std::string executable = trial_executable();
+  if (executable.empty()) return {};
+  return [executable, device](const AttentionShape& shape) {
+    return run_wgmma_trial_process(executable, device, shape);
+  };
+}
+
+std::vector<std::string> wgmma_trial_command(const std::string& executable, int device,
+                                             const AttentionShape& shape) {
+  return {executable,
+          "wgmma-trial",
+          "--device",
+          std::to_string(device),
+          "--batch",
+          std::to_string(std::min<int64_t>(shape.batch, 2)),
+          "--seq",
+          std::to_string(shape.seq),
+          "--heads",
+          std::to_string(shape.heads),
+          "--kv-heads",
+          std::to_string(shape.kv_heads),
+          "--head-dim",
+          std::to_string(shape.head_dim)};
+}
+
+std::string run_wgmma_trial_process(const std::string& executable, int device,
+                                     const AttentionShape& shape, double timeout_s) {
+  const std::vector<std::string> command = wgmma_trial_command(executable, device, shape);
+  std::string command_text = "gnmr";
+  for (size_t i = 1; i < command.size(); ++i) command_text += " " + command[i];
+  const auto start = std::chrono::steady_clock::now();
+  const ChildOutcome outcome = run_child_process(command, timeout_s);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (outcome.succeeded()) {
+    spdlog::info("the wgmma attention kernels passed their trial at {} in a process of their own "
+                 "({:.1f} s): auto times them beside mma.sync",
+                 attention_shape_text(shape), seconds);
+    return "";
+  }
+  const std::string last_line = last_output_line(outcome.output);
+  return "the wgmma trial process (" + command_text + ") " +
+         child_ending_text(outcome, timeout_s) + (last_line.empty() ? "" : ": " + last_line);
+}
+
+std::string wgmma_trial_in_this_process(int device, const AttentionShape& shape) {
+#ifdef GNMR_WITH_CUDA
+  return flash_wgmma_trial(device, shape);
+#else
+  (void)device;
+  (void)shape;
+  throw Error(ErrorKind::NotBuilt,
+              "wgmma-trial: the CUDA backend is not in this binary (built without nvcc)");
+#endif
+}
+
+}  // namespace gnmr
