@@ -1,5 +1,6 @@
 #include "train/make_backend.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -50,7 +51,8 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
     options.device = cuda_device_of_this_process();
     options.poison = poison_from_env();
     options.attention = parse_cuda_attention(config.model.attention);
-    options.wgmma_trial = wgmma_trial_from_env(options.device);
+    options.wgmma_trial = wgmma_trial_from_env(
+        options.device, std::min(kWgmmaTrialTimeoutS, config.dist.timeout_s / 2));
     std::unique_ptr<Backend> backend = make_cuda_backend(options);
     backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
     return backend;

@@ -27,7 +27,7 @@ void set_wgmma_trial_executable(const std::string& path) {
   trial_executable() = path;
 }
 
-WgmmaTrial wgmma_trial_from_env(int device) {
+WgmmaTrial wgmma_trial_from_env(int device, double timeout_s) {
   const char* value = std::getenv("GNMR_AUTO_WGMMA");
   const std::string setting = value ? value : "";
   if (setting == "0") return {};
@@ -40,31 +40,24 @@ WgmmaTrial wgmma_trial_from_env(int device) {
   }
   const std::string executable = trial_executable();
   if (executable.empty()) return {};
-  return [executable, device](const AttentionShape& shape) {
-    return run_wgmma_trial_process(executable, device, shape);
+  return [executable, device, timeout_s](const AttentionShape& shape) {
+    return run_wgmma_trial_process(executable, device, shape, timeout_s);
   };
 }
 
 std::vector<std::string> wgmma_trial_command(const std::string& executable, int device,
                                              const AttentionShape& shape) {
-  return {executable,
-          "wgmma-trial",
-          "--device",
-          std::to_string(device),
-          "--batch",
-          std::to_string(std::min<int64_t>(shape.batch, 2)),
-          "--seq",
-          std::to_string(shape.seq),
-          "--heads",
-          std::to_string(shape.heads),
-          "--kv-heads",
-          std::to_string(shape.kv_heads),
-          "--head-dim",
-          std::to_string(shape.head_dim)};
+  return {executable,   "wgmma-trial",
+          "--device",   std::to_string(device),
+          "--batch",    std::to_string(std::min<int64_t>(shape.batch, 2)),
+          "--seq",      std::to_string(shape.seq),
+          "--heads",    std::to_string(shape.heads),
+          "--kv-heads", std::to_string(shape.kv_heads),
+          "--head-dim", std::to_string(shape.head_dim)};
 }
 
 std::string run_wgmma_trial_process(const std::string& executable, int device,
-                                     const AttentionShape& shape, double timeout_s) {
+                                    const AttentionShape& shape, double timeout_s) {
   const std::vector<std::string> command = wgmma_trial_command(executable, device, shape);
   std::string command_text = "gnmr";
   for (size_t i = 1; i < command.size(); ++i) command_text += " " + command[i];
@@ -73,14 +66,15 @@ std::string run_wgmma_trial_process(const std::string& executable, int device,
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (outcome.succeeded()) {
-    spdlog::info("the wgmma attention kernels passed their trial at {} in a process of their own "
-                 "({:.1f} s): auto times them beside mma.sync",
-                 attention_shape_text(shape), seconds);
+    spdlog::info(
+        "the wgmma attention kernels passed their trial at {} in a process of their own "
+        "({:.1f} s): auto times them beside mma.sync",
+        attention_shape_text(shape), seconds);
     return "";
   }
   const std::string last_line = last_output_line(outcome.output);
-  return "the wgmma trial process (" + command_text + ") " +
-         child_ending_text(outcome, timeout_s) + (last_line.empty() ? "" : ": " + last_line);
+  return "the wgmma trial process (" + command_text + ") " + child_ending_text(outcome, timeout_s) +
+         (last_line.empty() ? "" : ": " + last_line);
 }
 
 std::string wgmma_trial_in_this_process(int device, const AttentionShape& shape) {

@@ -27,16 +27,18 @@ namespace gnmr {
 using WgmmaTrial = std::function<std::string(const AttentionShape&)>;
 
 // How long a trial may take before it is killed: a CUDA context and a few kernel runs take
-// seconds; a hung kernel never ends.
+// seconds; a hung kernel never ends. make_backend gives it at most half of dist.timeout_s, so
+// the other ranks, waiting at the first collective, do not give up on this one first.
 constexpr double kWgmmaTrialTimeoutS = 120;
 
 // gnmr's main() names its own executable ("/proc/self/exe"), which runs the trial. A process
 // that does not (a test binary) has no trial to run: unset, GNMR_AUTO_WGMMA never offers.
 void set_wgmma_trial_executable(const std::string& path);
 
-// CudaBackendOptions::wgmma_trial for the GPU `device`, from GNMR_AUTO_WGMMA (above); empty
-// where wgmma is never offered. Error(Usage) for a value other than unset, "", "0" or "1".
-WgmmaTrial wgmma_trial_from_env(int device);
+// CudaBackendOptions::wgmma_trial for the GPU `device`, from GNMR_AUTO_WGMMA (above), each trial
+// killed after timeout_s; empty where wgmma is never offered. Error(Usage) for a value other
+// than unset, "", "0" or "1".
+WgmmaTrial wgmma_trial_from_env(int device, double timeout_s = kWgmmaTrialTimeoutS);
 
 // `executable wgmma-trial --device D --batch B ...` at `shape`, its batch at most 2.
 std::vector<std::string> wgmma_trial_command(const std::string& executable, int device,
@@ -46,8 +48,8 @@ std::vector<std::string> wgmma_trial_command(const std::string& executable, int 
 // wgmma trial process (gnmr wgmma-trial ...) was ended by signal 11 (Segmentation fault):
 // <its last line>").
 std::string run_wgmma_trial_process(const std::string& executable, int device,
-                                     const AttentionShape& shape,
-                                     double timeout_s = kWgmmaTrialTimeoutS);
+                                    const AttentionShape& shape,
+                                    double timeout_s = kWgmmaTrialTimeoutS);
 
 // The trial itself, in the process `gnmr wgmma-trial` runs: flash_wgmma_trial
 // (backend/cuda/cuda_backend.h). Error(NotBuilt) in a build without CUDA.

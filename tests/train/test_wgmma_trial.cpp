@@ -2,8 +2,6 @@
 // trial process can end becomes the answer the backend gets, and GNMR_AUTO_WGMMA. A shell
 // script stands in for `gnmr wgmma-trial`; the trial itself runs in the gpu tests
 // (GpuFlashAttention.AutoOffersTheWgmmaKernelsOnlyWhereTheirTrialProcessPasses).
-#include "train/wgmma_trial.h"
-
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -13,6 +11,7 @@
 
 #include "expect_error.h"
 #include "test_paths.h"
+#include "train/wgmma_trial.h"
 
 namespace {
 
@@ -75,8 +74,9 @@ TEST(WgmmaTrial, EveryWayTheProcessEndsBecomesTheAnswer) {
   EXPECT_EQ(line,
             "wgmma-trial --device 1 --batch 2 --seq 1024 --heads 32 --kv-heads 8 --head-dim 64");
 
-  const std::string bits = script(
-      dir, "bits", "echo 'gnmr: error: the forward'\\''s wgmma kernels wrote other bits' >&2; exit 1");
+  const std::string bits =
+      script(dir, "bits",
+             "echo 'gnmr: error: the forward'\\''s wgmma kernels wrote other bits' >&2; exit 1");
   EXPECT_EQ(gnmr::run_wgmma_trial_process(bits, 0, kShape),
             "the wgmma trial process (gnmr wgmma-trial --device 0 --batch 2 --seq 1024 --heads 32 "
             "--kv-heads 8 --head-dim 64) exited with code 1: gnmr: error: the forward's wgmma "
@@ -116,6 +116,10 @@ TEST(WgmmaTrial, GnmrAutoWgmmaChoosesNeverAlwaysOrTheTrialProcess) {
     ASSERT_TRUE(trial);
     EXPECT_NE(trial(kShape).find("gnmr wgmma-trial --device 2 "), std::string::npos);
     EXPECT_NE(trial(kShape).find("exited with code 1: no"), std::string::npos);
+    gnmr::set_wgmma_trial_executable(script(dir, "hang", "exec sleep 30"));
+    EXPECT_NE(gnmr::wgmma_trial_from_env(2, 0.2)(kShape).find("ran past its 0.2 s deadline"),
+              std::string::npos)
+        << "the deadline given";
     gnmr::set_wgmma_trial_executable("");
     EXPECT_FALSE(gnmr::wgmma_trial_from_env(2)) << "not gnmr: nothing to run the trial";
   }

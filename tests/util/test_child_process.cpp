@@ -1,11 +1,10 @@
-#include "util/child_process.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <csignal>
 
 #include "expect_error.h"
+#include "util/child_process.h"
 
 namespace {
 
@@ -67,8 +66,9 @@ TEST(ChildProcess, KillsAChildPastItsDeadline) {
 
 // Only the last kChildOutputKept bytes come back.
 TEST(ChildProcess, KeepsTheEndOfALongOutput) {
-  const ChildOutcome long_output = run_shell("i=0; while [ $i -lt 2000 ]; do echo line $i; "
-                                             "i=$((i+1)); done");
+  const ChildOutcome long_output = run_shell(
+      "i=0; while [ $i -lt 2000 ]; do echo line $i; "
+      "i=$((i+1)); done");
   EXPECT_EQ(long_output.output.size(), gnmr::kChildOutputKept);
   EXPECT_EQ(gnmr::last_output_line(long_output.output), "line 1999");
 }
