@@ -62,7 +62,12 @@ std::string run_wgmma_trial_process(const std::string& executable, int device,
   std::string command_text = "gnmr";
   for (size_t i = 1; i < command.size(); ++i) command_text += " " + command[i];
   const auto start = std::chrono::steady_clock::now();
-  const ChildOutcome outcome = run_child_process(command, timeout_s);
+  ChildOutcome outcome;
+  try {
+    outcome = run_child_process(command, timeout_s);
+  } catch (const Error& e) {  // a process that cannot start cannot pass: the run goes on
+    return "the wgmma trial process (" + command_text + ") did not start: " + e.what();
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (outcome.succeeded()) {

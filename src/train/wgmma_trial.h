@@ -46,7 +46,7 @@ std::vector<std::string> wgmma_trial_command(const std::string& executable, int 
 
 // Runs wgmma_trial_command as a child process: "" where it exited 0, else what happened ("the
 // wgmma trial process (gnmr wgmma-trial ...) was ended by signal 11 (Segmentation fault):
-// <its last line>").
+// <its last line>"; "... did not start: ..."). Never throws for the child's sake.
 std::string run_wgmma_trial_process(const std::string& executable, int device,
                                     const AttentionShape& shape,
                                     double timeout_s = kWgmmaTrialTimeoutS);

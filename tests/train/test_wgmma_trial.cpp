@@ -87,6 +87,11 @@ TEST(WgmmaTrial, EveryWayTheProcessEndsBecomesTheAnswer) {
   EXPECT_NE(faulted.find(") was ended by signal 11"), std::string::npos) << faulted;
   EXPECT_NE(faulted.find(": launching"), std::string::npos) << faulted;
 
+  const std::string missing = gnmr::run_wgmma_trial_process((dir / "none").string(), 0, kShape);
+  EXPECT_NE(missing.find(") did not start: cannot start " + (dir / "none").string()),
+            std::string::npos)
+      << missing;
+
   const std::string hang = script(dir, "hang", "exec sleep 30");
   const std::string hung = gnmr::run_wgmma_trial_process(hang, 0, kShape, 0.3);
   EXPECT_NE(hung.find(") ran past its 0.3 s deadline and was killed"), std::string::npos) << hung;
