@@ -72,17 +72,8 @@ AttentionGemmDescriptors::AttentionGemmDescriptors(const AttentionGemmPlan& plan
   GNMR_CHECK(plan.batch_count >= 1 && plan.batch_count <= INT32_MAX,
              what_ + ": cuBLASLt's batch count is an int32");
   try {
-    GNMR_CUBLASLT_CHECK(
-        cublasLtMatmulDescCreate(&matmul_, attention_v1_compute_type(precision), CUDA_R_32F),
-        what_);
-    const int32_t transa = plan.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int32_t transb = plan.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(matmul_, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                       &transa, sizeof transa),
-                        what_);
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(matmul_, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                       &transb, sizeof transb),
-                        what_);
+    create_matmul_descriptor(matmul_, attention_v1_compute_type(precision), CUDA_R_32F, plan.transa,
+                             plan.transb, what_);
     a_ = batched_layout(plan.a, plan.batch_count, what_);
     b_ = batched_layout(plan.b, plan.batch_count, what_);
     d_ = batched_layout(plan.d, plan.batch_count, what_);
@@ -96,14 +87,8 @@ AttentionGemmDescriptors::~AttentionGemmDescriptors() {
   destroy();
 }
 
-// Destroy cannot fail for a valid descriptor; its status is not actionable in a destructor.
 void AttentionGemmDescriptors::destroy() {
-  for (cublasLtMatrixLayout_t* layout : {&a_, &b_, &d_}) {
-    if (*layout) cublasLtMatrixLayoutDestroy(*layout);
-    *layout = nullptr;
-  }
-  if (matmul_) cublasLtMatmulDescDestroy(matmul_);
-  matmul_ = nullptr;
+  destroy_lt_descriptors(matmul_, a_, b_, d_);
 }
 
 struct MaterializedAttention::Impl {

@@ -58,6 +58,30 @@ cudaDataType_t cuda_data_type(GemmOperandType type) {
   return CUDA_R_32F;
 }
 
+void create_matmul_descriptor(cublasLtMatmulDesc_t& matmul, cublasComputeType_t compute,
+                              cudaDataType_t scale, bool transa, bool transb,
+                              const std::string& what) {
+  GNMR_CUBLASLT_CHECK(cublasLtMatmulDescCreate(&matmul, compute, scale), what);
+  const int32_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const int32_t op_b = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  GNMR_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(matmul, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a),
+      what);
+  GNMR_CUBLASLT_CHECK(
+      cublasLtMatmulDescSetAttribute(matmul, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b),
+      what);
+}
+
+void destroy_lt_descriptors(cublasLtMatmulDesc_t& matmul, cublasLtMatrixLayout_t& a,
+                            cublasLtMatrixLayout_t& b, cublasLtMatrixLayout_t& d) {
+  for (cublasLtMatrixLayout_t* layout : {&a, &b, &d}) {
+    if (*layout) cublasLtMatrixLayoutDestroy(*layout);
+    *layout = nullptr;
+  }
+  if (matmul) cublasLtMatmulDescDestroy(matmul);
+  matmul = nullptr;
+}
+
 LtGemmDescriptors::LtGemmDescriptors(const GemmPlan& plan) {
   what_ = std::string(gemm_role_name(plan.role)) + " " + gemm_impl_name(plan.impl) + " " +
           std::to_string(plan.m) + " x " + std::to_string(plan.n) + " x " + std::to_string(plan.k);
@@ -65,18 +89,8 @@ LtGemmDescriptors::LtGemmDescriptors(const GemmPlan& plan) {
     // fp32 accumulation (never TF32: CUBLAS_COMPUTE_32F, not _FAST_TF32), or the int8 GEMM's
     // exact int32 accumulation with int32 alpha and beta.
     const bool int8 = plan.impl == GemmImpl::kInt8;
-    GNMR_CUBLASLT_CHECK(
-        cublasLtMatmulDescCreate(&matmul_, int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
-                                 int8 ? CUDA_R_32I : CUDA_R_32F),
-        what_);
-    const int32_t transa = plan.transa ? CUBLAS_OP_T : CUBLAS_OP_N;
-    const int32_t transb = plan.transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(matmul_, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                       &transa, sizeof transa),
-                        what_);
-    GNMR_CUBLASLT_CHECK(cublasLtMatmulDescSetAttribute(matmul_, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                       &transb, sizeof transb),
-                        what_);
+    create_matmul_descriptor(matmul_, int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                             int8 ? CUDA_R_32I : CUDA_R_32F, plan.transa, plan.transb, what_);
     if (plan.impl == GemmImpl::kFp8Block) {
       const int32_t a_mode = cublas_scale_mode(plan.a.scale_mode);
       const int32_t b_mode = cublas_scale_mode(plan.b.scale_mode);
@@ -107,14 +121,8 @@ LtGemmDescriptors::~LtGemmDescriptors() {
   destroy();
 }
 
-// Destroy cannot fail for a valid handle; its status is not actionable in a destructor.
 void LtGemmDescriptors::destroy() {
-  for (cublasLtMatrixLayout_t* layout : {&a_, &b_, &d_}) {
-    if (*layout) cublasLtMatrixLayoutDestroy(*layout);
-    *layout = nullptr;
-  }
-  if (matmul_) cublasLtMatmulDescDestroy(matmul_);
-  matmul_ = nullptr;
+  destroy_lt_descriptors(matmul_, a_, b_, d_);
 }
 
 }  // namespace gnmr

@@ -18,6 +18,18 @@ void check_cublaslt(cublasStatus_t status, const char* call, const std::string& 
 
 cudaDataType_t cuda_data_type(GemmOperandType type);
 
+// Creates `matmul` (compute type `compute`, scale type `scale`) with op(A) and op(B) set from
+// transa / transb. Error(Runtime) naming `what` where cuBLASLt refuses; `matmul` is then null
+// or the descriptor made so far, for the caller's cleanup (destroy_lt_descriptors).
+void create_matmul_descriptor(cublasLtMatmulDesc_t& matmul, cublasComputeType_t compute,
+                              cudaDataType_t scale, bool transa, bool transb,
+                              const std::string& what);
+
+// Destroys the matmul descriptor and each layout that exists, leaving them null. Destroy cannot
+// fail for a valid handle, and its status is not actionable in the destructors that call this.
+void destroy_lt_descriptors(cublasLtMatmulDesc_t& matmul, cublasLtMatrixLayout_t& a,
+                            cublasLtMatrixLayout_t& b, cublasLtMatrixLayout_t& d);
+
 class LtGemmDescriptors {
  public:
   explicit LtGemmDescriptors(const GemmPlan& plan);
