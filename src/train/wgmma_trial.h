@@ -31,8 +31,8 @@ using WgmmaTrial = std::function<std::string(const AttentionShape&)>;
 // the other ranks, waiting at the first collective, do not give up on this one first.
 constexpr double kWgmmaTrialTimeoutS = 120;
 
-// gnmr's main() names its own executable ("/proc/self/exe"), which runs the trial. A process
-// that does not (a test binary) has no trial to run: unset, GNMR_AUTO_WGMMA never offers.
+// gnmr's main() names its own executable ("/proc/self/exe"), which runs the trial. In a process
+// that names none (a test binary), an unset GNMR_AUTO_WGMMA never offers the wgmma kernels.
 void set_wgmma_trial_executable(const std::string& path);
 
 // CudaBackendOptions::wgmma_trial for the GPU `device`, from GNMR_AUTO_WGMMA (above), each trial
