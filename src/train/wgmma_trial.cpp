@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <map>
+#include <memory>
 
 #include "util/child_process.h"
 #include "util/error.h"
@@ -40,8 +42,14 @@ WgmmaTrial wgmma_trial_from_env(int device, double timeout_s) {
   }
   const std::string executable = trial_executable();
   if (executable.empty()) return {};
-  return [executable, device, timeout_s](const AttentionShape& shape) {
-    return run_wgmma_trial_process(executable, device, shape, timeout_s);
+  // Shapes that differ only in a batch past 2 (training's and evaluation's) run the same trial:
+  // one process each command.
+  auto answers = std::make_shared<std::map<std::vector<std::string>, std::string>>();
+  return [executable, device, timeout_s, answers](const AttentionShape& shape) {
+    const std::vector<std::string> command = wgmma_trial_command(executable, device, shape);
+    const auto known = answers->find(command);
+    if (known != answers->end()) return known->second;
+    return (*answers)[command] = run_wgmma_trial_process(executable, device, shape, timeout_s);
   };
 }
 

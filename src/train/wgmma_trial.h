@@ -36,8 +36,9 @@ constexpr double kWgmmaTrialTimeoutS = 120;
 void set_wgmma_trial_executable(const std::string& path);
 
 // CudaBackendOptions::wgmma_trial for the GPU `device`, from GNMR_AUTO_WGMMA (above), each trial
-// killed after timeout_s; empty where wgmma is never offered. Error(Usage) for a value other
-// than unset, "", "0" or "1".
+// killed after timeout_s and run once per command (shapes that differ in a batch past 2 share
+// one); empty where wgmma is never offered. Error(Usage) for a value other than unset, "", "0"
+// or "1".
 WgmmaTrial wgmma_trial_from_env(int device, double timeout_s = kWgmmaTrialTimeoutS);
 
 // `executable wgmma-trial --device D --batch B ...` at `shape`, its batch at most 2.

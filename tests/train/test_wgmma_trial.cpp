@@ -121,6 +121,17 @@ TEST(WgmmaTrial, GnmrAutoWgmmaChoosesNeverAlwaysOrTheTrialProcess) {
     ASSERT_TRUE(trial);
     EXPECT_NE(trial(kShape).find("gnmr wgmma-trial --device 2 "), std::string::npos);
     EXPECT_NE(trial(kShape).find("exited with code 1: no"), std::string::npos);
+    // One process per command: batches 8 and 4 both run the trial at batch 2.
+    const std::string count = (dir / "count").string();
+    gnmr::set_wgmma_trial_executable(script(dir, "counted", "echo x >> " + count + "; exit 0"));
+    const gnmr::WgmmaTrial counted = gnmr::wgmma_trial_from_env(0);
+    for (const int64_t batch : {8, 4, 8, 1}) {
+      EXPECT_EQ(counted(AttentionShape{batch, 1024, 32, 8, 64}), "");
+    }
+    std::ifstream count_file(count);
+    int runs = 0;
+    for (std::string run; std::getline(count_file, run);) ++runs;
+    EXPECT_EQ(runs, 2) << "batch 2 once, batch 1 once";
     gnmr::set_wgmma_trial_executable(script(dir, "hang", "exec sleep 30"));
     EXPECT_NE(gnmr::wgmma_trial_from_env(2, 0.2)(kShape).find("ran past its 0.2 s deadline"),
               std::string::npos)
