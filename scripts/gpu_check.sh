@@ -191,6 +191,10 @@ stage_preflight() {
     return
   fi
   note "GPU: $gpu_name"
+  # Exclusive_Process admits one process's CUDA context a GPU: the wgmma trial's own process
+  # then runs only before its parent's context (bench and train do that; the gpu tests that start
+  # it from a test process cannot, and print that it failed).
+  [ -n "$smi" ] && note "compute mode: $("$smi" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)"
   local cap
   cap="$(gpu_compute_capability)"
   case "$cap" in

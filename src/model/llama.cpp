@@ -22,6 +22,11 @@ void validate(const ModelConfig& c, int micro_batch, int seq_len) {
 
 }  // namespace
 
+AttentionShape llama_attention_shape(const ModelConfig& config, int64_t micro_batch,
+                                     int64_t seq_len) {
+  return AttentionShape{micro_batch, seq_len, config.n_heads, config.n_kv_heads, config.head_dim()};
+}
+
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
                        const PrecisionRecipe& recipe, SavedInputSharing sharing,
                        int64_t flat_elements_multiple)
@@ -41,7 +46,6 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
 
   const int64_t n = tokens_per_micro_batch(), d = config.dim, f = config.ffn_dim;
   const int64_t hd = config.head_dim(), kv = static_cast<int64_t>(config.n_kv_heads) * hd;
-  const int64_t b = micro_batch, t = seq_len, h = config.n_heads;
   // Per-micro-step buffers (inputs, logits, activation gradients) and what each layer keeps
   // for its backward.
   auto f32 = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -84,9 +88,9 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     a.att = input(l, UnitInput::kAttentionOut, p + "att", d);
     // att is attention's out; when it is the layer's own (not per-step scratch), nothing writes
     // it between the forward and the backward, so the backend may read it there.
-    a.attention = backend_.plan_attention(
-        p + "attention", AttentionShape{b, t, h, static_cast<int64_t>(config.n_kv_heads), hd},
-        paths_->input_kept(l, UnitInput::kAttentionOut));
+    a.attention = backend_.plan_attention(p + "attention",
+                                          llama_attention_shape(config, micro_batch, seq_len),
+                                          paths_->input_kept(l, UnitInput::kAttentionOut));
     // q, k, v are the layer's own where attention's backward reads them; where its state keeps
     // its own copies (keeps_inputs), one per-step set shared by all layers, which only has to
     // last from the projections to the attention forward.

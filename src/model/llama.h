@@ -20,6 +20,11 @@
 
 namespace gnmr {
 
+// The shape of every layer's attention in a model of `config` over micro-batches of
+// `micro_batch` sequences of `seq_len` tokens (what each layer's plan_attention is given).
+AttentionShape llama_attention_shape(const ModelConfig& config, int64_t micro_batch,
+                                     int64_t seq_len);
+
 class LlamaModel {
  public:
   // Validates the shapes (Error(Config) naming the field) and allocates weights, gradients,

@@ -137,12 +137,14 @@ double time_blocking_gradient_sum(TrainingSession& session, int64_t repeats) {
 json run_bench(const RunConfig& config, const BenchOptions& options) {
   if (options.steps < 1) throw Error(ErrorKind::Usage, "bench: --steps must be >= 1");
   const bool cuda = config.backend == "cuda";
+  // The session first: on a GPU its backend may run the wgmma trial in a process of its own,
+  // before this process has a CUDA context (make_backend.h), which the peak's GEMMs would make.
+  TrainingSession session(config, /*synthetic_data=*/true);
   // The peak is measured before and after the steps and the better one kept: on a shared
   // machine one measurement can land in a slow moment, and an MFU above 100% (achieved over
   // a peak taken while a neighbour ran) says nothing. Their spread is reported.
   const int64_t peak_size = cuda ? 8192 : 2048;
   const double peak_before = measure_gemm_peak_gflops(config, peak_size);
-  TrainingSession session(config, /*synthetic_data=*/true);
   if (session.comm().rank() != 0) spdlog::set_level(spdlog::level::warn);  // one log per job
   const double flops_per_token = double(session.model().flops_per_token());
 

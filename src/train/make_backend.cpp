@@ -39,7 +39,8 @@ int cuda_device_of_this_process() {
 }
 #endif
 
-std::unique_ptr<Backend> make_backend(const RunConfig& config) {
+std::unique_ptr<Backend> make_backend(const RunConfig& config,
+                                      const std::optional<AttentionShape>& planned_attention) {
   if (config.backend == "cpu") {
     std::unique_ptr<Backend> backend = make_cpu_backend(config.train.threads, poison_from_env());
     backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
@@ -53,8 +54,13 @@ std::unique_ptr<Backend> make_backend(const RunConfig& config) {
     options.attention = parse_cuda_attention(config.model.attention);
     options.wgmma_trial = wgmma_trial_from_env(
         options.device, std::min(kWgmmaTrialTimeoutS, config.dist.timeout_s / 2));
+    const GemmPrecision gemm_precision = parse_gemm_precision(config.train.gemm_precision);
+    if (planned_attention) {
+      run_wgmma_trial_before_backend(options, gemm_precision == GemmPrecision::BF16,
+                                     *planned_attention);
+    }
     std::unique_ptr<Backend> backend = make_cuda_backend(options);
-    backend->set_gemm_precision(parse_gemm_precision(config.train.gemm_precision));
+    backend->set_gemm_precision(gemm_precision);
     return backend;
 #else
     throw Error(ErrorKind::NotBuilt,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 
 #include "backend/backend.h"
 #include "config/config.h"
@@ -15,8 +16,12 @@ namespace gnmr {
 // train.gemm_precision. "cuda": the CUDA backend on the local rank's GPU (GNMR_POISON=1:
 // its NaN-poison debug mode; model.attention picks its attention kernel); Error(Runtime) with the
 // reason where no GPU is usable, and Error(NotBuilt) in a build without CUDA. Anything else:
-// Error(Config) naming the key.
-std::unique_ptr<Backend> make_backend(const RunConfig& config);
+// Error(Config) naming the key. planned_attention: the attention shape the command's model will
+// plan, if it is known here; where the cuda backend would run the wgmma trial at it
+// (train/wgmma_trial.h), the trial runs before the backend makes this process's CUDA context,
+// so that its own process can make one even on a GPU in exclusive-process mode.
+std::unique_ptr<Backend> make_backend(
+    const RunConfig& config, const std::optional<AttentionShape>& planned_attention = std::nullopt);
 
 #ifdef GNMR_WITH_CUDA
 // The GPU this process's cuda backend runs on: its local rank's, or the only one visible

@@ -82,7 +82,9 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
                     std::to_string(kKindsPerLayer * config.model.n_layers) + " projection units");
   }
   // Before the communicator: a backend this binary lacks stops the run before any rank joins.
-  backend_ = make_backend(config);
+  // The model's attention shape goes with it, for a trial the backend runs before its context.
+  backend_ = make_backend(
+      config, llama_attention_shape(config.model, config.train.micro_batch, config.data.seq_len));
   comm_ = make_communicator(config, *backend_);
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;

@@ -42,6 +42,10 @@ WgmmaTrial wgmma_trial_from_env(int device, double timeout_s) {
   }
   const std::string executable = trial_executable();
   if (executable.empty()) return {};
+  return wgmma_trial_processes(executable, device, timeout_s);
+}
+
+WgmmaTrial wgmma_trial_processes(const std::string& executable, int device, double timeout_s) {
   // Shapes that differ only in a batch past 2 (training's and evaluation's) run the same trial:
   // one process each command.
   auto answers = std::make_shared<std::map<std::vector<std::string>, std::string>>();

@@ -9,7 +9,10 @@
 // and offers them only where the trial exits 0: each wgmma pass gave the mma.sync passes' bits.
 // A trial that fails, faults or passes its deadline leaves the run on mma.sync, with a warning
 // naming what happened. It costs a process start and a CUDA context (seconds) per attention
-// shape, once per run, on sm_90 GPUs under model.attention auto and bf16 GEMMs only.
+// shape, once per run, on sm_90 GPUs under model.attention auto and bf16 GEMMs only. `gnmr
+// train` and `gnmr bench` run it before their process makes its own CUDA context
+// (make_backend's planned_attention): a GPU in exclusive-process mode, as clusters often set
+// theirs, admits one process's context at a time, so a trial started after that could not run.
 //
 //   GNMR_AUTO_WGMMA unset   the trial decides (only where gnmr's main() enabled it)
 //   GNMR_AUTO_WGMMA=0       never offer the wgmma kernels under auto
@@ -40,6 +43,12 @@ void set_wgmma_trial_executable(const std::string& path);
 // one); empty where wgmma is never offered. Error(Usage) for a value other than unset, "", "0"
 // or "1".
 WgmmaTrial wgmma_trial_from_env(int device, double timeout_s = kWgmmaTrialTimeoutS);
+
+// What wgmma_trial_from_env gives where GNMR_AUTO_WGMMA is unset: run_wgmma_trial_process on
+// `executable` at each shape asked, once per trial command (its copies share the answers), each
+// killed after timeout_s.
+WgmmaTrial wgmma_trial_processes(const std::string& executable, int device,
+                                 double timeout_s = kWgmmaTrialTimeoutS);
 
 // `executable wgmma-trial --device D --batch B ...` at `shape`, its batch at most 2.
 std::vector<std::string> wgmma_trial_command(const std::string& executable, int device,

@@ -790,6 +790,56 @@ TEST(GpuFlashAttention, AutoOffersTheWgmmaKernelsOnlyWhereTheirTrialProcessPasse
 #endif
 }
 
+// make_backend runs the wgmma trial before the backend makes the process's CUDA context
+// (run_wgmma_trial_before_backend): on a GPU in exclusive-process mode the trial's own process
+// could not make one after it. It asks exactly where the backend would (auto under bf16 GEMMs,
+// the tensor-core kernels at the shape, the tiles timed), and the backend then finds the answer
+// made: one trial process for the command, and wgmma timed.
+TEST(GpuFlashAttention, TheWgmmaTrialRunsBeforeTheBackendWhereTheBackendWouldAskIt) {
+  SKIP_WITHOUT_WGMMA();
+  const AttentionShape shape{1, 130, 4, 2, 64};
+  CudaBackendOptions options;
+  GNMR_CUDA_CHECK(cudaGetDevice(&options.device));
+  options.attention = CudaAttention::Auto;
+  options.flash_tiles = FlashTiles::Timed;
+  std::vector<std::string> asked;
+  options.wgmma_trial = [&](const AttentionShape& s) {
+    asked.push_back(attention_shape_text(s));
+    return std::string();
+  };
+  run_wgmma_trial_before_backend(options, /*bf16_gemms=*/false, shape);  // the SIMT kernels
+  run_wgmma_trial_before_backend(options, true, AttentionShape{1, 130, 4, 2, 96});  // v1
+  for (const auto& [attention, tiles] : {std::pair{CudaAttention::FlashBf16, FlashTiles::Timed},
+                                         std::pair{CudaAttention::FlashWgmma, FlashTiles::Timed},
+                                         std::pair{CudaAttention::Auto, FlashTiles::Defaults}}) {
+    CudaBackendOptions other = options;
+    other.attention = attention;
+    other.flash_tiles = tiles;
+    run_wgmma_trial_before_backend(other, true, shape);
+  }
+  EXPECT_TRUE(asked.empty()) << asked.front();
+  run_wgmma_trial_before_backend(options, true, shape);
+  EXPECT_EQ(asked, std::vector<std::string>{attention_shape_text(shape)});
+
+  options.wgmma_trial = wgmma_trial_processes(gnmr_test::gnmr_binary(), options.device);
+  std::string before;
+  {
+    gnmr_test::CapturedLog log;
+    run_wgmma_trial_before_backend(options, true, shape);
+    before = log.text();
+  }
+  const BackendAttentionCalls calls = backend_attention_calls(options, shape);
+  const std::string passed = "the wgmma attention kernels passed their trial at " +
+                             attention_shape_text(shape) + " in a process of their own";
+  EXPECT_EQ(calls.log.find(passed), std::string::npos) << "the backend ran it again:\n"
+                                                       << calls.log;
+#ifdef GNMR_CUDA_EMULATED  // on a GPU the other test prints whether the trial passes
+  EXPECT_NE(before.find(passed), std::string::npos) << before;
+  EXPECT_NE(logged_choice(calls.log, "the forward").line.find("wgmma"), std::string::npos)
+      << calls.log;
+#endif
+}
+
 // Through the backend: rope_attention_forward gives the out of RoPE on q and k, then
 // attention_forward, and after the backward the same gradients, bit for bit (tables longer than
 // the sequence, as the model's). The tensor-core kernels rotate q and k as they copy them to

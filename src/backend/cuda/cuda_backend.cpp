@@ -224,6 +224,21 @@ AttentionKernel attention_kernel_for(CudaAttention choice, bool bf16_gemms,
   return AttentionKernel::Materialized;
 }
 
+// Whether the backend asks CudaBackendOptions::wgmma_trial at an attention shape: under
+// attention auto with a trial to ask, the tiles timed, where the shape runs the tensor-core flash
+// kernels (`kernel`), on a device that runs wgmma. Asked by the backend at the shape's first
+// plan_attention and by run_wgmma_trial_before_backend before the backend exists.
+bool asks_wgmma_trial(CudaAttention choice, bool has_trial, bool tiles_timed,
+                      AttentionKernel kernel, bool device_runs_wgmma) {
+  return choice == CudaAttention::Auto && has_trial && tiles_timed &&
+         kernel == AttentionKernel::FlashTensorCores && device_runs_wgmma;
+}
+
+// CudaBackendOptions::flash_tiles as the backend runs them: Auto is Timed on a GPU.
+bool flash_tiles_timed(FlashTiles tiles) {
+  return tiles == FlashTiles::Timed || (tiles == FlashTiles::Auto && !kEmulatedCuda);
+}
+
 int64_t last_dim(const Tensor& t) {
   return matrix_cols(t);
 }
@@ -236,8 +251,7 @@ class CudaBackend final : public Backend {
   explicit CudaBackend(const CudaBackendOptions& options)
       : memory_(options.poison),
         attention_choice_(options.attention),
-        time_flash_tiles_(options.flash_tiles == FlashTiles::Timed ||
-                          (options.flash_tiles == FlashTiles::Auto && !kEmulatedCuda)),
+        time_flash_tiles_(flash_tiles_timed(options.flash_tiles)),
         wgmma_trial_(options.wgmma_trial) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
@@ -712,10 +726,9 @@ class CudaBackend final : public Backend {
       }
       state->instruction = cuda::FlashMmaInstruction::Wgmma;
     }
-    state->wgmma_offered = attention_choice_ == CudaAttention::Auto && wgmma_trial_ &&
-                           time_flash_tiles_ &&
-                           state->kernel_kind == AttentionKernel::FlashTensorCores &&
-                           cuda::flash_wgmma_unavailable(device_index_).empty();
+    state->wgmma_offered =
+        asks_wgmma_trial(attention_choice_, bool(wgmma_trial_), time_flash_tiles_,
+                         state->kernel_kind, cuda::flash_wgmma_unavailable(device_index_).empty());
     if (state->wgmma_offered) {
       std::optional<std::string>& problem = state->choice->wgmma_trial_problem;
       if (!problem) {
@@ -1243,6 +1256,35 @@ CudaAttention parse_cuda_attention(const std::string& name) {
 
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
   return std::make_unique<CudaBackend>(options);
+}
+
+void run_wgmma_trial_before_backend(const CudaBackendOptions& options, bool bf16_gemms,
+                                    const AttentionShape& shape) {
+  if (!options.wgmma_trial) return;
+  // Attributes only: unlike cudaSetDevice, a kernel's attributes or an allocation, they make
+  // no context. A device that cannot be read asks nothing here; the backend says why.
+  int major = 0, minor = 0, shared_limit = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, options.device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, options.device) !=
+          cudaSuccess ||
+      cudaDeviceGetAttribute(&shared_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                             options.device) != cudaSuccess) {
+    cudaGetLastError();  // the backend's own probe reports the device
+    return;
+  }
+  bool warned = true;  // the backend warns of a shape that does not fit, at its plan
+  const AttentionKernel kernel =
+      options.attention == CudaAttention::Auto
+          ? attention_kernel_for(options.attention, bf16_gemms, shape, shared_limit, warned)
+          : AttentionKernel::Materialized;  // the trial is asked under auto only
+  // Compute capability 9.0 stands for flash_wgmma_unavailable, which loads a kernel to read
+  // whether the build has sm_90a code (a context): without it the trial answers why, and the
+  // backend, which checks that itself, never asks.
+  if (asks_wgmma_trial(options.attention, true, flash_tiles_timed(options.flash_tiles), kernel,
+                       major == 9 && minor == 0)) {
+    options.wgmma_trial(shape);
+  }
 }
 
 std::string flash_wgmma_trial(int device, const AttentionShape& shape) {

@@ -56,6 +56,17 @@ struct CudaBackendOptions {
 // (probe_cuda_device).
 std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options);
 
+// Asks options.wgmma_trial at `shape` now, where a backend made with `options` would ask it at
+// that shape's first plan_attention (attention auto under bf16 GEMMs, the tensor-core flash
+// kernels at this shape, the tiles timed, a device of compute capability 9.0), and does nothing
+// elsewhere. make_backend calls it before it makes the backend, so before this process has a
+// CUDA context (the device is read through attributes, which make none): a GPU in
+// exclusive-process mode admits one process's context at a time, and the trial runs in a process
+// of its own. wgmma_trial_from_env's trials answer once per command (train/wgmma_trial.h), so
+// the backend then finds this answer made.
+void run_wgmma_trial_before_backend(const CudaBackendOptions& options, bool bf16_gemms,
+                                    const AttentionShape& shape);
+
 // The trial of the wgmma flash kernels at `shape` on GPU `device`, for a process of its own
 // (`gnmr wgmma-trial`, train/wgmma_trial.h): a backend under attention Auto with the tiles timed
 // runs one forward and one backward on random q, k, v and dout, the wgmma passes beside the
