@@ -1,6 +1,6 @@
 // What every gpu test needs: whether a device is visible (the tests skip without one), a
-// device copy of a host vector freed on scope exit, random inputs, NaN poisoning, and what the
-// backend logged.
+// device copy of a host vector freed on scope exit, random inputs, NaN poisoning, the distance of
+// results from a reference, and what the backend logged.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -96,6 +97,23 @@ inline std::vector<float> random_normal(size_t n, uint32_t seed) {
   std::vector<float> x(n);
   for (float& v : x) v = normal(rng);
   return x;
+}
+
+// The relative Frobenius distance of `got` from `want` (the absolute one where want is all 0).
+template <typename T>
+double relative_error(const std::vector<float>& got, const std::vector<T>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double d = double(got[i]) - double(want[i]);
+    num += d * d;
+    den += double(want[i]) * double(want[i]);
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+// How many of x are inf or NaN.
+inline size_t count_non_finite(const std::vector<float>& x) {
+  return size_t(std::count_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); }));
 }
 
 // Every byte 0xFF: a NaN in fp32, so an element an op skips is visible afterwards.

@@ -31,28 +31,10 @@ using gnmr_test::DeviceBuffer;
 constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32: 2^-24
 constexpr double kBf16UnitRoundoff = 1.0 / 256;    // bf16: 2^-8
 
+using gnmr_test::count_non_finite;
 using gnmr_test::poison;
 using gnmr_test::random_normal;
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = double(got[i]) - double(want[i]);
-    num += d * d;
-    den += double(want[i]) * want[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-size_t count_non_finite(const std::vector<float>& x) {
-  return size_t(std::count_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); }));
-}
-
-std::string shape_name(const AttentionShape& s) {
-  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
-         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
-         " hd=" + std::to_string(s.head_dim);
-}
+using gnmr_test::relative_error;
 
 // One handle and workspace for the test binary, as the backend has one.
 class Lt {
@@ -157,7 +139,7 @@ TEST(GpuAttention, MatchesTheCpuForwardAndBackwardAndOverwritesEveryOutput) {
   Lt lt;
   MaterializedAttention attention(lt.handle(), lt.workspace(), Lt::kWorkspaceBytes);
   for (const AttentionShape& s : shapes()) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     // Tolerance: both sides are fp32 GEMMs over the same inputs with different summation
     // orders (and CUDA's expf against the CPU's, each within a few ulp). An inner product of
@@ -185,7 +167,7 @@ TEST(GpuAttention, MatchesTheCpuWithBf16GemmsWithinTheirRounding) {
   Lt lt;
   MaterializedAttention attention(lt.handle(), lt.workspace(), Lt::kWorkspaceBytes);
   for (const AttentionShape& s : shapes()) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     const Result gpu = run_gpu(attention, in, s, GemmPrecision::BF16);
     expect_within(gpu, run_cpu(in, s), s, 4.0 * kBf16UnitRoundoff, 12.0 * kBf16UnitRoundoff);
@@ -208,7 +190,7 @@ TEST(GpuAttention, GivesTheSameBitsOnEveryRun) {
   MaterializedAttention attention(lt.handle(), lt.workspace(), Lt::kWorkspaceBytes);
   for (const AttentionShape& s :
        {AttentionShape{2, 128, 8, 2, 64}, AttentionShape{2, 17, 8, 2, 128}}) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     const Result first = run_gpu(attention, in, s);
     const Result second = run_gpu(attention, in, s);

@@ -48,28 +48,10 @@ using gnmr_test::DeviceBuffer;
 constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32: 2^-24
 constexpr int kCpuThreads = 8;
 
+using gnmr_test::count_non_finite;
 using gnmr_test::poison;
 using gnmr_test::random_normal;
-
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double d = double(got[i]) - double(want[i]);
-    num += d * d;
-    den += double(want[i]) * want[i];
-  }
-  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-}
-
-size_t count_non_finite(const std::vector<float>& x) {
-  return size_t(std::count_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); }));
-}
-
-std::string shape_name(const AttentionShape& s) {
-  return "B=" + std::to_string(s.batch) + " T=" + std::to_string(s.seq) +
-         " H=" + std::to_string(s.heads) + " Hkv=" + std::to_string(s.kv_heads) +
-         " hd=" + std::to_string(s.head_dim);
-}
+using gnmr_test::relative_error;
 
 struct Inputs {
   std::vector<float> q, k, v, dout;
@@ -166,7 +148,7 @@ double backward_tolerance(const AttentionShape& s) {
 
 void expect_matches_the_cpu(const std::vector<AttentionShape>& all) {
   for (const AttentionShape& s : all) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     const Result gpu = run_gpu(in, s);
     // Poisoned with NaN before the call: any element left unwritten is still NaN.
@@ -210,7 +192,7 @@ TEST(GpuFlashAttention, GivesTheSameBitsOnEveryRun) {
   SKIP_WITHOUT_GPU();
   for (const AttentionShape& s :
        {AttentionShape{2, 200, 8, 2, 64}, AttentionShape{1, 1000, 8, 2, 128}}) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     const Result first = run_gpu(in, s);
     const Result second = run_gpu(in, s);
@@ -255,7 +237,7 @@ Result run_gpu_mma(const Inputs& in, const AttentionShape& s, int64_t forward_ti
 void expect_tensor_core_kernels_within_the_bounds(const std::vector<AttentionShape>& all) {
   namespace ref = attention_bf16_reference;
   for (const AttentionShape& s : all) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     const int64_t dq_tile = flash_mma_query_pass_tile(s.head_dim);
     const Result first = run_gpu_mma(in, s, kFlashMmaForwardQueryTile, dq_tile);
@@ -340,7 +322,7 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
   namespace ref = attention_bf16_reference;
   SKIP_WITHOUT_WGMMA();
   for (const AttentionShape& s : all) {
-    SCOPED_TRACE(shape_name(s));
+    SCOPED_TRACE(attention_shape_text(s));
     const Inputs in(s);
     const size_t nq = in.q.size(), nkv = in.k.size(), nrows = size_t(s.batch * s.heads * s.seq);
     const size_t inputs_floats = size_t(
@@ -372,8 +354,9 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
     });
     EXPECT_EQ(ref::violations("dk", kv[0], grads.dk, grads.dk_bound), "");
     EXPECT_EQ(ref::violations("dv", kv[1], grads.dv, grads.dv_bound), "");
-    std::printf("wgmma dk/dv pass, %s: dk %s, dv %s as mma.sync's\n", shape_name(s).c_str(),
-                same_bits(kv[0], mma_dk), same_bits(kv[1], mma_dv));
+    std::printf("wgmma dk/dv pass, %s: dk %s, dv %s as mma.sync's\n",
+                attention_shape_text(s).c_str(), same_bits(kv[0], mma_dk),
+                same_bits(kv[1], mma_dv));
     for (const int64_t tile : {kFlashQTile, 2 * kFlashQTile}) {
       SCOPED_TRACE("query tiles of " + std::to_string(tile) + " rows");
       // The wgmma forward writes an lse of its own: the dq pass reads the mma.sync forward's,
@@ -388,7 +371,7 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
       EXPECT_EQ(ref::out_violations(fwd[0], forward), "");
       EXPECT_EQ(ref::lse_violations(fwd[1], forward), "");
       std::printf("wgmma forward, %s, %lld-row tiles: out %s, lse %s as mma.sync's\n",
-                  shape_name(s).c_str(), (long long)tile, same_bits(fwd[0], mma_out),
+                  attention_shape_text(s).c_str(), (long long)tile, same_bits(fwd[0], mma_out),
                   same_bits(fwd[1], mma_lse));
       if (tile == 2 * kFlashQTile && s.head_dim != 64) continue;  // dq: 128 rows at hd 64 only
       const std::vector<std::vector<float>> bwd = twice_the_same({&dq}, {nq}, [&] {
@@ -397,8 +380,8 @@ void expect_wgmma_kernels_within_the_bounds(const std::vector<AttentionShape>& a
                                FlashMmaInstruction::Wgmma);
       });
       EXPECT_EQ(ref::violations("dq", bwd[0], grads.dq, grads.dq_bound), "");
-      std::printf("wgmma dq pass, %s, %lld-row tiles: dq %s as mma.sync's\n", shape_name(s).c_str(),
-                  (long long)tile, same_bits(bwd[0], mma_dq));
+      std::printf("wgmma dq pass, %s, %lld-row tiles: dq %s as mma.sync's\n",
+                  attention_shape_text(s).c_str(), (long long)tile, same_bits(bwd[0], mma_dq));
     }
   }
 }

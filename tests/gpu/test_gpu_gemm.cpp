@@ -31,21 +31,11 @@ namespace {
 
 using gnmr_test::DeviceBuffer;
 
-std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> m(size_t(rows * cols));
-  for (float& v : m) v = normal(rng);
-  return m;
-}
+using gnmr_test::relative_error;
 
-double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    num += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
+// A rows x cols matrix of standard-normal floats, reproducible from `seed`.
+std::vector<float> random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  return gnmr_test::random_normal(size_t(rows * cols), seed);
 }
 
 constexpr int64_t kN = 192, kIn = 656, kOut = 320;
