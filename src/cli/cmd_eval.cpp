@@ -1,4 +1,5 @@
-// `gnmr eval --checkpoint CKPT_DIR|HF_DIR (--data SHARD_GLOB | --text FILE) [--tokens N] [--json]`
+// `gnmr eval --checkpoint CKPT_DIR|HF_DIR (--data SHARD_GLOB | --text FILE) [--tokens N]
+//            [--backend cpu|cuda] [--json]`
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -26,6 +27,10 @@ CommandAction add_eval_command(CLI::App& app) {
                  "Window length (default: the checkpoint's data.seq_len)");
   app.add_option("--batch", options->batch, "Windows per forward pass")->capture_default_str();
   app.add_option("--threads", options->threads, "CPU threads (0 = all cores)");
+  app.add_option("--backend", options->backend,
+                 "cpu or cuda (the local rank's GPU, or the only one visible)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   app.add_flag("--json", *as_json, "Print {\"loss\":…,\"ppl\":…,\"tokens\":…}");
   return [options, as_json] {
     require_directory("--checkpoint", options->model_dir, ErrorKind::Checkpoint);

@@ -82,8 +82,19 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
                 "eval: --seq-len must be in [2, " + std::to_string(config.model.max_seq_len) + "]");
   }
 
+  config.backend = o.backend;
   config.train.threads = o.threads;
-  std::unique_ptr<Backend> backend = make_backend(config);
+  // fp32 throughout: fp32 GEMMs (the config's default) and the attention auto picks under
+  // them, whichever kernel trained the model (model.attention is how, not what, it computes).
+  config.model.attention = "auto";
+  // Made once the batch is known: the model's attention shape goes with it (make_backend.h).
+  std::string evaluated_on;  // "cuda (NVIDIA H200 (sm_90, 139 GiB))", for the log
+  auto make_eval_backend = [&config, &evaluated_on](int batch, int model_seq_len) {
+    std::unique_ptr<Backend> backend =
+        make_backend(config, llama_attention_shape(config.model, batch, model_seq_len));
+    evaluated_on = backend->name() + " (" + backend->device() + ")";
+    return backend;
+  };
   EvalResult result;
   if (!o.data_glob.empty()) {
     TokenLoader loader(o.data_glob, seq_len, config.model.vocab_size, "sequential", 0, 0, 1);
@@ -93,6 +104,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
       throw Error(ErrorKind::Data,
                   o.data_glob + ": fewer tokens than one window of " + std::to_string(seq_len + 1));
     int batch = int(std::min<int64_t>(o.batch, windows));
+    std::unique_ptr<Backend> backend = make_eval_backend(batch, seq_len);
     LlamaModel model(config.model, *backend, batch, seq_len);
     load_model_weights(o.model_dir, *backend, model);
     result = run_windows(model, batch, seq_len, windows,
@@ -116,6 +128,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     }
     const int model_seq_len = seq_len - 1;
     int batch = int(std::min<int64_t>(o.batch, windows));
+    std::unique_ptr<Backend> backend = make_eval_backend(batch, model_seq_len);
     LlamaModel model(config.model, *backend, batch, model_seq_len);
     load_model_weights(o.model_dir, *backend, model);
     result =
@@ -125,8 +138,8 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
           std::copy(window + 1, window + seq_len, y);
         });
   }
-  spdlog::info("eval {}: loss {:.4f}, ppl {:.3f} over {} tokens", o.model_dir, result.loss,
-               result.ppl, result.tokens);
+  spdlog::info("eval {} on {}: loss {:.4f}, ppl {:.3f} over {} tokens", o.model_dir, evaluated_on,
+               result.loss, result.ppl, result.tokens);
   return result;
 }
 

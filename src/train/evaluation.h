@@ -1,6 +1,7 @@
 // `gnmr eval`: perplexity of a gnmr checkpoint or a Hugging Face LLaMA folder on token
 // shards or on a raw text file (docs/DESIGN.md §10: --text windows of seq_len tokens, no BOS,
-// every token after a window's first is predicted from those before it).
+// every token after a window's first is predicted from those before it). In fp32 on either
+// backend: the model's weights as they are, whatever recipe trained them.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,8 @@ struct EvalOptions {
   int64_t tokens = 0;     // token budget; 0 = everything
   int seq_len = 0;  // 0 = the checkpoint's data.seq_len (HF: min(1024, max_position_embeddings))
   int batch = 4;    // windows per forward pass
-  int threads = 0;
+  int threads = 0;  // the cpu backend's threads (0 = all cores)
+  std::string backend = "cpu";  // or "cuda": the GPU make_backend gives this process
 };
 
 struct EvalResult {

@@ -30,6 +30,7 @@ TEST(CliErrors, UsageErrorsExitTwo) {
   expect_failure("", 2, "subcommand");
   expect_failure("frobnicate", 2, "subcommand");
   expect_failure("train", 2, "--config");
+  expect_failure("eval --checkpoint run --data 'x_*.bin' --backend tpu", 2, "--backend: tpu");
 }
 
 TEST(CliErrors, AMisspeltSubcommandIsNamedWithTheNearestOne) {

@@ -135,6 +135,7 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   double from_checkpoint = eval_loss("--checkpoint " + ckpt + data);
   double from_hf = eval_loss("--checkpoint " + dir + "/hf" + data);
   EXPECT_EQ(from_checkpoint, from_hf);  // fp32 export: the same weights, bit for bit
+  EXPECT_EQ(eval_loss("--checkpoint " + ckpt + data + " --backend cpu"), from_checkpoint);
 
   // A bfloat16 export differs only by weight rounding.
   ASSERT_EQ(run_gnmr("export --dtype bfloat16 --checkpoint " + ckpt + " --out " + dir + "/hf16")

@@ -61,4 +61,30 @@ TEST(GpuCli, BlockingLaunchesGiveTheSameBytes) {
             gnmr_test::read_bytes(dir + "/blocking/checkpoints/step_00000004/model.safetensors"));
 }
 
+// `gnmr eval --backend cuda` gives the perplexity `--backend cpu` gives, of a checkpoint the CPU
+// trained: both in fp32 (cuBLASLt's fp32 GEMMs and the fp32 flash attention on the GPU), so the
+// mean losses differ by the rounding of sums taken in other orders, within the fp32 recipe's
+// first-step tolerance of the GPU training tests (test_gpu_training.cpp).
+TEST(GpuCli, EvalOnTheGpuGivesTheCpusPerplexity) {
+  SKIP_WITHOUT_GPU();
+  const std::string dir = gnmr_test::scratch_dir("gpu_cli_eval");
+  const std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"include": ")" + gnmr_test::source_path("configs/models/tiny-gpu.json") +
+               R"(", "train": {"steps": 2}, "eval": {"every": 0}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
+  const std::string eval = "eval --checkpoint " + dir + "/run/checkpoints/step_00000002 --data '" +
+                           gnmr_test::brown_shards_dir() + "/val_*.bin' --tokens 512 --json";
+  auto cpu = run_gnmr(eval + " --backend cpu");
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.output;
+  auto gpu = run_gnmr(eval + " --backend cuda");
+  ASSERT_EQ(gpu.exit_code, 0) << gpu.output;
+  EXPECT_NE(gpu.output.find("/step_00000002 on cuda ("), std::string::npos) << gpu.output;
+  EXPECT_NE(cpu.output.find("/step_00000002 on cpu ("), std::string::npos) << cpu.output;
+  const nlohmann::json on_cpu = gnmr_test::last_json_line(cpu.output),
+                       on_gpu = gnmr_test::last_json_line(gpu.output);
+  EXPECT_EQ(on_gpu["tokens"], on_cpu["tokens"]);
+  const double loss = on_cpu["loss"];
+  EXPECT_NEAR(double(on_gpu["loss"]), loss, 1e-5 * loss) << gpu.output;
+}
+
 }  // namespace
