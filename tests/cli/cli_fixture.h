@@ -78,4 +78,23 @@ inline std::string read_bytes(const std::string& path) {
   return s.str();
 }
 
+// The files of checkpoint directories a and b that a resume reads, equal byte for byte.
+inline void expect_same_checkpoint_files(const std::string& a, const std::string& b) {
+  for (const char* file :
+       {"model.safetensors", "optimizer.safetensors", "trainer.json", "controller.bin"}) {
+    EXPECT_EQ(read_bytes(a + "/" + file), read_bytes(b + "/" + file))
+        << b << "/" << file << " differs from " << a;
+  }
+}
+
+// The train and eval lines of two run directories' metrics, equal but for their timing fields.
+inline void expect_same_metrics(const std::string& run_a, const std::string& run_b) {
+  const std::vector<nlohmann::json> a = read_metrics(run_a + "/metrics.jsonl"),
+                                    b = read_metrics(run_b + "/metrics.jsonl");
+  ASSERT_EQ(a.size(), b.size()) << run_a << " and " << run_b;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(without_timing(a[i]), without_timing(b[i])) << "metrics line " << i;
+  }
+}
+
 }  // namespace gnmr_test

@@ -41,19 +41,9 @@ TEST(CliTrain, ResumeAfterAStopIsBitExact) {
   auto second = run_gnmr(train_args(config, dir + "/split") + " --resume auto");
   ASSERT_EQ(second.exit_code, 0) << second.output;
 
-  for (const char* file :
-       {"model.safetensors", "optimizer.safetensors", "trainer.json", "controller.bin"}) {
-    EXPECT_EQ(gnmr_test::read_bytes(dir + "/whole/checkpoints/step_00000012/" + file),
-              gnmr_test::read_bytes(dir + "/split/checkpoints/step_00000012/" + file))
-        << file << " differs after resume";
-  }
-  auto a = gnmr_test::read_metrics(dir + "/whole/metrics.jsonl");
-  auto b = gnmr_test::read_metrics(dir + "/split/metrics.jsonl");
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) {
-    EXPECT_EQ(gnmr_test::without_timing(a[i]), gnmr_test::without_timing(b[i]))
-        << "metrics line " << i;
-  }
+  gnmr_test::expect_same_checkpoint_files(dir + "/whole/checkpoints/step_00000012",
+                                          dir + "/split/checkpoints/step_00000012");
+  gnmr_test::expect_same_metrics(dir + "/whole", dir + "/split");
 }
 
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {

@@ -41,12 +41,8 @@ TEST(GpuCli, ResumedRunEndsWithTheBytesOfAnUninterruptedOne) {
   ASSERT_EQ(first.exit_code, 0) << first.output;
   auto second = run_gnmr(train_args(config, dir + "/split") + " --resume auto");
   ASSERT_EQ(second.exit_code, 0) << second.output;
-  for (const char* file :
-       {"model.safetensors", "optimizer.safetensors", "trainer.json", "controller.bin"}) {
-    EXPECT_EQ(gnmr_test::read_bytes(dir + "/whole/checkpoints/step_00000004/" + file),
-              gnmr_test::read_bytes(dir + "/split/checkpoints/step_00000004/" + file))
-        << file << " differs after resume";
-  }
+  gnmr_test::expect_same_checkpoint_files(dir + "/whole/checkpoints/step_00000004",
+                                          dir + "/split/checkpoints/step_00000004");
 }
 
 TEST(GpuCli, BlockingLaunchesGiveTheSameBytes) {
