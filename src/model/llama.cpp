@@ -29,7 +29,7 @@ AttentionShape llama_attention_shape(const ModelConfig& config, int64_t micro_ba
 
 LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
                        const PrecisionRecipe& recipe, SavedInputSharing sharing,
-                       int64_t flat_elements_multiple)
+                       int64_t flat_elements_multiple, ModelGradients gradients)
     : config_(config), backend_(backend), micro_batch_(micro_batch), seq_len_(seq_len) {
   validate(config, micro_batch, seq_len);
   table_ = build_param_table(config);
@@ -38,10 +38,12 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   const int64_t flat_elements = (table_.flat_size + flat_elements_multiple - 1) /
                                 flat_elements_multiple * flat_elements_multiple;
   flat_weights_ = backend_.allocate("weights", {flat_elements}, DType::F32, MemoryRole::Weights);
-  flat_grads_ = backend_.allocate("grads", {flat_elements}, DType::F32, MemoryRole::Gradients);
+  if (gradients == ModelGradients::kHeld) {
+    flat_grads_ = backend_.allocate("grads", {flat_elements}, DType::F32, MemoryRole::Gradients);
+  }
   for (ParamInfo& p : table_.params) {
     p.weight = tensor_view(flat_weights_, p.shape, p.offset);
-    p.grad = tensor_view(flat_grads_, p.shape, p.offset);
+    if (gradients == ModelGradients::kHeld) p.grad = tensor_view(flat_grads_, p.shape, p.offset);
   }
 
   const int64_t n = tokens_per_micro_batch(), d = config.dim, f = config.ffn_dim;
@@ -163,7 +165,13 @@ void LlamaModel::init_weights(uint64_t seed) {
   paths_->invalidate_weights();
 }
 
+void LlamaModel::check_holds_gradients(const char* call) const {
+  GNMR_CHECK(flat_grads_.data != nullptr,
+             std::string(call) + " on a model built without gradients (ModelGradients::kNone)");
+}
+
 void LlamaModel::zero_grads() {
+  check_holds_gradients("zero_grads");
   backend_.fill_zero(flat_grads_);
   // A new step: the optimizer has written the weights since the cache was made.
   paths_->invalidate_weights();
@@ -242,6 +250,7 @@ float LlamaModel::forward_loss(const int32_t* tokens, const int32_t* targets) {
 
 int LlamaModel::forward_backward_pass(const int32_t* tokens, const int32_t* targets,
                                       float loss_scale) {
+  check_holds_gradients("forward_backward");
   const int valid = upload_batch(tokens, targets);
   paths_->set_micro_step(micro_step_++);
   forward(/*save_for_backward=*/true);

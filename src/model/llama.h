@@ -25,6 +25,10 @@ namespace gnmr {
 AttentionShape llama_attention_shape(const ModelConfig& config, int64_t micro_batch,
                                      int64_t seq_len);
 
+// Whether a model holds its parameters' gradients: a training model does; one that only
+// evaluates (forward_loss) needs none, and holds 4 bytes a parameter less.
+enum class ModelGradients : uint8_t { kHeld, kNone };
+
 class LlamaModel {
  public:
   // Validates the shapes (Error(Config) naming the field) and allocates weights, gradients,
@@ -36,11 +40,13 @@ class LlamaModel {
   // quantized copy of their input (the default) or one each (tests compare the two).
   // `flat_elements_multiple`: the flat weight and gradient buffers are allocated rounded up
   // to a multiple of it (zero padding), so ZeRO-1 can cut them into equal shards
-  // (train/zero_shards.h); 1 allocates exactly ParamTable::flat_size.
+  // (train/zero_shards.h); 1 allocates exactly ParamTable::flat_size. `gradients` kNone: no
+  // gradient buffer (flat_grads() and the parameters' grad are empty), and forward_backward
+  // and zero_grads refuse.
   LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
              const PrecisionRecipe& recipe = PrecisionRecipe{},
              SavedInputSharing sharing = SavedInputSharing::kShared,
-             int64_t flat_elements_multiple = 1);
+             int64_t flat_elements_multiple = 1, ModelGradients gradients = ModelGradients::kHeld);
   ~LlamaModel();
 
   const ModelConfig& config() const { return config_; }
@@ -121,6 +127,8 @@ class LlamaModel {
   void params_ready(int first_param, int last_param) {
     if (ready_listener_ != nullptr) ready_listener_->on_params_ready(first_param, last_param);
   }
+  // GNMR_CHECK that the model was built with ModelGradients::kHeld, naming `call`.
+  void check_holds_gradients(const char* call) const;
 
   ModelConfig config_;
   Backend& backend_;

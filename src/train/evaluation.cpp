@@ -105,7 +105,8 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
                   o.data_glob + ": fewer tokens than one window of " + std::to_string(seq_len + 1));
     int batch = int(std::min<int64_t>(o.batch, windows));
     std::unique_ptr<Backend> backend = make_eval_backend(batch, seq_len);
-    LlamaModel model(config.model, *backend, batch, seq_len);
+    LlamaModel model(config.model, *backend, batch, seq_len, PrecisionRecipe{},
+                     SavedInputSharing::kShared, 1, ModelGradients::kNone);
     load_model_weights(o.model_dir, *backend, model);
     result = run_windows(model, batch, seq_len, windows,
                          [&](int64_t w, int32_t* t, int32_t* y) { loader.eval_window(w, t, y); });
@@ -129,7 +130,8 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     const int model_seq_len = seq_len - 1;
     int batch = int(std::min<int64_t>(o.batch, windows));
     std::unique_ptr<Backend> backend = make_eval_backend(batch, model_seq_len);
-    LlamaModel model(config.model, *backend, batch, model_seq_len);
+    LlamaModel model(config.model, *backend, batch, model_seq_len, PrecisionRecipe{},
+                     SavedInputSharing::kShared, 1, ModelGradients::kNone);
     load_model_weights(o.model_dir, *backend, model);
     result =
         run_windows(model, batch, model_seq_len, windows, [&](int64_t w, int32_t* t, int32_t* y) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -160,6 +161,36 @@ TEST(LlamaModel, TwoRunsGiveIdenticalBits) {
   }
   EXPECT_EQ(losses[0], losses[1]);
   EXPECT_EQ(grads[0], grads[1]);
+}
+
+// An evaluation's model (ModelGradients::kNone) holds no gradient buffer, 4 bytes a parameter
+// less, and gives a training model's forward_loss bits; a backward on it is refused.
+TEST(LlamaModel, AModelWithoutGradientsEvaluatesAsOneWithThem) {
+  const ModelConfig c = tiny_config();
+  const Batch batch = random_batch(c, 23);
+  auto with_be = make_cpu_backend(2), without_be = make_cpu_backend(2);
+  LlamaModel with(c, *with_be, kBatch, kSeq);
+  LlamaModel without(c, *without_be, kBatch, kSeq, PrecisionRecipe{}, SavedInputSharing::kShared, 1,
+                     ModelGradients::kNone);
+  with.init_weights(5);
+  without.init_weights(5);
+  EXPECT_EQ(without.forward_loss(batch.tokens.data(), batch.targets.data()),
+            with.forward_loss(batch.tokens.data(), batch.targets.data()));
+  EXPECT_EQ(without_be->memory_use()[MemoryRole::Gradients], 0u);
+  EXPECT_GE(with_be->memory_use().total() - without_be->memory_use().total(),
+            sizeof(float) * size_t(with.num_params()));
+  EXPECT_EQ(without.flat_grads().data, nullptr);
+  for (const auto& call : std::vector<std::function<void()>>{
+           [&] { without.zero_grads(); },
+           [&] { without.forward_backward(batch.tokens.data(), batch.targets.data(), 1.0f); }}) {
+    try {
+      call();
+      ADD_FAILURE() << "a model without gradients ran a backward";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("built without gradients"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(LlamaModel, InitWeightsDoNotDependOnThreadCount) {
