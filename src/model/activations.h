@@ -21,8 +21,9 @@ struct LayerActivations {
   Tensor q;  // [N, H * hd]   after rotary
   Tensor k;  // [N, Hkv * hd] after rotary
   Tensor v;  // [N, Hkv * hd]
-  // What attention's backward reads beyond q, k, v (Backend::plan_attention).
-  std::unique_ptr<AttentionState> attention;
+  // What attention's backward reads beyond q, k, v (Backend::plan_attention); every layer's is
+  // the same one in an evaluation model (ModelGradients::kNone, model/llama.h).
+  std::shared_ptr<AttentionState> attention;
   Tensor att;       // [N, D]  attention output: the input of unit o
   Tensor h;         // [N, D]  x + o_proj(att)
   Tensor xn_mlp;    // [N, D]  post_attention_layernorm(h): the input of units gate, up

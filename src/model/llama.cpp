@@ -1,6 +1,7 @@
 #include "model/llama.h"
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -18,6 +19,14 @@ void validate(const ModelConfig& c, int micro_batch, int seq_len) {
     throw Error(ErrorKind::Config, "config: \"train.micro_batch\" must be > 0 (got " +
                                        std::to_string(micro_batch) + ")");
   }
+}
+
+// What an evaluation model's buffer `name` is called: "layer.3.xn_attn" -> "xn_attn",
+// "residual.5" -> "residual", the one buffer of that kind every layer shares there.
+std::string name_shared_by_layers(const std::string& name) {
+  if (name.rfind("layer.", 0) == 0) return name.substr(name.find('.', 6) + 1);
+  if (name.rfind("residual.", 0) == 0) return "residual";
+  return name;
 }
 
 }  // namespace
@@ -53,8 +62,24 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   auto f32 = [&](const std::string& name, std::vector<int64_t> shape) {
     return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::Activations);
   };
+  // An evaluation model (ModelGradients::kNone) runs forward_loss only, in which no layer's
+  // activations outlive its forward but h, which the next layer reads before it writes its own
+  // (and the residual stream, which each layer's first op reads and its next overwrites): so
+  // its layers share one set of buffers, one layer's whatever the depth.
+  const bool layers_share_activations = gradients == ModelGradients::kNone;
+  std::map<std::string, Tensor> shared_by_layers;
   auto saved = [&](const std::string& name, std::vector<int64_t> shape) {
-    return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::SavedActivations);
+    if (!layers_share_activations) {
+      return backend_.allocate(name, std::move(shape), DType::F32, MemoryRole::SavedActivations);
+    }
+    const std::string shared_name = name_shared_by_layers(name);
+    auto it = shared_by_layers.find(shared_name);
+    if (it == shared_by_layers.end()) {
+      Tensor t = backend_.allocate(shared_name, shape, DType::F32, MemoryRole::SavedActivations);
+      it = shared_by_layers.emplace(shared_name, t).first;
+    }
+    GNMR_CHECK(it->second.shape == shape, "layers share " + shared_name + " of another shape");
+    return it->second;
   };
   // The projections first: what they plan decides which of their inputs each layer keeps.
   paths_ = std::make_unique<ProjectionPaths>(recipe, backend_, table_, n, sharing);
@@ -90,9 +115,15 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
     a.att = input(l, UnitInput::kAttentionOut, p + "att", d);
     // att is attention's out; when it is the layer's own (not per-step scratch), nothing writes
     // it between the forward and the backward, so the backend may read it there.
-    a.attention = backend_.plan_attention(p + "attention",
-                                          llama_attention_shape(config, micro_batch, seq_len),
-                                          paths_->input_kept(l, UnitInput::kAttentionOut));
+    const bool out_kept = paths_->input_kept(l, UnitInput::kAttentionOut);
+    if (layers_share_activations && l > 0) {
+      GNMR_CHECK(out_kept == paths_->input_kept(0, UnitInput::kAttentionOut),
+                 "layers that share their attention state keep their out alike");
+      a.attention = act_.layers.front().attention;
+    } else {
+      a.attention = backend_.plan_attention(
+          p + "attention", llama_attention_shape(config, micro_batch, seq_len), out_kept);
+    }
     // q, k, v are the layer's own where attention's backward reads them; where its state keeps
     // its own copies (keeps_inputs), one per-step set shared by all layers, which only has to
     // last from the projections to the attention forward.
@@ -130,15 +161,17 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
   backend_.copy_from_host(act_.rope_cos, cos.data());
   backend_.copy_from_host(act_.rope_sin, sin.data());
 
-  scratch_.d_residual = f32("d_residual", {n, d});
-  scratch_.d_normed = f32("d_normed", {n, d});
-  scratch_.d_att = f32("d_att", {n, d});
-  scratch_.dq = f32("dq", {n, d});
-  scratch_.dk = f32("dk", {n, kv});
-  scratch_.dv = f32("dv", {n, kv});
-  scratch_.d_gate = f32("d_gate", {n, f});
-  scratch_.d_up = f32("d_up", {n, f});
-  scratch_.d_act = f32("d_act", {n, f});
+  scratch_.d_att = f32("d_att", {n, d});  // the forward's scratch too
+  if (gradients == ModelGradients::kHeld) {
+    scratch_.d_residual = f32("d_residual", {n, d});
+    scratch_.d_normed = f32("d_normed", {n, d});
+    scratch_.dq = f32("dq", {n, d});
+    scratch_.dk = f32("dk", {n, kv});
+    scratch_.dv = f32("dv", {n, kv});
+    scratch_.d_gate = f32("d_gate", {n, f});
+    scratch_.d_up = f32("d_up", {n, f});
+    scratch_.d_act = f32("d_act", {n, f});
+  }
 
   host_targets_.resize(static_cast<size_t>(n));
   host_losses_.resize(static_cast<size_t>(n));

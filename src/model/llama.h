@@ -25,8 +25,9 @@ namespace gnmr {
 AttentionShape llama_attention_shape(const ModelConfig& config, int64_t micro_batch,
                                      int64_t seq_len);
 
-// Whether a model holds its parameters' gradients: a training model does; one that only
-// evaluates (forward_loss) needs none, and holds 4 bytes a parameter less.
+// Whether a model holds its parameters' gradients: a training model does. One that only
+// evaluates (forward_loss) needs none, and holds 4 bytes a parameter less, none of the
+// backward's scratch, and one layer's activations, which all its layers share.
 enum class ModelGradients : uint8_t { kHeld, kNone };
 
 class LlamaModel {
@@ -40,9 +41,9 @@ class LlamaModel {
   // quantized copy of their input (the default) or one each (tests compare the two).
   // `flat_elements_multiple`: the flat weight and gradient buffers are allocated rounded up
   // to a multiple of it (zero padding), so ZeRO-1 can cut them into equal shards
-  // (train/zero_shards.h); 1 allocates exactly ParamTable::flat_size. `gradients` kNone: no
-  // gradient buffer (flat_grads() and the parameters' grad are empty), and forward_backward
-  // and zero_grads refuse.
+  // (train/zero_shards.h); 1 allocates exactly ParamTable::flat_size. `gradients` kNone: an
+  // evaluation model (above): flat_grads() and the parameters' grad are empty, and
+  // forward_backward and zero_grads refuse.
   LlamaModel(const ModelConfig& config, Backend& backend, int micro_batch, int seq_len,
              const PrecisionRecipe& recipe = PrecisionRecipe{},
              SavedInputSharing sharing = SavedInputSharing::kShared,

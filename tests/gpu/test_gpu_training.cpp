@@ -19,8 +19,10 @@
 #include "gpu_test_util.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
+#include "model/llama.h"
 #include "precision/scale_layout.h"
 #include "test_paths.h"
+#include "train/make_backend.h"
 #include "train/session.h"
 
 namespace gnmr {
@@ -245,6 +247,34 @@ TEST(GpuTrainingOpTiming, SplitsTheDeviceTimeOfAStepByOpFamilyAndChangesNoBit) {
   session.backend().set_op_timing(false);
   session.run_step(kTimedSteps);
   EXPECT_TRUE(session.backend().op_times_ms().empty());
+}
+
+// An evaluation model (ModelGradients::kNone: no gradients, its layers sharing one set of
+// activations and one attention state) gives a training model's forward_loss bits on the GPU:
+// under fp32 GEMMs (gnmr eval's, the fp32 flash kernels) and under bf16 (the tensor-core ones,
+// whose state keeps bf16 copies of q, k and v).
+TEST(GpuEvaluationModel, GivesTheTrainingModelsLossBits) {
+  SKIP_WITHOUT_GPU();
+  const RunConfig fp32 = config_for("cuda", {});
+  const int batch = fp32.train.micro_batch, seq = fp32.data.seq_len;
+  std::vector<int32_t> tokens(size_t(batch) * seq), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = int32_t((i * 2654435761u) % uint32_t(fp32.model.vocab_size));
+    targets[i] = int32_t((i * 40503u + 7) % uint32_t(fp32.model.vocab_size));
+  }
+  for (const char* precision : {"fp32", "bf16"}) {
+    const RunConfig config = config_for("cuda", {std::string("train.gemm_precision=") + precision});
+    float loss[2];
+    for (const ModelGradients gradients : {ModelGradients::kHeld, ModelGradients::kNone}) {
+      std::unique_ptr<Backend> be = make_backend(config);
+      LlamaModel model(config.model, *be, batch, seq, PrecisionRecipe{}, SavedInputSharing::kShared,
+                       1, gradients);
+      model.init_weights(7);
+      loss[gradients == ModelGradients::kNone] = model.forward_loss(tokens.data(), targets.data());
+    }
+    EXPECT_EQ(std::memcmp(&loss[0], &loss[1], sizeof(float)), 0)
+        << precision << ": " << loss[0] << " (training model) against " << loss[1];
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Recipes, GpuTraining, ::testing::Range(0, int(recipes().size())),

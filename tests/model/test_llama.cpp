@@ -163,8 +163,9 @@ TEST(LlamaModel, TwoRunsGiveIdenticalBits) {
   EXPECT_EQ(grads[0], grads[1]);
 }
 
-// An evaluation's model (ModelGradients::kNone) holds no gradient buffer, 4 bytes a parameter
-// less, and gives a training model's forward_loss bits; a backward on it is refused.
+// An evaluation model (ModelGradients::kNone) holds no gradient buffer, 4 bytes a parameter
+// less, and one layer's activations whatever its depth, and gives a training model's
+// forward_loss bits; a backward on it is refused.
 TEST(LlamaModel, AModelWithoutGradientsEvaluatesAsOneWithThem) {
   const ModelConfig c = tiny_config();
   const Batch batch = random_batch(c, 23);
@@ -180,6 +181,16 @@ TEST(LlamaModel, AModelWithoutGradientsEvaluatesAsOneWithThem) {
   EXPECT_GE(with_be->memory_use().total() - without_be->memory_use().total(),
             sizeof(float) * size_t(with.num_params()));
   EXPECT_EQ(without.flat_grads().data, nullptr);
+  ModelConfig deeper = c;
+  deeper.n_layers = 5;
+  auto deeper_be = make_cpu_backend(2);
+  LlamaModel deeper_model(deeper, *deeper_be, kBatch, kSeq, PrecisionRecipe{},
+                          SavedInputSharing::kShared, 1, ModelGradients::kNone);
+  EXPECT_EQ(deeper_be->memory_use()[MemoryRole::SavedActivations],
+            without_be->memory_use()[MemoryRole::SavedActivations])
+      << "the layers share one set of activations";
+  EXPECT_LT(without_be->memory_use()[MemoryRole::SavedActivations],
+            with_be->memory_use()[MemoryRole::SavedActivations]);
   for (const auto& call : std::vector<std::function<void()>>{
            [&] { without.zero_grads(); },
            [&] { without.forward_backward(batch.tokens.data(), batch.targets.data(), 1.0f); }}) {
