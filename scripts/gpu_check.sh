@@ -138,6 +138,7 @@ fi
 [ -n "$nccl_lib" ] && export GNMR_NCCL_LIBRARY="$nccl_lib"
 gpu_name=""
 gpu_count=0
+gpu_compute_mode=""
 smi="$(command -v nvidia-smi || true)"
 for candidate in /usr/local/nvidia/bin/nvidia-smi /usr/bin/nvidia-smi; do
   [ -z "$smi" ] && [ -x "$candidate" ] && smi="$candidate"
@@ -145,6 +146,7 @@ done
 if [ -n "$smi" ]; then
   gpu_name="$("$smi" --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>/dev/null | head -1)"
   gpu_count="$("$smi" -L 2>/dev/null | grep -c '^GPU ' || true)"
+  gpu_compute_mode="$("$smi" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)"
 fi
 # Without nvidia-smi, the device files still say a GPU is there (its capability unknown).
 if [ -z "$gpu_name" ] && ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
@@ -194,7 +196,7 @@ stage_preflight() {
   # Exclusive_Process admits one process's CUDA context a GPU: the wgmma trial's own process
   # then runs only before its parent's context (bench and train do that; the gpu tests that start
   # it from a test process cannot, and print that it failed).
-  [ -n "$smi" ] && note "compute mode: $("$smi" --query-gpu=compute_mode --format=csv,noheader 2>/dev/null | head -1)"
+  [ -n "$gpu_compute_mode" ] && note "compute mode: $gpu_compute_mode"
   local cap
   cap="$(gpu_compute_capability)"
   case "$cap" in
@@ -651,7 +653,7 @@ for stage in "${stages[@]}"; do
   # Each stage runs in a subshell under its own timeout (then KILL 15 s later, for a process
   # stuck in the driver); it reports through a file.
   export -f note have_gpu gpu_compute_capability cuda_backend_built needs_backend sanitizer_ready run_sanitizer run_test_part "stage_${stage//-/_}"
-  export bundle logs work stage gpu_name gpu_count cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
+  export bundle logs work stage gpu_name gpu_count gpu_compute_mode cuda_root cuda_lib require_gpu emulated suite_timeout_s run_timeout_s
   timeout -k 15 "${timeout_s[$stage]}" bash -c "stage_${stage//-/_}; echo \"\$status\" >'$work/$stage.status'; echo \"\$why\" >>'$work/$stage.status'" \
     && { status=$(sed -n 1p "$work/$stage.status"); why=$(sed -n 2p "$work/$stage.status"); }
   result[$stage]=$status detail[$stage]=$why seconds[$stage]=$(($(date +%s) - start))

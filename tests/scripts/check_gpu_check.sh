@@ -74,7 +74,7 @@ echo "$out" | grep -q "unpacked $work/packed.tar.gz" || fail "a newer archive wa
 # nvidia-smi that answers) and a stand-in compute-sanitizer printing what the real one prints:
 # racecheck's error is a failure, its warnings alone are not, a clean run passes.
 mkdir -p "$work/fake"
-printf '#!/bin/sh\ncase "$*" in *-L*) echo "GPU 0: NVIDIA H200 (UUID: x)" ;; *) echo "NVIDIA H200, 9.0, 580.00" ;; esac\n' >"$work/fake/nvidia-smi"
+printf '#!/bin/sh\ncase "$*" in *-L*) echo "GPU 0: NVIDIA H200 (UUID: x)" ;; *compute_mode*) echo "Exclusive_Process" ;; *) echo "NVIDIA H200, 9.0, 580.00" ;; esac\n' >"$work/fake/nvidia-smi"
 cat >"$work/fake/compute-sanitizer" <<'FAKE'
 #!/bin/sh
 tool="$2"
@@ -110,6 +110,8 @@ out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=unsupported bash "$script" --bundle
 # failed every GPU before gpu_compute_capability was exported to it).
 out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight 2>&1)
 echo "$out" | grep -Eq '^preflight +PASS +[0-9]+ +NVIDIA H200, 9.0' || fail "preflight on a stand-in 9.0 GPU: $out"
+grep -q "compute mode: Exclusive_Process" "$work/logs/preflight.log" \
+  || fail "preflight.log lacks the GPU's compute mode: $(cat "$work/logs/preflight.log")"
 # gpu-tests with a stand-in test_gpu: on compute capability 9.0 the wgmma tests run (a stage runs
 # in a subshell, so a helper it calls must be exported to it: without, the capability read ""
 # and they were left out everywhere), their findings are repeated in the run's output; on 8.0
