@@ -42,12 +42,21 @@ inline CommandResult run_gnmr(const std::string& args, const std::string& env = 
 }
 
 // Runs `gnmr ARGS` as `ranks` processes under `mpiexec` (Open MPI's mpirun, as root and on more
-// ranks than cores, as CI runs), behind `wrapper` (e.g. "timeout 120") when given.
+// ranks than cores, as CI runs), behind `wrapper` (e.g. "timeout 120") when given. Each test
+// process's jobs keep their session directory under a base of its own: Open MPI 4.1 makes
+// /tmp/ompi.HOST.UID on a job's start and removes it at its end, and two jobs starting at once
+// (ctest -j) can both try to make it, one failing with "File exists" (open-mpi/ompi#8510).
 inline CommandResult run_gnmr_mpi(const std::string& mpiexec, int ranks, const std::string& args,
                                   const std::string& wrapper = "") {
-  return run_command("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " + wrapper + " '" +
-                     mpiexec + "' -np " + std::to_string(ranks) + " --oversubscribe '" +
-                     gnmr_binary() + "' " + args + " 2>&1");
+  const std::string session_base = "/tmp/gnmr_ompi." + std::to_string(getpid());
+  std::filesystem::create_directories(session_base);
+  CommandResult r = run_command(
+      "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_orte_tmpdir_base='" +
+      session_base + "' " + wrapper + " '" + mpiexec + "' -np " + std::to_string(ranks) +
+      " --oversubscribe '" + gnmr_binary() + "' " + args + " 2>&1");
+  std::error_code ignored;
+  std::filesystem::remove_all(session_base, ignored);
+  return r;
 }
 
 struct RanksResult {
