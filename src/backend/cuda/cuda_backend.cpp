@@ -1260,7 +1260,8 @@ std::unique_ptr<Backend> make_cuda_backend(const CudaBackendOptions& options) {
 
 void run_wgmma_trial_before_backend(const CudaBackendOptions& options, bool bf16_gemms,
                                     const AttentionShape& shape) {
-  if (!options.wgmma_trial) return;
+  // Only auto asks (attention_kernel_for would refuse an explicit choice's unsupported shape).
+  if (!options.wgmma_trial || options.attention != CudaAttention::Auto) return;
   // Attributes only: unlike cudaSetDevice, a kernel's attributes or an allocation, they make
   // no context. A device that cannot be read asks nothing here; the backend says why.
   int major = 0, minor = 0, shared_limit = 0;
@@ -1275,9 +1276,7 @@ void run_wgmma_trial_before_backend(const CudaBackendOptions& options, bool bf16
   }
   bool warned = true;  // the backend warns of a shape that does not fit, at its plan
   const AttentionKernel kernel =
-      options.attention == CudaAttention::Auto
-          ? attention_kernel_for(options.attention, bf16_gemms, shape, shared_limit, warned)
-          : AttentionKernel::Materialized;  // the trial is asked under auto only
+      attention_kernel_for(options.attention, bf16_gemms, shape, shared_limit, warned);
   // Compute capability 9.0 stands for flash_wgmma_unavailable, which loads a kernel to read
   // whether the build has sm_90a code (a context): without it the trial answers why, and the
   // backend, which checks that itself, never asks.
