@@ -1,5 +1,6 @@
 #include "train/safetensors.h"
 
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -24,6 +25,14 @@ size_t dtype_bytes(const std::string& dtype) {
     return 1;
   }
   return 0;
+}
+
+// Whether V is a JSON integer that fits int64 (and is >= 0 unless MAY_BE_NEGATIVE). The
+// parser holds a number past 2^64, or one with a fraction or exponent, as a double, and reading
+// such a double as an integer is undefined behaviour; so only integers get read.
+bool is_header_integer(const json& v, bool may_be_negative) {
+  if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(INT64_MAX);
+  return may_be_negative && v.is_number_integer();
 }
 
 // The element count of SHAPE when every dimension is >= 0 and the count is at most
@@ -131,13 +140,25 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       continue;
     }
     Entry e;
+    const auto malformed = [&] {
+      return bad("tensor \"" + it.key() + "\" has a malformed header entry");
+    };
     try {
       e.dtype = it->at("dtype").get<std::string>();
-      e.shape = it->at("shape").get<std::vector<int64_t>>();
-      e.begin = it->at("data_offsets").at(0).get<uint64_t>();
-      e.end = it->at("data_offsets").at(1).get<uint64_t>();
+      const json& shape = it->at("shape");
+      const json& offsets = it->at("data_offsets");
+      if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2) throw malformed();
+      for (const json& d : shape) {
+        if (!is_header_integer(d, /*may_be_negative=*/true)) throw malformed();
+        e.shape.push_back(d.get<int64_t>());
+      }
+      if (!is_header_integer(offsets[0], false) || !is_header_integer(offsets[1], false)) {
+        throw malformed();
+      }
+      e.begin = offsets[0].get<uint64_t>();
+      e.end = offsets[1].get<uint64_t>();
     } catch (const json::exception&) {
-      throw bad("tensor \"" + it.key() + "\" has a malformed header entry");
+      throw malformed();
     }
     if (e.end > data_size) {
       throw bad("truncated (tensor \"" + it.key() + "\" ends at byte " + std::to_string(e.end) +

@@ -115,6 +115,29 @@ TEST(Safetensors, ShapesThatDoNotFitTheDataAreCheckpointErrors) {
                     std::string(4, '\0'), "has shape [-1, -1], which does not fit");
 }
 
+// Found by fuzz_safetensors: a dimension past 2^64 (which the JSON parser holds as a double)
+// was converted to int64, which is undefined behaviour; a fraction was truncated and accepted.
+// Shape dimensions and offsets must be integers in int64, the offsets a pair of them >= 0.
+TEST(Safetensors, ShapesAndOffsetsThatAreNotIntegersAreCheckpointErrors) {
+  std::string dir = gnmr_test::scratch_dir("safetensors_integers");
+  const std::string four_bytes(4, '\0');
+  for (const std::string shape : {"[29111686018427387903]", "[9223372036854775808]", "[1.0]",
+                                  "[1e0]", "[\"1\"]", "[null]", "1"}) {
+    SCOPED_TRACE(shape);
+    expect_open_error(dir, R"({"a":{"dtype":"F32","shape":)" + shape + R"(,"data_offsets":[0,4]}})",
+                      four_bytes, "tensor \"a\" has a malformed header entry");
+  }
+  for (const std::string offsets : {"[0.0,4]", "[-4,0]", "[0,4.5]", "[0,4,8]", "[0]", "{}"}) {
+    SCOPED_TRACE(offsets);
+    expect_open_error(dir, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":)" + offsets + "}}",
+                      four_bytes, "tensor \"a\" has a malformed header entry");
+  }
+  // The same entry with integers opens.
+  const std::string path =
+      write_raw(dir, R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", four_bytes);
+  EXPECT_EQ(SafetensorsFile(path).shape("a"), std::vector<int64_t>{1});
+}
+
 // Found by fuzz_safetensors: a dtype gnmr does not convert skipped every size check, so its
 // shape could claim any number of elements.
 TEST(Safetensors, UnknownDtypeIsACheckpointErrorAndSpecDtypesAreSizeChecked) {
