@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "model/param_table.h"
@@ -38,14 +39,20 @@ ShardIndex read_index(const std::string& dir) {
     throw Error(ErrorKind::Checkpoint, "checkpoint " + dir + ": " + kZeroShardsIndexName +
                                            " is damaged (not a version-1 gnmr ZeRO-1 shard index)");
   }
-  index.world_size = j["world_size"];
+  // Read as int64 and range-checked before any narrowing or product: a damaged count must not
+  // wrap into a plausible one, nor overflow the product below.
+  const int64_t world_size = j["world_size"];
   index.shard_elements = j["shard_elements"];
   index.flat_elements = j["flat_elements"];
-  if (index.world_size < 1 || index.shard_elements < 0 || index.flat_elements < 0 ||
-      index.shard_elements * index.world_size < index.flat_elements) {
+  int64_t all_shards = 0;
+  if (world_size < 1 || world_size > std::numeric_limits<int>::max() ||
+      index.shard_elements < 0 || index.flat_elements < 0 ||
+      __builtin_mul_overflow(index.shard_elements, world_size, &all_shards) ||
+      all_shards < index.flat_elements) {
     throw Error(ErrorKind::Checkpoint, "checkpoint " + dir + ": " + kZeroShardsIndexName +
                                            " is damaged (inconsistent sizes)");
   }
+  index.world_size = int(world_size);
   return index;
 }
 

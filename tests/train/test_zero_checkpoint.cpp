@@ -13,6 +13,7 @@
 #include "train/safetensors.h"
 #include "train/session.h"
 #include "train/zero_checkpoint.h"
+#include "util/atomic_file.h"
 
 namespace fs = std::filesystem;
 using gnmr::ErrorKind;
@@ -60,6 +61,25 @@ TEST(ZeroCheckpoint, TheManifestRequiresEveryShardFile) {
   fs::remove(dir + "/" + gnmr::zero_shard_file_name(0, 1));
   expect_error([&] { gnmr::verify_checkpoint(dir); }, ErrorKind::Checkpoint,
                {"optimizer.shard_0_of_1.safetensors is missing"});
+}
+
+// A damaged shard index whose world size wraps to a valid int (2^32 + 1 -> 1) or whose
+// shards' total overflows int64 is damaged, not read as a plausible index.
+TEST(ZeroCheckpoint, AnIndexWhoseCountsWrapOrOverflowIsDamaged) {
+  const std::string dir = train_and_save(gnmr_test::scratch_dir("zero_ckpt_index"), 1);
+  const std::string index = dir + "/" + gnmr::kZeroShardsIndexName;
+  nlohmann::json good = nlohmann::json::parse(gnmr::read_file(index));
+  for (const auto& [world, shard] : std::vector<std::pair<int64_t, int64_t>>{
+           {int64_t(1) << 32 | 1, good["shard_elements"]}, {4, int64_t(1) << 62}}) {
+    nlohmann::json bad = good;
+    bad["world_size"] = world;
+    bad["shard_elements"] = shard;
+    gnmr::write_file_atomic(index, bad.dump());
+    expect_error([&] { gnmr::zero_checkpoint_world_size(dir); }, ErrorKind::Checkpoint,
+                 {"optimizer_shards.json is damaged (inconsistent sizes)"});
+  }
+  gnmr::write_file_atomic(index, good.dump());
+  EXPECT_EQ(gnmr::zero_checkpoint_world_size(dir), 1);
 }
 
 TEST(ZeroCheckpoint, ConsolidatedMomentsEqualPlainAdamWAfterTheSameSteps) {
