@@ -14,7 +14,8 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(config shard_header safetensors controller_state trainer_json hf_config)
+((${#targets[@]})) || targets=(config shard_header safetensors controller_state trainer_json hf_config
+  checkpoint_json)
 
 cmake --preset fuzz
 cmake --build --preset fuzz -j "$(nproc)"

@@ -44,12 +44,13 @@ std::string read_manifest(const fs::path& path, json& files) {
     return std::string(kManifestName) + " cannot be read (" + e.what() + ")";
   }
   json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // Compared as JSON values, never converted: value("version", 0) threw on a string and was
+  // undefined behaviour on 1e300 (a double past int's range converted to int).
   if (manifest.is_discarded() || !manifest.is_object() ||
-      manifest.value("format", "") != kManifestFormat || !manifest.contains("files") ||
-      !manifest["files"].is_object()) {
+      manifest["format"] != json(kManifestFormat) || !manifest["files"].is_object()) {
     return std::string(kManifestName) + " is damaged (not a gnmr checkpoint manifest)";
   }
-  if (manifest.value("version", 0) != kManifestVersion) {
+  if (manifest["version"] != json(kManifestVersion)) {
     return std::string(kManifestName) + " has version " + manifest["version"].dump() +
            ", this build reads version " + std::to_string(kManifestVersion);
   }

@@ -33,8 +33,10 @@ ShardIndex read_index(const std::string& dir) {
   const fs::path path = fs::path(dir) / kZeroShardsIndexName;
   json j = json::parse(read_file(path.string()), nullptr, /*allow_exceptions=*/false);
   ShardIndex index;
-  if (j.is_discarded() || !j.is_object() || j.value("format", "") != kIndexFormat ||
-      j.value("version", 0) != kIndexVersion || !j["world_size"].is_number_integer() ||
+  // format and version compared as JSON values, never converted: a string or 1e300 where an
+  // int belongs reads as damaged instead of throwing json's own error or overflowing an int.
+  if (j.is_discarded() || !j.is_object() || j["format"] != json(kIndexFormat) ||
+      j["version"] != json(kIndexVersion) || !j["world_size"].is_number_integer() ||
       !j["shard_elements"].is_number_integer() || !j["flat_elements"].is_number_integer()) {
     throw Error(ErrorKind::Checkpoint, "checkpoint " + dir + ": " + kZeroShardsIndexName +
                                            " is damaged (not a version-1 gnmr ZeRO-1 shard index)");
@@ -45,8 +47,8 @@ ShardIndex read_index(const std::string& dir) {
   index.shard_elements = j["shard_elements"];
   index.flat_elements = j["flat_elements"];
   int64_t all_shards = 0;
-  if (world_size < 1 || world_size > std::numeric_limits<int>::max() ||
-      index.shard_elements < 0 || index.flat_elements < 0 ||
+  if (world_size < 1 || world_size > std::numeric_limits<int>::max() || index.shard_elements < 0 ||
+      index.flat_elements < 0 ||
       __builtin_mul_overflow(index.shard_elements, world_size, &all_shards) ||
       all_shards < index.flat_elements) {
     throw Error(ErrorKind::Checkpoint, "checkpoint " + dir + ": " + kZeroShardsIndexName +

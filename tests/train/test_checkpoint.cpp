@@ -16,6 +16,7 @@
 #include "train/checkpoint_manifest.h"
 #include "train/hf_format.h"
 #include "train/session.h"
+#include "util/atomic_file.h"
 
 namespace fs = std::filesystem;
 using gnmr::ErrorKind;
@@ -126,6 +127,34 @@ TEST(CheckpointManifest, ADamagedManifestIsNamed) {
   std::ofstream(dir + "/manifest.json") << "{\"format\": \"gnmr-checkpoint-manifest\"";
   EXPECT_NE(gnmr::checkpoint_problem(dir).find("manifest.json is damaged"), std::string::npos)
       << gnmr::checkpoint_problem(dir);
+}
+
+// Found while writing fuzz_checkpoint_json: a format or version of the wrong type escaped as json's
+// own type_error, and a version of 1e300 was converted to int (undefined behaviour).
+TEST(CheckpointManifest, AFormatOrVersionOfTheWrongTypeIsNamed) {
+  std::string dir = save_tiny_checkpoint(gnmr_test::scratch_dir("ckpt_manifest_types"), 3);
+  const std::string good = gnmr::read_file(dir + "/manifest.json");
+  const std::string format = "\"format\": \"gnmr-checkpoint-manifest\"";
+  const std::string version = "\"version\": 1";
+  ASSERT_NE(good.find(format), std::string::npos);
+  ASSERT_NE(good.find(version), std::string::npos);
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = good;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  for (const auto& [text, problem] : std::vector<std::pair<std::string, std::string>>{
+           {with(format, "\"format\": 7"), "manifest.json is damaged"},
+           {with(format, "\"format\": null"), "manifest.json is damaged"},
+           {with(version, "\"version\": \"1\""), "manifest.json has version \"1\""},
+           {with(version, "\"version\": 1e300"), "manifest.json has version 1e+300"},
+           {with(version, "\"version\": 2"), "manifest.json has version 2"}}) {
+    gnmr::write_file_atomic(dir + "/manifest.json", text);
+    EXPECT_EQ(gnmr::checkpoint_problem(dir).rfind(problem, 0), 0u) << text << "\n"
+                                                                   << gnmr::checkpoint_problem(dir);
+  }
+  gnmr::write_file_atomic(dir + "/manifest.json", good);
+  EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
 }
 
 TEST(CheckpointResume, AutoSkipsADamagedNewestCheckpointForThePreviousOne) {

@@ -63,9 +63,10 @@ TEST(ZeroCheckpoint, TheManifestRequiresEveryShardFile) {
                {"optimizer.shard_0_of_1.safetensors is missing"});
 }
 
-// A damaged shard index whose world size wraps to a valid int (2^32 + 1 -> 1) or whose
-// shards' total overflows int64 is damaged, not read as a plausible index.
-TEST(ZeroCheckpoint, AnIndexWhoseCountsWrapOrOverflowIsDamaged) {
+// Found by fuzz_checkpoint_json and by reading it: a shard index whose world size wraps to a
+// valid int (2^32 + 1 -> 1), whose shards' total overflows int64, or whose format or version
+// has the wrong type is damaged, not read as a plausible index or escaping as json's error.
+TEST(ZeroCheckpoint, AnIndexWithCountsThatWrapOrOverflowOrFieldsOfTheWrongTypeIsDamaged) {
   const std::string dir = train_and_save(gnmr_test::scratch_dir("zero_ckpt_index"), 1);
   const std::string index = dir + "/" + gnmr::kZeroShardsIndexName;
   nlohmann::json good = nlohmann::json::parse(gnmr::read_file(index));
@@ -77,6 +78,15 @@ TEST(ZeroCheckpoint, AnIndexWhoseCountsWrapOrOverflowIsDamaged) {
     gnmr::write_file_atomic(index, bad.dump());
     expect_error([&] { gnmr::zero_checkpoint_world_size(dir); }, ErrorKind::Checkpoint,
                  {"optimizer_shards.json is damaged (inconsistent sizes)"});
+  }
+  // A format or version of the wrong type, or a version past int's range, is damaged too.
+  for (const auto& [key, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"format", 7}, {"version", "1"}, {"version", 1e300}}) {
+    nlohmann::json bad = good;
+    bad[key] = value;
+    gnmr::write_file_atomic(index, bad.dump());
+    expect_error([&] { gnmr::zero_checkpoint_world_size(dir); }, ErrorKind::Checkpoint,
+                 {"optimizer_shards.json is damaged (not a version-1"});
   }
   gnmr::write_file_atomic(index, good.dump());
   EXPECT_EQ(gnmr::zero_checkpoint_world_size(dir), 1);
