@@ -74,7 +74,16 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     verify_checkpoint(o.model_dir);
     json saved = read_checkpoint_config(o.model_dir);
     model_section = saved.at("model");
-    if (seq_len == 0) seq_len = saved.at("data").at("seq_len");
+    if (seq_len == 0) {
+      const json data = saved.value("data", json::object());
+      const json saved_seq_len = data.is_object() ? data.value("seq_len", json()) : json();
+      if (!saved_seq_len.is_number_integer() || saved_seq_len < 2 || saved_seq_len > 1 << 30) {
+        throw Error(ErrorKind::Checkpoint, o.model_dir + "/config.json: \"data.seq_len\" is " +
+                                               saved_seq_len.dump() +
+                                               ", not a sequence length; give --seq-len");
+      }
+      seq_len = saved_seq_len.get<int>();
+    }
   }
   RunConfig config = run_config_from_json({{"model", model_section}});
   if (seq_len < 2 || seq_len > config.model.max_seq_len) {

@@ -17,7 +17,9 @@ void MetricsWriter::open(const std::string& path, int64_t keep_through_step) {
     while (std::getline(in, line)) {
       auto j = nlohmann::json::parse(line, nullptr, false);
       if (j.is_discarded()) continue;  // a torn last line from a crash
-      if (j.contains("step") && j["step"].get<int64_t>() > keep_through_step) continue;
+      // Compared as JSON numbers: a hand-edited "step" of another type or past int64's range
+      // keeps its line instead of throwing or overflowing a conversion.
+      if (j.is_object() && j["step"].is_number() && j["step"] > keep_through_step) continue;
       kept << line << "\n";
     }
     write_file_atomic(path, kept.str());

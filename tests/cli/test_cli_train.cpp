@@ -162,6 +162,26 @@ TEST(CliEval, TextFileAndTruncatedCheckpoint) {
   EXPECT_NEAR(j["ppl"].get<double>(), std::exp(j["loss"].get<double>()),
               1e-6 * j["ppl"].get<double>());
 
+  // A checkpoint from before manifests whose data.seq_len is not a length: named, and --seq-len
+  // is the way out (1e300 was converted to int: undefined behaviour).
+  const std::string old_ckpt = dir + "/old_checkpoint";
+  fs::copy(ckpt, old_ckpt);
+  fs::remove(old_ckpt + "/manifest.json");
+  nlohmann::json saved = nlohmann::json::parse(gnmr_test::read_bytes(old_ckpt + "/config.json"));
+  for (const nlohmann::json& seq_len : {nlohmann::json(1e300), nlohmann::json("16")}) {
+    saved["data"]["seq_len"] = seq_len;
+    std::ofstream(old_ckpt + "/config.json", std::ios::trunc) << saved.dump();
+    auto odd = run_gnmr("eval --checkpoint " + old_ckpt + " --text " + dir + "/text.txt");
+    EXPECT_EQ(odd.exit_code, 5) << odd.output;
+    EXPECT_NE(odd.output.find("\"data.seq_len\" is " + seq_len.dump() +
+                              ", not a sequence length; give --seq-len"),
+              std::string::npos)
+        << odd.output;
+  }
+  EXPECT_EQ(run_gnmr("eval --checkpoint " + old_ckpt + " --text " + dir + "/text.txt --seq-len 16")
+                .exit_code,
+            0);
+
   // Truncate the weights: the manifest names the damaged file, no crash.
   fs::resize_file(ckpt + "/model.safetensors", fs::file_size(ckpt + "/model.safetensors") / 2);
   auto bad = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir + "/text.txt --seq-len 16");
