@@ -26,15 +26,29 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
+// section[key] as step numbers. Each must be a JSON integer: get<int64_t> of a double past
+// int64's range (1e300) is undefined behaviour, not an error.
+std::vector<int64_t> debug_steps(const json& section, const char* key) {
+  std::vector<int64_t> steps;
+  for (const json& step : section.at(key)) {
+    if (!step.is_number_integer()) {
+      throw Error(ErrorKind::Config, std::string("config: \"debug.") + key +
+                                         "\" must hold integer steps, got " + step.dump());
+    }
+    steps.push_back(step.get<int64_t>());
+  }
+  return steps;
+}
+
 DebugHooks debug_hooks_from(const json& section) {
   DebugHooks h;
   try {
-    h.nonfinite_grad_steps = section.at("nonfinite_grad_steps").get<std::vector<int64_t>>();
+    h.nonfinite_grad_steps = debug_steps(section, "nonfinite_grad_steps");
     h.spike_unit = section.at("spike_unit");
-    h.spike_steps = section.at("spike_steps").get<std::vector<int64_t>>();
+    h.spike_steps = debug_steps(section, "spike_steps");
     h.spike_scale = section.at("spike_scale");
-    h.diverge_weights_steps = section.at("diverge_weights_steps").get<std::vector<int64_t>>();
-    h.diverge_plan_steps = section.at("diverge_plan_steps").get<std::vector<int64_t>>();
+    h.diverge_weights_steps = debug_steps(section, "diverge_weights_steps");
+    h.diverge_plan_steps = debug_steps(section, "diverge_plan_steps");
     h.crash_rank = section.at("crash_rank");
     h.crash_step = section.at("crash_step");
   } catch (const json::exception&) {

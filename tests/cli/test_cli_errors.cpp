@@ -166,6 +166,18 @@ TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
   EXPECT_EQ(nlohmann::json::parse(ok.output)["train"]["lr"], 0.5);
 }
 
+// A debug step list holding a number that is not an integer (1e300 was converted to int64:
+// undefined behaviour) is a config error naming the list.
+TEST(CliErrors, ADebugStepThatIsNotAnIntegerIsAConfigError) {
+  const std::string dir = gnmr_test::scratch_dir("cli_debug_steps");
+  const std::string config = gnmr_test::write_tiny_config(dir, "{}");
+  for (const std::string steps : {"[1e300]", "[2.5]"}) {
+    expect_failure("bench --config " + config + " --steps 1 --warmup 0 --threads 1 --set " +
+                       "debug.spike_steps=" + steps,
+                   3, "\"debug.spike_steps\" must hold integer steps, got ");
+  }
+}
+
 TEST(CliErrors, MissingDataFilesExitFourAndNameTheField) {
   std::string dir = gnmr_test::scratch_dir("cli_missing_data");
   std::string config =
