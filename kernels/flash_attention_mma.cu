@@ -638,6 +638,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
       load_wgmma_kv_tile_async<HD>(ks, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+      wgmma_fence_operands(o[r]);  // the softmax's rescale of o and its P land before the fence
+      wgmma_fence_operands(pa[r]);
+    }
     wgmma_fence();
 #pragma unroll
     for (int r = 0; r < kSlabs; ++r) wgmma_accumulate_a_times_rows<HD>(o[r], pa[r], v_operand);
@@ -926,6 +931,11 @@ __global__ void __launch_bounds__(kFlashMmaThreads, kQueryTileBlocksPerSm<kSlabs
       load_wgmma_kv_tile_async<HD>(vs, k, s, tiles, b, g, kj + 1);
       cp_async_commit_group();
     }
+#pragma unroll
+    for (int r = 0; r < kSlabs; ++r) {
+      wgmma_fence_operands(dq_acc[r]);  // dQ's zeros (the first time) and dS before the fence
+      wgmma_fence_operands(dsa[r]);
+    }
     wgmma_fence();
 #pragma unroll
     for (int r = 0; r < kSlabs; ++r) {
@@ -1182,6 +1192,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     uint32_t pa[kFlashKeyBlocks / 2][4];
     a_fragments_from_c<kFlashKeyBlocks>(pa, pt);
     float dst[kFlashKeyBlocks][kMmaCElements];
+    wgmma_fence_operands(dv_acc);  // dV's zeros (the first task) and P^T before the fence
+    wgmma_fence_operands(pa);
     wgmma_fence();
     wgmma_accumulate_a_times_rows<HD>(dv_acc, pa, dout_values);
     wgmma_commit_group();
@@ -1202,6 +1214,8 @@ __global__ void __launch_bounds__(kFlashMmaThreads, 2)
     }
     uint32_t dsa[kFlashKeyBlocks / 2][4];
     a_fragments_from_c<kFlashKeyBlocks>(dsa, dst);
+    wgmma_fence_operands(dk_acc);  // dK's zeros (the first task) and dS^T before the fence
+    wgmma_fence_operands(dsa);
     wgmma_fence();
     wgmma_accumulate_a_times_rows<HD>(dk_acc, dsa, q_values);
     wgmma_commit_group();
@@ -1428,14 +1442,18 @@ std::string wgmma_missing(int device) {
     return "compute capability " + std::to_string(major) + "." + std::to_string(minor) +
            " (wgmma is sm_90a's: H100, H200)";
   }
-  // Code compiled for sm_90a has PTX version 90; without it the driver would compile the
-  // sm_80 PTX, in which the wgmma wrappers trap.
+  const std::string no_sm90a = "a build without sm_90a code (GNMR_CUDA_ARCHITECTURES has no 90a)";
+#if defined(GNMR_KERNELS_HAVE_SM90A)
+  // Code compiled for sm_90a has PTX version 90; where the driver cannot load it, it would
+  // compile the sm_80 PTX, in which the wgmma wrappers trap.
   cudaFuncAttributes attributes{};
   GNMR_CUDA_CHECK(cudaFuncGetAttributes(&attributes, flash_forward_wgmma_kernel<64, 1>));
-  if (attributes.ptxVersion < 90) {
-    return "a build without sm_90a code (GNMR_CUDA_ARCHITECTURES has no 90a)";
-  }
-  return "";
+  return attributes.ptxVersion < 90 ? no_sm90a : "";
+#else
+  // A plain sm_90 build has PTX version 90 too, but its wgmma wrappers trap (no
+  // __CUDA_ARCH_FEAT_SM90_ALL); only the build knows which architectures it compiled.
+  return no_sm90a;
+#endif
 }
 
 // wgmma_missing(device), asked of the driver once per device: the entry points check it at

@@ -46,16 +46,17 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = int(threadIdx.x) % kWarpSize, warp = int(threadIdx.x) / kWarpSize;
   float acc[kColumns / kMmaN][kMmaCElements];
   if constexpr (kRegistersA) {
-    uint32_t fragment[kMmaAElements / 2];  // element 2 p in pair p's low half
+    uint32_t fragment[1][kMmaAElements / 2];  // element 2 p in pair p's low half
 #pragma unroll
     for (int p = 0; p < kMmaAElements / 2; ++p) {
       const auto element = [&](int i) {
         return a_rows[(kMmaM * warp + mma_a_row(lane, i)) * kWgmmaK + mma_a_col(lane, i)];
       };
-      fragment[p] = pack_bf16_pair(element(2 * p), element(2 * p + 1));
+      fragment[0][p] = pack_bf16_pair(element(2 * p), element(2 * p + 1));
     }
+    wgmma_fence_operands(fragment);  // written before the fence, as the kernels' A fragments
     wgmma_fence();
-    wgmma_m64n64k16_rs_trans_b(acc, fragment, b_desc, 0);
+    wgmma_m64n64k16_rs_trans_b(acc, fragment[0], b_desc, 0);
   } else {
     wgmma_fence();
     wgmma_m64n64k16_ss(acc, wgmma_descriptor(base + a.start, a.lbo, a.sbo), b_desc, 0);

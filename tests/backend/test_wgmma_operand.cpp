@@ -32,6 +32,32 @@ TEST(WgmmaOperand, DescriptorFieldsSitWhereThePtxIsaPutsThem) {
   EXPECT_EQ(wgmma_descriptor_base_offset(d | (uint64_t{5} << 49)), 5u);
 }
 
+// The PTX ISA's own layouts (§9.7.15.5.1.2.1.3, "Canonical Layouts"), written here as printed
+// and not through this file's formulas, so that a misreading shared by the kernels, the
+// emulation and the tests above would fail here. CuTe layouts, in bf16 elements (T = 8 per
+// 16 bytes): Figure 168, MN-major without swizzle, ((8,1,2),(8,2)):((1,8,64),(8,128)) with
+// LBO = 128 and SBO = 64 elements; the K-major canonical form ((8,m),(T,2k)):((1T,SBO),(1,LBO)).
+TEST(WgmmaOperand, ThePtxIsasWorkedLayoutsAreReadAsPrinted) {
+  const uint32_t start = 512;
+  const uint64_t figure_168 = wgmma_descriptor(start, 128 * 2, 64 * 2);
+  for (int mn = 0; mn < 16; ++mn) {
+    for (int k = 0; k < 16; ++k) {
+      const int element = (mn % 8) * 1 + (mn / 8) * 64 + (k % 8) * 8 + (k / 8) * 128;
+      EXPECT_EQ(wgmma_operand_byte(figure_168, /*mn_major=*/true, mn, k), start + 2u * element)
+          << "MN-major (" << mn << ", " << k << ")";
+    }
+  }
+  const int lbo = 64, sbo = 256;  // elements, as the scores' operands: any multiples of 8 do
+  const uint64_t k_major = wgmma_descriptor(start, 2 * lbo, 2 * sbo);
+  for (int mn = 0; mn < 24; ++mn) {
+    for (int k = 0; k < 32; ++k) {
+      const int element = (mn % 8) * 8 + (mn / 8) * sbo + (k % 8) * 1 + (k / 8) * lbo;
+      EXPECT_EQ(wgmma_operand_byte(k_major, /*mn_major=*/false, mn, k), start + 2u * element)
+          << "K-major (" << mn << ", " << k << ")";
+    }
+  }
+}
+
 TEST(WgmmaOperand, AnAdvancedDescriptorIsTheDescriptorOfTheLaterStart) {
   for (const uint32_t start : {0u, 16u, 4096u, 0x30000u}) {
     for (const uint32_t bytes : {0u, 16u, 256u, 2048u, 0xC000u}) {

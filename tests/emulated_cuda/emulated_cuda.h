@@ -207,10 +207,13 @@ void wgmma_fence();
 // the async proxy, which the wgmma's reads of shared memory go through. A wgmma reading a word
 // whose last copy's thread has not fenced it since its landing fails the launch.
 void fence_proxy_async_shared();
-// The kernels' register pin after a wait (CUTLASS's warpgroup_fence_operand): the emulation's
-// products land at the wait itself, so nothing to pin.
+// The kernels' register pin (CUTLASS's warpgroup_fence_operand), after a wait and before a
+// wgmma.fence: the emulation runs each thread's statements in order and its products land at
+// the wait itself, so nothing to pin.
 template <int N>
 void wgmma_fence_operands(float (&)[N][4]) {}
+template <int N>
+void wgmma_fence_operands(uint32_t (&)[N][4]) {}
 void wgmma_commit_group();
 void emulated_wgmma_wait_group(int pending);
 template <int N>
