@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace gnmr::cuda {
 
@@ -176,7 +177,7 @@ __device__ inline void wgmma_wait_group() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 #endif
 }
-// Pins the registers of `acc` (an accumulator) or `a` (A fragments) to this point: the compiler
+// Pins `registers` (an accumulator, or A fragments) to this point: the compiler
 // moves no use or definition of them across it (CUTLASS's warpgroup_fence_operand). Used
 // - after a wgmma.wait_group, so that no instruction reads accumulators before their products
 //   have landed: the wgmma's asm hands them out at issue as far as the compiler knows, and
@@ -184,20 +185,20 @@ __device__ inline void wgmma_wait_group() {
 // - before a wgmma_fence(), on the accumulators and A fragments that ordinary instructions
 //   wrote (the softmax's rescale, dS), so that no such write sinks past the wgmma.fence that
 //   must follow it (CUTLASS pins the accumulators before warpgroup_arrive the same way).
-template <int N>
-__device__ inline void wgmma_fence_operands(float (&acc)[N][4]) {
+template <typename T, int N>
+__device__ inline void wgmma_fence_operands(T (&registers)[N][4]) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint32_t>,
+                "an fp32 accumulator or bf16-pair A fragments");
 #pragma unroll
   for (int i = 0; i < N; ++i) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(acc[i][j])::"memory");
-  }
-}
-template <int N>
-__device__ inline void wgmma_fence_operands(uint32_t (&a)[N][4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
+    for (int j = 0; j < 4; ++j) {
+      if constexpr (std::is_same_v<T, float>) {
+        asm volatile("" : "+f"(registers[i][j])::"memory");
+      } else {
+        asm volatile("" : "+r"(registers[i][j])::"memory");
+      }
+    }
   }
 }
 // fence.proxy.async.shared::cta: the shared memory cp.async wrote (the generic proxy) is

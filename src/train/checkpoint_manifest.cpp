@@ -44,8 +44,8 @@ std::string read_manifest(const fs::path& path, json& files) {
     return std::string(kManifestName) + " cannot be read (" + e.what() + ")";
   }
   json manifest = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  // Compared as JSON values, never converted: value("version", 0) threw on a string and was
-  // undefined behaviour on 1e300 (a double past int's range converted to int).
+  // Compared as JSON values, never converted: a format or version of another type, or past
+  // int's range, is a damaged manifest, not json's type_error or an overflowing conversion.
   if (manifest.is_discarded() || !manifest.is_object() ||
       manifest["format"] != json(kManifestFormat) || !manifest["files"].is_object()) {
     return std::string(kManifestName) + " is damaged (not a gnmr checkpoint manifest)";

@@ -210,10 +210,8 @@ void fence_proxy_async_shared();
 // The kernels' register pin (CUTLASS's warpgroup_fence_operand), after a wait and before a
 // wgmma.fence: the emulation runs each thread's statements in order and its products land at
 // the wait itself, so nothing to pin.
-template <int N>
-void wgmma_fence_operands(float (&)[N][4]) {}
-template <int N>
-void wgmma_fence_operands(uint32_t (&)[N][4]) {}
+template <typename T, int N>
+void wgmma_fence_operands(T (&)[N][4]) {}
 void wgmma_commit_group();
 void emulated_wgmma_wait_group(int pending);
 template <int N>
