@@ -88,6 +88,9 @@ const char* emulated_launch_error_text();
 // Whether [p, p + bytes) lies inside one emulated cudaMalloc allocation (emulated_cudart.cpp):
 // the emulated cuBLASLt checks its operands with it.
 bool emulated_is_device_range(const void* p, size_t bytes);
+// How many cudaMallocHost calls this process has made (emulated_cudart.cpp): a test checks that
+// a training step makes none (each synchronizes a real device, gradient sums in flight included).
+int64_t emulated_pinned_host_allocations();
 // cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes).
 void emulated_set_max_dynamic_shared_bytes(const void* kernel_id, int bytes);
 // The emulated device: an H100 / H200 (sm_90) as the kernels' shared-memory checks read it.

@@ -13,6 +13,7 @@
 //   synchronization calls return success (so ordering bugs between streams do not show here).
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -30,6 +31,7 @@ thread_local int current_device = 0;  // cudaSetDevice's, per host thread as CUD
 
 std::map<const char*, size_t> allocations;  // start -> bytes
 size_t allocated_bytes = 0;
+std::atomic<int64_t> pinned_host_allocations{0};  // cudaMallocHost calls
 
 struct EmulatedStream {
   int priority = 0;
@@ -93,6 +95,10 @@ namespace gnmr::cuda {
 
 bool emulated_is_device_range(const void* p, size_t bytes) {
   return allocation_holding(p, bytes == 0 ? 1 : bytes) != allocations.end();
+}
+
+int64_t emulated_pinned_host_allocations() {
+  return pinned_host_allocations;
 }
 
 }  // namespace gnmr::cuda
@@ -302,6 +308,7 @@ cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  ++pinned_host_allocations;
   *ptr = std::malloc(size == 0 ? 1 : size);
   return *ptr ? cudaSuccess : api_error(cudaErrorMemoryAllocation, "cudaMallocHost");
 }

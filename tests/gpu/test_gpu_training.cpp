@@ -25,6 +25,10 @@
 #include "train/make_backend.h"
 #include "train/session.h"
 
+#ifdef GNMR_CUDA_EMULATED
+#include "emulated_cuda/emulated_cuda.h"
+#endif
+
 namespace gnmr {
 namespace {
 
@@ -48,7 +52,8 @@ RunConfig config_for(const std::string& backend, const std::vector<std::string>&
 struct TrainedRun {
   std::vector<double> losses, grad_norms;
   std::vector<int64_t> syncs_per_step;
-  std::vector<size_t> bytes_allocated_per_step;  // device memory a step added (none: planned)
+  std::vector<size_t> bytes_allocated_per_step;      // device memory a step added (none: planned)
+  std::vector<int64_t> pinned_allocations_per_step;  // cudaMallocHost calls (emulation only)
   size_t saved_activation_bytes = 0;  // what the projections kept for the backward (step 1)
 };
 
@@ -59,7 +64,14 @@ TrainedRun train(const RunConfig& config, int64_t steps = kSteps) {
   for (int64_t s = 0; s < steps; ++s) {
     const int64_t before = session.backend().sync_count();
     const size_t allocated_before = session.backend().memory_use().total();
+#ifdef GNMR_CUDA_EMULATED
+    const int64_t pinned_before = cuda::emulated_pinned_host_allocations();
+#endif
     const StepResult r = session.run_step(s);
+#ifdef GNMR_CUDA_EMULATED
+    run.pinned_allocations_per_step.push_back(cuda::emulated_pinned_host_allocations() -
+                                              pinned_before);
+#endif
     run.syncs_per_step.push_back(session.backend().sync_count() - before);
     run.bytes_allocated_per_step.push_back(session.backend().memory_use().total() -
                                            allocated_before);
@@ -173,6 +185,11 @@ TEST_P(GpuTraining, MatchesTheCpuBackendWithOneWaitPerStep) {
       EXPECT_EQ(gpu.syncs_per_step[size_t(s)], 1) << recipe.name << " step " << s + 1;
     }
     EXPECT_EQ(gpu.bytes_allocated_per_step[size_t(s)], 0u) << recipe.name << " step " << s + 1;
+#ifdef GNMR_CUDA_EMULATED
+    // Nor pinned memory: the staging slots are sized with the token tensors. On a GPU each
+    // cudaMallocHost would wait for the device, gradient sums in flight included.
+    EXPECT_EQ(gpu.pinned_allocations_per_step[size_t(s)], 0) << recipe.name << " step " << s + 1;
+#endif
   }
   // Where every path's backward reads a copy its forward kept (kept_copies_replace_x), the GPU
   // keeps that copy of the inputs of q, k, v (one for the three), gate, up (one) and down in

@@ -304,9 +304,11 @@ class CudaBackend final : public Backend {
     }
     t.data = memory_.allocate(name, t.bytes(), role);
     if (dtype == DType::I32) {
-      // Token ids: room for the embedding index of a batch of this size (embedding_backward).
+      // Token ids: room for the embedding index of a batch of this size (embedding_backward),
+      // and staging slots that hold it, the largest upload of a step.
       const int64_t n = t.numel();
       embedding_index_.reserve(memory_, sizeof(int32_t) * size_t(3 * n + 1));
+      reserve_staging(sizeof(int32_t) * size_t(3 * n + 1));
     }
     return t;
   }
@@ -1002,6 +1004,25 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Every staging slot at least `bytes` (at most kMaxStagedBytes), now, where tensors are
+  // allocated: cudaMallocHost and cudaFreeHost synchronize the device, and in a step that wait
+  // would take in the gradient sums in flight, which wait on the other ranks (no deadline).
+  void reserve_staging(size_t bytes) {
+    for (StagingSlot& slot : staging_) {
+      GNMR_CUDA_CHECK(cudaEventSynchronize(slot.done));
+      grow_staging_slot(slot, std::min(bytes, kMaxStagedBytes));
+    }
+  }
+  // `slot` (its copy done) holding at least `bytes`.
+  void grow_staging_slot(StagingSlot& slot, size_t bytes) {
+    if (slot.bytes >= bytes) return;
+    if (slot.host) GNMR_CUDA_CHECK(cudaFreeHost(slot.host));
+    slot.host = nullptr;
+    slot.bytes = 0;
+    GNMR_CUDA_CHECK(cudaMallocHost(&slot.host, bytes));
+    slot.bytes = bytes;
+  }
+
   // One staged upload (see kStagingSlots): pinned copy, then an async copy on the stream.
   void upload(void* device, const void* host, size_t bytes) {
     if (bytes > kMaxStagedBytes) {
@@ -1012,13 +1033,7 @@ class CudaBackend final : public Backend {
     StagingSlot& slot = staging_[next_slot_];
     next_slot_ = (next_slot_ + 1) % kStagingSlots;
     GNMR_CUDA_CHECK(cudaEventSynchronize(slot.done));  // its previous copy has been made
-    if (slot.bytes < bytes) {
-      if (slot.host) GNMR_CUDA_CHECK(cudaFreeHost(slot.host));
-      slot.host = nullptr;
-      slot.bytes = 0;
-      GNMR_CUDA_CHECK(cudaMallocHost(&slot.host, bytes));
-      slot.bytes = bytes;
-    }
+    grow_staging_slot(slot, bytes);
     std::memcpy(slot.host, host, bytes);
     GNMR_CUDA_CHECK(cudaMemcpyAsync(device, slot.host, bytes, cudaMemcpyHostToDevice, stream_));
     GNMR_CUDA_CHECK(cudaEventRecord(slot.done, stream_));
