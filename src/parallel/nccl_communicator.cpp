@@ -229,8 +229,12 @@ class NcclCommunicator final : public Communicator {
   double timeout_s() const override { return timeout_s_; }
   void set_timeout_s(double seconds) override { timeout_s_ = seconds; }
 
+  // No ncclCommAbort here: the process ends, which frees the communicator and stops its
+  // kernels, and NCCL documents that every active rank must call the abort for it to succeed,
+  // so on the one failing rank it could wait for peers that are still computing (and keep
+  // MPI_Abort, which ends them at once, from running). The peers see this process's
+  // connections close and fail their own collectives within their deadline.
   [[noreturn]] void abort(int exit_code) override {
-    if (comm_ != nullptr) nccl_.CommAbort(comm_);
     comm_ = nullptr;
     if (host_) host_->abort(exit_code);  // MPI: ends every rank of the job at once
     std::_Exit(exit_code);
