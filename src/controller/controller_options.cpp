@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "util/json_integer.h"
+
 namespace gnmr {
 
 namespace {
@@ -29,16 +31,7 @@ double read_number(const json& value, const std::string& key) {
 
 // Integers may be written as 8 or 8.0 (configs written by Python tools), never 8.5.
 int64_t read_integer(const json& value, const std::string& key) {
-  if (value.is_number_unsigned()) {
-    uint64_t v = value.get<uint64_t>();
-    if (v > static_cast<uint64_t>(INT64_MAX)) fail(key, "is too large (got " + value.dump() + ")");
-    return static_cast<int64_t>(v);
-  }
-  if (value.is_number_integer()) return value.get<int64_t>();
-  if (value.is_number_float()) {
-    double v = value.get<double>();
-    if (std::floor(v) == v && std::fabs(v) < 9.0e15) return static_cast<int64_t>(v);
-  }
+  if (const std::optional<int64_t> v = json_int64_allowing_float(value)) return *v;
   fail(key, "must be an integer (got " + value.dump() + ")");
 }
 

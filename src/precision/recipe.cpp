@@ -1,9 +1,12 @@
 // Parsing and describing precision recipes (recipe.h has the keys and their meaning).
 #include "precision/recipe.h"
 
+#include <climits>
 #include <cmath>
 #include <stdexcept>
 #include <vector>
+
+#include "util/json_integer.h"
 
 namespace gnmr {
 
@@ -18,11 +21,7 @@ using nlohmann::json;
 // Integers may be written as 8 or 8.0 (configs written by Python tools), never 8.5.
 int64_t read_integer(const json& section, const std::string& key) {
   const json& value = section.at(key);
-  if (value.is_number_integer()) return value.get<int64_t>();
-  if (value.is_number_float()) {
-    const double v = value.get<double>();
-    if (std::floor(v) == v && std::fabs(v) < 9.0e15) return static_cast<int64_t>(v);
-  }
+  if (const std::optional<int64_t> v = json_int64_allowing_float(value)) return *v;
   fail(key, "must be an integer (got " + value.dump() + ")");
 }
 
@@ -151,10 +150,12 @@ PrecisionRecipe recipe_from_json(const json& precision_section) {
   if (!layers.is_array())
     fail("recovery_layers", "must be a list of layer indices (got " + layers.dump() + ")");
   for (const auto& layer : layers) {
-    if (!layer.is_number_integer()) {
+    // An index must fit an int whole: 4294967296 truncated would be layer 0.
+    const std::optional<int64_t> index = json_int64(layer);
+    if (!index || *index < INT_MIN || *index > INT_MAX) {
       fail("recovery_layers", "must hold integer layer indices (got " + layer.dump() + ")");
     }
-    r.recovery_layers.push_back(layer.get<int>());
+    r.recovery_layers.push_back(int(*index));
   }
   if (!s.at("stochastic_rounding").is_boolean()) {
     fail("stochastic_rounding",

@@ -8,6 +8,7 @@
 #include "precision/bf16.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 
 using nlohmann::json;
 
@@ -27,12 +28,11 @@ size_t dtype_bytes(const std::string& dtype) {
   return 0;
 }
 
-// Whether V is a JSON integer that fits int64 (and is >= 0 unless MAY_BE_NEGATIVE). The
-// parser holds a number past 2^64, or one with a fraction or exponent, as a double, and reading
-// such a double as an integer is undefined behaviour; so only integers get read.
+// Whether V is a JSON integer that fits int64 (util/json_integer.h), and is >= 0 unless
+// MAY_BE_NEGATIVE.
 bool is_header_integer(const json& v, bool may_be_negative) {
-  if (v.is_number_unsigned()) return v.get<uint64_t>() <= uint64_t(INT64_MAX);
-  return may_be_negative && v.is_number_integer();
+  const std::optional<int64_t> value = json_int64(v);
+  return value && (may_be_negative || *value >= 0);
 }
 
 // The element count of SHAPE when every dimension is >= 0 and the count is at most

@@ -14,6 +14,7 @@
 #include "train/make_backend.h"
 #include "train/replica_check.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 
 using nlohmann::json;
 
@@ -26,16 +27,16 @@ double elapsed_ms(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
-// section[key] as step numbers. Each must be a JSON integer: get<int64_t> of a double past
-// int64's range (1e300) is undefined behaviour, not an error.
+// section[key] as step numbers, each a JSON integer (util/json_integer.h).
 std::vector<int64_t> debug_steps(const json& section, const char* key) {
   std::vector<int64_t> steps;
   for (const json& step : section.at(key)) {
-    if (!step.is_number_integer()) {
+    const std::optional<int64_t> value = json_int64(step);
+    if (!value) {
       throw Error(ErrorKind::Config, std::string("config: \"debug.") + key +
                                          "\" must hold integer steps, got " + step.dump());
     }
-    steps.push_back(step.get<int64_t>());
+    steps.push_back(*value);
   }
   return steps;
 }

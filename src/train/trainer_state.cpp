@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "util/error.h"
+#include "util/json_integer.h"
 
 using nlohmann::json;
 
@@ -16,16 +17,13 @@ constexpr int kCheckpointFormat = 1;
 // negative or too large count) names the field.
 int64_t counter(const json& trainer, const char* key, int64_t max, const std::string& path) {
   const auto it = trainer.find(key);
-  const bool ok =
-      it != trainer.end() &&
-      ((it->is_number_unsigned() && it->get<uint64_t>() <= uint64_t(max)) ||
-       (it->is_number_integer() && it->get<int64_t>() >= 0 && it->get<int64_t>() <= max));
-  if (!ok) {
+  const std::optional<int64_t> value = it != trainer.end() ? json_int64(*it) : std::nullopt;
+  if (!value || *value < 0 || *value > max) {
     throw Error(ErrorKind::Checkpoint,
                 path + ": \"" + key + "\" must be an integer in [0, " + std::to_string(max) +
                     "], got " + (it == trainer.end() ? std::string("nothing") : it->dump()));
   }
-  return it->get<int64_t>();
+  return *value;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "train/safetensors.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -33,19 +34,28 @@ ShardIndex read_index(const std::string& dir) {
   const fs::path path = fs::path(dir) / kZeroShardsIndexName;
   json j = json::parse(read_file(path.string()), nullptr, /*allow_exceptions=*/false);
   ShardIndex index;
+  auto not_an_index = [&] {
+    return Error(ErrorKind::Checkpoint,
+                 "checkpoint " + dir + ": " + kZeroShardsIndexName +
+                     " is damaged (not a version-1 gnmr ZeRO-1 shard index)");
+  };
   // format and version compared as JSON values, never converted: a string or 1e300 where an
   // int belongs reads as damaged instead of throwing json's own error or overflowing an int.
   if (j.is_discarded() || !j.is_object() || j["format"] != json(kIndexFormat) ||
-      j["version"] != json(kIndexVersion) || !j["world_size"].is_number_integer() ||
-      !j["shard_elements"].is_number_integer() || !j["flat_elements"].is_number_integer()) {
-    throw Error(ErrorKind::Checkpoint, "checkpoint " + dir + ": " + kZeroShardsIndexName +
-                                           " is damaged (not a version-1 gnmr ZeRO-1 shard index)");
+      j["version"] != json(kIndexVersion)) {
+    throw not_an_index();
   }
-  // Read as int64 and range-checked before any narrowing or product: a damaged count must not
-  // wrap into a plausible one, nor overflow the product below.
-  const int64_t world_size = j["world_size"];
-  index.shard_elements = j["shard_elements"];
-  index.flat_elements = j["flat_elements"];
+  // Read as int64 (util/json_integer.h) and range-checked before any narrowing or product: a
+  // damaged count must not wrap into a plausible one, nor overflow the product below.
+  const std::optional<int64_t> world_size_read = json_int64(j["world_size"]);
+  const std::optional<int64_t> shard_elements = json_int64(j["shard_elements"]);
+  const std::optional<int64_t> flat_elements = json_int64(j["flat_elements"]);
+  if (!world_size_read || !shard_elements || !flat_elements) {
+    throw not_an_index();
+  }
+  const int64_t world_size = *world_size_read;
+  index.shard_elements = *shard_elements;
+  index.flat_elements = *flat_elements;
   int64_t all_shards = 0;
   if (world_size < 1 || world_size > std::numeric_limits<int>::max() || index.shard_elements < 0 ||
       index.flat_elements < 0 ||

@@ -97,6 +97,22 @@ TEST(Recipe, ErrorsNameTheKey) {
             std::string::npos);
 }
 
+// An integer past what its field holds is refused, never wrapped or truncated: 2^32 as an int
+// was layer 0 once, and 2^64 - 1 read as int64 is -1.
+TEST(Recipe, IntegersTooLargeForTheirFieldAreErrorsNotWraps) {
+  EXPECT_NE(error_of({{"recovery_layers", {4294967296LL}}}).find("\"precision.recovery_layers\""),
+            std::string::npos);
+  EXPECT_NE(error_of({{"recovery_layers", {-4294967297LL}}}).find("\"precision.recovery_layers\""),
+            std::string::npos);
+  EXPECT_NE(
+      error_of({{"low_bits", json::parse("18446744073709551615")}}).find("precision.low_bits"),
+      std::string::npos);
+  EXPECT_NE(error_of({{"seed", json::parse("9223372036854775808")}}).find("\"precision.seed\""),
+            std::string::npos);
+  EXPECT_EQ(recipe_from_json({{"recovery_layers", {0, -1}}}).recovery_layers,
+            (std::vector<int>{0, -1}));
+}
+
 TEST(Recipe, GroupSizeShrinksToTheLargestDivisorOfTheWidth) {
   const GroupwiseSpec g128{4, 128, false};
   EXPECT_EQ(groupwise_spec_for_width(g128, 512).group_size, 128);
