@@ -1,5 +1,10 @@
-// The Communicator calls that not every implementation has (communicator.h).
+// The Communicator calls that not every implementation has, and ending a job after one rank
+// failed (communicator.h).
 #include "parallel/communicator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdlib>
 
 #include "util/error.h"
 
@@ -22,6 +27,14 @@ void Communicator::start_reduce_scatter_sum(Tensor, int64_t, int64_t) {
   throw Error(ErrorKind::NotBuilt, "communicator \"" + name() +
                                        "\" has no start_reduce_scatter_sum: dist.zero=1 runs on "
                                        "the local, mpi or nccl communicator");
+}
+
+void end_job_after_error(Communicator& comm, const std::exception& error) {
+  const Error* gnmr_error = dynamic_cast<const Error*>(&error);
+  spdlog::error("rank {}: {}", comm.rank(), error.what());
+  const int exit_code = gnmr_error ? gnmr_error->exit_code() : int(ErrorKind::Runtime);
+  comm.abort(exit_code);
+  std::_Exit(exit_code);  // not reached (abort is [[noreturn]], which a virtual call hides)
 }
 
 }  // namespace gnmr

@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -94,6 +95,26 @@ class Communicator {
   // MPI, MPI_Finalize itself waits for them).
   [[noreturn]] virtual void abort(int exit_code) = 0;
 };
+
+// Ends the job after this rank failed with `error`: logs it with the rank, then abort()s with
+// its exit code (a gnmr::Error's kind, else ErrorKind::Runtime), so that no peer is left
+// waiting in a collective for a rank that will never join it.
+[[noreturn]] void end_job_after_error(Communicator& comm, const std::exception& error);
+
+// Runs `body`, which makes collective calls, on every rank. On a job of several ranks an
+// exception out of it ends the whole job (end_job_after_error); on one rank it propagates, as
+// there is no peer to wait. Use it around every stretch of a job from its communicator's
+// creation on: setup that fails on one rank only (a node without the data, a GPU short of
+// memory) would otherwise leave the others in their first collective.
+template <typename Body>
+auto run_or_end_job(Communicator& comm, Body&& body) -> decltype(body()) {
+  if (comm.world_size() == 1) return body();
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    end_job_after_error(comm, e);
+  }
+}
 
 // Gives the collectives of a scope another deadline, restoring the previous one on exit: those
 // that wait while one rank writes files (a checkpoint) get dist.checkpoint_timeout_s.

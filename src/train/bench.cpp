@@ -132,14 +132,9 @@ double time_blocking_gradient_sum(TrainingSession& session, int64_t repeats) {
   return total_ms / double(repeats);
 }
 
-}  // namespace
-
-json run_bench(const RunConfig& config, const BenchOptions& options) {
-  if (options.steps < 1) throw Error(ErrorKind::Usage, "bench: --steps must be >= 1");
+// The bench on a session that is set up: steps, timings, memory, the JSON.
+json bench_session(const RunConfig& config, const BenchOptions& options, TrainingSession& session) {
   const bool cuda = config.backend == "cuda";
-  // The session first: on a GPU its backend may run the wgmma trial in a process of its own,
-  // before this process has a CUDA context (make_backend.h), which the peak's GEMMs would make.
-  TrainingSession session(config, /*synthetic_data=*/true);
   // The peak is measured before and after the steps and the better one kept: on a shared
   // machine one measurement can land in a slow moment, and an MFU above 100% (achieved over
   // a peak taken while a neighbour ran) says nothing. Their spread is reported.
@@ -274,6 +269,16 @@ json run_bench(const RunConfig& config, const BenchOptions& options) {
     result["mfu_datasheet"] = achieved_gflops_per_rank / (datasheet * 1e3);
   }
   return result;
+}
+
+}  // namespace
+
+json run_bench(const RunConfig& config, const BenchOptions& options) {
+  if (options.steps < 1) throw Error(ErrorKind::Usage, "bench: --steps must be >= 1");
+  // The session first: on a GPU its backend may run the wgmma trial in a process of its own,
+  // before this process has a CUDA context (make_backend.h), which the peak's GEMMs would make.
+  TrainingSession session(config, /*synthetic_data=*/true);
+  return run_or_end_job(session.comm(), [&] { return bench_session(config, options, session); });
 }
 
 }  // namespace gnmr

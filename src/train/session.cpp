@@ -101,6 +101,11 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
   backend_ = make_backend(
       config, llama_attention_shape(config.model, config.train.micro_batch, config.data.seq_len));
   comm_ = make_communicator(config, *backend_);
+  run_or_end_job(*comm_, [this] { set_up_on_communicator(); });
+}
+
+void TrainingSession::set_up_on_communicator() {
+  const RunConfig& config = config_;
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
   const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();

@@ -87,16 +87,7 @@ void log_optimizer_state(TrainingSession& session) {
 TrainSummary run_training(const RunConfig& config, const TrainOptions& options) {
   if (options.out_dir.empty()) throw Error(ErrorKind::Usage, "--out DIR is required");
   TrainingSession session(config, /*synthetic_data=*/false);
-  Communicator& comm = session.comm();
-  if (comm.world_size() == 1) return train_loop(config, options, session);
-  try {
-    return train_loop(config, options, session);
-  } catch (const Error& e) {
-    // One failing rank must not leave the others waiting in a collective.
-    spdlog::error("rank {}: {}", comm.rank(), e.what());
-    comm.abort(e.exit_code());
-    throw;  // not reached: abort ends every process of the job
-  }
+  return run_or_end_job(session.comm(), [&] { return train_loop(config, options, session); });
 }
 
 namespace {

@@ -240,6 +240,24 @@ TEST(CliTrain, ARankKilledMidRunEndsTheJobInsteadOfHanging) {
   EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012")) << output;
 }
 
+// A rank that fails while the job is being set up (here: its node lacks the data) ends the
+// whole job with that error's exit code, instead of leaving the other rank in its first
+// collective. Open MPI's MPMD form (`A : B`) starts rank 1 with a data path of its own.
+TEST(CliTrain, ARankThatFailsSetupEndsTheJobWithItsError) {
+  if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
+  std::string dir = gnmr_test::scratch_dir("cli_mpi_setup_failure");
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
+  const std::string args = train_args(config, dir + "/run");
+  const auto r = gnmr_test::run_gnmr_mpi(GNMR_MPIEXEC, 1,
+                                         args + " : -np 1 '" + gnmr_test::gnmr_binary() + "' " +
+                                             args + " --set data.train=" + dir + "/absent_*.bin",
+                                         "timeout 120");
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it:\n" << r.output;
+  EXPECT_EQ(r.exit_code, 4) << r.output;  // ErrorKind::Data, rank 1's
+  EXPECT_NE(r.output.find("rank 1: data.train: shards"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl")) << r.output;
+}
+
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
   if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
   std::string dir = gnmr_test::scratch_dir("cli_mpi");
