@@ -304,11 +304,12 @@ class CudaBackend final : public Backend {
     }
     t.data = memory_.allocate(name, t.bytes(), role);
     if (dtype == DType::I32) {
-      // Token ids: room for the embedding index of a batch of this size (embedding_backward),
-      // and staging slots that hold it, the largest upload of a step.
-      const int64_t n = t.numel();
-      embedding_index_.reserve(memory_, sizeof(int32_t) * size_t(3 * n + 1));
-      reserve_staging(sizeof(int32_t) * size_t(3 * n + 1));
+      // Token ids: room for the embedding index of a batch of this size (embedding_backward:
+      // at most n unique tokens, their n + 1 offsets, n positions), and staging slots that
+      // hold it, the largest upload of a step.
+      const size_t index_bytes = sizeof(int32_t) * size_t(3 * t.numel() + 1);
+      embedding_index_.reserve(memory_, index_bytes);
+      reserve_staging(index_bytes);
     }
     return t;
   }
