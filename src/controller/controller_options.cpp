@@ -32,7 +32,7 @@ double read_number(const json& value, const std::string& key) {
 // Integers may be written as 8 or 8.0 (configs written by Python tools), never 8.5.
 int64_t read_integer(const json& value, const std::string& key) {
   if (const std::optional<int64_t> v = json_int64_allowing_float(value)) return *v;
-  fail(key, "must be an integer (got " + value.dump() + ")");
+  fail(key, std::string(json_int64_problem(value)) + " (got " + value.dump() + ")");
 }
 
 int read_int(const json& value, const std::string& key) {

@@ -2,7 +2,6 @@
 #include "precision/recipe.h"
 
 #include <climits>
-#include <cmath>
 #include <stdexcept>
 #include <vector>
 
@@ -22,7 +21,7 @@ using nlohmann::json;
 int64_t read_integer(const json& section, const std::string& key) {
   const json& value = section.at(key);
   if (const std::optional<int64_t> v = json_int64_allowing_float(value)) return *v;
-  fail(key, "must be an integer (got " + value.dump() + ")");
+  fail(key, std::string(json_int64_problem(value)) + " (got " + value.dump() + ")");
 }
 
 std::string read_choice(const json& section, const std::string& key,
@@ -152,8 +151,11 @@ PrecisionRecipe recipe_from_json(const json& precision_section) {
   for (const auto& layer : layers) {
     // An index must fit an int whole: 4294967296 truncated would be layer 0.
     const std::optional<int64_t> index = json_int64(layer);
-    if (!index || *index < INT_MIN || *index > INT_MAX) {
+    if (!layer.is_number_integer()) {
       fail("recovery_layers", "must hold integer layer indices (got " + layer.dump() + ")");
+    }
+    if (!index || *index < INT_MIN || *index > INT_MAX) {
+      fail("recovery_layers", "holds a layer index out of range (got " + layer.dump() + ")");
     }
     r.recovery_layers.push_back(int(*index));
   }

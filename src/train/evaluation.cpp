@@ -17,6 +17,7 @@
 #include "train/make_backend.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
+#include "util/json_integer.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -77,12 +78,13 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     if (seq_len == 0) {
       const json data = saved.value("data", json::object());
       const json saved_seq_len = data.is_object() ? data.value("seq_len", json()) : json();
-      if (!saved_seq_len.is_number_integer() || saved_seq_len < 2 || saved_seq_len > 1 << 30) {
+      const std::optional<int64_t> saved = json_int64(saved_seq_len);
+      if (!saved || *saved < 2 || *saved > 1 << 30) {
         throw Error(ErrorKind::Checkpoint, o.model_dir + "/config.json: \"data.seq_len\" is " +
                                                saved_seq_len.dump() +
                                                ", not a sequence length; give --seq-len");
       }
-      seq_len = saved_seq_len.get<int>();
+      seq_len = int(*saved);
     }
   }
   RunConfig config = run_config_from_json({{"model", model_section}});

@@ -28,13 +28,6 @@ size_t dtype_bytes(const std::string& dtype) {
   return 0;
 }
 
-// Whether V is a JSON integer that fits int64 (util/json_integer.h), and is >= 0 unless
-// MAY_BE_NEGATIVE.
-bool is_header_integer(const json& v, bool may_be_negative) {
-  const std::optional<int64_t> value = json_int64(v);
-  return value && (may_be_negative || *value >= 0);
-}
-
 // The element count of SHAPE when every dimension is >= 0 and the count is at most
 // max_elements, else -1 (so a header cannot make a reader allocate more than the file holds).
 int64_t count_elements_at_most(const std::vector<int64_t>& shape, uint64_t max_elements) {
@@ -148,15 +141,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       const json& shape = it->at("shape");
       const json& offsets = it->at("data_offsets");
       if (!shape.is_array() || !offsets.is_array() || offsets.size() != 2) throw malformed();
+      // Integers only (util/json_integer.h); a negative dimension is refused below.
       for (const json& d : shape) {
-        if (!is_header_integer(d, /*may_be_negative=*/true)) throw malformed();
-        e.shape.push_back(d.get<int64_t>());
+        const std::optional<int64_t> dim = json_int64(d);
+        if (!dim) throw malformed();
+        e.shape.push_back(*dim);
       }
-      if (!is_header_integer(offsets[0], false) || !is_header_integer(offsets[1], false)) {
-        throw malformed();
-      }
-      e.begin = offsets[0].get<uint64_t>();
-      e.end = offsets[1].get<uint64_t>();
+      const std::optional<int64_t> begin = json_int64(offsets[0]), end = json_int64(offsets[1]);
+      if (!begin || !end || *begin < 0 || *end < 0) throw malformed();
+      e.begin = uint64_t(*begin);
+      e.end = uint64_t(*end);
     } catch (const json::exception&) {
       throw malformed();
     }

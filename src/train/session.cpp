@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <csignal>
 
@@ -41,17 +42,29 @@ std::vector<int64_t> debug_steps(const json& section, const char* key) {
   return steps;
 }
 
+// section[key] as an integer in [min, max] (util/json_integer.h): 4294967296 is not unit 0.
+int64_t debug_integer(const json& section, const char* key, int64_t min, int64_t max) {
+  const json& value = section.at(key);
+  const std::optional<int64_t> read = json_int64(value);
+  if (!read || *read < min || *read > max) {
+    throw Error(ErrorKind::Config, std::string("config: \"debug.") + key +
+                                       "\" must be an integer in [" + std::to_string(min) + ", " +
+                                       std::to_string(max) + "], got " + value.dump());
+  }
+  return *read;
+}
+
 DebugHooks debug_hooks_from(const json& section) {
   DebugHooks h;
   try {
     h.nonfinite_grad_steps = debug_steps(section, "nonfinite_grad_steps");
-    h.spike_unit = section.at("spike_unit");
+    h.spike_unit = int(debug_integer(section, "spike_unit", -1, INT_MAX));
     h.spike_steps = debug_steps(section, "spike_steps");
     h.spike_scale = section.at("spike_scale");
     h.diverge_weights_steps = debug_steps(section, "diverge_weights_steps");
     h.diverge_plan_steps = debug_steps(section, "diverge_plan_steps");
-    h.crash_rank = section.at("crash_rank");
-    h.crash_step = section.at("crash_step");
+    h.crash_rank = int(debug_integer(section, "crash_rank", -1, INT_MAX));
+    h.crash_step = debug_integer(section, "crash_step", 0, INT64_MAX);
   } catch (const json::exception&) {
     throw Error(ErrorKind::Config,
                 "config: \"debug\" step lists and crash_rank / crash_step must hold integers");

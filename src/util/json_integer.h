@@ -1,9 +1,10 @@
 // Reading an integer out of JSON that a user, a tool or a damaged file wrote. nlohmann's parser
 // keeps a non-negative integer as uint64, a negative one as int64, and a number with a fraction
 // or an exponent, or one past 2^64, as a double. get<int64_t>() wraps a uint64 above INT64_MAX
-// and is undefined behaviour for a double out of int64's range, so every reader of an integer
-// field of a file takes it through these, then range-checks the value. Header-only, so
-// src/controller can use it without linking the rest of the project.
+// and is undefined behaviour for a double out of int64's range, so a reader of a signed integer
+// field takes it through these, then range-checks the value (the config's schema reader, which
+// also takes uint64 fields, checks each type's range itself). Header-only, so src/controller
+// can use it without linking the rest of the project.
 #pragma once
 
 #include <cmath>
@@ -25,12 +26,19 @@ inline std::optional<int64_t> json_int64(const nlohmann::json& v) {
 }
 
 // The same, also taking a whole number written as a float (8.0, 1e3: configs written by Python
-// tools) below 2^53 in magnitude, where a double holds every integer exactly; never 8.5.
+// tools) below 9e15 in magnitude (just under 2^53: a double holds every such integer
+// exactly); never 8.5.
 inline std::optional<int64_t> json_int64_allowing_float(const nlohmann::json& v) {
   if (!v.is_number_float()) return json_int64(v);
   const double d = v.get<double>();
   if (std::floor(d) != d || !(std::fabs(d) < 9.0e15)) return std::nullopt;
   return int64_t(d);
+}
+
+// What is wrong with V where the two above gave nothing, for an error message: an integer past
+// int64 "is out of range", anything else "must be an integer".
+inline const char* json_int64_problem(const nlohmann::json& v) {
+  return v.is_number_integer() ? "is out of range" : "must be an integer";
 }
 
 }  // namespace gnmr

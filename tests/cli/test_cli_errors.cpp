@@ -168,7 +168,7 @@ TEST(CliErrors, ConfigErrorsExitThreeAndNameTheKey) {
 
 // A debug step list holding a number that is not an integer (1e300 was converted to int64:
 // undefined behaviour) is a config error naming the list.
-TEST(CliErrors, ADebugStepThatIsNotAnIntegerIsAConfigError) {
+TEST(CliErrors, ADebugStepOrIndexThatIsNotAnIntegerOfItsRangeIsAConfigError) {
   const std::string dir = gnmr_test::scratch_dir("cli_debug_steps");
   const std::string config = gnmr_test::write_tiny_config(dir, "{}");
   for (const std::string steps : {"[1e300]", "[2.5]"}) {
@@ -176,6 +176,13 @@ TEST(CliErrors, ADebugStepThatIsNotAnIntegerIsAConfigError) {
                        "debug.spike_steps=" + steps,
                    3, "\"debug.spike_steps\" must hold integer steps, got ");
   }
+  // Past an int: once truncated to unit 0 and rank 1, which exist.
+  expect_failure("bench --config " + config +
+                     " --steps 1 --warmup 0 --threads 1 --set debug.spike_unit=4294967296",
+                 3, "\"debug.spike_unit\" must be an integer in [-1, 2147483647], got 4294967296");
+  expect_failure("bench --config " + config +
+                     " --steps 1 --warmup 0 --threads 1 --set debug.crash_rank=4294967297",
+                 3, "\"debug.crash_rank\" must be an integer in [-1, 2147483647], got 4294967297");
 }
 
 TEST(CliErrors, MissingDataFilesExitFourAndNameTheField) {
