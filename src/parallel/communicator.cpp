@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdlib>
+#include <iostream>
 
 #include "util/error.h"
 
@@ -31,10 +32,16 @@ void Communicator::start_reduce_scatter_sum(Tensor, int64_t, int64_t) {
 
 void end_job_after_error(Communicator& comm, const std::exception& error) {
   const Error* gnmr_error = dynamic_cast<const Error*>(&error);
-  spdlog::error("rank {}: {}", comm.rank(), error.what());
+  // Into the log (and the run directory's log.txt); where log.level hides errors, to stderr as
+  // main() says them, since abort() ends the process before main() could.
+  if (spdlog::default_logger()->should_log(spdlog::level::err)) {
+    spdlog::error("rank {}: {}", comm.rank(), error.what());
+  } else {
+    std::cerr << "gnmr: error: rank " << comm.rank() << ": " << error.what() << "\n";
+  }
   const int exit_code = gnmr_error ? gnmr_error->exit_code() : int(ErrorKind::Runtime);
   comm.abort(exit_code);
-  std::_Exit(exit_code);  // not reached (abort is [[noreturn]], which a virtual call hides)
+  std::_Exit(exit_code);  // not reached: abort() does not return (GCC cannot see that here)
 }
 
 }  // namespace gnmr

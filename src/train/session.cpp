@@ -15,6 +15,7 @@
 #include "train/make_backend.h"
 #include "train/replica_check.h"
 #include "util/error.h"
+#include "util/fnv1a.h"
 #include "util/json_integer.h"
 
 using nlohmann::json;
@@ -119,6 +120,12 @@ TrainingSession::TrainingSession(const RunConfig& config, bool synthetic_data)
 
 void TrainingSession::set_up_on_communicator() {
   const RunConfig& config = config_;
+  // The first collective: ranks started with different configs (a stale file on one node)
+  // would make collectives of different sizes, so they stop here, all at once.
+  const std::string config_text = config.resolved.dump();
+  if (!comm_->all_agree(fnv1a(config_text.data(), config_text.size()))) {
+    throw Error(ErrorKind::Usage, "the ranks of this job were started with different configs");
+  }
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
   const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();

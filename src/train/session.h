@@ -93,9 +93,10 @@ class TrainingSession {
   double time_norm_pass(int64_t repeats);
 
  private:
-  // Everything the constructor builds once the communicator exists: model, optimizer, buckets,
-  // controller, step buffers, loaders. Run under run_or_end_job, so one rank's failure ends the
-  // job instead of leaving the others in a collective.
+  // Everything the constructor does once the communicator exists: checks that every rank has
+  // the same config, then builds model, optimizer, buckets, controller, step buffers, loaders. Run
+  // under run_or_end_job, so one rank's failure ends the job instead of leaving the others in a
+  // collective.
   void set_up_on_communicator();
   void fill_batch(int64_t step_index, int micro_step);
   // The step's fused norm pass: squared norms into grad_sum_squares_, clip factor and finite

@@ -97,10 +97,6 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   Communicator& comm = session.comm();
   const bool writer = comm.rank() == 0;                 // only rank 0 writes the run directory
   if (!writer) spdlog::set_level(spdlog::level::warn);  // one human log per job, not per rank
-  const std::string config_text = config.resolved.dump();
-  if (!comm.all_agree(fnv1a(config_text.data(), config_text.size()))) {
-    throw Error(ErrorKind::Usage, "the ranks of this job were started with different configs");
-  }
   // Rank 0 decides what the run directory means; nothing in it changes until the checkpoint
   // (or the --init weights) has loaded, so a refused run leaves the directory as it was.
   RunDirPlan plan;

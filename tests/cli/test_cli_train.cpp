@@ -242,20 +242,48 @@ TEST(CliTrain, ARankKilledMidRunEndsTheJobInsteadOfHanging) {
 
 // A rank that fails while the job is being set up (here: its node lacks the data) ends the
 // whole job with that error's exit code, instead of leaving the other rank in its first
-// collective. Open MPI's MPMD form (`A : B`) starts rank 1 with a data path of its own.
+// collective. Open MPI's MPMD form (`A : B`) starts the ranks in working directories of their
+// own, so the same config's relative data glob matches files on rank 0 only.
 TEST(CliTrain, ARankThatFailsSetupEndsTheJobWithItsError) {
   if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
-  std::string dir = gnmr_test::scratch_dir("cli_mpi_setup_failure");
-  std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
-  const std::string args = train_args(config, dir + "/run");
-  const auto r = gnmr_test::run_gnmr_mpi(GNMR_MPIEXEC, 1,
-                                         args + " : -np 1 '" + gnmr_test::gnmr_binary() + "' " +
-                                             args + " --set data.train=" + dir + "/absent_*.bin",
-                                         "timeout 120");
+  const std::string dir = gnmr_test::scratch_dir("cli_mpi_setup_failure");
+  fs::create_directories(dir + "/with_data");
+  fs::create_directories(dir + "/without_data");
+  fs::create_directory_symlink(gnmr_test::brown_shards_dir(), dir + "/with_data/shards");
+  const std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1},
+               "data": {"train": "shards/train_*.bin", "val": "shards/val_*.bin"}})");
+  const std::string gnmr = "'" + gnmr_test::gnmr_binary() + "' " + train_args(config, dir + "/run");
+  // run_gnmr_mpi starts the first program; -wdir before it would apply to both.
+  const auto r = gnmr_test::run_gnmr_mpi(
+      GNMR_MPIEXEC, 1,
+      train_args(config, dir + "/run") + " : -np 1 -wdir " + dir + "/without_data " + gnmr,
+      "env -C '" + dir + "/with_data' timeout 120");
   EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it:\n" << r.output;
   EXPECT_EQ(r.exit_code, 4) << r.output;  // ErrorKind::Data, rank 1's
-  EXPECT_NE(r.output.find("rank 1: data.train: shards"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1: data.train: shards \"shards/train_*.bin\": no file matches"),
+            std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl")) << r.output;
+}
+
+// Ranks started with different configs stop before anything else, in train and in bench
+// (which would otherwise sum gradients of different sizes).
+TEST(CliTrain, RanksStartedWithDifferentConfigsStopAtOnce) {
+  if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
+  const std::string dir = gnmr_test::scratch_dir("cli_mpi_config_mismatch");
+  const std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"threads": 1}})");
+  const std::string bench = "bench --config " + config + " --steps 1 --warmup 0";
+  for (const std::string& args : {train_args(config, dir + "/run"), bench}) {
+    const auto r = gnmr_test::run_gnmr_mpi(
+        GNMR_MPIEXEC, 1,
+        args + " : -np 1 '" + gnmr_test::gnmr_binary() + "' " + args + " --set train.lr=0.001",
+        "timeout 120");
+    EXPECT_EQ(r.exit_code, 2) << args << "\n" << r.output;  // ErrorKind::Usage
+    EXPECT_NE(r.output.find("the ranks of this job were started with different configs"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl"));
 }
 
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {
