@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <iostream>
+#include <string>
 
 #include "util/error.h"
 
@@ -32,12 +33,15 @@ void Communicator::start_reduce_scatter_sum(Tensor, int64_t, int64_t) {
 
 void end_job_after_error(Communicator& comm, const std::exception& error) {
   const Error* gnmr_error = dynamic_cast<const Error*>(&error);
+  std::string message = error.what();
+  const std::string rank = "rank " + std::to_string(comm.rank()) + ": ";
+  if (message.rfind(rank, 0) != 0) message = rank + message;  // the nccl errors name it already
   // Into the log (and the run directory's log.txt); where log.level hides errors, to stderr as
   // main() says them, since abort() ends the process before main() could.
   if (spdlog::default_logger()->should_log(spdlog::level::err)) {
-    spdlog::error("rank {}: {}", comm.rank(), error.what());
+    spdlog::error("{}", message);
   } else {
-    std::cerr << "gnmr: error: rank " << comm.rank() << ": " << error.what() << "\n";
+    std::cerr << "gnmr: error: " << message << "\n";
   }
   const int exit_code = gnmr_error ? gnmr_error->exit_code() : int(ErrorKind::Runtime);
   comm.abort(exit_code);

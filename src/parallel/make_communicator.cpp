@@ -50,7 +50,10 @@ std::unique_ptr<Communicator> make_nccl(const CommunicatorOptions& options, cons
 #ifdef GNMR_WITH_MPI
     auto host = std::make_unique<MpiCommunicator>();
     check_matches_launch(*host, env);
-    nccl.unique_id = share_nccl_unique_id(env, options, host.get());
+    // Rank 0 failing to make the id ends the job at once instead of leaving the others in the
+    // id's broadcast (as the communicator's own creation does, nccl_communicator.cpp).
+    nccl.unique_id =
+        run_or_end_job(*host, [&] { return share_nccl_unique_id(env, options, host.get()); });
     nccl.local_rank = host->local_rank();
     nccl.host = std::move(host);
 #else

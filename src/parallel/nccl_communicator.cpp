@@ -53,6 +53,12 @@ class NcclCommunicator final : public Communicator {
     GNMR_CHECK(stream_ != nullptr, "the NCCL communicator needs the CUDA backend's stream");
     try {
       create(options);
+    } catch (const std::exception& e) {
+      release();
+      // Launched by MPI, a rank that cannot create its communicator ends the job at once: the
+      // others would wait in their own creation until the deadline.
+      if (host_ && world_size_ > 1) end_job_after_error(*host_, e);
+      throw;
     } catch (...) {
       release();
       throw;

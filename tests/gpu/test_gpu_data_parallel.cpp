@@ -166,6 +166,27 @@ TEST(GpuDataParallel, TwoGpusLaunchedByMpirunTrainTheTorchrunBits) {
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/mpirun" + kLastStep + "model.safetensors"),
             gnmr_test::read_bytes(dir + "/torchrun" + kLastStep + "model.safetensors"));
 }
+
+// Under mpirun, a rank that cannot create its NCCL communicator (here: NCCL_COMM_BLOCKING=1 in
+// its environment only, which gnmr refuses) ends the job at once through MPI, with its error;
+// the other rank used to wait in its own creation until dist.timeout_s (90 s here, past the
+// 60 s `timeout` that bounds the test: exit 124).
+TEST(GpuDataParallel, TwoGpusUnderMpirunEndAtOnceWhenOneCannotCreateItsCommunicator) {
+  SKIP_WITHOUT_GPU();
+  if (gpu_count() < 2) GTEST_SKIP() << "needs two GPUs (" << gpu_count() << " visible)";
+  const std::string dir = gnmr_test::scratch_dir("gpu_two_ranks_mpirun_creation_failure");
+  const std::string args =
+      train_args(data_parallel_config(dir), dir + "/run", 0, 0.05) + " --set dist.timeout_s=90";
+  auto r = gnmr_test::run_gnmr_mpi(
+      GNMR_MPIEXEC, 1,
+      args + " : -np 1 -x NCCL_COMM_BLOCKING=1 '" + gnmr_test::gnmr_binary() + "' " + args,
+      "timeout 60");
+  EXPECT_NE(r.exit_code, 124) << "rank 0 waited out its deadline:\n" << r.output;
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // ErrorKind::Runtime, rank 1's
+  EXPECT_NE(r.output.find("rank 1: NCCL_COMM_BLOCKING=1 would make NCCL's calls block"),
+            std::string::npos)
+      << r.output;
+}
 #endif
 
 }  // namespace
