@@ -34,8 +34,11 @@ void Communicator::start_reduce_scatter_sum(Tensor, int64_t, int64_t) {
 void end_job_after_error(Communicator& comm, const std::exception& error) {
   const Error* gnmr_error = dynamic_cast<const Error*>(&error);
   std::string message = error.what();
-  const std::string rank = "rank " + std::to_string(comm.rank()) + ": ";
-  if (message.rfind(rank, 0) != 0) message = rank + message;  // the nccl errors name it already
+  // The nccl communicator's errors name the rank already ("rank 1: ...", "rank 1 of 2: ...").
+  const std::string rank = "rank " + std::to_string(comm.rank());
+  if (message.rfind(rank + ": ", 0) != 0 && message.rfind(rank + " of ", 0) != 0) {
+    message = rank + ": " + message;
+  }
   // Into the log (and the run directory's log.txt); where log.level hides errors, to stderr as
   // main() says them, since abort() ends the process before main() could.
   if (spdlog::default_logger()->should_log(spdlog::level::err)) {

@@ -324,8 +324,11 @@ class NcclCommunicator final : public Communicator {
     }
   }
 
+  // With MPI present the error ends the job through MPI_Abort (run_or_end_job, and the
+  // constructor for a failed creation), which frees everything; NCCL's abort is skipped there,
+  // as in abort(), since it could first wait for peers that are waiting for this rank.
   [[noreturn]] void fail(const std::string& what) {
-    if (comm_ != nullptr) nccl_.CommAbort(comm_);
+    if (comm_ != nullptr && !(host_ && world_size_ > 1)) nccl_.CommAbort(comm_);
     comm_ = nullptr;
     throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + " of " +
                                         std::to_string(world_size_) + ": NCCL " + what);
@@ -467,6 +470,10 @@ std::vector<uint8_t> share_nccl_unique_id(const LaunchEnv& env, const Communicat
                                           Communicator* host) {
   if (env.world_size == 1) return make_nccl_unique_id();
   if (host != nullptr) {
+    // Every rank loads NCCL before the broadcast: a rank without a usable one (no libnccl on
+    // its node, a wrong GNMR_NCCL_LIBRARY) fails here, where the caller ends the job through
+    // MPI, not in the communicator's creation while the others wait for it to join.
+    nccl_api();
     std::vector<uint8_t> id(kNcclUniqueIdBytes);
     if (host->rank() == 0) id = make_nccl_unique_id();
     host->broadcast(id.data(), id.size(), 0);

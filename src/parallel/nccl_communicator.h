@@ -13,10 +13,11 @@
 //
 // Nothing hangs: the communicator is non-blocking, and every wait (creation, each host
 // collective, wait_for_collectives before the step's readback) polls the device and NCCL's
-// asynchronous error up to `timeout_s`. On an error or timeout the communicator is aborted and
-// Error(Runtime) names this rank and the collective; run_or_end_job (communicator.h) then ends
-// the job through abort(), which also takes down the other ranks when a host communicator (MPI) is
-// present, and otherwise leaves them to fail their own next wait within the same deadline.
+// asynchronous error up to `timeout_s`. On an error or timeout the communicator is aborted
+// (unless MPI will end the process) and Error(Runtime) names this rank and the collective;
+// run_or_end_job (communicator.h) then ends the job through abort(), which also takes down the
+// other ranks when a host communicator (MPI) is present, and otherwise leaves them to fail their
+// own next wait within the same deadline.
 #pragma once
 
 #include <cstddef>

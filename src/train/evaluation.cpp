@@ -78,13 +78,13 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     if (seq_len == 0) {
       const json data = saved.value("data", json::object());
       const json saved_seq_len = data.is_object() ? data.value("seq_len", json()) : json();
-      const std::optional<int64_t> saved = json_int64(saved_seq_len);
-      if (!saved || *saved < 2 || *saved > 1 << 30) {
+      const std::optional<int64_t> seq_len_value = json_int64(saved_seq_len);
+      if (!seq_len_value || *seq_len_value < 2 || *seq_len_value > 1 << 30) {
         throw Error(ErrorKind::Checkpoint, o.model_dir + "/config.json: \"data.seq_len\" is " +
                                                saved_seq_len.dump() +
                                                ", not a sequence length; give --seq-len");
       }
-      seq_len = int(*saved);
+      seq_len = int(*seq_len_value);
     }
   }
   RunConfig config = run_config_from_json({{"model", model_section}});

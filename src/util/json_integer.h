@@ -35,10 +35,12 @@ inline std::optional<int64_t> json_int64_allowing_float(const nlohmann::json& v)
   return int64_t(d);
 }
 
-// What is wrong with V where the two above gave nothing, for an error message: an integer past
-// int64 "is out of range", anything else "must be an integer".
+// What is wrong with V where the two above gave nothing, for an error message: a whole number
+// past their range (2^63, 1e16) "is out of range", anything else "must be an integer".
 inline const char* json_int64_problem(const nlohmann::json& v) {
-  return v.is_number_integer() ? "is out of range" : "must be an integer";
+  const bool whole = v.is_number_integer() ||
+                     (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+  return whole ? "is out of range" : "must be an integer";
 }
 
 }  // namespace gnmr

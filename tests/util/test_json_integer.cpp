@@ -41,5 +41,14 @@ TEST(JsonInteger, WholeFloatsBelowTwoToThe53ReadOnlyWhereAllowed) {
   }
 }
 
+TEST(JsonInteger, TheProblemSaysOutOfRangeForWholeNumbersOnly) {
+  for (const char* whole : {"9223372036854775808", "18446744073709551616", "1e16", "-1e300"}) {
+    EXPECT_STREQ(json_int64_problem(json::parse(whole)), "is out of range") << whole;
+  }
+  for (const char* other : {"8.5", "\"7\"", "null", "[1]"}) {
+    EXPECT_STREQ(json_int64_problem(json::parse(other)), "must be an integer") << other;
+  }
+}
+
 }  // namespace
 }  // namespace gnmr
