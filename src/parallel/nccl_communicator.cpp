@@ -57,7 +57,7 @@ class NcclCommunicator final : public Communicator {
       release();
       // Launched by MPI, a rank that cannot create its communicator ends the job at once: the
       // others would wait in their own creation until the deadline.
-      if (host_ && world_size_ > 1) end_job_after_error(*host_, e);
+      if (mpi_ends_the_job()) end_job_after_error(*host_, e);
       throw;
     } catch (...) {
       release();
@@ -247,6 +247,8 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
+  // Whether a failure here ends every rank through MPI (the host that handed out the id).
+  bool mpi_ends_the_job() const { return host_ != nullptr && world_size_ > 1; }
   void create(const NcclCommunicatorOptions& options) {
     // NCCL_COMM_BLOCKING overrides config.blocking (NCCL's init reads it after the config).
     const char* blocking = std::getenv("NCCL_COMM_BLOCKING");
@@ -328,7 +330,7 @@ class NcclCommunicator final : public Communicator {
   // constructor for a failed creation), which frees everything; NCCL's abort is skipped there,
   // as in abort(), since it could first wait for peers that are waiting for this rank.
   [[noreturn]] void fail(const std::string& what) {
-    if (comm_ != nullptr && !(host_ && world_size_ > 1)) nccl_.CommAbort(comm_);
+    if (comm_ != nullptr && !mpi_ends_the_job()) nccl_.CommAbort(comm_);
     comm_ = nullptr;
     throw Error(ErrorKind::Runtime, "rank " + std::to_string(rank_) + " of " +
                                         std::to_string(world_size_) + ": NCCL " + what);

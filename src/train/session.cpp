@@ -66,9 +66,8 @@ DebugHooks debug_hooks_from(const json& section) {
     h.diverge_plan_steps = debug_steps(section, "diverge_plan_steps");
     h.crash_rank = int(debug_integer(section, "crash_rank", -1, INT_MAX));
     h.crash_step = debug_integer(section, "crash_step", 0, INT64_MAX);
-  } catch (const json::exception&) {
-    throw Error(ErrorKind::Config,
-                "config: \"debug\" step lists and crash_rank / crash_step must hold integers");
+  } catch (const json::exception&) {  // the integers above throw their own errors
+    throw Error(ErrorKind::Config, "config: a \"debug\" field is missing or of the wrong type");
   }
   return h;
 }
