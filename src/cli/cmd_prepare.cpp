@@ -1,11 +1,60 @@
 // `gnmr prepare --tokenizer MODEL --out DIR [--val-fraction F] [--seed S] [--threads N] INPUT...`
 #include <spdlog/spdlog.h>
 
+#include <atomic>
+#include <csignal>
+#include <iostream>
+
 #include "cli/commands.h"
 #include "cli/validators.h"
 #include "data/prepare.h"
+#include "util/error.h"
 
 namespace gnmr {
+
+namespace {
+
+std::atomic<int> g_prepare_signal{0};
+
+void on_prepare_signal(int signal) {
+  g_prepare_signal.store(signal);
+}
+
+// SIGINT, SIGTERM and SIGHUP stop prepare through options.stop_signal, so its shards are
+// removed; then the process dies of the signal, as the shell that sent it expects (a loop of
+// prepares stops at Ctrl-C). A signal the launcher ignores (nohup's SIGHUP, SIGINT of a
+// script's background job) stays ignored.
+void run_prepare_stopping_on_signals(PrepareOptions& options) {
+  const int signals[] = {SIGINT, SIGTERM, SIGHUP};
+  void (*previous[3])(int) = {};
+  for (int i = 0; i < 3; ++i) {
+    previous[i] = std::signal(signals[i], on_prepare_signal);
+    if (previous[i] == SIG_IGN) std::signal(signals[i], SIG_IGN);
+  }
+  auto restore = [&] {
+    for (int i = 0; i < 3; ++i) std::signal(signals[i], previous[i]);
+  };
+  options.stop_signal = &g_prepare_signal;
+  try {
+    PrepareSummary s = run_prepare(options);
+    restore();
+    spdlog::info(
+        "prepared {} documents: {} train tokens in {} shard(s), {} val tokens in {} shard(s) -> "
+        "{}",
+        s.documents, s.train_tokens, s.train_shards.size(), s.val_tokens, s.val_shards.size(),
+        options.out_dir);
+  } catch (const Error& e) {
+    restore();
+    const int stopped_by = g_prepare_signal.load();
+    if (stopped_by == 0) throw;
+    std::cerr << "gnmr: error: " << e.what() << "\n";
+    std::signal(stopped_by, SIG_DFL);
+    std::raise(stopped_by);
+    throw;  // not reached: the default action of these signals ends the process
+  }
+}
+
+}  // namespace
 
 CommandAction add_prepare_command(CLI::App& app) {
   auto options = std::make_shared<PrepareOptions>();
@@ -34,11 +83,7 @@ CommandAction add_prepare_command(CLI::App& app) {
       ->required();
   return [options, quiet] {
     options->progress = !*quiet;
-    PrepareSummary s = run_prepare(*options);
-    spdlog::info(
-        "prepared {} documents: {} train tokens in {} shard(s), {} val tokens in {} shard(s) -> {}",
-        s.documents, s.train_tokens, s.train_shards.size(), s.val_tokens, s.val_shards.size(),
-        options->out_dir);
+    run_prepare_stopping_on_signals(*options);
   };
 }
 

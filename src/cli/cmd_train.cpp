@@ -2,6 +2,8 @@
 //             [--backend cpu|cuda] [--steps N] [--init HF_DIR|CKPT]`
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "cli/path_flags.h"
@@ -40,8 +42,12 @@ CommandAction add_train_command(CLI::App& app) {
     RunConfig config = resolved.load();
     if (config.log.level != "info") spdlog::set_level(spdlog::level::from_str(config.log.level));
     TrainSummary summary = run_training(config, *options);
-    spdlog::info("done: {} steps, final loss {:.4f}, final val loss {:.4f}", summary.steps_done,
-                 summary.final_loss, summary.final_val_loss);
+    if (std::isfinite(summary.final_val_loss)) {
+      spdlog::info("done: {} steps, final loss {:.4f}, final val loss {:.4f}", summary.steps_done,
+                   summary.final_loss, summary.final_val_loss);
+    } else {
+      spdlog::info("done: {} steps, final loss {:.4f}", summary.steps_done, summary.final_loss);
+    }
   };
 }
 

@@ -2,6 +2,7 @@
 
 #include <zlib.h>
 
+#include <cctype>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,9 +15,14 @@ namespace gnmr {
 
 namespace {
 
+// Whether S ends with SUFFIX (lower case), in any case: "C4.JSONL.GZ" is gzip'd JSON Lines.
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  if (s.size() < suffix.size()) return false;
+  const size_t start = s.size() - suffix.size();
+  for (size_t i = 0; i < suffix.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(s[start + i])) != suffix[i]) return false;
+  }
+  return true;
 }
 
 bool is_blank(const std::string& line) {
@@ -75,25 +81,26 @@ int64_t DocumentReader::bytes_consumed() const {
   return file_ ? gzoffset(file_) : 0;
 }
 
-// One line without its '\n' (and without a trailing '\r'); false at end of file.
+// One line without its '\n' (and without a trailing '\r'); false at end of file. The newline
+// is looked for in the bytes themselves (not with gzgets and strlen), so a NUL byte, which is
+// valid UTF-8, stays in its line instead of cutting it short.
 bool DocumentReader::read_line(std::string& line) {
   line.clear();
   bool got_any = false;
-  while (gzgets(file_, chunk_.data(), static_cast<int>(chunk_.size())) != nullptr) {
+  while (true) {
+    if (chunk_begin_ == chunk_end_ && !fill_chunk()) break;
     got_any = true;
-    const size_t n = std::strlen(chunk_.data());
-    if (n > 0 && chunk_[n - 1] == '\n') {
-      line.append(chunk_.data(), n - 1);
+    const char* begin = chunk_.data() + chunk_begin_;
+    const size_t available = chunk_end_ - chunk_begin_;
+    const void* newline = std::memchr(begin, '\n', available);
+    if (newline != nullptr) {
+      const size_t n = static_cast<const char*>(newline) - begin;
+      line.append(begin, n);
+      chunk_begin_ += n + 1;
       break;
     }
-    line.append(chunk_.data(), n);
-  }
-  int zerr = Z_OK;
-  const char* message = gzerror(file_, &zerr);
-  if (zerr != Z_OK && zerr != Z_STREAM_END) {
-    throw Error(ErrorKind::Data, "input " + path_ + ": read failed after line " +
-                                     std::to_string(line_number_) + " (" + message +
-                                     "; truncated or corrupt gzip?)");
+    line.append(begin, available);
+    chunk_begin_ = chunk_end_;
   }
   if (!got_any) return false;
   ++line_number_;
@@ -103,6 +110,21 @@ bool DocumentReader::read_line(std::string& line) {
     ++invalid_utf8_lines_;
   }
   return true;
+}
+
+// Refills chunk_ from the file; false at end of file.
+bool DocumentReader::fill_chunk() {
+  const int n = gzread(file_, chunk_.data(), static_cast<unsigned>(chunk_.size()));
+  int zerr = Z_OK;
+  const char* message = gzerror(file_, &zerr);
+  if (n < 0 || (zerr != Z_OK && zerr != Z_STREAM_END)) {
+    throw Error(ErrorKind::Data, "input " + path_ + ": read failed after line " +
+                                     std::to_string(line_number_) + " (" + message +
+                                     "; truncated or corrupt gzip?)");
+  }
+  chunk_begin_ = 0;
+  chunk_end_ = static_cast<size_t>(n);
+  return n > 0;
 }
 
 bool DocumentReader::next(std::string& text) {

@@ -17,7 +17,7 @@ namespace gnmr {
 
 enum class DocumentFormat { PlainText, JsonLines };
 
-// Decided from the file name with any .gz suffix removed.
+// Decided from the file name with any .gz suffix removed, in any letter case.
 DocumentFormat document_format_for(const std::string& path);
 
 // Throws Error(ErrorKind::Data) naming the first input that is not a readable file, or that
@@ -46,6 +46,7 @@ class DocumentReader {
 
  private:
   bool read_line(std::string& line);
+  bool fill_chunk();
   bool next_json_document(std::string& text);
   bool next_text_document(std::string& text);
 
@@ -55,7 +56,9 @@ class DocumentReader {
   int64_t line_number_ = 0;
   int64_t invalid_utf8_lines_ = 0;
   int64_t first_invalid_utf8_line_ = 0;
-  std::vector<char> chunk_;
+  std::vector<char> chunk_;  // bytes read from the file; [chunk_begin_, chunk_end_) not yet used
+  size_t chunk_begin_ = 0;
+  size_t chunk_end_ = 0;
 };
 
 }  // namespace gnmr

@@ -74,6 +74,15 @@ TokenLoader::TokenLoader(const std::string& shard_glob, int seq_len, int vocab_s
                       std::to_string(vocab_size) +
                       " (prepare the data with the model's tokenizer, or raise model.vocab_size)");
     }
+    // Shards of one glob made with different tokenizers hold ids that mean different words.
+    if (path != shard_paths_.front() && shard.vocab_size() != shard_vocab_size_) {
+      throw Error(ErrorKind::Data, "shard " + path + ": vocab size " +
+                                       std::to_string(shard.vocab_size()) +
+                                       " in its header differs from " + shard_paths_.front() +
+                                       "'s " + std::to_string(shard_vocab_size_) +
+                                       ": the glob mixes shards made with different tokenizers");
+    }
+    shard_vocab_size_ = shard.vocab_size();
     const int64_t n = shard.token_count();
     total_tokens_ += n;
     num_random_starts_ += std::max<int64_t>(0, n - seq_len);

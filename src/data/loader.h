@@ -23,7 +23,8 @@ class TokenLoader {
  public:
   // shard_glob: e.g. "data/out/train_*.bin" (no match is an Error(ErrorKind::Data) naming it).
   // vocab_size: the model's; a shard whose header says more (ids the model cannot embed) is an
-  // Error naming both; fewer is a padded model vocabulary, and fine.
+  // Error naming both; fewer is a padded model vocabulary, and fine. Every shard of the glob
+  // must carry the same vocab size in its header (else an Error naming two of them).
   // sampling:   "random" — each row is an independent uniformly random window (ranks hash
   //                        their own rank in, so they draw disjoint data in expectation);
   //             "sequential" — windows at stride seq_len in order, global row r of the run
@@ -45,6 +46,8 @@ class TokenLoader {
   void eval_window(int64_t index, int32_t* tokens, int32_t* targets) const;
 
   int64_t total_tokens() const { return total_tokens_; }
+  // The vocab size in the shards' headers: the piece count of the tokenizer that made them.
+  int shard_vocab_size() const { return shard_vocab_size_; }
   int seq_len() const { return seq_len_; }
   const std::vector<std::string>& shard_paths() const { return shard_paths_; }
 
@@ -68,6 +71,7 @@ class TokenLoader {
   int64_t num_random_starts_ = 0;
   int64_t num_strided_windows_ = 0;
   int64_t total_tokens_ = 0;
+  int shard_vocab_size_ = 0;
 };
 
 }  // namespace gnmr

@@ -90,10 +90,12 @@ class ShardSequence {
     ++documents_;
   }
 
-  void finish() {
+  // Publishes the last shard. The shards are still removed at destruction until keep().
+  void close() {
     if (current_) close_current();
-    finished_ = true;
   }
+  // The run succeeded (prepare.json is written): the shards stay.
+  void keep() { finished_ = true; }
 
   const std::vector<std::string>& paths() const { return paths_; }
   int64_t tokens() const { return tokens_; }
@@ -314,6 +316,18 @@ bool claim_out_dir(const std::string& out_dir) {
   return true;
 }
 
+// The output directory, removed at destruction (if the run made it and it is empty again)
+// unless the run succeeded.
+struct CreatedDirectory {
+  std::string path;
+  bool created = false;
+  bool keep = false;
+  ~CreatedDirectory() {
+    std::error_code ec;
+    if (created && !keep) fs::remove(path, ec);  // fails, and keeps it, unless empty
+  }
+};
+
 std::string joined(const std::vector<std::string>& items) {
   std::string out;
   for (const auto& item : items) out += (out.empty() ? "" : ", ") + item;
@@ -337,7 +351,9 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
                                      ": the model has no BOS/EOS piece, which prepare puts "
                                      "around every document");
   }
-  const bool created_out_dir = claim_out_dir(options.out_dir);
+  // Destroyed after the shard sequences below: a failed run removes its shards, then the
+  // directory it made for them.
+  CreatedDirectory out_dir{options.out_dir, claim_out_dir(options.out_dir)};
 
   int64_t total_input_bytes = 0;
   for (const auto& input : options.inputs) total_input_bytes += fs::file_size(input);
@@ -367,21 +383,24 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
       }
       documents += batch.documents;
       progress.update(batch.input_bytes_after, documents, train.tokens() + val.tokens());
+      if (options.stop_signal != nullptr && options.stop_signal->load() != 0) {
+        throw Error(ErrorKind::Runtime, "prepare: stopped by signal " +
+                                            std::to_string(options.stop_signal->load()) +
+                                            "; the shards written so far were removed");
+      }
     }
     invalid_utf8_lines = pipeline.invalid_utf8_lines();
     first_invalid_utf8_line = pipeline.first_invalid_utf8_line();
   }
   if (documents == 0) {
-    std::error_code ec;
-    if (created_out_dir) fs::remove(options.out_dir, ec);  // only if still empty
     throw Error(ErrorKind::Data, "prepare: the inputs hold no documents (" +
                                      joined(options.inputs) +
                                      " are empty or hold only blank lines or empty \"text\" "
                                      "fields); nothing was written");
   }
   progress.finish(total_input_bytes, documents, train.tokens() + val.tokens());
-  train.finish();
-  val.finish();
+  train.close();
+  val.close();
 
   PrepareSummary summary;
   summary.documents = documents;
@@ -414,6 +433,9 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
       {"val_shards", file_names(summary.val_shards)},
   };
   write_file_atomic((fs::path(options.out_dir) / "prepare.json").string(), record.dump(2) + "\n");
+  train.keep();  // only now: shards without their prepare.json are a failed run's
+  val.keep();
+  out_dir.keep = true;
 
   spdlog::info(
       "prepare: {} documents -> {} train tokens in {} shard(s), {} val tokens in {} "

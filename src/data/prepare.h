@@ -12,6 +12,7 @@
 // constant on a corpus of any size and the output is byte-identical for any thread count.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,6 +28,9 @@ struct PrepareOptions {
   int threads = 0;  // tokenizing workers; 0 = hardware concurrency
   int64_t shard_tokens = 100'000'000;
   bool progress = true;  // a live line on a terminal, else periodic log lines
+  // When it holds a signal number (set by `gnmr prepare`'s SIGINT/SIGTERM/SIGHUP handler),
+  // prepare stops after the batch it is writing, as a failure: its shards are removed.
+  const std::atomic<int>* stop_signal = nullptr;
 };
 
 struct PrepareSummary {
@@ -46,7 +50,9 @@ struct PrepareSummary {
 // Errors (all Error(ErrorKind::Data) unless noted): a missing input or tokenizer, an input
 // named .gz that is not gzip, inputs that hold no document at all, an out_dir that already
 // holds shards, a malformed JSON Lines record (naming file:line);
-// bad option values are ErrorKind::Usage. On failure the shards written so far are removed.
+// bad option values are ErrorKind::Usage; a stop_signal is ErrorKind::Runtime. On failure the
+// shards written so far are removed, and the output directory if this run made it: shards are
+// kept only once prepare.json, written last, describes them.
 PrepareSummary run_prepare(const PrepareOptions& options);
 
 }  // namespace gnmr

@@ -178,13 +178,19 @@ void train_tokenizer(const TokenizerTrainOptions& options) {
   spdlog::info("training a {}-piece BPE tokenizer on {} input(s)", options.vocab_size,
                options.inputs.size());
   CorpusSentenceIterator sentences(options.inputs);
+  if (sentences.error()) std::rethrow_exception(sentences.error());
+  if (sentences.done()) {
+    throw Error(ErrorKind::Data,
+                "tokenizer train: the inputs hold no documents (only empty or "
+                "blank lines, or empty \"text\" fields)");
+  }
   std::string serialized_model;
   const auto status =
       sentencepiece::SentencePieceTrainer::Train(spec, &sentences, &serialized_model);
   if (sentences.error()) std::rethrow_exception(sentences.error());
   if (!status.ok()) {
-    throw Error(ErrorKind::Data, "tokenizer train: sentencepiece failed: " + status.ToString() +
-                                     " (a vocab size too large for the corpus is the usual cause)");
+    // sentencepiece's own message names the vocab size it wants when that is the cause.
+    throw Error(ErrorKind::Data, "tokenizer train: sentencepiece failed: " + status.ToString());
   }
 
   refuse_existing_outputs(options.out_prefix);  // one may have appeared while training

@@ -109,6 +109,19 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
   EvalResult result;
   if (!o.data_glob.empty()) {
     TokenLoader loader(o.data_glob, seq_len, config.model.vocab_size, "sequential", 0, 0, 1);
+    // The model's tokenizer (the checkpoint's copy) must be the one the shards were made with:
+    // a loss over ids that mean other words is no perplexity of the model.
+    const fs::path model_tokenizer = fs::path(o.model_dir) / "tokenizer.model";
+    if (fs::exists(model_tokenizer)) {
+      const int pieces = Tokenizer::load(model_tokenizer.string()).vocab_size();
+      if (pieces != loader.shard_vocab_size()) {
+        throw Error(ErrorKind::Data,
+                    "eval: shards " + o.data_glob + " were made with a tokenizer of " +
+                        std::to_string(loader.shard_vocab_size()) +
+                        " pieces (their header), the model was trained with " +
+                        model_tokenizer.string() + " of " + std::to_string(pieces));
+      }
+    }
     int64_t windows = loader.num_eval_windows();
     if (o.tokens > 0) windows = std::min(windows, std::max<int64_t>(1, o.tokens / seq_len));
     if (windows < 1)

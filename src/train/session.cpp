@@ -80,10 +80,11 @@ bool contains(const std::vector<int64_t>& list, int64_t value) {
 // may have fewer pieces than model.vocab_size (a vocabulary padded to a round size, as
 // LLaMA-style models do, leaves the extra embedding rows unused), never more: the model could
 // not embed the extra ids.
-void check_tokenizer(const DataConfig& data, const ModelConfig& model) {
+// The tokenizer's piece count; 0 when data.tokenizer is not set.
+int check_tokenizer(const DataConfig& data, const ModelConfig& model) {
   if (data.tokenizer.empty()) {
     spdlog::warn("data.tokenizer is not set: checkpoints will hold no tokenizer.model");
-    return;
+    return 0;
   }
   try {
     const Tokenizer tokenizer = Tokenizer::load(data.tokenizer);
@@ -93,8 +94,37 @@ void check_tokenizer(const DataConfig& data, const ModelConfig& model) {
                       " pieces, more than model.vocab_size (" + std::to_string(model.vocab_size) +
                       "); use the tokenizer the shards were made with, or raise model.vocab_size");
     }
+    return tokenizer.vocab_size();
   } catch (const Error& e) {
     throw Error(e.kind(), std::string("data.tokenizer: ") + e.what());
+  }
+}
+
+// The shards' headers carry the piece count of the tokenizer that made them. A different
+// count is a different tokenizer: its ids mean other words, and the checkpoints would carry a
+// tokenizer.model that decodes them wrongly.
+void check_shards_match(const DataConfig& data, int tokenizer_pieces, const TokenLoader& train,
+                        const TokenLoader* val) {
+  auto check = [&](const char* field, const std::string& glob, const TokenLoader& loader) {
+    if (tokenizer_pieces > 0 && loader.shard_vocab_size() != tokenizer_pieces) {
+      throw Error(ErrorKind::Data, std::string(field) + ": shards " + glob +
+                                       " were made with a tokenizer of " +
+                                       std::to_string(loader.shard_vocab_size()) +
+                                       " pieces (their header), but " + "data.tokenizer " +
+                                       data.tokenizer + " has " + std::to_string(tokenizer_pieces) +
+                                       "; name the tokenizer the shards were made with");
+    }
+  };
+  check("data.train", data.train, train);
+  if (val == nullptr) return;
+  check("data.val", data.val, *val);
+  if (val->shard_vocab_size() != train.shard_vocab_size()) {
+    throw Error(ErrorKind::Data, "data.val: shards " + data.val +
+                                     " were made with a tokenizer of " +
+                                     std::to_string(val->shard_vocab_size()) +
+                                     " pieces (their header), data.train's " + data.train +
+                                     " with one of " + std::to_string(train.shard_vocab_size()) +
+                                     "; prepare both with the same tokenizer");
   }
 }
 
@@ -203,7 +233,7 @@ void TrainingSession::set_up_on_communicator() {
   if (!synthetic_data_) {
     if (config.data.train.empty())
       throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
-    check_tokenizer(config.data, config.model);
+    const int tokenizer_pieces = check_tokenizer(config.data, config.model);
     // Loader errors name the shard or glob; prefix the config field they came from.
     auto open_loader = [&](const char* field, const std::string& glob,
                            const std::string& sampling) {
@@ -216,8 +246,12 @@ void TrainingSession::set_up_on_communicator() {
       }
     };
     train_loader_ = open_loader("data.train", config.data.train, config.data.sampling);
-    if (!config.data.val.empty())
+    if (!config.data.val.empty()) {
       val_loader_ = open_loader("data.val", config.data.val, "sequential");
+    }
+    check_shards_match(config.data, tokenizer_pieces, *train_loader_, val_loader_.get());
+    // The evaluation at the last step would fail after all the training: fail before it.
+    if (val_loader_) eval_batches(config.eval.tokens);
   }
 }
 
@@ -480,18 +514,34 @@ void TrainingSession::check_replicas(int64_t step) {
   }
 }
 
-double TrainingSession::evaluate(int64_t token_budget) {
-  if (!val_loader_) return NAN;
+int64_t TrainingSession::eval_batches(int64_t token_budget) const {
   const int micro_batch = config_.train.micro_batch;
   const int64_t batch_tokens = int64_t(micro_batch) * config_.data.seq_len;
   // Whole batches only: the model's shapes are fixed at construction.
-  int64_t batches =
-      std::min(token_budget / batch_tokens, val_loader_->num_eval_windows() / micro_batch);
-  if (batches < 1) {
-    throw Error(ErrorKind::Data, "validation shards " + config_.data.val +
-                                     " hold fewer than one batch (" + std::to_string(batch_tokens) +
-                                     " tokens) of windows");
+  if (token_budget < batch_tokens) {
+    throw Error(ErrorKind::Config, "eval.tokens " + std::to_string(token_budget) +
+                                       " is less than one evaluation batch of " +
+                                       std::to_string(batch_tokens) +
+                                       " tokens (train.micro_batch x data.seq_len); raise it to "
+                                       "at least " +
+                                       std::to_string(batch_tokens));
   }
+  const int64_t windows = val_loader_->num_eval_windows();
+  if (windows < micro_batch) {
+    throw Error(
+        ErrorKind::Data,
+        "data.val: validation shards " + config_.data.val + " hold " + std::to_string(windows) +
+            " windows of data.seq_len + 1 = " + std::to_string(config_.data.seq_len + 1) +
+            " tokens, fewer than one batch (train.micro_batch = " + std::to_string(micro_batch) +
+            ")");
+  }
+  return std::min(token_budget / batch_tokens, windows / micro_batch);
+}
+
+double TrainingSession::evaluate(int64_t token_budget) {
+  if (!val_loader_) return NAN;
+  const int micro_batch = config_.train.micro_batch;
+  const int64_t batches = eval_batches(token_budget);
   // Rank r evaluates batches r, r + world, ...; the sum is reduced across ranks.
   double sums[2] = {0.0, 0.0};  // loss sum, batch count
   for (int64_t b = comm_->rank(); b < batches; b += comm_->world_size()) {

@@ -99,6 +99,9 @@ class TrainingSession {
   // collective.
   void set_up_on_communicator();
   void fill_batch(int64_t step_index, int micro_step);
+  // How many validation batches TOKEN_BUDGET buys; an Error (Config: the budget is under one
+  // batch; Data: the shards hold under one batch) otherwise. Checked at setup too.
+  int64_t eval_batches(int64_t token_budget) const;
   // The step's fused norm pass: squared norms into grad_sum_squares_, clip factor and finite
   // flag into grad_clip_ (enqueued; nothing waits).
   void issue_norm_pass();

@@ -2,6 +2,7 @@
 // checkpoints, metrics lines, and clean stops on SIGTERM/SIGUSR1 (SLURM pre-emption).
 #pragma once
 
+#include <cmath>
 #include <string>
 
 #include "config/config.h"
@@ -19,7 +20,7 @@ struct TrainOptions {
 struct TrainSummary {
   int64_t steps_done = 0;
   double final_loss = 0;
-  double final_val_loss = 0;
+  double final_val_loss = NAN;  // NAN: no evaluation ran (no data.val, or a stop before one)
   bool stopped_by_signal = false;
 };
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli_fixture.h"
+#include "data/shard.h"
 
 using gnmr_test::run_gnmr;
 
@@ -190,6 +191,66 @@ TEST(CliErrors, MissingDataFilesExitFourAndNameTheField) {
   std::string config =
       gnmr_test::write_tiny_config(dir, R"({"data": {"train": "/nonexistent/train_*.bin"}})");
   expect_failure("train --config " + config + " --out " + dir + "/run", 4, "data.train");
+}
+
+// The evaluation after the last step needs one whole batch of validation windows: a budget or
+// a validation set too small for it once failed there, after all the training, with no final
+// checkpoint. Both are known at setup, and refused there.
+TEST(CliErrors, AValidationBudgetOrSetSmallerThanOneBatchIsRefusedBeforeTheFirstStep) {
+  const std::string dir = gnmr_test::scratch_dir("cli_small_validation");
+  // micro_batch 4 x seq_len 32 = 128 tokens a batch.
+  std::string config = gnmr_test::write_tiny_config(dir, R"({"eval": {"tokens": 100}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 3,
+                 "eval.tokens 100 is less than one evaluation batch of 128 tokens");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run"));
+  // About 70 tokens of validation text: two windows of 33 tokens, where a batch needs four.
+  std::string words;
+  for (int i = 0; i < 60; ++i) words += (i % 2 ? "the " : "of ");
+  std::ofstream(dir + "/val.txt") << words << "\n";
+  auto prepared =
+      run_gnmr("prepare --tokenizer " + gnmr_test::source_path("data/brown/tokenizer.model") +
+               " --out " + dir + "/val --val-fraction 0 --no-progress " + dir + "/val.txt");
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  config =
+      gnmr_test::write_tiny_config(dir, R"({"data": {"val": ")" + dir + R"(/val/train_*.bin"}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4,
+                 "fewer than one batch (train.micro_batch = 4)");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run"));
+}
+
+// A shard's header holds the piece count of the tokenizer that made it. Shards of another
+// tokenizer once trained without a word, and the checkpoints carried data.tokenizer, which
+// decodes their ids as other words.
+TEST(CliErrors, ShardsMadeWithAnotherTokenizerAreRefusedBeforeTheFirstStep) {
+  const std::string dir = gnmr_test::scratch_dir("cli_shard_vocab");
+  std::vector<int32_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(3 + i % 500);
+  std::filesystem::create_directories(dir + "/v512");
+  std::filesystem::create_directories(dir + "/mixed");
+  gnmr::write_shard_atomic(dir + "/v512/train_000000.bin", tokens, 512);
+  gnmr::write_shard_atomic(dir + "/mixed/train_a.bin", tokens, 512);
+  gnmr::write_shard_atomic(dir + "/mixed/train_b.bin", tokens, 4096);
+  const std::string brown_val = gnmr_test::brown_shards_dir() + "/val_*.bin";
+  // Shards of a 512-piece tokenizer, data.tokenizer the bundled 4096-piece one.
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"data": {"train": ")" + dir + R"(/v512/train_*.bin"}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4,
+                 "data.train: shards " + dir +
+                     "/v512/train_*.bin were made with a tokenizer of 512 pieces (their header), "
+                     "but data.tokenizer " +
+                     gnmr_test::source_path("data/brown/tokenizer.model") + " has 4096");
+  // One glob holding both kinds.
+  config = gnmr_test::write_tiny_config(
+      dir, R"({"data": {"train": ")" + dir + R"(/mixed/train_*.bin", "tokenizer": ""}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4,
+                 "the glob mixes shards made with different tokenizers");
+  // No tokenizer named: train and val must still agree.
+  config = gnmr_test::write_tiny_config(
+      dir, R"({"data": {"train": ")" + dir + R"(/v512/train_*.bin", "tokenizer": ""}})");
+  expect_failure("train --config " + config + " --out " + dir + "/run", 4,
+                 "data.val: shards " + brown_val +
+                     " were made with a tokenizer of 4096 pieces (their header), data.train's");
+  EXPECT_FALSE(std::filesystem::exists(dir + "/run"));
 }
 
 TEST(CliErrors, PrepareWithMissingInputOrTokenizerExitsFour) {

@@ -115,3 +115,30 @@ TEST(CliTokenizer, TrainsABpeModelThatPrepareAccepts) {
   EXPECT_EQ(again.output.find("training a"), std::string::npos) << again.output;
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/tok.model"), model_before);
 }
+
+// SIGTERM (or SIGINT, SIGHUP) in the middle: once it killed prepare where it stood, leaving the
+// shards published so far as a dataset that train read without a word, and .tmp files.
+TEST(CliPrepare, ASignalMidRunRemovesItsShardsAndEndsTheProcessByThatSignal) {
+  namespace fs = std::filesystem;
+  const std::string dir = gnmr_test::scratch_dir("cli_prepare_signal");
+  const std::string brown = gnmr_test::source_path("data/brown/brown.jsonl.gz");
+  std::string inputs;
+  for (int i = 0; i < 12; ++i) inputs += " '" + brown + "'";  // ~18M tokens: many seconds
+  // The shell waits for the first published shard, so the signal lands mid-run.
+  const std::string script = "'" + gnmr_test::gnmr_binary() + "' prepare --tokenizer '" +
+                             gnmr_test::source_path("data/brown/tokenizer.model") + "' --out '" +
+                             dir + "/out' --threads 1 --shard-tokens 20000 --no-progress" + inputs +
+                             " 2>'" + dir + "/stderr' & pid=$!; " +
+                             "for i in $(seq 1 1200); do ls '" + dir +
+                             "'/out/train_000000.bin >/dev/null 2>&1 && break; sleep 0.05; done; " +
+                             "kill -TERM $pid; wait $pid; echo rc=$?";
+  std::ofstream(dir + "/run.sh") << script << "\n";
+  auto r = gnmr_test::run_command("bash '" + dir + "/run.sh'");
+  const std::string stderr_text = gnmr_test::read_bytes(dir + "/stderr");
+  EXPECT_NE(r.output.find("rc=143"), std::string::npos) << r.output << stderr_text;  // 128 + 15
+  EXPECT_NE(stderr_text.find("prepare: stopped by signal 15; the shards written so far were "
+                             "removed"),
+            std::string::npos)
+      << stderr_text;
+  EXPECT_FALSE(fs::exists(dir + "/out")) << "shards, .tmp files or the directory were left";
+}

@@ -182,6 +182,19 @@ TEST(CliEval, TextFileAndTruncatedCheckpoint) {
                 .exit_code,
             0);
 
+  // Shards of another tokenizer than the checkpoint's: a loss over ids that mean other words.
+  std::vector<int32_t> tokens(2000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(3 + i % 500);
+  gnmr::write_shard_atomic(dir + "/v512_000000.bin", tokens, 512);
+  auto mismatch =
+      run_gnmr("eval --checkpoint " + ckpt + " --data '" + dir + "/v512_*.bin' --seq-len 16");
+  EXPECT_EQ(mismatch.exit_code, 4) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("were made with a tokenizer of 512 pieces (their header), the "
+                                 "model was trained with " +
+                                 ckpt + "/tokenizer.model of 4096"),
+            std::string::npos)
+      << mismatch.output;
+
   // Truncate the weights: the manifest names the damaged file, no crash.
   fs::resize_file(ckpt + "/model.safetensors", fs::file_size(ckpt + "/model.safetensors") / 2);
   auto bad = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir + "/text.txt --seq-len 16");

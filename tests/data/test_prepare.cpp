@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "data/document_reader.h"
 #include "data/loader.h"
 #include "data/prepare.h"
 #include "data/shard.h"
@@ -231,7 +233,8 @@ TEST(Prepare, JsonlLineWithoutTextIsADataErrorNamingFileAndLine) {
   options.progress = false;
   gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); },
                                {dir + "/bad.jsonl:2", "\"text\""});
-  EXPECT_TRUE(fs::is_empty(dir + "/out")) << "a failed prepare must leave no shards behind";
+  EXPECT_FALSE(fs::exists(dir + "/out"))
+      << "a failed prepare must leave no shards behind, nor the directory it made";
 }
 
 TEST(Prepare, MissingInputIsADataErrorNamingIt) {
@@ -300,4 +303,77 @@ TEST(Prepare, InputsWithoutADocumentAreADataErrorAndWriteNothing) {
     gnmr_test::expect_data_error([&] { gnmr::run_prepare(options); }, {dir + name, "no documents"});
     EXPECT_FALSE(fs::exists(dir + "/out")) << name << ": the output directory it made is left";
   }
+}
+
+TEST(Prepare, ANulByteStaysInItsLineAndTheLinesAfterItAreCountedRight) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_nul_byte");
+  // NUL is valid UTF-8 (U+0000). A reader that measures lines with strlen would cut line 1
+  // at it, join "second line" onto "first abc" and number the bad byte's line 4, not 5.
+  const char raw[] = "first abc\0after nul\nsecond line\n\nthird doc\nbad \x80 byte\n";
+  const std::string text(raw, sizeof(raw) - 1);
+  gnmr_test::write_text(dir + "/nul.txt", text);
+  auto options = small_options(dir, {dir + "/nul.txt"});
+  const auto summary = gnmr::run_prepare(options);
+  EXPECT_EQ(summary.documents, 2);
+  EXPECT_EQ(summary.first_invalid_utf8_line, dir + "/nul.txt:5");
+  const auto tokenizer = gnmr::Tokenizer::load(options.tokenizer);
+  const auto decoded = documents_of(summary.train_shards[0]);
+  ASSERT_EQ(decoded.size(), 2u);
+  const char first[] = "first abc\0after nul\nsecond line";
+  EXPECT_EQ(decoded[0], tokenizer.encode(std::string(first, sizeof(first) - 1)));
+}
+
+TEST(Prepare, FileNameSuffixesAreReadInAnyLetterCase) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_suffix_case");
+  gnmr_test::write_text(dir + "/UPPER.JSONL",
+                        "{\"text\": \"hello world\", \"url\": \"http://x\"}\n");
+  gnmr_test::write_gzip(dir + "/Mixed.JsonL.Gz", "{\"text\": \"second record\"}\n");
+  gnmr_test::write_text(dir + "/plain.TXT.GZ", "not gzip\n");
+  EXPECT_EQ(gnmr::document_format_for("C4.JSONL.GZ"), gnmr::DocumentFormat::JsonLines);
+  auto options = small_options(dir, {dir + "/UPPER.JSONL", dir + "/Mixed.JsonL.Gz"});
+  const auto summary = gnmr::run_prepare(options);
+  const auto tokenizer = gnmr::Tokenizer::load(options.tokenizer);
+  const auto decoded = documents_of(summary.train_shards[0]);
+  ASSERT_EQ(decoded.size(), 2u);
+  EXPECT_EQ(tokenizer.decode(decoded[0]), "hello world");  // the text field, not the JSON line
+  EXPECT_EQ(tokenizer.decode(decoded[1]), "second record");
+  auto not_gzip = small_options(dir, {dir + "/plain.TXT.GZ"});
+  not_gzip.out_dir = dir + "/out2";
+  gnmr_test::expect_data_error([&] { gnmr::run_prepare(not_gzip); },
+                               {dir + "/plain.TXT.GZ", "not gzip"});
+}
+
+// Shards are a dataset only once prepare.json, written last, describes them. A run that failed
+// while writing it (a full disk) once left its shards, which train read as a whole dataset.
+TEST(Prepare, AFailureWritingPrepareJsonRemovesTheShards) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_json_fails");
+  gnmr_test::write_text(dir + "/corpus.txt", "One document.\n\nAnother one.\n\nA third.\n");
+  auto options = small_options(dir, {dir + "/corpus.txt"});
+  options.shard_tokens = 1;  // a shard per document
+  fs::create_directories(options.out_dir);
+  // write_file_atomic's temporary file, taken by a directory: its open fails.
+  fs::create_directories(options.out_dir + "/prepare.json.tmp." + std::to_string(::getpid()));
+  EXPECT_THROW(gnmr::run_prepare(options), gnmr::Error);
+  for (const auto& entry : fs::directory_iterator(options.out_dir)) {
+    EXPECT_NE(entry.path().extension(), ".bin") << entry.path() << " was left";
+  }
+}
+
+// gnmr prepare's signal handler sets stop_signal: the run stops after the batch it is
+// writing, as a failure, and removes every shard it had published.
+TEST(Prepare, AStopSignalRemovesThePublishedShardsAndTheDirectoryItMade) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_stop_signal");
+  gnmr_test::write_text(dir + "/corpus.txt", "One document.\n\nAnother one.\n\nA third.\n");
+  auto options = small_options(dir, {dir + "/corpus.txt"});
+  options.shard_tokens = 1;  // a shard per document
+  std::atomic<int> signal{15};
+  options.stop_signal = &signal;
+  try {
+    gnmr::run_prepare(options);
+    FAIL() << "a set stop_signal should stop prepare";
+  } catch (const gnmr::Error& e) {
+    EXPECT_EQ(e.kind(), gnmr::ErrorKind::Runtime);
+    EXPECT_NE(std::string(e.what()).find("stopped by signal 15"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(options.out_dir)) << "the shards or the directory were left";
 }

@@ -96,3 +96,38 @@ TEST(Tokenizer, TrainingOnAMissingInputIsADataErrorNamingIt) {
   options.out_prefix = dir + "/tok";
   gnmr_test::expect_data_error([&] { gnmr::train_tokenizer(options); }, {dir + "/absent.txt"});
 }
+
+// sentencepiece's own "!sentences_.empty()" check once stood in for this, with a hint that
+// blamed the vocab size.
+TEST(Tokenizer, TrainingOnInputsWithoutADocumentSaysSoAndWritesNothing) {
+  const std::string dir = gnmr_test::scratch_dir("tokenizer_empty_input");
+  gnmr_test::write_text(dir + "/blank.txt", "\n  \n\t\n");
+  gnmr_test::write_text(dir + "/empty_texts.jsonl", "{\"text\": \"\"}\n");
+  gnmr::TokenizerTrainOptions options;
+  options.inputs = {dir + "/blank.txt", dir + "/empty_texts.jsonl"};
+  options.vocab_size = 400;
+  options.out_prefix = dir + "/tok";
+  gnmr_test::expect_data_error([&] { gnmr::train_tokenizer(options); },
+                               {"the inputs hold no documents"});
+  EXPECT_FALSE(std::filesystem::exists(dir + "/tok.model"));
+}
+
+// A vocab size under what the corpus's characters need: sentencepiece's message says so, and
+// nothing after it says the opposite.
+TEST(Tokenizer, AVocabSizeTooSmallForTheCorpusIsNamedAsTooSmall) {
+  const std::string dir = gnmr_test::scratch_dir("tokenizer_vocab_too_small");
+  // byte_fallback takes 256 pieces and the specials 3: the corpus's characters do not fit.
+  gnmr_test::write_text(dir + "/corpus.txt", generated_corpus(false));
+  gnmr::TokenizerTrainOptions options;
+  options.inputs = {dir + "/corpus.txt"};
+  options.vocab_size = 260;
+  options.out_prefix = dir + "/tok";
+  try {
+    gnmr::train_tokenizer(options);
+    FAIL() << "a 260-piece vocabulary should not hold the corpus's characters";
+  } catch (const gnmr::Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("smaller than required_chars"), std::string::npos) << message;
+    EXPECT_EQ(message.find("too large"), std::string::npos) << message;
+  }
+}
