@@ -15,7 +15,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 ((${#targets[@]})) || targets=(config shard_header safetensors controller_state trainer_json hf_config
-  checkpoint_json)
+  checkpoint_json document_reader)
 
 cmake --preset fuzz
 cmake --build --preset fuzz -j "$(nproc)"
