@@ -9,6 +9,7 @@
 #include "cli/path_flags.h"
 #include "train/checkpoint.h"
 #include "train/zero_checkpoint.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace fs = std::filesystem;
@@ -41,7 +42,7 @@ CommandAction add_checkpoint_command(CLI::App& app) {
       }
     }
     const std::string target =
-        out->empty() ? fs::path(checkpoint).lexically_normal().string() + "_consolidated" : *out;
+        out->empty() ? without_trailing_separator(checkpoint) + "_consolidated" : *out;
     consolidate_checkpoint(checkpoint, target);
     spdlog::info("consolidated {} into {}; resume with --resume {}", checkpoint, target, target);
   };

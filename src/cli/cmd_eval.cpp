@@ -6,6 +6,8 @@
 
 #include "cli/commands.h"
 #include "cli/path_flags.h"
+#include "cli/validators.h"
+#include "config/config.h"
 #include "train/evaluation.h"
 
 namespace gnmr {
@@ -26,7 +28,8 @@ CommandAction add_eval_command(CLI::App& app) {
   app.add_option("--seq-len", options->seq_len,
                  "Window length (default: the checkpoint's data.seq_len)");
   app.add_option("--batch", options->batch, "Windows per forward pass")->capture_default_str();
-  app.add_option("--threads", options->threads, "CPU threads (0 = all cores)");
+  app.add_option("--threads", options->threads, "CPU threads (0 = all cores)")
+      ->check(in_range(0, kMaxThreads));
   app.add_option("--backend", options->backend,
                  "cpu or cuda (the local rank's GPU, or the only one visible)")
       ->check(CLI::IsMember({"cpu", "cuda"}))

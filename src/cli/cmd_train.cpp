@@ -42,12 +42,14 @@ CommandAction add_train_command(CLI::App& app) {
     RunConfig config = resolved.load();
     if (config.log.level != "info") spdlog::set_level(spdlog::level::from_str(config.log.level));
     TrainSummary summary = run_training(config, *options);
-    if (std::isfinite(summary.final_val_loss)) {
-      spdlog::info("done: {} steps, final loss {:.4f}, final val loss {:.4f}", summary.steps_done,
-                   summary.final_loss, summary.final_val_loss);
-    } else {
-      spdlog::info("done: {} steps, final loss {:.4f}", summary.steps_done, summary.final_loss);
+    std::string done = "done: " + std::to_string(summary.steps_done) + " steps";
+    if (std::isfinite(summary.final_loss)) {
+      done += fmt::format(", final loss {:.4f}", summary.final_loss);
     }
+    if (std::isfinite(summary.final_val_loss)) {
+      done += fmt::format(", final val loss {:.4f}", summary.final_val_loss);
+    }
+    spdlog::info("{}", done);
   };
 }
 

@@ -67,9 +67,11 @@ int main(int argc, char** argv) {
     }
   } catch (const gnmr::Error& e) {
     std::cerr << "gnmr: error: " << e.what() << "\n";
+    gnmr::log_error_to_files(e.what());
     return e.exit_code();
   } catch (const std::exception& e) {
     std::cerr << "gnmr: error: " << e.what() << "\n";
+    gnmr::log_error_to_files(e.what());
     return static_cast<int>(gnmr::ErrorKind::Runtime);
   }
   return 0;

@@ -218,7 +218,8 @@ void validate(const RunConfig& c) {
   require(t.eps > 0, "train.eps", "must be > 0");
   require(t.grad_clip >= 0, "train.grad_clip", "must be >= 0 (0 disables clipping)");
   require(t.max_nonfinite_steps >= 1, "train.max_nonfinite_steps", "must be >= 1");
-  require(t.threads >= 0, "train.threads", "must be >= 0 (0 = all cores)");
+  require(t.threads >= 0 && t.threads <= kMaxThreads, "train.threads",
+          "must be in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)");
   require_one_of("train.gemm_precision", t.gemm_precision, {"fp32", "bf16"});
   require(c.eval.every >= 0, "eval.every", "must be >= 0");
   require(c.eval.tokens >= 0, "eval.tokens", "must be >= 0");

@@ -13,6 +13,10 @@
 
 namespace gnmr {
 
+// The most CPU threads a run or `gnmr eval` takes: far above any node's cores, below what
+// OpenMP fails (or crashes) creating.
+constexpr int kMaxThreads = 1024;
+
 struct ModelConfig {
   std::string name = "tiny";
   int dim = 64;  // hidden size

@@ -31,20 +31,6 @@ std::vector<float> tensor_to_host(Backend& backend, const Tensor& t) {
   return host;
 }
 
-std::vector<int64_t> checkpoint_steps(const std::string& run_dir) {
-  std::vector<int64_t> steps;
-  fs::path dir = fs::path(run_dir) / "checkpoints";
-  if (!fs::exists(dir)) return steps;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    std::string name = entry.path().filename().string();
-    if (name.size() == 13 && name.rfind("step_", 0) == 0 && entry.is_directory()) {
-      steps.push_back(std::stoll(name.substr(5)));
-    }
-  }
-  std::sort(steps.begin(), steps.end());
-  return steps;
-}
-
 void check_same_model(const json& saved, const json& current, const std::string& dir) {
   for (auto it = current.begin(); it != current.end(); ++it) {
     if (it.key() == "name") continue;
@@ -107,6 +93,20 @@ void write_checkpoint_files(const fs::path& dir, const RunConfig& config, Backen
 
 }  // namespace
 
+std::vector<int64_t> checkpoint_steps(const std::string& run_dir) {
+  std::vector<int64_t> steps;
+  fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (!fs::exists(dir)) return steps;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    std::string name = entry.path().filename().string();
+    if (name.size() == 13 && name.rfind("step_", 0) == 0 && entry.is_directory()) {
+      steps.push_back(std::stoll(name.substr(5)));
+    }
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
 std::string checkpoint_dir_name(int64_t step) {
   char name[32];
   std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
@@ -135,20 +135,17 @@ std::string save_checkpoint_files(const std::string& run_dir, const RunConfig& c
   try {
     write_checkpoint_files(tmp_dir, config, backend, model, write_optimizer, state);
     write_checkpoint_manifest(tmp_dir.string());  // last: it covers every file above
-    // Only a resumed run that re-reaches a saved step finds it saved: an intact old one is
-    // identical by the bit-exact resume guarantee and is kept; a damaged one (skipped by
-    // --resume auto) is replaced.
-    const std::string old_problem =
-        fs::exists(final_dir) ? checkpoint_problem(final_dir.string()) : "";
-    if (!old_problem.empty()) {
-      spdlog::warn("replacing damaged checkpoint {} ({})", final_dir.string(), old_problem);
+    // Only a resumed run that re-reaches a saved step finds it saved: a damaged one that
+    // --resume auto skipped. (Going back to an older checkpoint moves the later ones aside
+    // first: run_dir.h.) The run writing now is the run the directory holds, so whatever is
+    // there is replaced, never kept in place of this run's bits.
+    if (fs::exists(final_dir)) {
+      const std::string old_problem = checkpoint_problem(final_dir.string());
+      spdlog::warn("replacing checkpoint {} ({})", final_dir.string(),
+                   old_problem.empty() ? "written before this run reached its step" : old_problem);
       fs::remove_all(final_dir);
     }
-    if (fs::exists(final_dir)) {
-      fs::remove_all(tmp_dir);
-    } else {
-      publish_directory(tmp_dir.string(), final_dir.string());
-    }
+    publish_directory(tmp_dir.string(), final_dir.string());
   } catch (...) {
     // A failed write (disk full) leaves nothing behind; the newest complete checkpoint stays.
     std::error_code ec;

@@ -28,6 +28,9 @@ namespace gnmr {
 
 std::string checkpoint_dir_name(int64_t step);
 
+// The steps of RUN_DIR/checkpoints/step_NNNNNNNN directories, ascending (unchecked).
+std::vector<int64_t> checkpoint_steps(const std::string& run_dir);
+
 // Writes the checkpoint for state.step and keeps only the newest `keep` ones.
 std::string save_checkpoint(const std::string& run_dir, const RunConfig& config, Backend& backend,
                             const LlamaModel& model, AdamW& optimizer, const TrainerState& state);

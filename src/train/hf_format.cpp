@@ -182,7 +182,7 @@ void export_hf_model(const std::string& checkpoint_dir, const std::string& out_d
   RunConfig run = run_config_from_json(config);
   SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());
 
-  fs::path out = fs::absolute(out_dir);
+  fs::path out = fs::absolute(without_trailing_separator(out_dir));
   fs::create_directories(out.parent_path());
   const std::string tmp_prefix = ".tmp_" + out.filename().string() + "_";
   remove_stale_temp_dirs(out.parent_path().string(), tmp_prefix);

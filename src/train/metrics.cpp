@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -24,6 +26,7 @@ void MetricsWriter::open(const std::string& path, int64_t keep_through_step) {
     }
     write_file_atomic(path, kept.str());
   }
+  path_ = path;
   file_ = std::fopen(path.c_str(), "a");
   if (!file_) throw Error(ErrorKind::Runtime, "cannot open " + path + " for appending");
 }
@@ -35,8 +38,15 @@ void MetricsWriter::write(const nlohmann::json& line) {
 void MetricsWriter::write_line(const std::string& json_text) {
   if (!file_) return;
   std::string text = json_text + "\n";
-  std::fwrite(text.data(), 1, text.size(), file_);
-  std::fflush(file_);
+  errno = 0;
+  const bool written = std::fwrite(text.data(), 1, text.size(), file_) == text.size();
+  if (std::fflush(file_) != 0 || !written) {
+    const std::string why = errno != 0 ? std::strerror(errno) : "short write";
+    std::clearerr(file_);
+    throw Error(ErrorKind::Runtime, "write " + path_ + ": " + why +
+                                        "; the run stops here (continue with --resume auto once "
+                                        "the file can be written)");
+  }
 }
 
 MetricsWriter::~MetricsWriter() {

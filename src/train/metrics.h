@@ -14,6 +14,9 @@ class MetricsWriter {
   // by the interrupted run after its last checkpoint) are dropped first, so the file reads
   // as if the run had never stopped.
   void open(const std::string& path, int64_t keep_through_step);
+  // A line that cannot be written whole (a full disk) is an Error(Runtime) naming the file:
+  // the run stops there, so the metrics never have a silent gap (a resume cuts them back to
+  // its checkpoint, torn line included, and writes them again).
   void write(const nlohmann::json& line);
   void write_line(const std::string& json_text);  // an already serialised object
   ~MetricsWriter();
@@ -22,6 +25,7 @@ class MetricsWriter {
 
  private:
   std::FILE* file_ = nullptr;
+  std::string path_;
 };
 
 }  // namespace gnmr

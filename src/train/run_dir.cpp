@@ -5,6 +5,7 @@
 
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
+#include "train/trainer_state.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -35,6 +36,43 @@ bool has_gnmr_config(const fs::path& dir) {
   return config.is_object() && config.contains("model") && config.contains("train");
 }
 
+// --resume CKPT into --out that holds a run: CKPT must be one of that run's own checkpoints
+// (going back, e.g. to lower the lr after a loss spike). The run's checkpoints after CKPT's step
+// and its progress files as they are go to an abandoned_* folder, so nothing of the run it goes
+// back from is lost, and neither --resume auto nor a re-reached step can take an old one for the
+// new run's.
+void plan_going_back(const fs::path& dir, const std::string& checkpoint, RunDirPlan& plan) {
+  std::error_code ec;
+  const fs::path own_checkpoints = fs::weakly_canonical(dir / "checkpoints", ec);
+  const fs::path parent = fs::weakly_canonical(checkpoint, ec).parent_path();
+  if (!fs::is_directory(dir / "checkpoints") || parent != own_checkpoints) {
+    throw Error(ErrorKind::Checkpoint,
+                "run directory " + dir.string() + " already holds a run, and --resume " +
+                    checkpoint +
+                    " is not one of its checkpoints; continue from another run's checkpoint "
+                    "into a new --out (this run continues with --resume auto, or goes back with "
+                    "--resume " +
+                    (dir / "checkpoints" / "step_N").string() + ")");
+  }
+  const fs::path trainer_json = fs::path(checkpoint) / "trainer.json";
+  const int64_t step =
+      trainer_state_from_json(read_file(trainer_json.string()), trainer_json.string()).step;
+  for (int64_t later : checkpoint_steps(dir.string())) {
+    if (later > step) plan.abandoned_checkpoints.push_back(checkpoint_dir_name(later));
+  }
+  if (plan.abandoned_checkpoints.empty()) return;
+  std::string name = "abandoned_after_step_" + std::to_string(step);
+  for (int n = 2; fs::exists(dir / name); ++n) {
+    name = "abandoned_after_step_" + std::to_string(step) + "_" + std::to_string(n);
+  }
+  plan.abandoned_dir = (dir / name).string();
+  std::string moved;
+  for (const auto& later : plan.abandoned_checkpoints) moved += (moved.empty() ? "" : ", ") + later;
+  plan.note = "--resume " + checkpoint + ": going back to step " + std::to_string(step) +
+              "; the run's later checkpoints (" + moved +
+              ") and its metrics, trace and summary as they were are kept in " + plan.abandoned_dir;
+}
+
 }  // namespace
 
 RunDirPlan plan_run_dir(const TrainOptions& options) {
@@ -49,12 +87,18 @@ RunDirPlan plan_run_dir(const TrainOptions& options) {
   if (!options.resume.empty()) {
     if (options.force) throw Error(ErrorKind::Usage, "--resume and --force cannot be combined");
     if (options.resume != "auto") {
+      if (!options.init.empty()) {
+        throw Error(ErrorKind::Usage, "--init and --resume " + options.resume +
+                                          " cannot be combined: a resumed run takes its weights "
+                                          "from the checkpoint");
+      }
       if (!fs::is_directory(options.resume, ec)) {
         throw Error(ErrorKind::Checkpoint,
                     "--resume " + options.resume + " is not a gnmr checkpoint directory");
       }
       verify_checkpoint(options.resume);  // names a missing or damaged file
       plan.resume_from = options.resume;
+      if (holds_a_run(dir)) plan_going_back(dir, options.resume, plan);
       return plan;
     }
     plan.resume_from = newest_intact_checkpoint(dir.string(), plan.skipped_checkpoints);
@@ -91,6 +135,21 @@ RunDirPlan plan_run_dir(const TrainOptions& options) {
 
 void apply_run_dir_plan(const RunDirPlan& plan) {
   const fs::path dir = plan.dir;
+  if (!plan.abandoned_dir.empty()) {
+    const fs::path abandoned = plan.abandoned_dir;
+    try {
+      fs::create_directories(abandoned / "checkpoints");
+      for (const char* file : kRunFiles) {
+        if (fs::exists(dir / file)) fs::copy_file(dir / file, abandoned / file);
+      }
+      for (const auto& name : plan.abandoned_checkpoints) {
+        fs::rename(dir / "checkpoints" / name, abandoned / "checkpoints" / name);
+      }
+    } catch (const fs::filesystem_error& e) {
+      throw Error(ErrorKind::Checkpoint, "--resume: cannot keep the run's later checkpoints in " +
+                                             abandoned.string() + " (" + e.what() + ")");
+    }
+  }
   if (plan.remove_run) {
     fs::remove_all(dir / "checkpoints");
     for (const char* file : kRunFiles) fs::remove(dir / file);

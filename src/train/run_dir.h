@@ -13,7 +13,10 @@
 //                                       yet (killed before the first), the run starts over:
 //                                       metrics.jsonl and the traces are removed, log.txt keeps
 //                                       its lines and says so
-//   --resume CKPT_DIR                   continue from that checkpoint (refused if damaged)
+//   --resume CKPT_DIR                   continue from that checkpoint (refused if damaged);
+//                                       into a run, only from one of its own checkpoints: its
+//                                       later checkpoints move, and its top-level files are
+//                                       copied, to --out/abandoned_after_step_S[_N]/ first
 //   --out names a file                  refused (exit code 5)
 #pragma once
 
@@ -31,6 +34,10 @@ struct RunDirPlan {
   bool start_over = false;  // --resume auto before the first checkpoint: remove its metrics
   std::string note;         // the decision, for the log once log.txt is open ("" = nothing)
   std::vector<std::string> skipped_checkpoints;  // damaged ones --resume auto passed over, why
+  // --resume of an older checkpoint of --out's own run: where its later checkpoints (moved) and
+  // top-level files (copied, before the resumed run cuts its metrics back) are kept.
+  std::string abandoned_dir;
+  std::vector<std::string> abandoned_checkpoints;  // step_N names after the resumed step
 };
 
 // Reads --out and decides; throws Error (Usage, or Checkpoint naming the directory and the

@@ -135,6 +135,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (!plan.note.empty()) spdlog::info("{}", plan.note);
   if (!resume_from.empty()) {
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
+    if (!options.init.empty()) {
+      spdlog::info("--init {} not used: the run continues from its checkpoint", options.init);
+    }
   } else if (!options.init.empty()) {
     spdlog::info("initialised weights from {}", options.init);
   }
@@ -190,11 +193,25 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   }
 
   TrainSummary summary;
+  summary.steps_done = state.step;
+  if (options.stop_at > train.steps) {
+    spdlog::warn("--stop-at {} is past train.steps {}: the run ends at step {}", options.stop_at,
+                 train.steps, train.steps);
+  }
+  // --stop-at bounds the steps this job trains, also when it resumes at or past it (a job sized
+  // to a time slot must not run on).
+  const int64_t end_step =
+      options.stop_at > 0 ? std::min(train.steps, options.stop_at) : train.steps;
+  if (state.step >= end_step && state.step < train.steps) {
+    spdlog::warn("--stop-at {}: the run is already at step {}; nothing to train", options.stop_at,
+                 state.step);
+    summary.stopped_by_signal = true;
+  }
   auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = state.step;
   double window_loss = 0;
   int window_count = 0;
-  for (int64_t s = state.step; s < train.steps; ++s) {
+  for (int64_t s = state.step; s < end_step; ++s) {
     auto t0 = std::chrono::steady_clock::now();
     StepResult r = session.run_step(s);
     const double step_s =
@@ -303,9 +320,11 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     }
     summary.steps_done = r.step;
     if (stop && !last) {
+      const int own_signal = g_stop_signal.load();
       spdlog::warn("stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
-                   g_stop_signal.load() ? "signal " + std::to_string(g_stop_signal.load())
-                                        : std::string("--stop-at"));
+                   own_signal != 0 ? "signal " + std::to_string(own_signal)
+                   : signalled > 0 ? std::string("a signal to another rank")
+                                   : std::string("--stop-at"));
       summary.stopped_by_signal = true;
       break;
     }

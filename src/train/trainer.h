@@ -18,8 +18,8 @@ struct TrainOptions {
 };
 
 struct TrainSummary {
-  int64_t steps_done = 0;
-  double final_loss = 0;
+  int64_t steps_done = 0;       // the step the run is at when it ends
+  double final_loss = NAN;      // NAN: this job trained no step
   double final_val_loss = NAN;  // NAN: no evaluation ran (no data.val, or a stop before one)
   bool stopped_by_signal = false;
 };

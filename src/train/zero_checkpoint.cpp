@@ -227,7 +227,7 @@ void consolidate_checkpoint(const std::string& src_dir, const std::string& out_d
   const std::map<std::string, std::string> meta =
       SafetensorsFile((fs::path(src_dir) / "model.safetensors").string()).metadata();
 
-  const fs::path out = fs::absolute(out_dir);
+  const fs::path out = fs::absolute(without_trailing_separator(out_dir));
   fs::create_directories(out.parent_path());
   const std::string tmp_prefix = ".tmp_" + out.filename().string() + "_";
   remove_stale_temp_dirs(out.parent_path().string(), tmp_prefix);

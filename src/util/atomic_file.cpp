@@ -103,6 +103,12 @@ void publish_directory(const std::string& tmp_dir, const std::string& final_dir)
   fsync_path(parent.empty() ? "." : parent.string());
 }
 
+std::string without_trailing_separator(const std::string& path) {
+  fs::path p = fs::path(path).lexically_normal();
+  if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();
+  return p.string();
+}
+
 void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;

@@ -17,6 +17,10 @@ void fsync_path(const std::string& path);
 // in it, rename TMP_DIR -> FINAL_DIR, fsync the parent. FINAL_DIR must not exist.
 void publish_directory(const std::string& tmp_dir, const std::string& final_dir);
 
+// PATH as a directory's own name: normalised, without a trailing separator ("out/" and
+// "out/." are "out"), so that its parent is the directory it goes in, not itself.
+std::string without_trailing_separator(const std::string& path);
+
 // Removes what a failed or killed writer left in DIR: directories named PREFIX..._<pid>
 // (publish_directory's temporaries) whose pid is no live process on this host, logging each.
 // A live pid's directory may be another process still writing, and a name without a pid is

@@ -14,6 +14,10 @@ void init_logging(const std::string& level);
 // Adds RUN_DIR/log.txt (appending) to the default logger.
 void add_log_file(const std::string& path);
 
+// Writes MESSAGE as an error line to the log files only (not stderr): the error that ends a
+// command, which main prints to stderr itself, so that log.txt says why the run stopped.
+void log_error_to_files(const std::string& message);
+
 // True when stderr is a terminal (progress bars are drawn only then).
 bool stderr_is_terminal();
 

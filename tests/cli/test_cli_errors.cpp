@@ -104,6 +104,18 @@ TEST(CliErrors, ACountFlagBelowItsMinimumSaysTheMinimum) {
   expect_failure("bench --config " + config + " --warmup -1", 2, "must be at least 0 (got -1)");
   expect_failure("bench --config " + config + " --threads -5", 2, "must be at least 0 (got -5)");
   expect_failure("train --config " + config + " --stop-at -3", 2, "must be at least 1 (got -3)");
+  // Past 64 bits: CLI11's conversion clamped it, and the run set out on 2^63 - 1 steps.
+  expect_failure("train --config " + config + " --steps 99999999999999999999", 2,
+                 "is out of range (got 99999999999999999999)");
+  expect_failure("train --config " + config + " --steps 9223372036854775808", 2,
+                 "is out of range (got 9223372036854775808)");
+  // More threads than OpenMP can make crashed in the first parallel region.
+  expect_failure("eval --checkpoint " + config + " --text " + config + " --threads 100000", 2,
+                 "must be in [0, 1024] (got 100000)");
+  expect_failure("eval --checkpoint " + config + " --text " + config + " --threads -1", 2,
+                 "must be in [0, 1024] (got -1)");
+  expect_failure("bench --config " + config + " --threads 100000", 3,
+                 "\"train.threads\" must be in [0, 1024]");
 }
 
 TEST(CliErrors, TrainLoadsTheTokenizerBeforeTheFirstStep) {

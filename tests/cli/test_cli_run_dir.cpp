@@ -116,3 +116,110 @@ TEST(CliRunDir, OutNamingAFileIsRefusedWithItsName) {
   }
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/notes.txt"), "keep me");
 }
+
+// Going back to an older checkpoint of the run (to lower the lr after a spike): the later
+// checkpoints were once kept in place of the new run's ("identical by the bit-exact resume
+// guarantee", which a changed lr breaks), so --resume auto continued the old run. Now they and
+// the old metrics are kept aside, and the new run's checkpoints are its own.
+TEST(CliRunDir, GoingBackToAnOlderCheckpointKeepsTheLaterOnesAsideAndWritesItsOwn) {
+  std::string dir = gnmr_test::scratch_dir("cli_go_back");
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"steps": 6}, "eval": {"every": 0}, "checkpoint": {"every": 2}})");
+  const std::string run = dir + "/run";
+  ASSERT_EQ(run_gnmr(train_args(config, run)).exit_code, 0);
+  const std::string old_step6 =
+      gnmr_test::read_bytes(run + "/checkpoints/step_00000006/model.safetensors");
+  const std::string old_metrics = gnmr_test::read_bytes(run + "/metrics.jsonl");
+  auto back = run_gnmr(train_args(config, run) + " --set train.lr=0.001 --resume " + run +
+                       "/checkpoints/step_00000002");
+  ASSERT_EQ(back.exit_code, 0) << back.output;
+  EXPECT_NE(back.output.find("going back to step 2"), std::string::npos) << back.output;
+  const std::string kept = run + "/abandoned_after_step_2";
+  EXPECT_EQ(gnmr_test::read_bytes(kept + "/checkpoints/step_00000006/model.safetensors"),
+            old_step6);
+  EXPECT_TRUE(fs::exists(kept + "/checkpoints/step_00000004"));
+  EXPECT_EQ(gnmr_test::read_bytes(kept + "/metrics.jsonl"), old_metrics);
+  EXPECT_NE(gnmr_test::read_bytes(run + "/checkpoints/step_00000006/model.safetensors"), old_step6)
+      << "the new run's step 6 (another lr) must be its own";
+  // A second go-back to the same step keeps its own copy.
+  ASSERT_EQ(run_gnmr(train_args(config, run) + " --resume " + run + "/checkpoints/step_00000002")
+                .exit_code,
+            0);
+  EXPECT_TRUE(fs::exists(run + "/abandoned_after_step_2_2/checkpoints/step_00000006"));
+}
+
+// --resume of another run's checkpoint into a directory that holds a run once cut that run's
+// metrics, overwrote its config and mixed the two runs' checkpoints (with checkpoint.keep, the
+// new ones were removed first). Refused now, the run unchanged.
+TEST(CliRunDir, ResumingAnotherRunsCheckpointIntoARunIsRefusedAndChangesNothing) {
+  std::string dir = gnmr_test::scratch_dir("cli_resume_foreign");
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"steps": 4}, "eval": {"every": 0}, "checkpoint": {"every": 2}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/a")).exit_code, 0);
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/b")).exit_code, 0);
+  const auto before = snapshot(dir + "/b");
+  auto r = run_gnmr(train_args(config, dir + "/b") + " --resume " + dir +
+                    "/a/checkpoints/step_00000002");
+  EXPECT_EQ(r.exit_code, 5) << r.output;
+  EXPECT_NE(r.output.find("already holds a run, and --resume " + dir +
+                          "/a/checkpoints/step_00000002 is not one of its checkpoints"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(snapshot(dir + "/b") == before);
+  // Into a new --out it starts a run from that checkpoint, as before.
+  auto branch = run_gnmr(train_args(config, dir + "/c") + " --resume " + dir +
+                         "/a/checkpoints/step_00000002");
+  EXPECT_EQ(branch.exit_code, 0) << branch.output;
+  // And --init cannot ride along with an explicit checkpoint.
+  auto both =
+      run_gnmr(train_args(config, dir + "/d") + " --resume " + dir +
+               "/a/checkpoints/step_00000002 --init " + dir + "/a/checkpoints/step_00000004");
+  EXPECT_EQ(both.exit_code, 2) << both.output;
+}
+
+// --stop-at bounds what a job trains, also when it resumes at or past it.
+TEST(CliRunDir, StopAtHoldsWhenTheRunResumesPastIt) {
+  std::string dir = gnmr_test::scratch_dir("cli_stop_at_resume");
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"steps": 8}, "eval": {"every": 0}, "checkpoint": {"every": 4}})");
+  const std::string run = dir + "/run";
+  ASSERT_EQ(run_gnmr(train_args(config, run) + " --stop-at 4").exit_code, 0);
+  auto again = run_gnmr(train_args(config, run) + " --stop-at 2 --resume auto");
+  EXPECT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_NE(again.output.find("--stop-at 2: the run is already at step 4; nothing to train"),
+            std::string::npos)
+      << again.output;
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step_00000008")) << again.output;
+  EXPECT_EQ(again.output.find("final loss"), std::string::npos) << "no step, no loss to report";
+}
+
+// The error that ends a run reaches its log.txt, not only stderr.
+TEST(CliRunDir, TheErrorThatEndsARunIsInItsLog) {
+  std::string dir = gnmr_test::scratch_dir("cli_error_in_log");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 4}, "eval": {"every": 0},
+               "debug": {"nonfinite_grad_steps": [1, 2, 3]}})");
+  auto r = run_gnmr(train_args(config, dir + "/run"));
+  ASSERT_EQ(r.exit_code, 6) << r.output;
+  EXPECT_NE(
+      gnmr_test::read_bytes(dir + "/run/log.txt").find("error training stopped: 3 consecutive"),
+      std::string::npos)
+      << gnmr_test::read_bytes(dir + "/run/log.txt");
+}
+
+// A metrics line that cannot be written (a full disk; here a 4 KiB file-size limit) once went
+// missing without a word, the run exiting 0 with a gap and a torn line in metrics.jsonl.
+TEST(CliRunDir, AMetricsLineThatCannotBeWrittenStopsTheRun) {
+  std::string dir = gnmr_test::scratch_dir("cli_metrics_full");
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"eval": {"every": 0}, "checkpoint": {"every": 0}, "log": {"every": 4}})");
+  std::ofstream(dir + "/run.sh") << "trap '' XFSZ; ulimit -f 4; '" << gnmr_test::gnmr_binary()
+                                 << "' " << train_args(config, dir + "/run") << " 2>&1\n";
+  auto r = gnmr_test::run_command("bash '" + dir + "/run.sh'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("write " + dir + "/run/metrics.jsonl: File too large; the run stops"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(gnmr_test::read_bytes(dir + "/run/log.txt").find("metrics.jsonl: File too large"),
+            std::string::npos);
+}

@@ -223,9 +223,16 @@ TEST(CliZero, ResumesBitExactOnTheSameWorldAndMovesWorldsOnlyWhenConsolidated) {
   const std::string consolidated = step3 + "_consolidated";
   EXPECT_TRUE(fs::exists(consolidated + "/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(split + "/checkpoints/step_00000006_consolidated/optimizer.safetensors"));
-  auto again = run_gnmr("checkpoint consolidate " + step3);  // never overwrites
+  // Never overwrites. A trailing slash names the same checkpoint (it once put the copy at
+  // step_N/_consolidated, inside the checkpoint that keep= later removes).
+  auto again = run_gnmr("checkpoint consolidate " + step3 + "/");
   EXPECT_EQ(again.exit_code, 2) << again.output;
-  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+  EXPECT_NE(again.output.find(consolidated + " already exists"), std::string::npos) << again.output;
+  EXPECT_FALSE(fs::exists(step3 + "/_consolidated"));
+  // An --out with a trailing slash once made the folder, then refused to replace it.
+  auto slash = run_gnmr("checkpoint consolidate " + step3 + " --out " + dir + "/co/");
+  EXPECT_EQ(slash.exit_code, 0) << slash.output;
+  EXPECT_TRUE(fs::exists(dir + "/co/optimizer.safetensors"));
   auto on_three =
       run_mpi(3, train_args(config, dir + "/three_ok", 1) + " --resume " + consolidated);
   ASSERT_EQ(on_three.exit_code, 0) << on_three.output;
@@ -239,8 +246,9 @@ TEST(CliZero, ResumesBitExactOnTheSameWorldAndMovesWorldsOnlyWhenConsolidated) {
   ASSERT_EQ(on_two_plain.exit_code, 0) << on_two_plain.output;
   EXPECT_EQ(all_weights(dir + "/two_plain/checkpoints/step_00000006"),
             all_weights(whole + "/checkpoints/step_00000006"));
-  auto exported = run_gnmr("export --checkpoint " + consolidated + " --out " + dir + "/hf");
+  auto exported = run_gnmr("export --checkpoint " + consolidated + " --out " + dir + "/hf/");
   EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  EXPECT_TRUE(fs::exists(dir + "/hf/model.safetensors"));
   auto exported_sharded = run_gnmr("export --checkpoint " + step3 + " --out " + dir + "/hf2");
   EXPECT_EQ(exported_sharded.exit_code, 0) << exported_sharded.output;
 }
