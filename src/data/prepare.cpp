@@ -251,7 +251,7 @@ class PreparePipeline {
         EncodedDocuments& split =
             goes_to_val(options_.seed, index, options_.val_fraction) ? encoded.val : encoded.train;
         split.tokens.push_back(bos);
-        const auto ids = tokenizer_.encode(batch.texts[k]);
+        const auto ids = tokenizer_.encode_document(batch.texts[k]);
         split.tokens.insert(split.tokens.end(), ids.begin(), ids.end());
         split.tokens.push_back(eos);
         split.offsets.push_back(split.tokens.size());

@@ -8,6 +8,47 @@
 
 namespace gnmr {
 
+namespace {
+
+bool is_space_byte(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+// A single space with another character on each side: where encode_document may cut.
+bool is_cut_point(const std::string& text, size_t i) {
+  return text[i] == ' ' && i > 0 && i + 1 < text.size() && !is_space_byte(text[i - 1]) &&
+         !is_space_byte(text[i + 1]);
+}
+
+// Tokenizer::cuts_at_spaces_exactly's check.
+bool check_cuts_at_spaces(const sentencepiece::SentencePieceProcessor& processor) {
+  const std::string space = "\xE2\x96\x81";  // U+2581, what sentencepiece makes of a space
+  for (int id = 0; id < processor.GetPieceSize(); ++id) {
+    const std::string& piece = processor.IdToPiece(id);
+    size_t lead = 0;
+    while (piece.compare(lead, space.size(), space) == 0) lead += space.size();
+    if (piece.find(space, lead) != std::string::npos) return false;  // joins "x▁"
+  }
+  const char* probes[] = {"hello world", "a b", "The river, 1987 naive cafe\xC3\xA9 42.5%",
+                          "tokens \xE2\x80\x94 x"};
+  for (const char* probe : probes) {
+    const std::string text = probe;
+    std::vector<int> whole, cut, part;
+    if (!processor.Encode(text, &whole).ok()) return false;
+    size_t start = 0;
+    for (size_t i = 0; i <= text.size(); ++i) {
+      if (i < text.size() && !is_cut_point(text, i)) continue;
+      if (!processor.Encode(text.substr(start, i - start), &part).ok()) return false;
+      cut.insert(cut.end(), part.begin(), part.end());
+      start = i + 1;
+    }
+    if (cut != whole) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Tokenizer Tokenizer::load(const std::string& model_path) {
   std::error_code ec;
   if (!std::filesystem::exists(model_path, ec)) {
@@ -28,6 +69,7 @@ Tokenizer Tokenizer::load(const std::string& model_path) {
                                      status.ToString() + ")");
   }
   Tokenizer tokenizer;
+  tokenizer.cuts_at_spaces_exactly_ = check_cuts_at_spaces(*processor);
   tokenizer.processor_ = std::move(processor);
   tokenizer.model_path_ = model_path;
   return tokenizer;
@@ -41,6 +83,28 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text) const {
                 "tokenizer " + model_path_ + ": encode failed (" + status.ToString() + ")");
   }
   return std::vector<int32_t>(ids.begin(), ids.end());
+}
+
+std::vector<int32_t> Tokenizer::encode_document(const std::string& text, size_t piece_bytes) const {
+  if (text.size() <= piece_bytes || !cuts_at_spaces_exactly_) return encode(text);
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (text.size() - start > piece_bytes) {
+    // The last cut point within PIECE_BYTES of START, else the first after it.
+    size_t cut = start + piece_bytes;
+    while (cut > start && !is_cut_point(text, cut)) --cut;
+    if (cut == start) {
+      cut = start + piece_bytes;
+      while (cut < text.size() && !is_cut_point(text, cut)) ++cut;
+      if (cut == text.size()) break;
+    }
+    const std::vector<int32_t> piece = encode(text.substr(start, cut - start));
+    ids.insert(ids.end(), piece.begin(), piece.end());
+    start = cut + 1;  // the space is the next piece's dummy prefix
+  }
+  const std::vector<int32_t> rest = encode(text.substr(start));
+  ids.insert(ids.end(), rest.begin(), rest.end());
+  return ids;
 }
 
 std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "precision/bf16.h"
 #include "train/checkpoint.h"
@@ -152,6 +153,24 @@ json model_section_from_hf(const json& hf, const std::string& where) {
 
 void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& model) {
   std::map<std::string, std::string> files = weight_files(dir);
+  // A weight the model has no place for is another shape (a 2-layer checkpoint into a 1-layer
+  // model once loaded silently without its second layer). Older HF folders also store RoPE's
+  // inverse frequencies, which the model computes: those are not weights.
+  std::set<std::string> names;
+  for (const auto& p : model.params()) names.insert(p.name);
+  for (const auto& [name, file] : files) {
+    const std::string inv_freq = "rotary_emb.inv_freq";
+    const bool rope_table =
+        name.size() >= inv_freq.size() &&
+        name.compare(name.size() - inv_freq.size(), inv_freq.size(), inv_freq) == 0;
+    if (names.count(name) == 0 && !rope_table) {
+      throw Error(ErrorKind::Checkpoint,
+                  dir + ": tensor \"" + name + "\" (" + file +
+                      ") has no place in the model the config describes (model.n_layers = " +
+                      std::to_string(model.config().n_layers) +
+                      "): it was trained with another shape");
+    }
+  }
   std::map<std::string, std::unique_ptr<SafetensorsFile>> open;
   std::vector<float> host;
   for (const auto& p : model.params()) {

@@ -210,9 +210,9 @@ void read_consolidated_moments(const std::string& dir, std::vector<ParamInfo>& p
 
 void consolidate_checkpoint(const std::string& src_dir, const std::string& out_dir) {
   if (fs::exists(out_dir)) {
-    throw Error(ErrorKind::Usage, "checkpoint consolidate: " + out_dir +
-                                      " already exists; choose a new --out (consolidate never "
-                                      "overwrites)");
+    throw Error(ErrorKind::Checkpoint, "checkpoint consolidate: " + out_dir +
+                                           " already exists; choose a new --out (consolidate "
+                                           "never overwrites)");
   }
   verify_checkpoint(src_dir);
   if (zero_checkpoint_world_size(src_dir) == 0) {

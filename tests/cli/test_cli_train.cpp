@@ -141,6 +141,16 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   auto lines = gnmr_test::read_metrics(dir + "/from_hf/metrics.jsonl");
   EXPECT_LT(lines.front()["loss"].get<double>(),
             std::log(4096.0) - 0.5);  // far below a fresh model's ln(V)
+
+  // Into a model with fewer layers: once loaded silently without the extra layer's weights.
+  std::string one_layer = gnmr_test::write_tiny_config(
+      dir + "/..", R"({"model": {"n_layers": 1}, "train": {"steps": 1}, "eval": {"every": 0}})");
+  auto fewer = run_gnmr(train_args(one_layer, dir + "/one_layer") + " --init " + dir + "/hf");
+  EXPECT_EQ(fewer.exit_code, 5) << fewer.output;
+  EXPECT_NE(
+      fewer.output.find("has no place in the model the config describes (model.n_layers = 1)"),
+      std::string::npos)
+      << fewer.output;
 }
 
 TEST(CliEval, TextFileAndTruncatedCheckpoint) {

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "data/document_reader.h"
 #include "data/tokenizer.h"
 #include "data_test_helpers.h"
 #include "test_paths.h"
@@ -130,4 +131,29 @@ TEST(Tokenizer, AVocabSizeTooSmallForTheCorpusIsNamedAsTooSmall) {
     EXPECT_NE(message.find("smaller than required_chars"), std::string::npos) << message;
     EXPECT_EQ(message.find("too large"), std::string::npos) << message;
   }
+}
+
+// encode_document cuts long text at single spaces and encodes the pieces apart, in bounded
+// memory; for the bundled tokenizer that gives encode()'s ids exactly. Checked on the Brown
+// corpus, cutting at every single space and at pieces of about 4 KB.
+TEST(Tokenizer, EncodingADocumentInPiecesCutAtSpacesGivesTheWholeTextsIds) {
+  const Tokenizer tokenizer = Tokenizer::load(gnmr_test::source_path("data/brown/tokenizer.model"));
+  ASSERT_TRUE(tokenizer.cuts_at_spaces_exactly());
+  gnmr::DocumentReader reader(gnmr_test::source_path("data/brown/brown.jsonl.gz"));
+  std::string text;
+  int documents = 0;
+  while (reader.next(text)) {
+    const std::vector<int32_t> whole = tokenizer.encode(text);
+    ASSERT_EQ(tokenizer.encode_document(text, 4096), whole) << "document " << documents;
+    if (documents < 40) {
+      ASSERT_EQ(tokenizer.encode_document(text, 1), whole) << "document " << documents;
+    }
+    ++documents;
+  }
+  EXPECT_EQ(documents, 500);
+  // Text with no space to cut at is encoded whole.
+  const std::string no_spaces(10000, 'x');
+  EXPECT_EQ(tokenizer.encode_document(no_spaces, 100), tokenizer.encode(no_spaces));
+  const std::string spaced = "a  b\n c " + std::string(300, 'y') + " z";
+  EXPECT_EQ(tokenizer.encode_document(spaced, 1), tokenizer.encode(spaced));
 }

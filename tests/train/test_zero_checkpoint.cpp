@@ -106,7 +106,7 @@ TEST(ZeroCheckpoint, ConsolidatedMomentsEqualPlainAdamWAfterTheSameSteps) {
     EXPECT_EQ(tensor(consolidated, name), tensor(plain, name)) << name;
   }
   // Never over an existing directory, and not twice.
-  expect_error([&] { gnmr::consolidate_checkpoint(zero_dir, out); }, ErrorKind::Usage,
+  expect_error([&] { gnmr::consolidate_checkpoint(zero_dir, out); }, ErrorKind::Checkpoint,
                {"already exists"});
   expect_error([&] { gnmr::consolidate_checkpoint(out, out + "_again"); }, ErrorKind::Usage,
                {"already holds consolidated optimizer state"});
