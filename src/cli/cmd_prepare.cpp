@@ -16,8 +16,11 @@ namespace {
 
 std::atomic<int> g_prepare_signal{0};
 
+// The first signal asks prepare to stop and clean up; a second one (Ctrl-C again, while a long
+// batch finishes) ends the process at once, as the signal's default does.
 void on_prepare_signal(int signal) {
   g_prepare_signal.store(signal);
+  std::signal(signal, SIG_DFL);
 }
 
 // SIGINT, SIGTERM and SIGHUP stop prepare through options.stop_signal, so its shards are
@@ -43,6 +46,12 @@ void run_prepare_stopping_on_signals(PrepareOptions& options) {
         "{}",
         s.documents, s.train_tokens, s.train_shards.size(), s.val_tokens, s.val_shards.size(),
         options.out_dir);
+    // A signal after the last batch: the dataset is complete and stays, and the process still
+    // ends by the signal it was sent.
+    if (const int late = g_prepare_signal.load(); late != 0) {
+      std::signal(late, SIG_DFL);
+      std::raise(late);
+    }
   } catch (const Error& e) {
     restore();
     const int stopped_by = g_prepare_signal.load();

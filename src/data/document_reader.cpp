@@ -29,6 +29,60 @@ bool is_blank(const std::string& line) {
   return line.find_first_not_of(" \t\r\f\v") == std::string::npos;
 }
 
+// The UTF-16 code unit of the escape \uXXXX at LINE[i] (LINE[i] == '\\'), or -1.
+int escaped_code_unit(const std::string& line, size_t i) {
+  if (i + 5 >= line.size() || line[i + 1] != 'u') return -1;
+  int unit = 0;
+  for (size_t k = i + 2; k < i + 6; ++k) {
+    const char c = line[k];
+    const int digit = c >= '0' && c <= '9'   ? c - '0'
+                      : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                             : -1;
+    if (digit < 0) return -1;
+    unit = unit * 16 + digit;
+  }
+  return unit;
+}
+
+// JSON text with every \u escape of a lone UTF-16 surrogate replaced by \ufffd; the number
+// replaced in REPLACED. Python's json.dumps writes a lone surrogate that way (ensure_ascii), and
+// the JSON parser refuses it: one such record would stop a long prepare, where invalid UTF-8
+// bytes are counted and replaced (utf8.h) instead.
+std::string with_lone_surrogates_replaced(const std::string& line, int64_t& replaced) {
+  std::string out;
+  out.reserve(line.size());
+  replaced = 0;
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != '\\' || i + 1 >= line.size()) {
+      out.push_back(line[i]);
+      continue;
+    }
+    const int unit = escaped_code_unit(line, i);
+    if (unit < 0) {  // another escape: copy it whole, so "\\\\" is not read as an escape
+      out.append(line, i, 2);
+      ++i;
+      continue;
+    }
+    const bool high = unit >= 0xD800 && unit <= 0xDBFF;
+    const bool low = unit >= 0xDC00 && unit <= 0xDFFF;
+    const int next =
+        i + 6 < line.size() && line[i + 6] == '\\' ? escaped_code_unit(line, i + 6) : -1;
+    if (high && next >= 0xDC00 && next <= 0xDFFF) {  // a pair: both escapes as they are
+      out.append(line, i, 12);
+      i += 11;
+    } else if (high || low) {
+      out += "\\ufffd";
+      ++replaced;
+      i += 5;
+    } else {
+      out.append(line, i, 6);
+      i += 5;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 DocumentFormat document_format_for(const std::string& path) {
@@ -105,11 +159,13 @@ bool DocumentReader::read_line(std::string& line) {
   if (!got_any) return false;
   ++line_number_;
   if (!line.empty() && line.back() == '\r') line.pop_back();
-  if (replace_invalid_utf8(line) > 0) {
-    if (invalid_utf8_lines_ == 0) first_invalid_utf8_line_ = line_number_;
-    ++invalid_utf8_lines_;
-  }
+  if (replace_invalid_utf8(line) > 0) count_invalid_line();
   return true;
+}
+
+void DocumentReader::count_invalid_line() {
+  if (invalid_utf8_lines_ == 0) first_invalid_utf8_line_ = line_number_;
+  ++invalid_utf8_lines_;
 }
 
 // Refills chunk_ from the file; false at end of file.
@@ -137,6 +193,14 @@ bool DocumentReader::next_json_document(std::string& text) {
     if (is_blank(line)) continue;
     const std::string where = path_ + ":" + std::to_string(line_number_);
     auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (record.is_discarded()) {
+      int64_t replaced = 0;
+      const std::string repaired = with_lone_surrogates_replaced(line, replaced);
+      if (replaced > 0) {
+        record = nlohmann::json::parse(repaired, nullptr, /*allow_exceptions=*/false);
+        if (!record.is_discarded()) count_invalid_line();
+      }
+    }
     if (record.is_discarded()) {
       throw Error(ErrorKind::Data, where +
                                        ": not valid JSON (JSON Lines input needs one object "

@@ -4,7 +4,8 @@
 //                                 or more blank lines
 // Either may be gzip-compressed (*.gz, checked by its magic bytes: a plain file named .gz is
 // refused rather than read as text). Bytes that are not valid UTF-8 become U+FFFD (utf8.h),
-// as sentencepiece would make them; the reader counts the lines this happened on.
+// as sentencepiece would make them, and so do JSON escapes of lone UTF-16 surrogates
+// ("\ud800", which Python's json.dumps writes); the reader counts the lines this happened on.
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,7 @@ class DocumentReader {
  private:
   bool read_line(std::string& line);
   bool fill_chunk();
+  void count_invalid_line();
   bool next_json_document(std::string& text);
   bool next_text_document(std::string& text);
 

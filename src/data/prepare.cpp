@@ -432,7 +432,13 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
       {"train_shards", file_names(summary.train_shards)},
       {"val_shards", file_names(summary.val_shards)},
   };
-  write_file_atomic((fs::path(options.out_dir) / "prepare.json").string(), record.dump(2) + "\n");
+  const std::string record_path = (fs::path(options.out_dir) / "prepare.json").string();
+  try {
+    write_file_atomic(record_path, record.dump(2) + "\n");
+  } catch (...) {
+    std::remove(record_path.c_str());  // renamed in before the directory's fsync failed
+    throw;
+  }
   train.keep();  // only now: shards without their prepare.json are a failed run's
   val.keep();
   out_dir.keep = true;

@@ -10,14 +10,17 @@ namespace gnmr {
 
 namespace {
 
-bool is_space_byte(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+// A printable ASCII character other than the space: no normalization changes it or joins it
+// to the space beside it, and it is not "▁" (U+2581), which the model's whitespace-only pieces
+// ("▁▁") could join to the space's "▁".
+bool is_plain_character(char c) {
+  return c > ' ' && c < 0x7F;
 }
 
-// A single space with another character on each side: where encode_document may cut.
+// A single space between two plain characters: where encode_document may cut.
 bool is_cut_point(const std::string& text, size_t i) {
-  return text[i] == ' ' && i > 0 && i + 1 < text.size() && !is_space_byte(text[i - 1]) &&
-         !is_space_byte(text[i + 1]);
+  return text[i] == ' ' && i > 0 && i + 1 < text.size() && is_plain_character(text[i - 1]) &&
+         is_plain_character(text[i + 1]);
 }
 
 // Tokenizer::cuts_at_spaces_exactly's check.

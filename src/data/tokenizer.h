@@ -22,20 +22,22 @@ class Tokenizer {
   // Thread-safe: prepare's workers share one Tokenizer. No BOS/EOS is added.
   std::vector<int32_t> encode(const std::string& text) const;
 
-  // encode()'s ids for a document of any length, in memory bounded by PIECE_BYTES rather than
-  // the document's size (sentencepiece takes about 90 bytes per byte it encodes, and time
-  // that grows faster than the length): text longer than PIECE_BYTES is cut at single spaces
-  // between two other characters and encoded a piece at a time, where cuts_at_spaces_exactly().
-  // Text without such a space, or a tokenizer where cutting could change the ids, is encoded
-  // whole.
+  // encode()'s ids for a document of any length, in memory that grows with PIECE_BYTES (or
+  // the longest stretch without a cut point) rather than the document's size: sentencepiece
+  // takes about 90 bytes per byte it encodes, and time that grows faster than the length.
+  // Text longer than PIECE_BYTES is cut at single spaces between two printable ASCII
+  // characters and encoded a piece at a time, where cuts_at_spaces_exactly(). Text without
+  // such a space, or a tokenizer where cutting could change the ids, is encoded whole.
   static constexpr size_t kDocumentPieceBytes = 1 << 16;
   std::vector<int32_t> encode_document(const std::string& text,
                                        size_t piece_bytes = kDocumentPieceBytes) const;
 
-  // Whether "x y" always encodes as "x" followed by "y": the model turns a text's start into
-  // the "▁" a space becomes (a dummy prefix), and none of its pieces joins a "▁" onto a
-  // character before it, so no merge crosses a single space. Checked at load(), on the
-  // vocabulary and on probe texts; true for LLaMA-2's tokenizer and for `gnmr tokenizer train`'s.
+  // Whether "...x y..." encodes as "...x" followed by "y..." where x and y are printable ASCII
+  // characters other than the space: the model turns a text's start into the "▁" a space
+  // becomes (a dummy prefix), and none of its pieces joins a "▁" onto a character before it,
+  // so no merge crosses such a space (whitespace-only pieces, "▁▁", need a "▁" or a space
+  // beside it, which x and y are not; normalization leaves printable ASCII as it is). Checked
+  // at load(), on the vocabulary and on probe texts; true for `gnmr tokenizer train`'s models.
   bool cuts_at_spaces_exactly() const { return cuts_at_spaces_exactly_; }
   std::string decode(const std::vector<int32_t>& ids) const;
 

@@ -143,9 +143,25 @@ std::string save_checkpoint_files(const std::string& run_dir, const RunConfig& c
       const std::string old_problem = checkpoint_problem(final_dir.string());
       spdlog::warn("replacing checkpoint {} ({})", final_dir.string(),
                    old_problem.empty() ? "written before this run reached its step" : old_problem);
-      fs::remove_all(final_dir);
+      // Aside under a temporary's name until the new one is in place, and back if publishing
+      // fails. (Killed in between, both are temporaries that the next start removes: the
+      // step is lost, the older checkpoints stay.)
+      const fs::path replaced =
+          root / (kTempPrefix + std::string("replaced_") + checkpoint_dir_name(state.step) + "_" +
+                  std::to_string(::getpid()));
+      fs::remove_all(replaced);
+      fs::rename(final_dir, replaced);
+      try {
+        publish_directory(tmp_dir.string(), final_dir.string());
+      } catch (...) {
+        std::error_code ec;
+        fs::rename(replaced, final_dir, ec);
+        throw;
+      }
+      fs::remove_all(replaced);
+    } else {
+      publish_directory(tmp_dir.string(), final_dir.string());
     }
-    publish_directory(tmp_dir.string(), final_dir.string());
   } catch (...) {
     // A failed write (disk full) leaves nothing behind; the newest complete checkpoint stays.
     std::error_code ec;

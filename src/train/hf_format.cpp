@@ -166,9 +166,10 @@ void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& mo
     if (names.count(name) == 0 && !rope_table) {
       throw Error(ErrorKind::Checkpoint,
                   dir + ": tensor \"" + name + "\" (" + file +
-                      ") has no place in the model the config describes (model.n_layers = " +
+                      ") is not a parameter of the model the config describes (model.n_layers "
+                      "= " +
                       std::to_string(model.config().n_layers) +
-                      "): it was trained with another shape");
+                      "): the weights are of another model shape");
     }
   }
   std::map<std::string, std::unique_ptr<SafetensorsFile>> open;

@@ -1,5 +1,6 @@
 #include "train/run_dir.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -57,9 +58,17 @@ void plan_going_back(const fs::path& dir, const std::string& checkpoint, RunDirP
   const fs::path trainer_json = fs::path(checkpoint) / "trainer.json";
   const int64_t step =
       trainer_state_from_json(read_file(trainer_json.string()), trainer_json.string()).step;
-  for (int64_t later : checkpoint_steps(dir.string())) {
-    if (later > step) plan.abandoned_checkpoints.push_back(checkpoint_dir_name(later));
+  // step_NNNNNNNN and what is named after one (checkpoint consolidate's step_N_consolidated).
+  for (const auto& entry : fs::directory_iterator(dir / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    const std::string digits = name.substr(0, 13);
+    if (digits.size() < 13 || digits.rfind("step_", 0) != 0 ||
+        digits.find_first_not_of("0123456789", 5) != std::string::npos) {
+      continue;
+    }
+    if (std::stoll(digits.substr(5)) > step) plan.abandoned_checkpoints.push_back(name);
   }
+  std::sort(plan.abandoned_checkpoints.begin(), plan.abandoned_checkpoints.end());
   if (plan.abandoned_checkpoints.empty()) return;
   std::string name = "abandoned_after_step_" + std::to_string(step);
   for (int n = 2; fs::exists(dir / name); ++n) {
@@ -70,7 +79,9 @@ void plan_going_back(const fs::path& dir, const std::string& checkpoint, RunDirP
   for (const auto& later : plan.abandoned_checkpoints) moved += (moved.empty() ? "" : ", ") + later;
   plan.note = "--resume " + checkpoint + ": going back to step " + std::to_string(step) +
               "; the run's later checkpoints (" + moved +
-              ") and its metrics, trace and summary as they were are kept in " + plan.abandoned_dir;
+              ") and copies of its metrics, log, config and controller files as they were are "
+              "kept in " +
+              plan.abandoned_dir;
 }
 
 }  // namespace

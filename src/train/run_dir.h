@@ -37,7 +37,7 @@ struct RunDirPlan {
   // --resume of an older checkpoint of --out's own run: where its later checkpoints (moved) and
   // top-level files (copied, before the resumed run cuts its metrics back) are kept.
   std::string abandoned_dir;
-  std::vector<std::string> abandoned_checkpoints;  // step_N names after the resumed step
+  std::vector<std::string> abandoned_checkpoints;  // step_N(_consolidated) after the resumed step
 };
 
 // Reads --out and decides; throws Error (Usage, or Checkpoint naming the directory and the

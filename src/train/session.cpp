@@ -10,7 +10,7 @@
 
 #include "controller/units.h"
 #include "data/counter_hash.h"
-#include "data/tokenizer.h"
+#include "train/data_checks.h"
 #include "train/lr_schedule.h"
 #include "train/make_backend.h"
 #include "train/replica_check.h"
@@ -74,58 +74,6 @@ DebugHooks debug_hooks_from(const json& section) {
 
 bool contains(const std::vector<int64_t>& list, int64_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
-}
-
-// data.tokenizer is copied into every checkpoint, so it is loaded before the first step. It
-// may have fewer pieces than model.vocab_size (a vocabulary padded to a round size, as
-// LLaMA-style models do, leaves the extra embedding rows unused), never more: the model could
-// not embed the extra ids.
-// The tokenizer's piece count; 0 when data.tokenizer is not set.
-int check_tokenizer(const DataConfig& data, const ModelConfig& model) {
-  if (data.tokenizer.empty()) {
-    spdlog::warn("data.tokenizer is not set: checkpoints will hold no tokenizer.model");
-    return 0;
-  }
-  try {
-    const Tokenizer tokenizer = Tokenizer::load(data.tokenizer);
-    if (tokenizer.vocab_size() > model.vocab_size) {
-      throw Error(ErrorKind::Data,
-                  "tokenizer " + data.tokenizer + " has " + std::to_string(tokenizer.vocab_size()) +
-                      " pieces, more than model.vocab_size (" + std::to_string(model.vocab_size) +
-                      "); use the tokenizer the shards were made with, or raise model.vocab_size");
-    }
-    return tokenizer.vocab_size();
-  } catch (const Error& e) {
-    throw Error(e.kind(), std::string("data.tokenizer: ") + e.what());
-  }
-}
-
-// The shards' headers carry the piece count of the tokenizer that made them. A different
-// count is a different tokenizer: its ids mean other words, and the checkpoints would carry a
-// tokenizer.model that decodes them wrongly.
-void check_shards_match(const DataConfig& data, int tokenizer_pieces, const TokenLoader& train,
-                        const TokenLoader* val) {
-  auto check = [&](const char* field, const std::string& glob, const TokenLoader& loader) {
-    if (tokenizer_pieces > 0 && loader.shard_vocab_size() != tokenizer_pieces) {
-      throw Error(ErrorKind::Data, std::string(field) + ": shards " + glob +
-                                       " were made with a tokenizer of " +
-                                       std::to_string(loader.shard_vocab_size()) +
-                                       " pieces (their header), but " + "data.tokenizer " +
-                                       data.tokenizer + " has " + std::to_string(tokenizer_pieces) +
-                                       "; name the tokenizer the shards were made with");
-    }
-  };
-  check("data.train", data.train, train);
-  if (val == nullptr) return;
-  check("data.val", data.val, *val);
-  if (val->shard_vocab_size() != train.shard_vocab_size()) {
-    throw Error(ErrorKind::Data, "data.val: shards " + data.val +
-                                     " were made with a tokenizer of " +
-                                     std::to_string(val->shard_vocab_size()) +
-                                     " pieces (their header), data.train's " + data.train +
-                                     " with one of " + std::to_string(train.shard_vocab_size()) +
-                                     "; prepare both with the same tokenizer");
-  }
 }
 
 }  // namespace

@@ -194,7 +194,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   TrainSummary summary;
   summary.steps_done = state.step;
-  if (options.stop_at > train.steps) {
+  if (writer && options.stop_at > train.steps) {
     spdlog::warn("--stop-at {} is past train.steps {}: the run ends at step {}", options.stop_at,
                  train.steps, train.steps);
   }
@@ -203,8 +203,10 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   const int64_t end_step =
       options.stop_at > 0 ? std::min(train.steps, options.stop_at) : train.steps;
   if (state.step >= end_step && state.step < train.steps) {
-    spdlog::warn("--stop-at {}: the run is already at step {}; nothing to train", options.stop_at,
-                 state.step);
+    if (writer) {
+      spdlog::warn("--stop-at {}: the run is already at step {}; nothing to train", options.stop_at,
+                   state.step);
+    }
     summary.stopped_by_signal = true;
   }
   auto run_start = std::chrono::steady_clock::now();

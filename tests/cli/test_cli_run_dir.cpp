@@ -130,6 +130,9 @@ TEST(CliRunDir, GoingBackToAnOlderCheckpointKeepsTheLaterOnesAsideAndWritesItsOw
   const std::string old_step6 =
       gnmr_test::read_bytes(run + "/checkpoints/step_00000006/model.safetensors");
   const std::string old_metrics = gnmr_test::read_bytes(run + "/metrics.jsonl");
+  // What `checkpoint consolidate` names after a step goes with it.
+  fs::copy(run + "/checkpoints/step_00000006", run + "/checkpoints/step_00000006_consolidated",
+           fs::copy_options::recursive);
   auto back = run_gnmr(train_args(config, run) + " --set train.lr=0.001 --resume " + run +
                        "/checkpoints/step_00000002");
   ASSERT_EQ(back.exit_code, 0) << back.output;
@@ -138,6 +141,8 @@ TEST(CliRunDir, GoingBackToAnOlderCheckpointKeepsTheLaterOnesAsideAndWritesItsOw
   EXPECT_EQ(gnmr_test::read_bytes(kept + "/checkpoints/step_00000006/model.safetensors"),
             old_step6);
   EXPECT_TRUE(fs::exists(kept + "/checkpoints/step_00000004"));
+  EXPECT_TRUE(fs::exists(kept + "/checkpoints/step_00000006_consolidated"));
+  EXPECT_FALSE(fs::exists(run + "/checkpoints/step_00000006_consolidated"));
   EXPECT_EQ(gnmr_test::read_bytes(kept + "/metrics.jsonl"), old_metrics);
   EXPECT_NE(gnmr_test::read_bytes(run + "/checkpoints/step_00000006/model.safetensors"), old_step6)
       << "the new run's step 6 (another lr) must be its own";
@@ -207,13 +212,16 @@ TEST(CliRunDir, TheErrorThatEndsARunIsInItsLog) {
       << gnmr_test::read_bytes(dir + "/run/log.txt");
 }
 
-// A metrics line that cannot be written (a full disk; here a 4 KiB file-size limit) once went
+// A metrics line that cannot be written (a full disk; here a 16 KiB file-size limit) once went
 // missing without a word, the run exiting 0 with a gap and a torn line in metrics.jsonl.
 TEST(CliRunDir, AMetricsLineThatCannotBeWrittenStopsTheRun) {
   std::string dir = gnmr_test::scratch_dir("cli_metrics_full");
+  // 60 steps of ~500-byte lines pass 16 KiB near step 32; log.txt (one step line) and
+  // config.json stay far below it, and the last step's checkpoint is never reached.
   std::string config = gnmr_test::write_tiny_config(
-      dir, R"({"eval": {"every": 0}, "checkpoint": {"every": 0}, "log": {"every": 4}})");
-  std::ofstream(dir + "/run.sh") << "trap '' XFSZ; ulimit -f 4; '" << gnmr_test::gnmr_binary()
+      dir, R"({"train": {"steps": 60}, "eval": {"every": 0}, "checkpoint": {"every": 0},
+               "log": {"every": 1000}})");
+  std::ofstream(dir + "/run.sh") << "trap '' XFSZ; ulimit -f 16; '" << gnmr_test::gnmr_binary()
                                  << "' " << train_args(config, dir + "/run") << " 2>&1\n";
   auto r = gnmr_test::run_command("bash '" + dir + "/run.sh'");
   EXPECT_EQ(r.exit_code, 1) << r.output;

@@ -377,3 +377,26 @@ TEST(Prepare, AStopSignalRemovesThePublishedShardsAndTheDirectoryItMade) {
   }
   EXPECT_FALSE(fs::exists(options.out_dir)) << "the shards or the directory were left";
 }
+
+// Python's json.dumps writes a lone UTF-16 surrogate as "\ud800", which the JSON parser
+// refuses: one such record once stopped prepare (exit 4). It is now U+FFFD, counted as the
+// invalid UTF-8 bytes are; a valid pair and an escaped backslash before "u" stay as they are.
+TEST(Prepare, ALoneSurrogateEscapeInJsonLinesBecomesAReplacementCharacterAndIsCounted) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_lone_surrogate");
+  gnmr_test::write_text(dir + "/s.jsonl",
+                        "{\"text\": \"fine\"}\n"
+                        "{\"text\": \"lone \\ud800 x\", \"id\": 1}\n"
+                        "{\"text\": \"pair \\ud83d\\ude00 and \\\\ud800 kept\"}\n"
+                        "{\"text\": \"low \\udc00 then high at the end \\udbff\"}\n");
+  auto options = small_options(dir, {dir + "/s.jsonl"});
+  const auto summary = gnmr::run_prepare(options);
+  EXPECT_EQ(summary.documents, 4);
+  EXPECT_EQ(summary.invalid_utf8_lines, 2);
+  EXPECT_EQ(summary.first_invalid_utf8_line, dir + "/s.jsonl:2");
+  const auto tokenizer = gnmr::Tokenizer::load(options.tokenizer);
+  const auto decoded = documents_of(summary.train_shards[0]);
+  ASSERT_EQ(decoded.size(), 4u);
+  EXPECT_EQ(decoded[1], tokenizer.encode("lone \xEF\xBF\xBD x"));
+  EXPECT_EQ(decoded[2], tokenizer.encode("pair \xF0\x9F\x98\x80 and \\ud800 kept"));
+  EXPECT_EQ(decoded[3], tokenizer.encode("low \xEF\xBF\xBD then high at the end \xEF\xBF\xBD"));
+}

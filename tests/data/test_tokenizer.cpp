@@ -157,3 +157,33 @@ TEST(Tokenizer, EncodingADocumentInPiecesCutAtSpacesGivesTheWholeTextsIds) {
   const std::string spaced = "a  b\n c " + std::string(300, 'y') + " z";
   EXPECT_EQ(tokenizer.encode_document(spaced, 1), tokenizer.encode(spaced));
 }
+
+// A model with whitespace-only pieces ("▁▁", learned from double spaces, as `gnmr tokenizer
+// train` allows): "the▁ of" encodes whole as ▁the ▁▁ of, so a cut at that space (after a "▁"
+// character) would change the ids; so would one beside a no-break space, which NFKC-normalizing
+// models turn into a space. encode_document cuts only between printable ASCII characters.
+TEST(Tokenizer, EncodingInPiecesNeverCutsWhereAWhitespacePieceCouldJoinTheSpace) {
+  const std::string dir = gnmr_test::scratch_dir("tokenizer_space_pieces");
+  std::string corpus;
+  for (int i = 0; i < 300; ++i) {
+    corpus += "the  of  and   a " + std::to_string(i) + " the\xE2\x96\x81 of x\xC2\xA0 y\n";
+  }
+  gnmr_test::write_text(dir + "/corpus.txt", corpus + generated_corpus(false));
+  gnmr::TokenizerTrainOptions options;
+  options.inputs = {dir + "/corpus.txt"};
+  options.vocab_size = 400;
+  options.out_prefix = dir + "/tok";
+  options.threads = 2;
+  gnmr::train_tokenizer(options);
+  const Tokenizer tokenizer = Tokenizer::load(dir + "/tok.model");
+  ASSERT_TRUE(tokenizer.cuts_at_spaces_exactly());
+  const auto whitespace_pair = tokenizer.encode("the  of");
+  ASSERT_LT(whitespace_pair.size(),
+            tokenizer.encode("the").size() + tokenizer.encode("of").size() + 2)
+      << "the model should hold a whitespace-only piece for the test to mean anything";
+  for (const std::string& text : std::vector<std::string>{
+           "the\xE2\x96\x81 of and x\xE2\x96\x81 y", "x\xC2\xA0 y the \xE3\x80\x80of",
+           "the  of a b", "a \x01 b \x7F c", corpus.substr(0, 2000)}) {
+    EXPECT_EQ(tokenizer.encode_document(text, 1), tokenizer.encode(text)) << text;
+  }
+}
