@@ -30,6 +30,16 @@ std::map<std::string, std::string> snapshot(const std::string& dir) {
   return files;
 }
 
+// Trains the tiny config with EXTRA merged in to the end, in RUN under a scratch directory
+// named NAME; returns the config's path.
+std::string finished_run(const std::string& name, const std::string& extra, std::string& run) {
+  const std::string dir = gnmr_test::scratch_dir(name);
+  const std::string config = gnmr_test::write_tiny_config(dir, extra);
+  run = dir + "/run";
+  EXPECT_EQ(run_gnmr(train_args(config, run)).exit_code, 0);
+  return config;
+}
+
 }  // namespace
 
 TEST(CliRunDir, RefusedResumeChangesNoFileOfTheRun) {
@@ -57,11 +67,10 @@ TEST(CliRunDir, RefusedResumeChangesNoFileOfTheRun) {
 }
 
 TEST(CliRunDir, ResumeAutoRestartsARunKilledBeforeItsFirstCheckpoint) {
-  std::string dir = gnmr_test::scratch_dir("cli_resume_before_checkpoint");
-  std::string config = gnmr_test::write_tiny_config(
-      dir, R"({"train": {"steps": 3}, "eval": {"every": 0}, "checkpoint": {"every": 0}})");
-  const std::string run = dir + "/run";
-  ASSERT_EQ(run_gnmr(train_args(config, run)).exit_code, 0);
+  std::string run;
+  const std::string config = finished_run(
+      "cli_resume_before_checkpoint",
+      R"({"train": {"steps": 3}, "eval": {"every": 0}, "checkpoint": {"every": 0}})", run);
   const auto complete = gnmr_test::read_metrics(run + "/metrics.jsonl");
   ASSERT_EQ(complete.size(), 4u);  // 3 train lines and the final eval
 
@@ -122,11 +131,10 @@ TEST(CliRunDir, OutNamingAFileIsRefusedWithItsName) {
 // guarantee", which a changed lr breaks), so --resume auto continued the old run. Now they and
 // the old metrics are kept aside, and the new run's checkpoints are its own.
 TEST(CliRunDir, GoingBackToAnOlderCheckpointKeepsTheLaterOnesAsideAndWritesItsOwn) {
-  std::string dir = gnmr_test::scratch_dir("cli_go_back");
-  std::string config = gnmr_test::write_tiny_config(
-      dir, R"({"train": {"steps": 6}, "eval": {"every": 0}, "checkpoint": {"every": 2}})");
-  const std::string run = dir + "/run";
-  ASSERT_EQ(run_gnmr(train_args(config, run)).exit_code, 0);
+  std::string run;
+  const std::string config = finished_run(
+      "cli_go_back", R"({"train": {"steps": 6}, "eval": {"every": 0}, "checkpoint": {"every": 2}})",
+      run);
   const std::string old_step6 =
       gnmr_test::read_bytes(run + "/checkpoints/step_00000006/model.safetensors");
   const std::string old_metrics = gnmr_test::read_bytes(run + "/metrics.jsonl");
