@@ -9,8 +9,12 @@ gnmr=build/release/src/cli/gnmr
 if [ ! -f runs/brown-shards/prepare.json ]; then
   "$gnmr" prepare --val-fraction 0.05 --tokenizer data/brown/tokenizer.model --out runs/brown-shards data/brown/brown.jsonl.gz
 fi
-resume=()
-[ -d runs/quickstart/checkpoints ] && resume=(--resume auto)
+# --resume auto continues a run, starts over one that stopped before its first checkpoint, and
+# starts an empty directory fresh; --force (given by the caller) replaces the run instead.
+resume=(--resume auto)
+for arg in "$@"; do
+  if [ "$arg" = --force ]; then resume=(); fi
+done
 "$gnmr" train --config configs/quickstart.json --out runs/quickstart "${resume[@]}" "$@"
 "$gnmr" eval --checkpoint "$(ls -d runs/quickstart/checkpoints/step_* | tail -n 1)" \
   --data 'runs/brown-shards/val_*.bin' --json

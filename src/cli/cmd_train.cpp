@@ -23,7 +23,16 @@ CommandAction add_train_command(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--resume", options->resume,
                  "Continue a run: 'auto' (newest intact checkpoint in --out; a run without one "
-                 "starts over, an empty --out starts fresh) or a checkpoint dir");
+                 "starts over, an empty --out starts fresh) or a checkpoint dir")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            // An unset shell variable (--resume "$CKPT") once started a fresh run silently.
+            return value.empty() ? std::string(
+                                       "must be 'auto' or a checkpoint directory (got "
+                                       "an empty value)")
+                                 : std::string();
+          },
+          "auto|CKPT_DIR"));
   app.add_flag("--force", options->force, "Replace a run directory that already holds a run");
   app.add_option("--backend", *backend, "cpu or cuda (overrides the config's backend)")
       ->check(CLI::IsMember({"cpu", "cuda"}));

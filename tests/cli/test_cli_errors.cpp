@@ -104,6 +104,8 @@ TEST(CliErrors, ACountFlagBelowItsMinimumSaysTheMinimum) {
   expect_failure("bench --config " + config + " --warmup -1", 2, "must be at least 0 (got -1)");
   expect_failure("bench --config " + config + " --threads -5", 2, "must be at least 0 (got -5)");
   expect_failure("train --config " + config + " --stop-at -3", 2, "must be at least 1 (got -3)");
+  expect_failure("train --config " + config + " --resume ''", 2,
+                 "must be 'auto' or a checkpoint directory (got an empty value)");
   // Past 64 bits: CLI11's conversion clamped it, and the run set out on 2^63 - 1 steps.
   expect_failure("train --config " + config + " --steps 99999999999999999999", 2,
                  "is out of range (got 99999999999999999999)");

@@ -18,11 +18,12 @@ std::string train_args(const std::string& config, const std::string& out) {
   return "train --config " + config + " --out " + out;
 }
 
-// Every regular file under DIR (relative path -> bytes).
+// Every regular file under DIR (relative path -> bytes), bar the run's lock file (RunDirLock),
+// which a run takes before it reads the directory.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;
   for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-    if (entry.is_regular_file()) {
+    if (entry.is_regular_file() && entry.path().filename() != ".gnmr.lock") {
       files[fs::relative(entry.path(), dir).string()] =
           gnmr_test::read_bytes(entry.path().string());
     }
@@ -238,4 +239,30 @@ TEST(CliRunDir, AMetricsLineThatCannotBeWrittenStopsTheRun) {
       << r.output;
   EXPECT_NE(gnmr_test::read_bytes(dir + "/run/log.txt").find("metrics.jsonl: File too large"),
             std::string::npos);
+}
+
+// A second `gnmr train` into a directory a run is training in (a resubmitted job, an orphaned
+// child of an interrupted script) once resumed from the running one's checkpoints and replaced
+// them under it. Refused now, naming the holder; the first run goes on to its end.
+TEST(CliRunDir, ASecondTrainingIntoADirectoryInUseIsRefused) {
+  const std::string dir = gnmr_test::scratch_dir("cli_run_dir_lock");
+  const std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"steps": 100000}, "eval": {"every": 0}, "checkpoint": {"every": 0}})");
+  const std::string gnmr = "'" + gnmr_test::gnmr_binary() + "' ";
+  // The first run is stopped by SIGTERM (a checkpoint, exit 0) once the second has been refused
+  // (without the lock, the second started the first over, for 2 steps, and exited 0).
+  std::ofstream(dir + "/run.sh") << gnmr << train_args(config, dir + "/run") << " >'" << dir
+                                 << "/first.txt' 2>&1 & pid=$!\n"
+                                 << "for i in $(seq 1 600); do grep -q 'step ' '" << dir
+                                 << "/run/log.txt' 2>/dev/null && break; sleep 0.05; done\n"
+                                 << gnmr << train_args(config, dir + "/run")
+                                 << " --resume auto --steps 2 2>&1; echo second=$?\n"
+                                 << "kill -TERM $pid; wait $pid; echo first=$?\n";
+  auto r = gnmr_test::run_command("bash '" + dir + "/run.sh'");
+  EXPECT_NE(r.output.find("second=5"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is in use by another gnmr process (pid "), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("first=0"), std::string::npos)
+      << r.output << gnmr_test::read_bytes(dir + "/first.txt");
+  EXPECT_EQ(gnmr_test::read_bytes(dir + "/first.txt").find("error"), std::string::npos);
 }

@@ -57,6 +57,14 @@ grep -q -- "--mpi=pmix" "$work/multi/srun.log" || fail "train.sbatch lost its de
 status=0
 run_job usage train.sbatch || status=$?
 [[ $status == 2 ]] || fail "train.sbatch without arguments exited $status, not 2"
+status=0
+run_job cpu_usage cpu.sbatch || status=$?
+[[ $status == 2 ]] || fail "cpu.sbatch without arguments exited $status, not 2 (it ran: $(cat "$work/cpu_usage/srun.log" 2>/dev/null))"
+# CONFIG and RUN_DIR from the environment: every argument is an extra flag.
+CONFIG=cfg.json RUN_DIR=runs/f run_job env cpu.sbatch --set train.steps=10 ||
+  fail "cpu.sbatch with CONFIG and RUN_DIR in the environment exited $?"
+grep -q -- "gnmr train --config cfg.json --out runs/f --resume auto --set train.steps=10 --backend cpu$" \
+  "$work/env/srun.log" || fail "the environment form's command line: $(cat "$work/env/srun.log")"
 
 # A failed run keeps its exit status and is not requeued.
 status=0
