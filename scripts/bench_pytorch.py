@@ -16,7 +16,8 @@ runs with OPENBLAS_CORETYPE set to the OpenBLAS kernel gnmr runs, so a PyTorch o
 OpenBLAS gets the same kernel (without it, Debian's OpenBLAS falls back to SSE3 on CPUs newer
 than itself). gnmr is compared with the fastest PyTorch at each core count.
 
-Prints a markdown table and, last, one JSON line with the figures.
+Prints a markdown table and, last, one JSON line with the figures. Exit status 2 for a bad
+option, 1 when gnmr or a PyTorch fails (its error output is printed).
 """
 import argparse
 import json
@@ -28,11 +29,23 @@ import tempfile
 import time
 
 
+def run_or_exit(cmd, env=None):
+    """stdout of a command that must succeed; else its error output and exit status 1."""
+    try:
+        result = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    except OSError as e:
+        sys.exit(f"bench_pytorch.py: cannot run {cmd[0]}: {e.strerror}")
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+        sys.exit(f"bench_pytorch.py: {' '.join(cmd)} failed (exit {result.returncode})")
+    return result.stdout
+
+
 def resolved_config(gnmr, config, overrides):
     cmd = [gnmr, "config", "show", "--config", config]
     for o in overrides:
         cmd += ["--set", o]
-    return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return json.loads(run_or_exit(cmd))
 
 
 def build_torch_model(torch, m):
@@ -158,16 +171,32 @@ def run_torch(python, cfg_path, intra_threads, blas_threads, steps, warmup, open
         env["OPENBLAS_CORETYPE"] = openblas_kernel
     cmd = [python, os.path.abspath(__file__), "--torch-worker", str(intra_threads), str(blas_threads),
            "--worker-config", cfg_path, "--steps", str(steps), "--warmup", str(warmup), "--config", "-"]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
+    out = run_or_exit(cmd, env)
     return json.loads(out.strip().splitlines()[-1])
 
 
-def gnmr_bench(gnmr, config, overrides, threads, steps):
-    cmd = [gnmr, "bench", "--config", config, "--steps", str(steps), "--threads", str(threads)]
+def gnmr_bench(gnmr, config, overrides, threads, steps, warmup):
+    # The same warm-up as the PyTorch side: both measure the same steps of a run.
+    cmd = [gnmr, "bench", "--config", config, "--steps", str(steps), "--warmup", str(warmup),
+           "--threads", str(threads)]
     for o in overrides:
         cmd += ["--set", o]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = run_or_exit(cmd)
     return json.loads(out.strip().splitlines()[-1])
+
+
+def count(minimum):
+    """An argparse type: a whole number of at least `minimum`."""
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, "
+                                             f"got {text!r}")
+        return value
+    return parse
 
 
 def main():
@@ -175,9 +204,10 @@ def main():
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--gnmr", default="build/release/src/cli/gnmr")
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, nargs="*", default=None,
+    ap.add_argument("--steps", type=count(1), default=5, help="measured steps (default 5)")
+    ap.add_argument("--warmup", type=count(0), default=2,
+                    help="unmeasured warm-up steps, on both sides (default 2)")
+    ap.add_argument("--threads", type=count(1), nargs="*", default=None,
                     help="core counts to measure (default: 1 .. number of cores)")
     ap.add_argument("--python", action="append", default=[], dest="pythons",
                     help="a Python interpreter with PyTorch to compare against (repeatable; "
@@ -189,8 +219,11 @@ def main():
         return torch_worker(args)
     pythons = args.pythons or [sys.executable]
     for python in pythons:
-        probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
-                               capture_output=True, text=True)
+        try:
+            probe = subprocess.run([python, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True)
+        except OSError as e:
+            sys.exit(f"bench_pytorch.py: --python {python}: cannot run it ({e.strerror})")
         if probe.returncode != 0:
             sys.exit(f"bench_pytorch.py: {python} cannot import torch; install Debian's with "
                      "scripts/setup.sh --python, or `pip install torch` into a virtual environment")
@@ -201,7 +234,7 @@ def main():
     cores = args.threads or list(range(1, (os.cpu_count() or 1) + 1))
     rows = []
     for n in cores:
-        g = gnmr_bench(args.gnmr, args.config, args.overrides, n, args.steps)
+        g = gnmr_bench(args.gnmr, args.config, args.overrides, n, args.steps, args.warmup)
         # Every PyTorch at its best with n cores: every split of n between intra-op and BLAS threads.
         trials = []
         for python in pythons:

@@ -18,7 +18,8 @@ churns; far below it the controller rarely acts. The replay uses the monitor's d
 the unit's earlier recorded norms, Δ-GNMR_t = GNMR_t / mean of its previous δ GNMR values;
 steps before --history-start are not recorded; a unit-step is eligible from --warmup on once
 both are defined. Replaying a static-low trace ignores that routing changes the norms a
-little. Standard library only.
+little. Standard library only. Exit status 2 for a bad option or an unreadable trace, 1 for
+a trace that is not one.
 """
 
 import argparse
@@ -30,20 +31,23 @@ import sys
 def read_norms(path):
     """The per-step norm vectors of a gnmr_trace.jsonl, in step order."""
     steps = []
-    with open(path, encoding="utf-8") as f:
-        for line_number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                sys.exit(f"{path}:{line_number}: not JSON ({e})")
-            if row.get("kind") != "gnmr_trace" or "norm" not in row:
-                continue
-            if row.get("granularity", "projection") != "projection":
-                sys.exit(f"{path}: granularity {row['granularity']!r}; this replay handles "
-                         "per-projection traces only")
-            steps.append((row["step"], row["norm"]))
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line_number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    sys.exit(f"{path}:{line_number}: not JSON ({e})")
+                if row.get("kind") != "gnmr_trace" or "norm" not in row:
+                    continue
+                if row.get("granularity", "projection") != "projection":
+                    sys.exit(f"{path}: granularity {row['granularity']!r}; this replay handles "
+                             "per-projection traces only")
+                steps.append((row["step"], row["norm"]))
+    except UnicodeDecodeError:
+        sys.exit(f"{path}: not UTF-8 text (a gnmr_trace.jsonl is)")
     if not steps:
         sys.exit(f"{path}: no gnmr_trace lines (train with --set log.gnmr_trace=true)")
     steps.sort()
@@ -80,9 +84,22 @@ def exceedance(steps, history_start, warmup, alpha, beta, window):
 
 def number_list(text, kind):
     try:
-        return [kind(v) for v in text.split(",") if v.strip()]
+        values = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
+        values = []
+    if not values:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
 
 
 def main():
@@ -96,10 +113,13 @@ def main():
                         help="α values; β = α unless --beta is given (default 1.5)")
     parser.add_argument("--beta", type=lambda t: number_list(t, float), default=None,
                         help="β values (default: equal to α)")
-    parser.add_argument("--window", type=int, default=8, help="δ (default 8)")
+    parser.add_argument("--window", type=positive_int, default=8, help="δ, at least 1 (default 8)")
     args = parser.parse_args()
 
-    steps = read_norms(args.trace)
+    try:
+        steps = read_norms(args.trace)
+    except OSError as e:
+        parser.error(f"cannot read {args.trace}: {e.strerror}")
     print(f"{args.trace}: {len(steps)} steps x {len(steps[0][1])} units, window {args.window}")
     print("| history_start | warmup_steps | alpha | beta | exceedance | GNMR > alpha | "
           "Δ > beta | eligible unit-steps |")

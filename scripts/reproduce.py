@@ -9,10 +9,13 @@
 Makes the scale's token shards when missing, then runs every cell (model x method) x seed
 as its own `gnmr train` process, N at a time, in OUT/TABLE/SCALE/CELL/seed-S: a finished
 run is skipped, an unfinished one resumed (--resume auto), a failed one reported without
-stopping the others. Then writes OUT/TABLE/SCALE/table.md (also printed), results.json,
-commands.sh and PNG plots next to them. Ctrl-C asks the running cells to checkpoint; run
-the same command again to continue. Standard library only; numpy + matplotlib (Agg) for
-the plots, which are skipped with a note when missing.
+stopping the others; a run whose config.json differs from what this command resolves (another
+--set, an edited table file or model preset; not the threads or the corpus directory) is
+stale: reported and left out of the table, or restarted with --rerun-stale. Then writes
+OUT/TABLE/SCALE/table.md (also printed), results.json, commands.sh and PNG plots next to
+them. Ctrl-C asks the running cells to checkpoint; run the same command again to continue.
+Standard library only; numpy + matplotlib (Agg) for the plots, which are skipped with a note
+when missing.
 
 Exit status: 0 when every run of the table has finished, 1 when some have not (failed,
 interrupted, stale, or not run: --report-only/--dry-run), 2 for a bad table or option.
@@ -37,6 +40,33 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = os.path.join(REPO, "configs", "experiments")
 DEFAULT_GNMR = "build/release/src/cli/gnmr"
 DEFAULT_OUT = "runs/experiments"
+# --report-only: the status in the table's notes of a run in each state runner.plan_runs finds.
+REPORT_ONLY_STATUS = {"done": "done", "run": "not run yet", "resume": "not finished",
+                      "restart": "not finished", "stale": "stale"}
+
+
+def positive_int(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r} "
+                                         f"(leave the option out for the default)")
+    return value
+
+
+def seed_list(text):
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"expected comma-separated whole numbers of at least 0, "
+                                         f"got {text!r}")
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"{text!r} names a seed twice")
+    return seeds
 
 
 def parse_args(argv):
@@ -48,10 +78,12 @@ def parse_args(argv):
         "defaults from the repository root.")
     p.add_argument("table", help="table name (a file configs/experiments/TABLE.json)")
     p.add_argument("--scale", default="cpu-small", help="scale of the table file (default cpu-small)")
-    p.add_argument("--seeds", help="comma-separated seeds (default: the scale's)")
-    p.add_argument("--jobs", type=int, help="gnmr processes at a time (default: cores / threads)")
-    p.add_argument("--threads-per-job", type=int, help="train.threads of each process "
-                   "(default: 1, or cores / jobs when --jobs is given)")
+    p.add_argument("--seeds", type=seed_list,
+                   help="comma-separated seeds, each once (default: the scale's)")
+    p.add_argument("--jobs", type=positive_int, help="gnmr processes at a time, at least 1 "
+                   "(default: the scale's, else cores / threads)")
+    p.add_argument("--threads-per-job", type=positive_int, help="train.threads of each "
+                   "process, at least 1 (default: 1, or cores / jobs when --jobs is given)")
     p.add_argument("--out", default=None, help=f"experiments directory (default {DEFAULT_OUT})")
     p.add_argument("--gnmr", default=None, help=f"the gnmr binary (default {DEFAULT_GNMR})")
     p.add_argument("--only", help="comma-separated cells (MODEL-METHOD), methods or models; "
@@ -60,7 +92,8 @@ def parse_args(argv):
                    help="extra `gnmr train --set` for every cell (use a separate --out)")
     p.add_argument("--corpus-dir", help="token shards to use instead of the scale's corpus dir")
     p.add_argument("--rerun-stale", action="store_true", help="restart runs whose config.json "
-                   "no longer matches the table (default: leave them and report them)")
+                   "differs from what this command resolves (default: leave them and report "
+                   "them)")
     p.add_argument("--dry-run", action="store_true", help="print what would run, and a time "
                    "estimate; run and write nothing")
     p.add_argument("--calibrate", action="store_true", help="with --dry-run: time a few "
@@ -108,10 +141,14 @@ def reproduce_command(args, seeds, jobs, threads):
     return " ".join(shlex.quote(c) for c in cmd)
 
 
-def environment(gnmr, jobs, threads):
+def environment(gnmr, jobs, threads, stats):
+    """The machine and settings of the table. Threads per GEMM are those of the finished runs
+    (metrics.jsonl `run` line), which --report-only may not know otherwise; `gnmr version`
+    runs with the runs' thread settings so that its own figure agrees."""
     version = "?"
     try:
-        out = subprocess.run([gnmr, "version"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run([gnmr, "version"], capture_output=True, text=True, timeout=30,
+                             env=runner.thread_env(threads))
         version = " / ".join(l.strip() for l in out.stdout.splitlines() if l.strip())
     except (OSError, subprocess.SubprocessError):
         pass
@@ -121,8 +158,12 @@ def environment(gnmr, jobs, threads):
             cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return (f"{version}; {cpu}, {os.cpu_count()} cores; {jobs} job(s) x {threads} thread(s); "
-            f"Python {platform.python_version()}; {datetime.date.today().isoformat()}")
+    per_gemm = sorted({r["blas_threads_per_gemm"] for s in stats for r in s["runs"]
+                       if r["finished"] and r["blas_threads_per_gemm"] is not None})
+    used = (f", runs with {', '.join(map(str, per_gemm))} BLAS thread(s) per GEMM (metrics.jsonl)"
+            if per_gemm else "")
+    return (f"{version}; {cpu}, {os.cpu_count()} cores; {jobs} job(s) x {threads} thread(s)"
+            f"{used}; Python {platform.python_version()}; {datetime.date.today().isoformat()}")
 
 
 def main(argv):
@@ -133,10 +174,9 @@ def main(argv):
         if scale is None:
             raise specmod.SpecError(f"table {args.table!r} has no scale {args.scale!r} "
                                     f"(it has: {', '.join(table['scales'])})")
-        seeds = ([int(s) for s in args.seeds.split(",") if s.strip()] if args.seeds
-                 else scale.get("seeds", [1]))
+        seeds = args.seeds or scale.get("seeds", [1])
         extra = parse_set(args.set)
-    except (specmod.SpecError, ValueError) as e:
+    except specmod.SpecError as e:
         runner.stderr(f"reproduce.py: {e}")
         return 2
     cores = os.cpu_count() or 1
@@ -159,13 +199,18 @@ def main(argv):
     print(f"table {table['name']} at scale {args.scale}: {len(cells)} cell(s) x "
           f"{len(seeds)} seed(s) = {len(runs)} run(s) -> {display_path(table_dir)}", flush=True)
 
-    if not os.access(gnmr, os.X_OK) and not args.report_only:
+    if not os.access(gnmr, os.X_OK) and args.report_only:
+        runner.stderr(f"reproduce.py: no gnmr binary at {gnmr}: a run is stale only where its "
+                      f"config.json differs from this command's overrides (not from the model "
+                      f"preset or gnmr's defaults)")
+    elif not os.access(gnmr, os.X_OK):
         runner.stderr(f"reproduce.py: no gnmr binary at {gnmr} (build it with "
                       f"scripts/test.sh, or pass --gnmr PATH)")
         if not args.dry_run:
             return 2
 
-    plans = runner.plan_runs(runs, args.rerun_stale)
+    # --report-only replaces nothing: a stale run stays out of the table even with --rerun-stale.
+    plans = runner.plan_runs(runs, args.rerun_stale and not args.report_only, gnmr, REPO)
     if args.dry_run:
         for run, plan in zip(runs, plans):
             flag = {"resume": ["--resume", "auto"], "restart": ["--force"]}.get(plan["action"])
@@ -203,16 +248,18 @@ def main(argv):
         executor = runner.Executor(gnmr, REPO, jobs, threads)
         results = executor.run_all(runs, plans)
     else:
-        results = {r["run_dir"]: {"status": p["action"], "detail": p["detail"]}
-                   for r, p in zip(runs, plans) if p["action"] == "stale"}
+        # Nothing runs: each run the table lacks is reported as the plans found it.
+        results = {r["run_dir"]: {"status": REPORT_ONLY_STATUS[p["action"]], "detail": p["detail"]}
+                   for r, p in zip(runs, plans)}
 
     os.makedirs(table_dir, exist_ok=True)
     stats = report.collect(cells, runs, results)
     plot_files, plot_note = plots.make_plots(table, stats, table_dir)
     if plot_note:
         runner.stderr(plot_note)
-    text = report.markdown(table, args.scale, stats, command, environment(gnmr, jobs, threads),
-                           plot_files, plot_note, corpus_dir)
+    text = report.markdown(table, args.scale, stats, command,
+                           environment(gnmr, jobs, threads, stats), plot_files, plot_note,
+                           corpus_dir)
     with open(os.path.join(table_dir, "table.md"), "w", encoding="utf-8") as f:
         f.write(text)
     with open(os.path.join(table_dir, "commands.sh"), "w", encoding="utf-8") as f:

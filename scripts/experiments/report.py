@@ -12,6 +12,7 @@ def load_run(run):
     """What the report needs from one run directory (metrics.jsonl, gnmr_summary.json)."""
     d = run["run_dir"]
     rows = runner.read_jsonl(os.path.join(d, "metrics.jsonl"))
+    header = next((r for r in rows if r.get("kind") == "run"), {})
     train = [r for r in rows if r.get("kind") == "train"]
     evals = [r for r in rows if r.get("kind") == "eval"]
     steps = runner.final_steps(run)
@@ -40,6 +41,7 @@ def load_run(run):
         "peak_rss": max((r.get("peak_rss_bytes") or 0 for r in train), default=None),
         "summary": summary,
         "has_trace": os.path.exists(trace_path),
+        "blas_threads_per_gemm": header.get("blas_threads_per_gemm"),
         "signal": signal_figures,
     }
 
@@ -56,7 +58,8 @@ def mean(values):
 
 def collect(cells, runs, results):
     """Per cell: its runs' data, seeds finished / asked, mean/sd/min/max of the final val
-    perplexity, and the means of the other columns."""
+    perplexity, the means of the other columns, and a note for each run whose status in
+    `results` (run directory -> {status, detail}) is not done or ran."""
     by_cell = {}
     for run in runs:
         by_cell.setdefault((run["cell"]["owner_table"], run["cell"]["cell"]), []).append(run)
@@ -71,12 +74,10 @@ def collect(cells, runs, results):
         summaries = [l["summary"] for l in done if l["summary"]]
         problems = []
         for r in cell_runs:
-            res = results.get(r["run_dir"], {})
-            if res.get("status") in ("failed", "stale", "stopped", "not started"):
-                problems.append(f"seed {r['seed']}: {res['status']}: {res.get('detail', '')}")
-            elif not os.path.exists(os.path.join(r["run_dir"], "metrics.jsonl")) and \
-                    res.get("status") is None:
-                problems.append(f"seed {r['seed']}: not run yet")
+            res = results.get(r["run_dir"], {"status": "not run yet"})
+            if res["status"] not in ("done", "ran"):
+                problems.append(f"seed {r['seed']}: {res['status']}"
+                                + (f": {res['detail']}" if res.get("detail") else ""))
         stats.append({
             "cell": cell, "runs": loaded, "n": len(done), "n_asked": len(cell_runs),
             "ppl_mean": mean(ppl), "ppl_sd": statistics.stdev(ppl) if len(ppl) >= 2 else None,

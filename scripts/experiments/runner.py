@@ -80,19 +80,64 @@ def same_value(a, b):
     return a == b
 
 
-def config_mismatches(run):
-    """Overrides whose value differs from the run directory's resolved config.json."""
+def flat_config(config):
+    """A resolved config as {"section.key": value}, the form of a --set key."""
+    flat = {}
+    for section, value in config.items():
+        if isinstance(value, dict):
+            flat.update({f"{section}.{key}": v for key, v in value.items()})
+        else:
+            flat[section] = value
+    return flat
+
+
+_EXPECTED_CONFIGS = {}
+
+
+def expected_config(gnmr, repo, run):
+    """The config `gnmr train` would resolve for the run now (`gnmr config show` with the
+    run's --config and --set: the model preset and gnmr's defaults as they are today), or
+    None when gnmr cannot say (no binary, an override it rejects)."""
+    cmd = [gnmr, "config", "show", "--config", run["cell"]["config"]]
+    for key, value in run["overrides"].items():
+        cmd += ["--set", f"{key}={format_value(value)}"]
+    cache_key = tuple(cmd)
+    if cache_key not in _EXPECTED_CONFIGS:
+        try:
+            result = subprocess.run(cmd, cwd=repo, capture_output=True, text=True, timeout=60)
+            _EXPECTED_CONFIGS[cache_key] = (json.loads(result.stdout)
+                                            if result.returncode == 0 else None)
+        except (OSError, subprocess.SubprocessError, json.JSONDecodeError):
+            _EXPECTED_CONFIGS[cache_key] = None
+    return _EXPECTED_CONFIGS[cache_key]
+
+
+def config_mismatches(run, gnmr, repo):
+    """Settings whose value in the run directory's config.json differs from what the current
+    command resolves for the run: every key of the resolved config, so that an override
+    dropped from the command or the table, or an edited model preset, also counts; only the
+    overrides when gnmr cannot resolve it. Not compared: the harness keys and the corpus
+    paths (they may differ between machines and between the start and the resume of a run),
+    the description, and keys that one of the two configs lacks unless the command sets them
+    (a gnmr of another version)."""
     config = read_json(os.path.join(run["run_dir"], "config.json"))
     if config is None:
         return []
+    expected = expected_config(gnmr, repo, run)
+    want = flat_config(expected) if expected is not None else dict(run["overrides"])
+    have_all = flat_config(config)
+    ignored = set(specmod.HARNESS_KEYS) | set(run["cell"]["corpus_keys"]) | {"description"}
     diffs = []
-    for key, want in run["overrides"].items():
-        if key in specmod.HARNESS_KEYS:
+    for key, value in want.items():
+        if key in ignored:
             continue
-        have = lookup(config, key)
-        if have is KeyError or not same_value(have, want):
-            diffs.append(f"{key}: run has {'(missing)' if have is KeyError else json.dumps(have)}, "
-                         f"table wants {json.dumps(want)}")
+        if key not in have_all:
+            if key in run["overrides"]:
+                diffs.append(f"{key}: run has (missing), table wants {json.dumps(value)}")
+            continue
+        if not same_value(have_all[key], value):
+            diffs.append(f"{key}: run has {json.dumps(have_all[key])}, "
+                         f"table wants {json.dumps(value)}")
     return diffs
 
 
@@ -103,14 +148,14 @@ def final_steps(run):
     return lookup(config, "train.steps")
 
 
-def inspect(run):
+def inspect(run, gnmr, repo):
     """(state, detail): state is done | partial | broken | empty | stale."""
     d = run["run_dir"]
     holds = any(os.path.exists(os.path.join(d, p))
                 for p in ("config.json", "metrics.jsonl", "checkpoints"))
     if not holds:
         return "empty", ""
-    diffs = config_mismatches(run)
+    diffs = config_mismatches(run, gnmr, repo)
     if diffs:
         return "stale", "; ".join(diffs)
     steps = final_steps(run)
@@ -185,6 +230,11 @@ def last_error(text):
     return lines[-1] if lines else "(no output)"
 
 
+def thread_env(threads):
+    """The environment of a gnmr process of a table: `threads` threads for OpenMP and BLAS."""
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+
+
 class Executor:
     """Runs `gnmr train` processes, `jobs` at a time. Ctrl-C sends SIGTERM to the running
     ones: gnmr checkpoints and exits, and the next invocation resumes them."""
@@ -245,8 +295,7 @@ class Executor:
         cmd = train_command(self.gnmr, run, flag)
         name = run["name"]
         os.makedirs(run["run_dir"], exist_ok=True)
-        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads),
-                   OPENBLAS_NUM_THREADS=str(self.threads))
+        env = thread_env(self.threads)
         say(f"[{index}/{total}] {plan['action']:7s} {name}"
               + (f" ({plan['detail']})" if plan["detail"] else ""))
         started = time.time()
@@ -262,7 +311,7 @@ class Executor:
             with self.lock:
                 del self.running[run["run_dir"]]
         minutes = (time.time() - started) / 60
-        state, detail = inspect(run)
+        state, detail = inspect(run, self.gnmr, self.repo)
         if rc == 0 and state == "done":
             status, detail = "ran", f"{minutes:.1f} min"
         elif rc == 0:
@@ -277,11 +326,11 @@ class Executor:
         return {"status": status, "detail": detail, "minutes": minutes}
 
 
-def plan_runs(runs, rerun_stale):
+def plan_runs(runs, rerun_stale, gnmr, repo):
     """What to do with each run: skip (done), run, resume, restart, stale (left alone)."""
     plans = []
     for run in runs:
-        state, detail = inspect(run)
+        state, detail = inspect(run, gnmr, repo)
         if state == "done":
             plans.append({"action": "done", "detail": "finished earlier"})
         elif state == "empty":

@@ -209,7 +209,8 @@ def parse_only(only, table, scale):
 
 def build_cells(table, scale_name, corpus_dir, extra_set=None, only=None):
     """Cells of the table at one scale: dicts with model, method, label, cell (directory
-    name), owner_table, config (model preset path), overrides (ordered dict)."""
+    name), owner_table, config (model preset path), overrides (ordered dict), corpus_keys
+    (the overrides that are paths into the corpus directory: `{corpus}` values)."""
     if scale_name not in table["scales"]:
         raise SpecError(f"table {table['name']!r} has no scale {scale_name!r} "
                         f"(it has: {', '.join(table['scales'])})")
@@ -218,16 +219,21 @@ def build_cells(table, scale_name, corpus_dir, extra_set=None, only=None):
     for model, method in parse_only(only, table, scale):
         mspec = table["methods"][method]
         model_spec = scale["models"][model]
-        overrides = {}
+        overrides, corpus_keys = {}, set()
         for layer in (table["set"], scale.get("set", {}), model_spec.get("set", {}),
                       mspec["set"], extra_set or {}):
             for key, value in layer.items():
                 overrides[key] = _substitute(value, corpus_dir)
+                if isinstance(value, str) and "{corpus}" in value:
+                    corpus_keys.add(key)
+                else:
+                    corpus_keys.discard(key)
         cells.append({
             "table": table["name"], "scale": scale_name, "model": model, "method": method,
             "label": mspec["label"], "owner_table": mspec["owner_table"],
             "cell": f"{model}-{mspec['owner_method']}", "config": model_spec["config"],
-            "overrides": overrides, "dynamic": is_dynamic(overrides),
+            "overrides": overrides, "corpus_keys": sorted(corpus_keys),
+            "dynamic": is_dynamic(overrides),
         })
     return cells
 

@@ -1,8 +1,10 @@
 #!/usr/bin/python3
 """End-to-end check of scripts/reproduce.py at the `smoke` scale (a few steps of the tiny
-model): it runs a table, writes table.md with one row per cell and the plots, and a second
-invocation skips the finished runs. Then every table file must load at every scale
-(--dry-run). Exits 77 (ctest SKIP_RETURN_CODE) when this Python lacks numpy.
+model): it runs a table, writes table.md with one row per cell, the runs' threads per GEMM
+and the plots, and a second invocation skips the finished runs. A run made with another
+setting is stale, not reused, and --report-only notes the runs that did not finish. Then
+every table file must load at every scale (--dry-run). Exits 77 (ctest SKIP_RETURN_CODE)
+when this Python lacks numpy.
 
   check_reproduce_smoke.py --gnmr PATH --out DIR [--table actq]
 """
@@ -12,6 +14,7 @@ import glob
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,8 +30,8 @@ def fail(msg, output=""):
     sys.exit(1)
 
 
-def reproduce(args, *extra):
-    cmd = [sys.executable, SCRIPT, *extra, "--gnmr", args.gnmr, "--out", args.out,
+def reproduce(args, *extra, out=None):
+    cmd = [sys.executable, SCRIPT, *extra, "--gnmr", args.gnmr, "--out", out or args.out,
            "--corpus-dir", os.path.join(args.out, "brown-shards")]
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     return result.returncode, result.stdout + result.stderr
@@ -58,6 +61,50 @@ def check_calibration_replay(table_dir):
         fail(f"calibrate_gnmr.py replay of {traces[0]}: exceedance {rate:.4f} over {eligible} "
              f"unit-steps, the controller reported {summary['exceedance_rate']:.4f} over "
              f"{summary['eligible_unit_steps']}")
+
+
+def check_stale_and_unfinished(args, table_dir):
+    """A finished run made with an extra --set is stale for a command without it, even though
+    that command sets nothing about the key: it is neither skipped as finished nor counted in
+    the table. --report-only lists a run stopped part-way in the notes under the table."""
+    out = os.path.join(args.out, "stale")
+    shutil.rmtree(out, ignore_errors=True)
+    cell = ["--scale", "smoke", "--only", "bf16", "--jobs", "1", "--threads-per-job", "1"]
+    rc, text = reproduce(args, args.table, *cell, "--set", "train.lr=0.5", out=out)
+    if rc != 0:
+        fail(f"reproduce.py {args.table} --only bf16 --set train.lr=0.5 exited {rc}", text)
+    rc, text = reproduce(args, args.table, *cell, out=out)
+    if rc != 1 or "finished earlier: skipped" in text or "train.lr: run has 0.5" not in text:
+        fail(f"a run made with --set train.lr=0.5 was not reported stale by a command without "
+             f"that setting (exit {rc})", text)
+    rows = [l for l in text.splitlines() if l.startswith("| tiny |")]
+    if len(rows) != 1 or "0/1 ⚠" not in rows[0]:
+        fail(f"the stale run counts in the table: {rows}", text)
+
+    run_dir = glob.glob(os.path.join(table_dir, "*static-int4", "seed-*"))[0]
+    copy = os.path.join(out, args.table, "smoke", os.path.basename(os.path.dirname(run_dir)),
+                        os.path.basename(run_dir))
+    shutil.copytree(run_dir, copy)
+    metrics = os.path.join(copy, "metrics.jsonl")
+    with open(metrics, encoding="utf-8") as f:
+        lines = f.readlines()
+    last_eval = max(i for i, l in enumerate(lines) if json.loads(l).get("kind") == "eval")
+    with open(metrics, "w", encoding="utf-8") as f:
+        f.writelines(lines[:last_eval])
+    rc, text = reproduce(args, args.table, "--scale", "smoke", "--only", "static-int4",
+                         "--report-only", out=out)
+    if rc != 1 or not re.search(r"static-int4` seed \d+: not finished: step \d+/\d+", text):
+        fail(f"--report-only with a run stopped before its last evaluation: exit {rc}, no note "
+             f"under the table", text)
+
+
+def check_run_threads(text):
+    """The Environment line states the threads per GEMM the runs used (one per job here),
+    not those gnmr picks for a process of its own."""
+    env = next((l for l in text.splitlines() if l.startswith("Environment:")), "")
+    counts = re.findall(r"(\d+) (?:BLAS )?thread\(s\) per GEMM", env)
+    if not counts or set(counts) != {"1"}:
+        fail(f"the runs used 1 thread per GEMM, the Environment line says {counts}", env)
 
 
 def check_estimate():
@@ -126,6 +173,7 @@ def main():
                 float(paired.split()[0])
             except ValueError:
                 fail(f"row without a paired Δ val loss against the reference: {row}", text)
+    check_run_threads(text)
     if have_matplotlib:
         pngs = glob.glob(os.path.join(table_dir, "*.png"))
         if not any(os.path.basename(p).startswith("loss_") for p in pngs):
@@ -138,6 +186,7 @@ def main():
         fail(f"a second invocation did not skip the finished runs (exit {rc})", out)
 
     check_calibration_replay(table_dir)
+    check_stale_and_unfinished(args, table_dir)
     check_estimate()
 
     tables = [f[:-5] for f in os.listdir(os.path.join(REPO, "configs", "experiments"))
