@@ -28,6 +28,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from experiments.arguments import whole_number  # noqa: E402
+
 
 def run_or_exit(cmd, env=None):
     """stdout of a command that must succeed; else its error output and exit status 1."""
@@ -185,29 +188,15 @@ def gnmr_bench(gnmr, config, overrides, threads, steps, warmup):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def count(minimum):
-    """An argparse type: a whole number of at least `minimum`."""
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number of at least {minimum}, "
-                                             f"got {text!r}")
-        return value
-    return parse
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True)
     ap.add_argument("--set", action="append", default=[], dest="overrides")
     ap.add_argument("--gnmr", default="build/release/src/cli/gnmr")
-    ap.add_argument("--steps", type=count(1), default=5, help="measured steps (default 5)")
-    ap.add_argument("--warmup", type=count(0), default=2,
+    ap.add_argument("--steps", type=whole_number(1), default=5, help="measured steps (default 5)")
+    ap.add_argument("--warmup", type=whole_number(0), default=2,
                     help="unmeasured warm-up steps, on both sides (default 2)")
-    ap.add_argument("--threads", type=count(1), nargs="*", default=None,
+    ap.add_argument("--threads", type=whole_number(1), nargs="*", default=None,
                     help="core counts to measure (default: 1 .. number of cores)")
     ap.add_argument("--python", action="append", default=[], dest="pythons",
                     help="a Python interpreter with PyTorch to compare against (repeatable; "

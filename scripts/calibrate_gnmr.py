@@ -25,7 +25,11 @@ a trace that is not one.
 import argparse
 import json
 import math
+import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from experiments.arguments import whole_number  # noqa: E402
 
 
 def read_norms(path):
@@ -92,16 +96,6 @@ def number_list(text, kind):
     return values
 
 
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
-    return value
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("trace", help="gnmr_trace.jsonl of a run (log.gnmr_trace=true)")
@@ -113,7 +107,7 @@ def main():
                         help="α values; β = α unless --beta is given (default 1.5)")
     parser.add_argument("--beta", type=lambda t: number_list(t, float), default=None,
                         help="β values (default: equal to α)")
-    parser.add_argument("--window", type=positive_int, default=8, help="δ, at least 1 (default 8)")
+    parser.add_argument("--window", type=whole_number(1), default=8, help="δ, at least 1 (default 8)")
     args = parser.parse_args()
 
     try:

@@ -35,25 +35,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from experiments import plots, report, runner  # noqa: E402
 from experiments import spec as specmod  # noqa: E402
+from experiments.arguments import whole_number  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = os.path.join(REPO, "configs", "experiments")
 DEFAULT_GNMR = "build/release/src/cli/gnmr"
 DEFAULT_OUT = "runs/experiments"
 # --report-only: the status in the table's notes of a run in each state runner.plan_runs finds.
+# --jobs, --threads-per-job.
+at_least_one = whole_number(1, " (leave the option out for the default)")
 REPORT_ONLY_STATUS = {"done": "done", "run": "not run yet", "resume": "not finished",
                       "restart": "not finished", "stale": "stale"}
-
-
-def positive_int(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r} "
-                                         f"(leave the option out for the default)")
-    return value
 
 
 def seed_list(text):
@@ -80,9 +72,9 @@ def parse_args(argv):
     p.add_argument("--scale", default="cpu-small", help="scale of the table file (default cpu-small)")
     p.add_argument("--seeds", type=seed_list,
                    help="comma-separated seeds, each once (default: the scale's)")
-    p.add_argument("--jobs", type=positive_int, help="gnmr processes at a time, at least 1 "
+    p.add_argument("--jobs", type=at_least_one, help="gnmr processes at a time, at least 1 "
                    "(default: the scale's, else cores / threads)")
-    p.add_argument("--threads-per-job", type=positive_int, help="train.threads of each "
+    p.add_argument("--threads-per-job", type=at_least_one, help="train.threads of each "
                    "process, at least 1 (default: 1, or cores / jobs when --jobs is given)")
     p.add_argument("--out", default=None, help=f"experiments directory (default {DEFAULT_OUT})")
     p.add_argument("--gnmr", default=None, help=f"the gnmr binary (default {DEFAULT_GNMR})")
