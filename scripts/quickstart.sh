@@ -10,10 +10,12 @@ if [ ! -f runs/brown-shards/prepare.json ]; then
   "$gnmr" prepare --val-fraction 0.05 --tokenizer data/brown/tokenizer.model --out runs/brown-shards data/brown/brown.jsonl.gz
 fi
 # --resume auto continues a run, starts over one that stopped before its first checkpoint, and
-# starts an empty directory fresh; --force (given by the caller) replaces the run instead.
+# starts an empty directory fresh; a --force or --resume of the caller's own takes its place.
 resume=(--resume auto)
 for arg in "$@"; do
-  if [ "$arg" = --force ]; then resume=(); fi
+  case "$arg" in
+  --force | --resume | --resume=*) resume=() ;;
+  esac
 done
 "$gnmr" train --config configs/quickstart.json --out runs/quickstart "${resume[@]}" "$@"
 "$gnmr" eval --checkpoint "$(ls -d runs/quickstart/checkpoints/step_* | tail -n 1)" \

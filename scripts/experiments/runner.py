@@ -125,19 +125,18 @@ def config_mismatches(run, gnmr, repo):
         return []
     expected = expected_config(gnmr, repo, run)
     want = flat_config(expected) if expected is not None else dict(run["overrides"])
-    have_all = flat_config(config)
     ignored = set(specmod.HARNESS_KEYS) | set(run["cell"]["corpus_keys"]) | {"description"}
     diffs = []
     for key, value in want.items():
         if key in ignored:
             continue
-        if key not in have_all:
+        have = lookup(config, key)  # any depth: an override may name a nested key
+        if have is KeyError:
             if key in run["overrides"]:
                 diffs.append(f"{key}: run has (missing), table wants {json.dumps(value)}")
             continue
-        if not same_value(have_all[key], value):
-            diffs.append(f"{key}: run has {json.dumps(have_all[key])}, "
-                         f"table wants {json.dumps(value)}")
+        if not same_value(have, value):
+            diffs.append(f"{key}: run has {json.dumps(have)}, table wants {json.dumps(value)}")
     return diffs
 
 

@@ -1,6 +1,7 @@
 #include "train/run_dir.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -165,6 +166,16 @@ RunDirLock::RunDirLock(const std::string& dir) {
   holder.l_type = F_WRLCK;
   holder.l_whence = SEEK_SET;
   const bool known = ::fcntl(fd_, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  if (error == ENOLCK || error == ENOSYS || error == EOPNOTSUPP || error == EINVAL) {
+    // A filesystem without locks (NFS mounted nolock, Lustre mounted noflock, some FUSE ones):
+    // the run goes on unguarded, as before there was a lock. fd_ stays open, so tried() holds and
+    // nobody asks again.
+    spdlog::warn(
+        "run directory {}: its filesystem cannot lock {} ({}); nothing stops a second "
+        "gnmr train from writing into it while this one runs",
+        dir, path, std::strerror(error));
+    return;
+  }
   ::close(fd_);
   fd_ = -1;
   if (error != EACCES && error != EAGAIN) {
@@ -173,7 +184,8 @@ RunDirLock::RunDirLock(const std::string& dir) {
   }
   throw Error(ErrorKind::Checkpoint,
               "run directory " + dir + " is in use by another gnmr process (" +
-                  (known ? "pid " + std::to_string(holder.l_pid) : std::string("pid unknown")) +
+                  (known ? "pid " + std::to_string(holder.l_pid) + ", maybe of another host"
+                         : std::string("pid unknown")) +
                   " holds " + path + "); wait for it to end, or choose another --out");
 }
 

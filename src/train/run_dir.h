@@ -48,13 +48,16 @@ class RunDirLock {
  public:
   RunDirLock() = default;
   // Throws Error(ErrorKind::Checkpoint) naming the holder's pid when another process holds it.
+  // On a filesystem without locks (NFS mounted nolock, Lustre noflock) it warns and guards
+  // nothing.
   explicit RunDirLock(const std::string& dir);
   ~RunDirLock();
   RunDirLock(RunDirLock&& other) noexcept;
   RunDirLock& operator=(RunDirLock&& other) noexcept;
   RunDirLock(const RunDirLock&) = delete;
   RunDirLock& operator=(const RunDirLock&) = delete;
-  bool held() const { return fd_ >= 0; }
+  // Whether the lock was taken, or found unsupported by the filesystem (a warning said so).
+  bool tried() const { return fd_ >= 0; }
 
  private:
   int fd_ = -1;

@@ -108,7 +108,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     // rank reads it: waits on a filesystem, not on a dead peer, so they get the checkpoint
     // deadline (the barrier ends them all together).
     CommunicatorTimeoutScope file_waits(comm, config.dist.checkpoint_timeout_s);
-    if (writer && fs::is_directory(options.out_dir)) lock = RunDirLock(options.out_dir);
+    std::error_code ec;
+    if (writer && fs::is_directory(options.out_dir, ec)) lock = RunDirLock(options.out_dir);
     if (writer) plan = plan_run_dir(options);
     resume_from = broadcast_string(comm, plan.resume_from);
     if (!resume_from.empty()) {
@@ -128,7 +129,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   if (writer) {
     apply_run_dir_plan(plan);
-    if (!lock.held()) lock = RunDirLock(options.out_dir);  // a directory the plan just made
+    if (!lock.tried()) lock = RunDirLock(options.out_dir);  // a directory the plan just made
     add_log_file((fs::path(options.out_dir) / "log.txt").string());
     remove_stale_checkpoint_temps(options.out_dir);
     write_file_atomic((fs::path(options.out_dir) / "config.json").string(),

@@ -65,6 +65,9 @@ CONFIG=cfg.json RUN_DIR=runs/f run_job env cpu.sbatch --set train.steps=10 ||
   fail "cpu.sbatch with CONFIG and RUN_DIR in the environment exited $?"
 grep -q -- "gnmr train --config cfg.json --out runs/f --resume auto --set train.steps=10 --backend cpu$" \
   "$work/env/srun.log" || fail "the environment form's command line: $(cat "$work/env/srun.log")"
+RUN_DIR=runs/g run_job env_dir cpu.sbatch cfg.json || fail "cpu.sbatch cfg.json with RUN_DIR exited $?"
+grep -q -- "gnmr train --config cfg.json --out runs/g --resume auto --backend cpu$" \
+  "$work/env_dir/srun.log" || fail "RUN_DIR from the environment: $(cat "$work/env_dir/srun.log")"
 
 # A failed run keeps its exit status and is not requeued.
 status=0
