@@ -24,7 +24,7 @@ class Tokenizer {
 
   // encode()'s ids for a document of any length, in memory that grows with PIECE_BYTES (or
   // the longest stretch without a cut point) rather than the document's size: sentencepiece
-  // takes about 90 bytes per byte it encodes, and time that grows faster than the length.
+  // takes many times the size of the text it encodes, and time that grows faster than it.
   // Text longer than PIECE_BYTES is cut at single spaces between two printable ASCII
   // characters and encoded a piece at a time, where cuts_at_spaces_exactly(). Text without
   // such a space, or a tokenizer where cutting could change the ids, is encoded whole.
