@@ -160,7 +160,8 @@ EOF
 
 size_bytes=$(du -sb "$out" | cut -f1)
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
-dirty=$(git status --porcelain 2>/dev/null | grep -q . && echo true || echo false)
+dirty=false
+[ -n "$(git status --porcelain 2>/dev/null)" ] && dirty=true
 nvcc_version=none
 [ "$emulated" = 1 ] || nvcc_version="$(nvcc --version | tail -1)"
 emulated_json=false

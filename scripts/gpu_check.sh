@@ -161,7 +161,9 @@ if ((emulated)); then
   export GNMR_NCCL_LIBRARY="$bundle/lib/libgnmr_emulated_nccl.so"
 fi
 have_gpu() { [ -n "$gpu_name" ]; }
-cuda_backend_built() { "$bundle/bin/gnmr" version 2>/dev/null | grep -q "^backends:.*cuda"; }
+# (grep -q reading a here-string, not a pipe: under pipefail a writer that outlives grep -q dies
+# of SIGPIPE and fails the test although it matched.)
+cuda_backend_built() { grep -q "^backends:.*cuda" <<<"$("$bundle/bin/gnmr" version 2>/dev/null)"; }
 export GNMR_TEST_SOURCE_DIR="$bundle/share" GNMR_TEST_BINARY="$bundle/bin/gnmr"
 
 # ---- stages: each sets status (PASS / FAIL / SKIP) and a one-line why ----
@@ -354,7 +356,7 @@ stage_racecheck() {
     # logged, not a failure.
     hazards="$(grep -oE 'RACECHECK SUMMARY: .*' "$out" | tail -1)"
     [ -n "$hazards" ] && summary+="$hazards; "
-    if ((rc == 99)) || grep -q "ERROR SUMMARY: [1-9]" "$out" || echo "$hazards" | grep -qE '\([1-9][0-9]* errors?'; then
+    if ((rc == 99)) || grep -q "ERROR SUMMARY: [1-9]" "$out" || grep -qE '\([1-9][0-9]* errors?' <<<"$hazards"; then
       errors=$((errors + 1))
     elif ((rc != 0)); then failing+="$tool run exit $rc without a finding; "; fi
   done

@@ -8,6 +8,8 @@
 # tests must run on compute capability 9.0 only (a stand-in test_gpu).
 #   check_gpu_check.sh GNMR_BINARY WORK_DIR
 set -uo pipefail
+# Output is searched as grep PATTERN <<<"$out", never echo "$out" | grep -q: grep -q stops at the
+# first match, and an echo still writing then dies of SIGPIPE, which pipefail made a failure.
 gnmr="$1" work="$2"
 script="$(cd "$(dirname "$0")/../.." && pwd)/scripts/gpu_check.sh"
 fail() { echo "check_gpu_check.sh: $*" >&2; exit 1; }
@@ -19,25 +21,25 @@ echo '{"commit": "test"}' >"$work/bundle/BUNDLE.json"
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" 2>&1) || fail "exit $? without a GPU: $out"
 for stage in preflight gemm-sweep gpu-tests e2e memcheck bench racecheck; do
-  echo "$out" | grep -Eq "^$stage +SKIP" || fail "stage $stage is not SKIP: $out"
+  grep -Eq "^$stage +SKIP" <<<"$out" || fail "stage $stage is not SKIP: $out"
   [ -f "$work/logs/$stage.log" ] || fail "no $stage.log"
 done
-echo "$out" | grep -q "no GPU" || fail "no 'no GPU' reason: $out"
+grep -q "no GPU" <<<"$out" || fail "no 'no GPU' reason: $out"
 [ "$(ls "$work/logs" | sort | tr '\n' ' ')" = "bench.log e2e.log gemm-sweep.log gpu-tests.log memcheck.log preflight.log racecheck.log table.txt " ] \
   || fail "the logs directory holds more than the stage logs and the table: $(ls "$work/logs")"
 [ "$(grep -Ec '^(preflight|gemm-sweep|gpu-tests|e2e|memcheck|bench|racecheck) +SKIP' "$work/logs/table.txt")" = 7 ] \
   || fail "table.txt does not hold the seven rows: $(cat "$work/logs/table.txt")"
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" all 2>&1) || fail "'all' exit $?: $out"
-echo "$out" | grep -Eq "^racecheck +SKIP +[0-9]+ +no GPU" || fail "'all' did not run the stages: $out"
+grep -Eq "^racecheck +SKIP +[0-9]+ +no GPU" <<<"$out" || fail "'all' did not run the stages: $out"
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight bench 2>&1)
 [ "$(grep -Ec '^(preflight|bench) ' "$work/logs/table.txt")" = 2 ] || fail "stage selection: $out"
-echo "$out" | grep -Eq '^gpu-tests ' && fail "an unselected stage ran: $out"
-echo "$out" | grep -Eq '^attention-bench ' && fail "attention-bench ran unasked: $out"
-echo "$out" | grep -Eq '^profile ' && fail "profile ran unasked: $out"
+grep -Eq '^gpu-tests ' <<<"$out" && fail "an unselected stage ran: $out"
+grep -Eq '^attention-bench ' <<<"$out" && fail "attention-bench ran unasked: $out"
+grep -Eq '^profile ' <<<"$out" && fail "profile ran unasked: $out"
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" attention-bench profile 2>&1)
-echo "$out" | grep -Eq '^attention-bench +SKIP' || fail "attention-bench is not SKIP: $out"
-echo "$out" | grep -Eq '^profile +SKIP +[0-9]+ +no GPU' || fail "profile is not SKIP (no GPU): $out"
+grep -Eq '^attention-bench +SKIP' <<<"$out" || fail "attention-bench is not SKIP: $out"
+grep -Eq '^profile +SKIP +[0-9]+ +no GPU' <<<"$out" || fail "profile is not SKIP (no GPU): $out"
 
 # --archive packs the logs directory (after every stage) into one file.
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/archived" --archive "$work/logs.tar.gz" preflight bench 2>&1) \
@@ -47,13 +49,13 @@ out=$(bash "$script" --bundle "$work/bundle" --logs "$work/archived" --archive "
 
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" --require-gpu preflight 2>&1)
 [ $? = 1 ] || fail "--require-gpu without a GPU does not exit 1: $out"
-echo "$out" | grep -Eq '^preflight +FAIL +[0-9]+ +no GPU found' || fail "--require-gpu: $out"
+grep -Eq '^preflight +FAIL +[0-9]+ +no GPU found' <<<"$out" || fail "--require-gpu: $out"
 
 bash "$script" --bundle "$work/bundle" no-such-stage >/dev/null 2>&1
 [ $? = 2 ] || fail "an unknown stage does not exit 2"
 for flag in --bundle --logs --archive; do
   out=$(bash "$script" preflight "$flag" 2>&1)
-  [ $? = 2 ] && echo "$out" | grep -q -- "$flag needs a value" || fail "$flag without a value: $out"
+  [ $? = 2 ] && grep -q -- "$flag needs a value" <<<"$out" || fail "$flag without a value: $out"
 done
 bash "$script" --bundle "$work/no-bundle" >/dev/null 2>&1
 [ $? = 2 ] || fail "a missing bundle does not exit 2"
@@ -62,13 +64,13 @@ bash "$script" --bundle "$work/no-bundle" >/dev/null 2>&1
 # missing or older than the archive, and only then.
 tar -czf "$work/packed.tar.gz" -C "$work" bundle
 out=$(bash "$script" --bundle "$work/packed" --logs "$work/logs" preflight 2>&1) || fail "a packed bundle: exit $?: $out"
-echo "$out" | grep -q "unpacked $work/packed.tar.gz" || fail "the packed bundle was not unpacked: $out"
+grep -q "unpacked $work/packed.tar.gz" <<<"$out" || fail "the packed bundle was not unpacked: $out"
 [ -x "$work/packed/bin/gnmr" ] || fail "no packed/bin/gnmr after unpacking"
 out=$(bash "$script" --bundle "$work/packed" --logs "$work/logs" preflight 2>&1) || fail "an unpacked bundle: exit $?: $out"
-echo "$out" | grep -q "unpacked" && fail "a bundle newer than its archive was unpacked again: $out"
+grep -q "unpacked" <<<"$out" && fail "a bundle newer than its archive was unpacked again: $out"
 touch -d '+1 minute' "$work/packed.tar.gz"
 out=$(bash "$script" --bundle "$work/packed/" --logs "$work/logs" preflight 2>&1) || fail "a newer archive: exit $?: $out"
-echo "$out" | grep -q "unpacked $work/packed.tar.gz" || fail "a newer archive was not unpacked: $out"
+grep -q "unpacked $work/packed.tar.gz" <<<"$out" || fail "a newer archive was not unpacked: $out"
 
 # The sanitizer stages' reading of compute-sanitizer's output, with a stand-in GPU (an
 # nvidia-smi that answers) and a stand-in compute-sanitizer printing what the real one prints:
@@ -94,22 +96,22 @@ for mode in clean warning hazard; do
   out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=$mode bash "$script" --bundle "$work/bundle" --logs "$work/logs" racecheck 2>&1)
   rc=$?
   case $mode in
-    clean) [ $rc = 0 ] && echo "$out" | grep -Eq '^racecheck +PASS .*clean \(RACECHECK SUMMARY: 0 hazards' || fail "a clean racecheck: exit $rc: $out" ;;
-    warning) [ $rc = 0 ] && echo "$out" | grep -Eq '^racecheck +PASS .*0 errors, 3 warnings' || fail "racecheck warnings alone: exit $rc: $out" ;;
-    hazard) [ $rc = 1 ] && echo "$out" | grep -Eq '^racecheck +FAIL .*1 of 2 sanitizer runs reported errors: RACECHECK SUMMARY: 2 hazards' || fail "a racecheck error: exit $rc: $out" ;;
+    clean) [ $rc = 0 ] && grep -Eq '^racecheck +PASS .*clean \(RACECHECK SUMMARY: 0 hazards' <<<"$out" || fail "a clean racecheck: exit $rc: $out" ;;
+    warning) [ $rc = 0 ] && grep -Eq '^racecheck +PASS .*0 errors, 3 warnings' <<<"$out" || fail "racecheck warnings alone: exit $rc: $out" ;;
+    hazard) [ $rc = 1 ] && grep -Eq '^racecheck +FAIL .*1 of 2 sanitizer runs reported errors: RACECHECK SUMMARY: 2 hazards' <<<"$out" || fail "a racecheck error: exit $rc: $out" ;;
   esac
 done
 grep -q "Race reported between" "$work/logs/racecheck.log" || fail "racecheck.log lacks the sanitizer's report"
 out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=clean bash "$script" --bundle "$work/bundle" --logs "$work/logs" memcheck 2>&1)
-echo "$out" | grep -Eq '^memcheck +PASS +[0-9]+ +memcheck .* clean' || fail "a clean memcheck: $out"
+grep -Eq '^memcheck +PASS +[0-9]+ +memcheck .* clean' <<<"$out" || fail "a clean memcheck: $out"
 out=$(PATH="$work/fake:$PATH" FAKE_SANITIZER=unsupported bash "$script" --bundle "$work/bundle" --logs "$work/logs" memcheck racecheck 2>&1) \
   || fail "an unsupported device fails a sanitizer stage: $out"
-[ "$(echo "$out" | grep -E '^(memcheck|racecheck) +SKIP .*device not supported' | sort -u | wc -l)" = 2 ] \
+[ "$(grep -E '^(memcheck|racecheck) +SKIP .*device not supported' <<<"$out" | sort -u | wc -l)" = 2 ] \
   || fail "an unsupported device is not SKIP in both sanitizer stages: $out"
 # preflight reads the stand-in GPU's compute capability (in the stage's subshell: it read "" and
 # failed every GPU before gpu_compute_capability was exported to it).
 out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight 2>&1)
-echo "$out" | grep -Eq '^preflight +PASS +[0-9]+ +NVIDIA H200, 9.0' || fail "preflight on a stand-in 9.0 GPU: $out"
+grep -Eq '^preflight +PASS +[0-9]+ +NVIDIA H200, 9.0' <<<"$out" || fail "preflight on a stand-in 9.0 GPU: $out"
 grep -q "compute mode: Exclusive_Process" "$work/logs/preflight.log" \
   || fail "preflight.log lacks the GPU's compute mode: $(cat "$work/logs/preflight.log")"
 # gpu-tests with a stand-in test_gpu: on compute capability 9.0 the wgmma tests run (a stage runs
@@ -139,33 +141,33 @@ mkdir -p "$work/fake80"
 sed 's/9\.0/8.0/' "$work/fake/nvidia-smi" >"$work/fake80/nvidia-smi" && chmod +x "$work/fake80/nvidia-smi"
 : >"$work/filters"
 out=$(PATH="$work/fake:$PATH" FAKE_FILTERS="$work/filters" bash "$script" --bundle "$work/bundle" --logs "$work/logs" gpu-tests 2>&1)
-echo "$out" | grep -Eq '^gpu-tests +PASS +[0-9]+ +3 tests' || fail "gpu-tests on a stand-in 9.0 GPU: $out"
+grep -Eq '^gpu-tests +PASS +[0-9]+ +3 tests' <<<"$out" || fail "gpu-tests on a stand-in 9.0 GPU: $out"
 # On 9.0 the wgmma tests run in a process of their own, after the suite's others.
 grep -q -- '^--gtest_filter=GpuWgmma\.\*-' "$work/filters" || fail "the wgmma suite did not run on compute capability 9.0: $(cat "$work/filters")"
 grep -q -- '^--gtest_filter=GpuFlash\.\*-.*\*Wgmma\*' "$work/filters" || fail "GpuFlash's wgmma tests ran with its others on 9.0: $(cat "$work/filters")"
 grep -q -- '^--gtest_filter=GpuFlash\.\*Wgmma\*:GpuFlash\.\*flash_wgmma\*-' "$work/filters" || fail "GpuFlash's wgmma tests did not run on their own on 9.0: $(cat "$work/filters")"
-echo "$out" | grep -q '^\[gpu-tests\] suite GpuFlash (wgmma): 1 passed' || fail "no note of GpuFlash's wgmma tests: $out"
-echo "$out" | grep -q "^\[gpu-tests\] wgmma, A and B in shared memory (K-major): the GPU's D matches the definition" \
+grep -q '^\[gpu-tests\] suite GpuFlash (wgmma): 1 passed' <<<"$out" || fail "no note of GpuFlash's wgmma tests: $out"
+grep -q "^\[gpu-tests\] wgmma, A and B in shared memory (K-major): the GPU's D matches the definition" <<<"$out" \
   || fail "gpu-tests does not repeat the wgmma findings: $out"
-echo "$out" | grep -q "^\[gpu-tests\] auto flash attention, hd 64: the wgmma kernels wrote other bits" \
+grep -q "^\[gpu-tests\] auto flash attention, hd 64: the wgmma kernels wrote other bits" <<<"$out" \
   || fail "gpu-tests does not repeat whether auto offered the wgmma kernels: $out"
-echo "$out" | grep -q "^\[gpu-tests\] wgmma trial process, hd 64: passed" \
+grep -q "^\[gpu-tests\] wgmma trial process, hd 64: passed" <<<"$out" \
   || fail "gpu-tests does not repeat whether the wgmma trial process passed: $out"
-echo "$out" | grep -q "^\[gpu-tests\] wgmma kernels: 1 of 2 runs give mma.sync's bits in every output" \
+grep -q "^\[gpu-tests\] wgmma kernels: 1 of 2 runs give mma.sync's bits in every output" <<<"$out" \
   || fail "gpu-tests does not count the wgmma kernels' bit comparisons: $out"
-echo "$out" | grep -q "^\[gpu-tests\] first that differs: wgmma dq pass, B=1 T=17: dq differs as mma.sync's" \
+grep -q "^\[gpu-tests\] first that differs: wgmma dq pass, B=1 T=17: dq differs as mma.sync's" <<<"$out" \
   || fail "gpu-tests does not show the first differing comparison: $out"
 : >"$work/filters"
 out=$(PATH="$work/fake80:$PATH" FAKE_FILTERS="$work/filters" bash "$script" --bundle "$work/bundle" --logs "$work/logs" gpu-tests 2>&1)
 grep -q -- '-.*\*Wgmma\*' "$work/filters" || fail "the wgmma tests ran on compute capability 8.0: $(cat "$work/filters")"
-echo "$out" | grep -q "compute capability 8.0: the wgmma tests .* are left out" || fail "no note of the wgmma tests left out on 8.0: $out"
+grep -q "compute capability 8.0: the wgmma tests .* are left out" <<<"$out" || fail "no note of the wgmma tests left out on 8.0: $out"
 rm "$work/bundle/tests/test_gpu"
 out=$(PATH="$work/fake:$PATH" bash "$script" --bundle "$work/bundle" --logs "$work/logs" racecheck 2>&1)
-echo "$out" | grep -Eq '^racecheck +FAIL +[0-9]+ +the bundle has no tests/test_gpu' || fail "racecheck without test_gpu: $out"
+grep -Eq '^racecheck +FAIL +[0-9]+ +the bundle has no tests/test_gpu' <<<"$out" || fail "racecheck without test_gpu: $out"
 
 # A binary whose library is missing fails preflight (exit 1), naming it in the log.
 printf '#!/bin/sh\nexit 1\n' >"$work/bundle/bin/gnmr"
 out=$(bash "$script" --bundle "$work/bundle" --logs "$work/logs" preflight 2>&1)
 [ $? = 1 ] || fail "a gnmr that does not run passes preflight: $out"
-echo "$out" | grep -Eq '^preflight +FAIL' || fail "preflight is not FAIL: $out"
+grep -Eq '^preflight +FAIL' <<<"$out" || fail "preflight is not FAIL: $out"
 echo "gpu_check.sh: every stage reports cleanly without a GPU"
