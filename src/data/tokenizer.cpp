@@ -137,5 +137,11 @@ int Tokenizer::bos_id() const {
 int Tokenizer::eos_id() const {
   return processor_->eos_id();
 }
+int Tokenizer::unk_id() const {
+  return processor_->unk_id();
+}
+std::string Tokenizer::piece(int id) const {
+  return processor_->IdToPiece(id);
+}
 
 }  // namespace gnmr

@@ -42,8 +42,10 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const;
 
   int vocab_size() const;
-  int bos_id() const;  // -1 when the model has no BOS piece
-  int eos_id() const;  // -1 when the model has no EOS piece
+  int bos_id() const;               // -1 when the model has no BOS piece
+  int eos_id() const;               // -1 when the model has no EOS piece
+  int unk_id() const;               // -1 when the model has no UNK piece
+  std::string piece(int id) const;  // the piece's text, e.g. "<s>"; id in [0, vocab_size())
   const std::string& model_path() const { return model_path_; }
 
  private:

@@ -68,8 +68,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
   int seq_len = o.seq_len;
   const bool hf = is_hf_model_dir(o.model_dir);
   if (hf) {
-    json hf_config = json::parse(read_file((fs::path(o.model_dir) / "config.json").string()));
-    model_section = model_section_from_hf(hf_config, o.model_dir);
+    model_section = read_hf_model_section(o.model_dir);
     if (seq_len == 0) seq_len = std::min(1024, model_section["max_seq_len"].get<int>());
   } else {
     verify_checkpoint(o.model_dir);
@@ -135,8 +134,16 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     result = run_windows(model, batch, seq_len, windows,
                          [&](int64_t w, int32_t* t, int32_t* y) { loader.eval_window(w, t, y); });
   } else {
-    std::string tokenizer_path =
-        o.tokenizer.empty() ? (fs::path(o.model_dir) / "tokenizer.model").string() : o.tokenizer;
+    const std::string model_tokenizer = (fs::path(o.model_dir) / "tokenizer.model").string();
+    const std::string tokenizer_path = o.tokenizer.empty() ? model_tokenizer : o.tokenizer;
+    // --tokenizer is for a model folder without one: another tokenizer than the model's gives
+    // ids that mean other words to it, and a loss that is no perplexity of the model.
+    if (!o.tokenizer.empty() && fs::exists(model_tokenizer) &&
+        read_file(model_tokenizer) != read_file(o.tokenizer)) {
+      throw Error(ErrorKind::Data, "eval: --tokenizer " + o.tokenizer +
+                                       " is not the model's tokenizer (" + model_tokenizer +
+                                       "); leave --tokenizer out to use the model's");
+    }
     Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     if (tokenizer.vocab_size() > config.model.vocab_size) {
       throw Error(ErrorKind::Data,

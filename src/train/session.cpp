@@ -486,6 +486,10 @@ int64_t TrainingSession::eval_batches(int64_t token_budget) const {
   return std::min(token_budget / batch_tokens, windows / micro_batch);
 }
 
+int64_t TrainingSession::eval_tokens(int64_t token_budget) const {
+  return eval_batches(token_budget) * config_.train.micro_batch * config_.data.seq_len;
+}
+
 double TrainingSession::evaluate(int64_t token_budget) {
   if (!val_loader_) return NAN;
   const int micro_batch = config_.train.micro_batch;

@@ -67,6 +67,9 @@ class TrainingSession {
 
   StepResult run_step(int64_t step_index /* 0-based */);
   double evaluate(int64_t token_budget);  // mean validation loss
+  // The tokens evaluate() scores: TOKEN_BUDGET rounded down to whole batches and to the
+  // validation set (`gnmr eval --tokens` with this count scores the same windows).
+  int64_t eval_tokens(int64_t token_budget) const;
 
   // The controller state goes into state().controller_state before a checkpoint and comes
   // back from it after a resume. A refused state is a Checkpoint error naming

@@ -122,6 +122,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       session.restore_controller_state(resume_from);
     } else if (!options.init.empty()) {
       if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
+      if (writer) check_init_source(options.init, config);
       load_model_weights(options.init, session.backend(), session.model());
     }
     if (comm.world_size() > 1) comm.barrier();
@@ -289,7 +290,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
         metrics.write({{"kind", "eval"},
                        {"step", r.step},
                        {"val_loss", val_loss},
-                       {"val_ppl", std::exp(val_loss)}});
+                       {"val_ppl", std::exp(val_loss)},
+                       {"val_tokens", session.eval_tokens(config.eval.tokens)}});
         spdlog::info("step {:>6} | val loss {:.4f} | val ppl {:.2f}", r.step, val_loss,
                      std::exp(val_loss));
         summary.final_val_loss = val_loss;

@@ -110,13 +110,24 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   std::string ckpt = dir + "/run/checkpoints/step_00000006";
   auto exported = run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf");
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
-  for (const char* f :
-       {"config.json", "model.safetensors", "tokenizer.model", "generation_config.json"}) {
+  for (const char* f : {"config.json", "model.safetensors", "tokenizer.model",
+                        "generation_config.json", "tokenizer_config.json"}) {
     EXPECT_TRUE(fs::exists(dir + "/hf/" + f)) << f;
   }
   auto hf_config = nlohmann::json::parse(gnmr_test::read_bytes(dir + "/hf/config.json"));
   EXPECT_EQ(hf_config["architectures"][0], "LlamaForCausalLM");
   EXPECT_EQ(hf_config["hidden_size"], 64);
+  // The special ids and pieces are the tokenizer's (the Brown tokenizer: <s> 1, </s> 2), and
+  // its config asks for the BOS every training document starts with.
+  auto generation =
+      nlohmann::json::parse(gnmr_test::read_bytes(dir + "/hf/generation_config.json"));
+  auto tokenizer = nlohmann::json::parse(gnmr_test::read_bytes(dir + "/hf/tokenizer_config.json"));
+  EXPECT_EQ(hf_config["bos_token_id"], 1);
+  EXPECT_EQ(hf_config["eos_token_id"], 2);
+  EXPECT_EQ(generation["eos_token_id"], 2);
+  EXPECT_EQ(tokenizer["bos_token"], "<s>");
+  EXPECT_EQ(tokenizer["eos_token"], "</s>");
+  EXPECT_EQ(tokenizer["add_bos_token"], true);
   // Exporting over an existing folder is refused.
   EXPECT_NE(run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf").exit_code, 0);
 
@@ -126,6 +137,17 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   double from_hf = eval_loss("--checkpoint " + dir + "/hf" + data);
   EXPECT_EQ(from_checkpoint, from_hf);  // fp32 export: the same weights, bit for bit
   EXPECT_EQ(eval_loss("--checkpoint " + ckpt + data + " --backend cpu"), from_checkpoint);
+  // The logged validation loss says how many tokens it scored (eval.tokens rounded down to
+  // whole batches), and `gnmr eval --tokens` with that count scores the same windows.
+  nlohmann::json logged;
+  for (const auto& line : gnmr_test::read_metrics(dir + "/run/metrics.jsonl")) {
+    if (line.value("kind", "") == "eval" && line["step"] == 6) logged = line;
+  }
+  ASSERT_TRUE(logged.contains("val_tokens")) << logged.dump();
+  EXPECT_EQ(logged["val_tokens"], 1024);
+  EXPECT_NEAR(eval_loss("--checkpoint " + ckpt + " --data '" + gnmr_test::brown_shards_dir() +
+                        "/val_*.bin' --seq-len 32 --tokens " + logged["val_tokens"].dump()),
+              logged["val_loss"].get<double>(), 1e-6);
 
   // A bfloat16 export differs only by weight rounding.
   ASSERT_EQ(run_gnmr("export --dtype bfloat16 --checkpoint " + ckpt + " --out " + dir + "/hf16")
@@ -142,15 +164,39 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   EXPECT_LT(lines.front()["loss"].get<double>(),
             std::log(4096.0) - 0.5);  // far below a fresh model's ln(V)
 
-  // Into a model with fewer layers: once loaded silently without the extra layer's weights.
-  std::string one_layer = gnmr_test::write_tiny_config(
-      dir + "/..", R"({"model": {"n_layers": 1}, "train": {"steps": 1}, "eval": {"every": 0}})");
-  auto fewer = run_gnmr(train_args(one_layer, dir + "/one_layer") + " --init " + dir + "/hf");
-  EXPECT_EQ(fewer.exit_code, 5) << fewer.output;
-  EXPECT_NE(fewer.output.find(
-                "is not a parameter of the model the config describes (model.n_layers = 1)"),
-            std::string::npos)
-      << fewer.output;
+  // Into another model: fewer layers (once loaded silently without the extra layer's
+  // weights), the same shapes split into other heads, another norm epsilon (both once loaded
+  // silently), weights of another tokenizer (the same ids, other words).
+  const std::pair<const char*, const char*> other_models[] = {
+      {R"({"model": {"n_layers": 1}})", "model.n_layers = 2, this run's is 1"},
+      {R"({"model": {"n_heads": 8, "n_kv_heads": 8}})", "model.n_heads = 4, this run's is 8"},
+      {R"({"model": {"norm_eps": 0.1}})", "model.norm_eps = 1e-05, this run's is 0.1"}};
+  for (const auto& [overrides, message] : other_models) {
+    nlohmann::json c = nlohmann::json::parse(overrides);
+    c["train"] = {{"steps", 1}};
+    c["eval"] = {{"every", 0}};
+    std::string other =
+        gnmr_test::write_tiny_config(gnmr_test::scratch_dir("cli_export_other_model"), c.dump());
+    auto refused = run_gnmr(train_args(other, dir + "/other_model") + " --init " + dir + "/hf");
+    EXPECT_EQ(refused.exit_code, 5) << overrides << refused.output;
+    EXPECT_NE(refused.output.find(message), std::string::npos) << refused.output;
+    EXPECT_FALSE(fs::exists(dir + "/other_model")) << overrides;
+  }
+  fs::copy(dir + "/hf", dir + "/hf_other_tokenizer");
+  std::ofstream(dir + "/hf_other_tokenizer/tokenizer.model", std::ios::trunc) << "another model";
+  std::string same_model = gnmr_test::write_tiny_config(
+      gnmr_test::scratch_dir("cli_export_same_model"), R"({"train": {"steps": 1}})");
+  auto other_tokenizer = run_gnmr(train_args(same_model, dir + "/other_tokenizer") + " --init " +
+                                  dir + "/hf_other_tokenizer");
+  EXPECT_EQ(other_tokenizer.exit_code, 5) << other_tokenizer.output;
+  EXPECT_NE(other_tokenizer.output.find("another tokenizer than data.tokenizer"), std::string::npos)
+      << other_tokenizer.output;
+  // A damaged config.json in an HF folder is named as such (once: "optimizer.safetensors is
+  // missing", as if the folder were a gnmr checkpoint).
+  std::ofstream(dir + "/hf_other_tokenizer/config.json", std::ios::trunc) << "{\"model_type\":";
+  auto damaged = run_gnmr("eval --checkpoint " + dir + "/hf_other_tokenizer" + data);
+  EXPECT_EQ(damaged.exit_code, 5) << damaged.output;
+  EXPECT_NE(damaged.output.find("config.json: invalid JSON"), std::string::npos) << damaged.output;
 }
 
 TEST(CliEval, TextFileAndTruncatedCheckpoint) {
@@ -204,6 +250,18 @@ TEST(CliEval, TextFileAndTruncatedCheckpoint) {
                                  ckpt + "/tokenizer.model of 4096"),
             std::string::npos)
       << mismatch.output;
+  // --text with a --tokenizer other than the checkpoint's: the same, once without a word. The
+  // checkpoint's own tokenizer under another name is its tokenizer.
+  std::ofstream(dir + "/other.model") << "another tokenizer";
+  auto other = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir +
+                        "/text.txt --seq-len 16 --tokenizer " + dir + "/other.model");
+  EXPECT_EQ(other.exit_code, 4) << other.output;
+  EXPECT_NE(other.output.find("is not the model's tokenizer"), std::string::npos) << other.output;
+  fs::copy_file(ckpt + "/tokenizer.model", dir + "/same.model");
+  EXPECT_EQ(run_gnmr("eval --checkpoint " + ckpt + " --text " + dir +
+                     "/text.txt --seq-len 16 --tokenizer " + dir + "/same.model")
+                .exit_code,
+            0);
 
   // Truncate the weights: the manifest names the damaged file, no crash.
   fs::resize_file(ckpt + "/model.safetensors", fs::file_size(ckpt + "/model.safetensors") / 2);
