@@ -29,7 +29,8 @@ const ControllerOptions& validated(const ControllerOptions& options, int n_layer
 
 }  // namespace
 
-Controller::Controller(const ControllerOptions& options, int n_layers)
+Controller::Controller(const ControllerOptions& options, int n_layers,
+                       const std::vector<int>& pinned_layers)
     : options_(validated(options, n_layers)),
       kind_(parse_controller_kind(options.controller)),
       ranking_(parse_ranking_key(options.ranking)),
@@ -40,6 +41,17 @@ Controller::Controller(const ControllerOptions& options, int n_layers)
       monitor_(units_.n_decision_units(), options.window),
       locks_(static_cast<size_t>(units_.n_decision_units()), 0),
       run_telemetry_(units_.n_units()) {
+  pinned_.assign(static_cast<size_t>(units_.n_decision_units()), 0);
+  for (int layer : pinned_layers) {
+    if (layer < -n_layers || layer >= n_layers) {
+      throw std::invalid_argument("\"precision.recovery_layers\" holds " + std::to_string(layer) +
+                                  ", not a layer of this " + std::to_string(n_layers) +
+                                  "-layer model");
+    }
+    const int l = layer < 0 ? n_layers + layer : layer;
+    for (int kind = 0; kind < kKindsPerLayer; ++kind)
+      pinned_[units_.decision_of(l * kKindsPerLayer + kind)] = 1;
+  }
   current_plan_ = initial_plan();
 }
 
@@ -90,7 +102,7 @@ void Controller::select_by_gaps(int64_t step, std::vector<uint8_t>& selected) co
   std::vector<int> order(static_cast<size_t>(n_decision));
   std::iota(order.begin(), order.end(), 0);
   sort_by_priority(order, key);
-  BudgetFiller filler(units_, budget_, per_kind_cap_);
+  BudgetFiller filler(units_, budget_, per_kind_cap_, &pinned_);
   for (int d : order) {
     if (filler.full()) break;
     selected[d] = filler.offer(d);
@@ -150,7 +162,7 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
   assess_units(inputs, locks_, policy_);
 
   // 2. Selection under the budget.
-  BudgetFiller filler(units_, budget_, per_kind_cap_);
+  BudgetFiller filler(units_, budget_, per_kind_cap_, &pinned_);
   RoutingPlan plan = all_paths(Path::Low);
   switch (kind_) {
     case ControllerKind::StaticLow:
@@ -216,7 +228,7 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
     trace.delta = s.delta;
     trace.risk = policy_.risk[d];
     trace.lock = locks_[d];
-    trace.path = plan.path[units_.members(d)[0]];
+    trace.path = pinned_[d] ? Path::Recovery : plan.path[units_.members(d)[0]];
     // A group's gap is the one the oracle ranks it by (written as null if not finite).
     trace.gap = t.gaps_measured ? decision_gap(d) : std::numeric_limits<double>::quiet_NaN();
   }

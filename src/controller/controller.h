@@ -56,7 +56,13 @@ class ControllerStateMismatch : public std::invalid_argument {
 class Controller {
  public:
   // n_layers >= 1; n_units = 7 * n_layers. Throws std::invalid_argument for invalid options.
-  Controller(const ControllerOptions& options, int n_layers);
+  // PINNED_LAYERS (precision.recovery_layers; -1 is the last layer) run on recovery whatever
+  // the controller decides, outside its budget: their units are judged (telemetry counts
+  // their exceedances) but never offered to the budget, so it buys max_active units on top
+  // of them. The controller's plans leave them Low (the session puts them on recovery, and
+  // active_units does not count them); the trace shows them on recovery.
+  Controller(const ControllerOptions& options, int n_layers,
+             const std::vector<int>& pinned_layers = {});
 
   // The plan for the first step, before any observation: all Recovery for static_high,
   // all Low otherwise.
@@ -105,6 +111,8 @@ class Controller {
   const DecisionUnits& decision_units() const { return units_; }
   // Lock of each decision unit after the last observation.
   const std::vector<int32_t>& locks() const { return locks_; }
+  // Whether decision unit d lies in a pinned layer ([n_decision_units]).
+  const std::vector<uint8_t>& pinned() const { return pinned_; }
 
  private:
   RoutingPlan all_paths(Path path) const;
@@ -121,6 +129,7 @@ class Controller {
   DecisionUnits units_;
   int budget_;
   std::array<int, kKindsPerLayer> per_kind_cap_;
+  std::vector<uint8_t> pinned_;  // [n_decision_units]
 
   // State (saved and restored).
   RiskMonitor monitor_;

@@ -52,10 +52,12 @@ double risk_score(RankingKey ranking, const UnitScores& scores, Thresholds thres
 }
 
 BudgetFiller::BudgetFiller(const DecisionUnits& units, int budget,
-                           const std::array<int, kKindsPerLayer>& per_kind_cap)
-    : units_(units), budget_(budget), per_kind_cap_(per_kind_cap) {}
+                           const std::array<int, kKindsPerLayer>& per_kind_cap,
+                           const std::vector<uint8_t>* pinned)
+    : units_(units), budget_(budget), pinned_(pinned), per_kind_cap_(per_kind_cap) {}
 
 bool BudgetFiller::offer(int decision) {
+  if (pinned_ && (*pinned_)[decision]) return false;
   const std::vector<UnitId>& members = units_.members(decision);
   if (used_ + static_cast<int>(members.size()) > budget_) return false;
   std::array<int, kKindsPerLayer> kind_used = per_kind_used_;

@@ -47,10 +47,13 @@ double risk_score(RankingKey ranking, const UnitScores& scores, Thresholds thres
 // A decision unit is taken only if all its members fit in the remaining budget and no
 // member's kind would exceed its per-kind cap; otherwise it is skipped and smaller ones may
 // still fit. The active count therefore never exceeds the budget.
+// PINNED ([n_decision_units], or null) marks units that are on recovery outside the budget
+// (precision.recovery_layers): never taken, so they cost no budget.
 class BudgetFiller {
  public:
   BudgetFiller(const DecisionUnits& units, int budget,
-               const std::array<int, kKindsPerLayer>& per_kind_cap);
+               const std::array<int, kKindsPerLayer>& per_kind_cap,
+               const std::vector<uint8_t>* pinned = nullptr);
 
   // Returns whether decision unit d was taken.
   bool offer(int decision);
@@ -60,6 +63,7 @@ class BudgetFiller {
  private:
   const DecisionUnits& units_;
   int budget_;
+  const std::vector<uint8_t>* pinned_;
   int used_ = 0;
   std::array<int, kKindsPerLayer> per_kind_cap_;
   std::array<int, kKindsPerLayer> per_kind_used_{};

@@ -139,16 +139,10 @@ void TrainingSession::set_up_on_communicator() {
     }
   }
   try {
-    controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers);
+    controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers,
+                                               config.precision.recovery_layers);
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::Config, std::string("config: ") + e.what());
-  }
-  for (int layer : config.precision.recovery_layers) {
-    if (layer < -config.model.n_layers || layer >= config.model.n_layers) {
-      throw Error(ErrorKind::Config, "config: \"precision.recovery_layers\" holds " +
-                                         std::to_string(layer) + ", not a layer of this " +
-                                         std::to_string(config.model.n_layers) + "-layer model");
-    }
   }
   measure_gaps_ = config.log.recovery_gap || controller_->needs_recovery_gaps();
   if (measure_gaps_) {

@@ -119,6 +119,34 @@ TEST(ControllerPolicy, TheBudgetGoesToTheRiskiestCandidates) {
   EXPECT_EQ(c.last_telemetry().candidate_units, 3);
 }
 
+// precision.recovery_layers pins layers to recovery outside the budget. The controller once
+// spent its budget on their units (already on recovery): with layer 0 pinned and budget 2,
+// a spike in layer 0 took the budget from layer 1's risky units.
+TEST(ControllerPolicy, PinnedLayersCostNoBudget) {
+  for (const char* name : {"gnmr", "topk_norm", "random"}) {
+    const std::string kind = name;
+    Controller c(quick_options(kind, 2), kLayers, {0});
+    // Layer 0 (units 0-6) spikes hardest, layer 1's units 8 and 12 less.
+    auto plans =
+        run(c, flat_stream(kUnits, 11, {{10, 1, 30}, {10, 2, 20}, {10, 8, 9}, {10, 12, 5}}));
+    EXPECT_EQ(plans[10].active_count(), 2) << kind;
+    for (int u = 0; u < 7; ++u) EXPECT_FALSE(is_recovery(plans[10], u)) << kind << " " << u;
+    if (kind == "gnmr") {
+      EXPECT_TRUE(is_recovery(plans[10], 8));
+      EXPECT_TRUE(is_recovery(plans[10], 12));
+      EXPECT_EQ(c.last_telemetry().candidate_units, 4);  // pinned units are still judged
+    }
+    // The trace shows the pinned units on recovery.
+    for (int u = 0; u < 7; ++u) EXPECT_EQ(c.last_telemetry().units[u].path, Path::Recovery) << u;
+  }
+  ControllerOptions groups = quick_options("gnmr", 4);
+  groups.granularity = "group";
+  Controller by_group(groups, kLayers, {-1});  // the last layer: decision units 2 and 3
+  EXPECT_EQ(by_group.pinned(), (std::vector<uint8_t>{0, 0, 1, 1}));
+  EXPECT_THROW(Controller(quick_options(), kLayers, {2}), std::invalid_argument);
+  EXPECT_THROW(Controller(quick_options(), kLayers, {-3}), std::invalid_argument);
+}
+
 TEST(ControllerPolicy, PerKindCapLimitsDownProjectionsWhileOtherKindsFill) {
   ControllerOptions o = quick_options("gnmr", 4);
   o.per_kind_cap = {{"down", 1}};
