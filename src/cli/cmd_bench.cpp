@@ -45,12 +45,15 @@ CommandAction add_bench_command(CLI::App& app) {
     std::printf("  parameters      %10.1f M\n", double(r["parameters"].get<int64_t>()) * 1e-6);
     std::printf("  tokens/s        %10.1f\n", r["tokens_per_s"].get<double>());
     std::printf("  attention       %s\n", r["attention"].get<std::string>().c_str());
+    const double gap_ms = r["recovery_gap_ms"].get<double>();
+    const std::string gap_part =
+        gap_ms > 0 ? ", recovery gap passes " + std::to_string(int64_t(gap_ms + 0.5)) : "";
     std::printf(
         "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, optimizer %.1f, "
-        "readback %.2f, controller %.3f)\n",
+        "readback %.2f, controller %.3f%s)\n",
         r["step_ms"].get<double>(), r["forward_backward_ms"].get<double>(),
         r["norms_ms"].get<double>(), r["optimizer_ms"].get<double>(),
-        r["readback_ms"].get<double>(), r["controller_ms"].get<double>());
+        r["readback_ms"].get<double>(), r["controller_ms"].get<double>(), gap_part.c_str());
     std::printf(
         "  achieved        %10.1f GFLOP/s per device of a measured %s GEMM peak of %.1f GFLOP/s: "
         "MFU %.1f%%\n",
@@ -140,9 +143,9 @@ CommandAction add_bench_command(CLI::App& app) {
     }
     std::printf(
         "  controller + norm pass: %.3f%% of the step (norm pass %.3f ms timed alone, controller "
-        "%.3f ms)\n",
+        "%.3f ms%s)\n",
         100.0 * r["controller_and_norms_fraction"].get<double>(), r["norm_pass_ms"].get<double>(),
-        r["controller_ms"].get<double>());
+        r["controller_ms"].get<double>(), gap_part.c_str());
     std::cout << r.dump() << std::endl;
   };
 }

@@ -283,7 +283,9 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   r.lr = learning_rate_at(config_.train, step_index);
   model_->set_step(step_index);
   if (measure_gaps_) {
+    const auto gap_start = std::chrono::steady_clock::now();
     controller_->set_recovery_gaps(measure_recovery_gaps(step_index));
+    r.recovery_gap_ms = elapsed_ms(gap_start);
     if (config_.gnmr.oracle_same_step)
       plan_ = with_fixed_recovery(controller_->oracle_plan(r.step));
   }

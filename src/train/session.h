@@ -31,6 +31,9 @@ struct StepResult {
   // readback_ms, the wait in the step's one readback. controller_ms is host work either way.
   double forward_backward_ms = 0, norms_ms = 0, optimizer_ms = 0, readback_ms = 0,
          controller_ms = 0;
+  // The oracle's (or log.recovery_gap's) two extra forward+backward passes before the step,
+  // waited for: 0 without them.
+  double recovery_gap_ms = 0;
   // Part of forward_backward_ms, with more than one rank: the host time from the end of the
   // last backward until the gradients are summed across ranks (dist.zero=1: reduce-scattered
   // into the shards; dist.bucket_mb = 0: the whole reduction; overlapped: what is left of it

@@ -243,6 +243,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                  {"units_recovery", r.units_recovery},
                  {"saved_activation_bytes", r.saved_activation_bytes},
                  {"controller_ms", r.controller_ms}};
+    if (r.recovery_gap_ms > 0) line["recovery_gap_ms"] = r.recovery_gap_ms;
     line.update(r.controller_fields);
     metrics.write(line);
     if (writer && config.log.gnmr_trace) {

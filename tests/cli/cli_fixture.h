@@ -54,8 +54,8 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path,
 
 // The metric fields that depend on wall-clock time or process memory.
 inline nlohmann::json without_timing(nlohmann::json line) {
-  for (const char* key :
-       {"tokens_per_s", "step_ms", "gflops_per_s", "peak_rss_bytes", "controller_ms", "mfu"})
+  for (const char* key : {"tokens_per_s", "step_ms", "gflops_per_s", "peak_rss_bytes",
+                          "controller_ms", "mfu", "recovery_gap_ms"})
     line.erase(key);
   return line;
 }

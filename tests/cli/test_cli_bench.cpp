@@ -20,9 +20,9 @@ struct BenchRun {
   std::string config, output;
   nlohmann::json figures;
 };
-BenchRun bench_tiny_model(const std::string& name) {
+BenchRun bench_tiny_model(const std::string& name, const std::string& extra_json = "{}") {
   BenchRun b;
-  b.config = gnmr_test::write_tiny_config(gnmr_test::scratch_dir(name));
+  b.config = gnmr_test::write_tiny_config(gnmr_test::scratch_dir(name), extra_json);
   auto r = run_gnmr("bench --config " + b.config + " --steps 1 --warmup 0 --threads 1");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   b.output = r.output;
@@ -94,6 +94,22 @@ TEST(CliBench, ControllerShareCountsTheNormPassTimedAlone) {
       figures["controller_and_norms_fraction"].get<double>(),
       (norm_pass_ms + figures["controller_ms"].get<double>()) / figures["step_ms"].get<double>());
   EXPECT_NE(b.output.find("norm pass "), std::string::npos) << b.output;
+  EXPECT_EQ(figures["recovery_gap_ms"], 0.0);
+}
+
+// The oracle's two extra forward+backward passes a step are its controller's cost: they were
+// in no field (the parts summed to a third of step_ms) and the share said 0.04%.
+TEST(CliBench, TheOraclesGapPassesAreItsControllersCost) {
+  const BenchRun b = bench_tiny_model("cli_bench_oracle", R"({"gnmr": {"controller": "oracle"}})");
+  const nlohmann::json& f = b.figures;
+  const double gap_ms = f["recovery_gap_ms"].get<double>();
+  const double step_ms = f["step_ms"].get<double>();
+  EXPECT_GT(gap_ms, f["forward_backward_ms"].get<double>()) << b.output;  // two passes to one
+  EXPECT_LT(gap_ms, step_ms);
+  EXPECT_DOUBLE_EQ(
+      f["controller_and_norms_fraction"].get<double>(),
+      (f["norm_pass_ms"].get<double>() + f["controller_ms"].get<double>() + gap_ms) / step_ms);
+  EXPECT_NE(b.output.find("recovery gap passes "), std::string::npos) << b.output;
 }
 
 // The report names the attention kernels the layers run (on the cpu its materialized one).
