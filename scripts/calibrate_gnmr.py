@@ -66,7 +66,14 @@ def exceedance(steps, history_start, warmup, alpha, beta, window):
         norm_sum, count, recent = 0.0, 0, []
         for step, norms in steps:
             norm = norms[unit]
-            if step < history_start or norm is None or not math.isfinite(norm) or norm < 0:
+            if step < history_start:
+                continue
+            if norm is None or not math.isfinite(norm) or norm < 0:
+                # As the controller: an invalid norm (null in the trace) after warm-up is an
+                # eligible unit-step that exceeds, and stays out of the history.
+                if step >= warmup:
+                    eligible += 1
+                    exceeding += 1
                 continue
             if count > 0 and norm_sum > 0:
                 gnmr = norm / (norm_sum / count)

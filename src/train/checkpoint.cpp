@@ -235,6 +235,13 @@ std::string newest_intact_checkpoint(const std::string& run_dir,
 
 json read_checkpoint_config(const std::string& checkpoint_dir) {
   fs::path path = fs::path(checkpoint_dir) / "config.json";
+  if (!fs::exists(checkpoint_dir)) {
+    // Rank 0 found it: another rank that does not has a filesystem of its own there.
+    throw Error(ErrorKind::Checkpoint,
+                checkpoint_dir +
+                    " does not exist (on a multi-node job: every rank reads the checkpoint, so "
+                    "the run directory must be on a filesystem all nodes share)");
+  }
   if (!fs::exists(path)) {
     throw Error(ErrorKind::Checkpoint,
                 checkpoint_dir + " is not a gnmr checkpoint (no config.json)");

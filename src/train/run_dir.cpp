@@ -183,10 +183,10 @@ RunDirLock::RunDirLock(const std::string& dir) {
                                            std::strerror(error) + ")");
   }
   throw Error(ErrorKind::Checkpoint,
-              "run directory " + dir + " is in use by another gnmr process (" +
-                  (known ? "pid " + std::to_string(holder.l_pid) + ", maybe of another host"
-                         : std::string("pid unknown")) +
-                  " holds " + path + "); wait for it to end, or choose another --out");
+              "run directory " + dir + " is in use by another gnmr process: " +
+                  (known ? "pid " + std::to_string(holder.l_pid) + " (of this host or another)"
+                         : std::string("a process")) +
+                  " holds " + path + "; wait for it to end, or choose another --out");
 }
 
 RunDirLock::~RunDirLock() {

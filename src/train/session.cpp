@@ -24,6 +24,63 @@ namespace gnmr {
 
 namespace {
 
+// Bits of a fine-grained FP format's code ("e4m3": 8), for comparing the two paths.
+int format_bits(const std::string& format) {
+  if (format.size() != 4 || format[0] != 'e' || format[2] != 'm') return 0;
+  return 1 + (format[1] - '0') + (format[3] - '0');
+}
+
+// Settings that are valid one by one but together do nothing, or not what their names say:
+// each is a warning at start, so a run that cannot do what it was set up to do says so.
+void warn_about_settings_that_do_nothing(const RunConfig& config, const Controller& controller) {
+  const ControllerKind kind = controller.kind();
+  const bool dynamic = kind != ControllerKind::StaticLow && kind != ControllerKind::StaticHigh;
+  if (dynamic && config.precision.has_low_path) {
+    int smallest = controller.n_units();
+    for (int d = 0; d < controller.decision_units().n_decision_units(); ++d)
+      smallest = std::min(smallest, int(controller.decision_units().members(d).size()));
+    if (controller.budget() == 0 && config.gnmr.max_active > 0) {
+      spdlog::warn(
+          "gnmr.max_active {} of {} units rounds down to a budget of 0: the controller "
+          "will recover nothing (give at least 1 unit)",
+          config.gnmr.max_active, controller.n_units());
+    } else if (controller.budget() > 0 && controller.budget() < smallest) {
+      spdlog::warn(
+          "gnmr.max_active gives a budget of {} unit(s), less than the smallest "
+          "decision unit of gnmr.granularity {} ({} units): the controller will "
+          "recover nothing",
+          controller.budget(), config.gnmr.granularity, smallest);
+    }
+  }
+  const json& precision = config.resolved.value("precision", json::object());
+  if (config.precision.name == "fp8mix") {
+    const std::string low = precision.value("low_format", ""),
+                      high = precision.value("recovery_format", "");
+    if (format_bits(high) < format_bits(low)) {
+      spdlog::warn(
+          "precision.recovery_format {} has fewer bits than precision.low_format {}: "
+          "the recovery path is the coarser one",
+          high, low);
+    }
+  } else if (config.precision.name == "actq") {
+    const int low = precision.value("low_bits", 0), high = precision.value("recovery_bits", 0);
+    if (high != 0 && high < low) {
+      spdlog::warn(
+          "precision.recovery_bits {} is below precision.low_bits {}: the recovery path "
+          "is the coarser one",
+          high, low);
+    }
+  }
+  const ControllerOptions& g = config.gnmr;
+  const bool moved = (std::isfinite(g.alpha_final) && g.alpha_final != g.alpha) ||
+                     (std::isfinite(g.beta_final) && g.beta_final != g.beta);
+  if (g.threshold_schedule == "constant" && moved) {
+    spdlog::warn(
+        "gnmr.alpha_final / beta_final are not used: gnmr.threshold_schedule is "
+        "\"constant\" (set it to \"linear\" or \"cosine\" to move the thresholds)");
+  }
+}
+
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
       .count();
@@ -144,6 +201,7 @@ void TrainingSession::set_up_on_communicator() {
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::Config, std::string("config: ") + e.what());
   }
+  if (comm_->rank() == 0) warn_about_settings_that_do_nothing(config, *controller_);
   measure_gaps_ = config.log.recovery_gap || controller_->needs_recovery_gaps();
   if (measure_gaps_) {
     if (comm_->world_size() > 1) {

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -84,6 +85,38 @@ void log_optimizer_state(TrainingSession& session) {
 
 }  // namespace
 
+namespace {
+
+// "precision.low_format" for the flattened key "/precision/low_format".
+std::string dotted(const std::string& pointer) {
+  std::string key = pointer.substr(1);
+  std::replace(key.begin(), key.end(), '/', '.');
+  return key;
+}
+
+void log_settings_changed_since(const std::string& checkpoint_dir, const RunConfig& config) {
+  const json before = read_checkpoint_config(checkpoint_dir).flatten();
+  const json now = config.resolved.flatten();
+  std::string changes;
+  auto add = [&changes](const std::string& key, const std::string& from, const std::string& to) {
+    changes += (changes.empty() ? "" : ", ") + dotted(key) + " " + from + " -> " + to;
+  };
+  for (auto it = now.begin(); it != now.end(); ++it) {
+    const auto old = before.find(it.key());
+    if (old == before.end()) {
+      add(it.key(), "(unset)", it.value().dump());
+    } else if (*old != it.value()) {
+      add(it.key(), old->dump(), it.value().dump());
+    }
+  }
+  for (auto it = before.begin(); it != before.end(); ++it) {
+    if (!now.contains(it.key())) add(it.key(), it.value().dump(), "(unset)");
+  }
+  if (!changes.empty()) spdlog::info("settings changed since {}: {}", checkpoint_dir, changes);
+}
+
+}  // namespace
+
 TrainSummary run_training(const RunConfig& config, const TrainOptions& options) {
   if (options.out_dir.empty()) throw Error(ErrorKind::Usage, "--out DIR is required");
   TrainingSession session(config, /*synthetic_data=*/false);
@@ -95,7 +128,13 @@ namespace {
 TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                         TrainingSession& session) {
   Communicator& comm = session.comm();
-  const bool writer = comm.rank() == 0;                 // only rank 0 writes the run directory
+  const bool writer = comm.rank() == 0;  // only rank 0 writes the run directory
+  // Every rank decides alone whether a step is its last: ranks given different --stop-at
+  // values (an MPMD launch) parted there, one into the checkpoint and one into the next step,
+  // and waited for each other for ever. Like a config that differs, they stop here together.
+  if (comm.world_size() > 1 && !comm.all_agree(uint64_t(options.stop_at))) {
+    throw Error(ErrorKind::Usage, "the ranks of this job were started with different --stop-at");
+  }
   if (!writer) spdlog::set_level(spdlog::level::warn);  // one human log per job, not per rank
   // Rank 0 decides what the run directory means; nothing in it changes until the checkpoint
   // (or the --init weights) has loaded, so a refused run leaves the directory as it was.
@@ -140,12 +179,24 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (!plan.note.empty()) spdlog::info("{}", plan.note);
   if (!resume_from.empty()) {
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
+    if (state.world_size > 0 && state.world_size != comm.world_size()) {
+      spdlog::warn(
+          "{} was written by {} rank(s), this job has {}: the ranks read other slices "
+          "of the data (with data.sampling = random, other batches) than the job that "
+          "wrote it would have",
+          resume_from, state.world_size, comm.world_size());
+    }
+    // config.json is rewritten with this start's settings: the ones that changed since the
+    // checkpoint (a lower lr after a spike, another precision) are said, so the log tells
+    // which steps ran with which.
+    if (writer) log_settings_changed_since(resume_from, config);
     if (!options.init.empty()) {
       spdlog::info("--init {} not used: the run continues from its checkpoint", options.init);
     }
   } else if (!options.init.empty()) {
     spdlog::info("initialised weights from {}", options.init);
   }
+  state.world_size = comm.world_size();  // recorded in this run's checkpoints
 
   MetricsWriter metrics, trace;
   if (writer) {
@@ -345,12 +396,18 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(),
                       controller_summary.dump(2) + "\n");
   }
+  // Under a recipe without a low path (fp32, bf16) the plan changes no GEMM: its figures are
+  // the controller's choices, not precision switches.
   spdlog::info(
       "controller {}: active fraction {:.4f}, threshold exceedance rate {:.4f}%, {:.1f} switches "
-      "per 1000 steps",
+      "per 1000 steps{}",
       controller_summary.value("controller", ""), controller_summary.value("active_fraction", 0.0),
       100.0 * controller_summary.value("exceedance_rate", 0.0),
-      controller_summary.value("switches_per_1000_steps", 0.0));
+      controller_summary.value("switches_per_1000_steps", 0.0),
+      config.precision.has_low_path
+          ? ""
+          : " (precision.recipe " + config.precision.name +
+                " has no low path: every unit ran the same GEMMs whatever the plan)");
   return summary;
 }
 

@@ -33,7 +33,8 @@ json trainer_state_to_json(const TrainerState& state) {
           {"step", state.step},
           {"tokens_seen", state.tokens_seen},
           {"consecutive_nonfinite", state.consecutive_nonfinite},
-          {"skipped_steps", state.skipped_steps}};
+          {"skipped_steps", state.skipped_steps},
+          {"world_size", state.world_size}};
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
@@ -55,6 +56,9 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
   state.consecutive_nonfinite = static_cast<int>(
       counter(trainer, "consecutive_nonfinite", std::numeric_limits<int>::max(), path));
   state.skipped_steps = counter(trainer, "skipped_steps", kInt64Max, path);
+  if (trainer.contains("world_size")) {
+    state.world_size = counter(trainer, "world_size", std::numeric_limits<int>::max(), path);
+  }
   return state;
 }
 

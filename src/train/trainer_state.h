@@ -2,7 +2,7 @@
 // save_checkpoint / load_checkpoint (checkpoint.h). The controller state travels beside it
 // in controller.bin.
 //   {"format": 1, "step": 200, "tokens_seen": 819200, "consecutive_nonfinite": 0,
-//    "skipped_steps": 0}
+//    "skipped_steps": 0, "world_size": 8}
 #pragma once
 
 #include <cstdint>
@@ -17,6 +17,8 @@ struct TrainerState {
   int64_t tokens_seen = 0;
   int consecutive_nonfinite = 0;
   int64_t skipped_steps = 0;
+  // The ranks of the job that wrote it; 0 in checkpoints from before it was recorded.
+  int64_t world_size = 0;
   std::vector<uint8_t> controller_state;
 };
 

@@ -143,12 +143,18 @@ int zero_checkpoint_world_size(const std::string& dir) {
 std::string zero_resume_refusal(const std::string& dir, int saved_world, int zero, int world_size) {
   const std::string ranks =
       world_size > 0 ? std::to_string(world_size) + " rank(s) with " : std::string();
+  // `checkpoint consolidate CKPT` writes CKPT_consolidated: where it exists, it is the way on.
+  const std::string consolidated = without_trailing_separator(dir) + "_consolidated";
+  const std::string way_on =
+      fs::exists(fs::path(consolidated) / "config.json")
+          ? "Its consolidated copy exists: resume from it under any world size with --resume " +
+                consolidated
+          : "Consolidate it first: gnmr checkpoint consolidate " + dir +
+                " (then resume from the consolidated copy under any world size)";
   return "checkpoint " + dir + " holds ZeRO-1 optimizer state sharded over " +
          std::to_string(saved_world) + " ranks; this run has " + ranks +
          "dist.zero=" + std::to_string(zero) + ", so it resumes only with dist.zero=1 on " +
-         std::to_string(saved_world) +
-         " ranks. Consolidate it first: gnmr checkpoint consolidate " + dir +
-         " (then resume from the consolidated copy under any world size)";
+         std::to_string(saved_world) + " ranks. " + way_on;
 }
 
 void read_zero_optimizer_state(const std::string& dir, const std::vector<ParamInfo>& params,

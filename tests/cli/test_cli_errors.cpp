@@ -277,3 +277,36 @@ TEST(CliErrors, PrepareWithMissingInputOrTokenizerExitsFour) {
       "prepare --tokenizer /nonexistent/tok.model --out " + dir + "/out2 " + dir + "/a.txt", 4,
       "/nonexistent/tok.model");
 }
+
+// Settings valid one by one that together do nothing, or not what their names say, are
+// warned about at start (a walkthrough found each accepted without a word).
+TEST(CliErrors, SettingsThatTogetherDoNothingAreWarnedAtStart) {
+  const std::string dir = gnmr_test::scratch_dir("cli_settings_doing_nothing");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"precision": {"recipe": "fp8mix", "low_format": "e4m3", "recovery_format": "e2m1"}})",
+       "precision.recovery_format e2m1 has fewer bits than precision.low_format e4m3"},
+      {R"({"precision": {"recipe": "actq", "low_bits": 8, "recovery_bits": 4}})",
+       "precision.recovery_bits 4 is below precision.low_bits 8"},
+      // 0.1 of a 1-layer model's 7 units rounds down to 0.
+      {R"({"model": {"n_layers": 1}, "precision": {"recipe": "actq"}})",
+       "gnmr.max_active 0.1 of 7 units rounds down to a budget of 0"},
+      // 0.1 of 14 units is 1, and the smallest group (an MLP) has 3.
+      {R"({"precision": {"recipe": "actq"}, "gnmr": {"granularity": "group"}})",
+       "less than the smallest decision unit of gnmr.granularity group (3 units)"},
+      {R"({"gnmr": {"alpha_final": 3}})", "gnmr.alpha_final / beta_final are not used"}};
+  for (const auto& [extra, warning] : cases) {
+    nlohmann::json config_json = nlohmann::json::parse(extra);
+    config_json["train"] = {{"steps", 1}};
+    config_json["eval"] = {{"every", 0}};
+    const std::string config = gnmr_test::write_tiny_config(dir, config_json.dump());
+    std::filesystem::remove_all(dir + "/run");
+    auto r = run_gnmr("train --config " + config + " --out " + dir + "/run");
+    EXPECT_EQ(r.exit_code, 0) << extra << "\n" << r.output;
+    EXPECT_NE(r.output.find(warning), std::string::npos) << extra << "\n" << r.output;
+  }
+  // The default recipe (fp32) has no low path: the controller's figures say so.
+  const std::string config = gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 1}})");
+  std::filesystem::remove_all(dir + "/run");
+  auto r = run_gnmr("train --config " + config + " --out " + dir + "/run");
+  EXPECT_NE(r.output.find("(precision.recipe fp32 has no low path"), std::string::npos) << r.output;
+}

@@ -146,6 +146,11 @@ TEST(CliRunDir, GoingBackToAnOlderCheckpointKeepsTheLaterOnesAsideAndWritesItsOw
                        "/checkpoints/step_00000002");
   ASSERT_EQ(back.exit_code, 0) << back.output;
   EXPECT_NE(back.output.find("going back to step 2"), std::string::npos) << back.output;
+  // config.json is rewritten with the new lr: the log says what changed since the checkpoint.
+  EXPECT_NE(back.output.find("settings changed since " + run +
+                             "/checkpoints/step_00000002: train.lr 0.003 -> 0.001"),
+            std::string::npos)
+      << back.output;
   const std::string kept = run + "/abandoned_after_step_2";
   EXPECT_EQ(gnmr_test::read_bytes(kept + "/checkpoints/step_00000006/model.safetensors"),
             old_step6);
@@ -260,7 +265,7 @@ TEST(CliRunDir, ASecondTrainingIntoADirectoryInUseIsRefused) {
                                  << "kill -TERM $pid; wait $pid; echo first=$?\n";
   auto r = gnmr_test::run_command("bash '" + dir + "/run.sh'");
   EXPECT_NE(r.output.find("second=5"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("is in use by another gnmr process (pid "), std::string::npos)
+  EXPECT_NE(r.output.find("is in use by another gnmr process: pid "), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("first=0"), std::string::npos)
       << r.output << gnmr_test::read_bytes(dir + "/first.txt");

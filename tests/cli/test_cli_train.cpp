@@ -365,6 +365,18 @@ TEST(CliTrain, RanksStartedWithDifferentConfigsStopAtOnce) {
         << r.output;
   }
   EXPECT_FALSE(fs::exists(dir + "/run/metrics.jsonl"));
+  // --stop-at is no config key: ranks given different ones once parted at the first one's
+  // stop (one into the checkpoint, one into the next step) and waited for ever.
+  const std::string train = train_args(config, dir + "/run");
+  const auto r = gnmr_test::run_gnmr_mpi(
+      GNMR_MPIEXEC, 1,
+      train + " : -np 1 '" + gnmr_test::gnmr_binary() + "' " + train + " --stop-at 3",
+      "timeout 120");
+  EXPECT_NE(r.exit_code, 124) << "the job hung until timeout killed it:\n" << r.output;
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the ranks of this job were started with different --stop-at"),
+            std::string::npos)
+      << r.output;
 }
 
 TEST(CliTrain, TwoMpiRanksTrainAsOneDataParallelJobAndResume) {

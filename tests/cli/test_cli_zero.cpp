@@ -221,6 +221,15 @@ TEST(CliZero, ResumesBitExactOnTheSameWorldAndMovesWorldsOnlyWhenConsolidated) {
   auto early = run_gnmr("checkpoint consolidate " + step3);
   ASSERT_EQ(early.exit_code, 0) << early.output;
   const std::string consolidated = step3 + "_consolidated";
+  // The sharded one refused again, the way on is the copy beside it (it once said to
+  // consolidate again, which an existing copy refuses).
+  auto beside = run_gnmr(train_args(config, dir + "/plain_again", 0) + " --resume " + step3);
+  EXPECT_EQ(beside.exit_code, 5) << beside.output;
+  EXPECT_NE(beside.output.find("Its consolidated copy exists: resume from it under any world "
+                               "size with --resume " +
+                               consolidated),
+            std::string::npos)
+      << beside.output;
   EXPECT_TRUE(fs::exists(consolidated + "/optimizer.safetensors"));
   EXPECT_TRUE(fs::exists(split + "/checkpoints/step_00000006_consolidated/optimizer.safetensors"));
   // Never overwrites. A trailing slash names the same checkpoint (it once put the copy at

@@ -61,6 +61,17 @@ def check_calibration_replay(table_dir):
         fail(f"calibrate_gnmr.py replay of {traces[0]}: exceedance {rate:.4f} over {eligible} "
              f"unit-steps, the controller reported {summary['exceedance_rate']:.4f} over "
              f"{summary['eligible_unit_steps']}")
+    # An invalid norm (null in the trace) after warm-up is, as for the controller, an eligible
+    # unit-step that exceeds; before warm-up or history_start nothing. (The replay once skipped
+    # it: 181 eligible where the controller reported 182.)
+    flat = [(step, [1.0]) for step in range(10)]
+    with_null = [(step, [None] if step == 8 else norms) for step, norms in flat]
+    _, _, _, flat_eligible = calibrate.exceedance(flat, 0, 4, 1.5, 1.5, 2)
+    rate, _, _, eligible = calibrate.exceedance(with_null, 0, 4, 1.5, 1.5, 2)
+    if eligible != flat_eligible or rate != 1.0 / eligible:
+        fail(f"calibrate_gnmr.py: a null norm after warm-up gave {eligible} eligible unit-steps "
+             f"(without it {flat_eligible}) and exceedance {rate}; the controller counts it as one "
+             "eligible, exceeding unit-step")
 
 
 def check_stale_and_unfinished(args, table_dir):

@@ -125,17 +125,37 @@ def check_bench_pytorch(tmp):
         expect(f"bench_pytorch.py {' '.join(args)}", rc, out, 2, args[0])
 
 
+def check_hf_export(tmp):
+    """Its options are checked before it needs transformers, and without transformers it says
+    so (the Debian Python running this has none)."""
+    export = os.path.join(tmp, "export")
+    os.makedirs(export)
+    write(os.path.join(export, "config.json"), "{}")
+    common = ["--gnmr", "/nonexistent/gnmr", "--data", "x_*.bin"]
+    rc, out = run("check_hf_export.py", "--export", tmp, *common)
+    expect("check_hf_export.py on a folder without config.json", rc, out, 2, "no config.json")
+    for args in (["--windows", "0"], ["--seq-len", "1"]):
+        rc, out = run("check_hf_export.py", "--export", export, *common, *args)
+        expect(f"check_hf_export.py {' '.join(args)}", rc, out, 2, args[0])
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        rc, out = run("check_hf_export.py", "--export", export, *common)
+        expect("check_hf_export.py without transformers", rc, out, 2, "is not installed")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="check_script_options_") as tmp:
         check_reproduce()
         check_calibrate(tmp)
         check_bench_pytorch(tmp)
+        check_hf_export(tmp)
     for failure in failures:
         print(f"FAIL: {failure}\n")
     if failures:
         return 1
-    print("OK: reproduce.py, calibrate_gnmr.py and bench_pytorch.py refuse bad options and "
-          "report errors without a traceback")
+    print("OK: reproduce.py, calibrate_gnmr.py, bench_pytorch.py and check_hf_export.py refuse "
+          "bad options and report errors without a traceback")
     return 0
 
 
