@@ -16,6 +16,7 @@ transformers, torch and sentencepiece are not Debian packages: run it with the P
 virtual environment that has them (`pip install torch transformers sentencepiece protobuf`).
 """
 import argparse
+import array
 import glob
 import json
 import math
@@ -31,15 +32,23 @@ SHARD_HEADER = struct.Struct("<8sIIQI")  # magic, version, dtype, token count, v
 SHARD_HEADER_BYTES = 64
 
 
-def read_shard(path):
+def read_shard(path, most):
+    """The first `most` tokens of a shard (all of them if it holds fewer)."""
     with open(path, "rb") as f:
-        raw = f.read()
-    magic, _, dtype, count, _ = SHARD_HEADER.unpack_from(raw)
-    if magic != b"GNMRTOK\0" or dtype not in (1, 2):
-        sys.exit(f"check_hf_export.py: {path} is not a gnmr token shard")
-    width = 2 if dtype == 1 else 4
-    body = raw[SHARD_HEADER_BYTES:SHARD_HEADER_BYTES + count * width]
-    return list(struct.unpack(f"<{count}{'H' if width == 2 else 'I'}", body))
+        header = f.read(SHARD_HEADER_BYTES)
+        if len(header) < SHARD_HEADER.size:
+            sys.exit(f"check_hf_export.py: {path} is not a gnmr token shard (too short)")
+        magic, _, dtype, count, _ = SHARD_HEADER.unpack_from(header)
+        if magic != b"GNMRTOK\0" or dtype not in (1, 2):
+            sys.exit(f"check_hf_export.py: {path} is not a gnmr token shard")
+        tokens = array.array("H" if dtype == 1 else "I")
+        wanted = min(count, most)
+        tokens.frombytes(f.read(wanted * tokens.itemsize))
+    if len(tokens) != wanted:
+        sys.exit(f"check_hf_export.py: {path} is truncated (its header says {count} tokens)")
+    if sys.byteorder != "little":
+        tokens.byteswap()
+    return tokens.tolist()
 
 
 def eval_windows(shard_glob, seq_len, n_windows):
@@ -49,12 +58,14 @@ def eval_windows(shard_glob, seq_len, n_windows):
         sys.exit(f"check_hf_export.py: --data {shard_glob!r} matches no file")
     windows = []
     for path in paths:
-        tokens = read_shard(path)
+        tokens = read_shard(path, (n_windows - len(windows)) * seq_len + 1)
         for w in range((len(tokens) - 1) // seq_len):
             if len(windows) == n_windows:
                 return windows
             start = w * seq_len
             windows.append((tokens[start:start + seq_len], tokens[start + 1:start + seq_len + 1]))
+        if len(windows) == n_windows:
+            return windows
     if len(windows) < n_windows:
         sys.exit(f"check_hf_export.py: --data holds {len(windows)} windows of {seq_len + 1} "
                  f"tokens, fewer than --windows {n_windows}")

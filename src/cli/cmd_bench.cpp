@@ -1,4 +1,6 @@
 // `gnmr bench --config FILE [--set K=V]... [--steps N] [--threads N] [--backend cpu|cuda]`
+#include <spdlog/fmt/fmt.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -47,7 +49,7 @@ CommandAction add_bench_command(CLI::App& app) {
     std::printf("  attention       %s\n", r["attention"].get<std::string>().c_str());
     const double gap_ms = r["recovery_gap_ms"].get<double>();
     const std::string gap_part =
-        gap_ms > 0 ? ", recovery gap passes " + std::to_string(int64_t(gap_ms + 0.5)) : "";
+        gap_ms > 0 ? fmt::format(", recovery gap passes {:.1f}", gap_ms) : std::string();
     std::printf(
         "  step            %10.1f ms  (forward+backward %.1f, norms %.2f, optimizer %.1f, "
         "readback %.2f, controller %.3f%s)\n",

@@ -228,7 +228,7 @@ RoutingPlan Controller::observe(int64_t step, const float* unit_grad_norms) {
     trace.delta = s.delta;
     trace.risk = policy_.risk[d];
     trace.lock = locks_[d];
-    trace.path = pinned_[d] ? Path::Recovery : plan.path[units_.members(d)[0]];
+    trace.path = plan.path[units_.members(d)[0]];
     // A group's gap is the one the oracle ranks it by (written as null if not finite).
     trace.gap = t.gaps_measured ? decision_gap(d) : std::numeric_limits<double>::quiet_NaN();
   }

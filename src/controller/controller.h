@@ -59,8 +59,8 @@ class Controller {
   // PINNED_LAYERS (precision.recovery_layers; -1 is the last layer) run on recovery whatever
   // the controller decides, outside its budget: their units are judged (telemetry counts
   // their exceedances) but never offered to the budget, so it buys max_active units on top
-  // of them. The controller's plans leave them Low (the session puts them on recovery, and
-  // active_units does not count them); the trace shows them on recovery.
+  // of them. The controller's plans, its telemetry and trace leave them Low (its choice); the
+  // session puts them on recovery (with_fixed_recovery), and units_recovery counts them.
   Controller(const ControllerOptions& options, int n_layers,
              const std::vector<int>& pinned_layers = {});
 

@@ -233,15 +233,17 @@ std::string newest_intact_checkpoint(const std::string& run_dir,
                                          "); use --force to restart the run");
 }
 
+void require_existing_model_dir(const std::string& dir) {
+  if (fs::exists(dir)) return;
+  throw Error(ErrorKind::Checkpoint,
+              dir +
+                  " does not exist (on a multi-node job every rank reads it, so it must be on "
+                  "a filesystem all nodes share)");
+}
+
 json read_checkpoint_config(const std::string& checkpoint_dir) {
   fs::path path = fs::path(checkpoint_dir) / "config.json";
-  if (!fs::exists(checkpoint_dir)) {
-    // Rank 0 found it: another rank that does not has a filesystem of its own there.
-    throw Error(ErrorKind::Checkpoint,
-                checkpoint_dir +
-                    " does not exist (on a multi-node job: every rank reads the checkpoint, so "
-                    "the run directory must be on a filesystem all nodes share)");
-  }
+  require_existing_model_dir(checkpoint_dir);
   if (!fs::exists(path)) {
     throw Error(ErrorKind::Checkpoint,
                 checkpoint_dir + " is not a gnmr checkpoint (no config.json)");

@@ -57,6 +57,11 @@ std::string newest_intact_checkpoint(const std::string& run_dir, std::vector<std
 // The resolved config stored in a checkpoint.
 nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 
+// A Checkpoint error when DIR (a checkpoint or a model folder every rank reads) does not
+// exist: on a rank other than the one that found it, the sign of a filesystem that is not
+// shared between the nodes, which the message says.
+void require_existing_model_dir(const std::string& dir);
+
 // Restores weights, moments and trainer state. The checkpoint's model section must equal
 // the current config's (a Checkpoint error names the first differing field). Callers check
 // the checkpoint first (verify_checkpoint or newest_intact_checkpoint).

@@ -150,7 +150,12 @@ void write_checkpoint_manifest(const std::string& dir) {
 std::string checkpoint_problem(const std::string& dir) {
   const fs::path root(dir);
   std::error_code ec;
+  if (!fs::exists(root, ec)) return "does not exist";
   if (!fs::is_directory(root, ec)) return "not a directory";
+  if (fs::is_directory(root / "checkpoints", ec)) {
+    return "is a run directory, not a checkpoint: give one of its checkpoints, " + dir +
+           "/checkpoints/step_N";
+  }
   const std::vector<std::string> required = required_files_of(root);
   for (const std::string& name : required) {
     if (!fs::is_regular_file(root / name, ec)) return name + " is missing";

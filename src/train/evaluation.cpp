@@ -86,7 +86,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
       seq_len = int(*seq_len_value);
     }
   }
-  RunConfig config = run_config_from_json({{"model", model_section}});
+  RunConfig config = run_config_from_json({{"model", with_any_attention_kernel(model_section)}});
   if (seq_len < 2 || seq_len > config.model.max_seq_len) {
     throw Error(ErrorKind::Usage,
                 "eval: --seq-len must be in [2, " + std::to_string(config.model.max_seq_len) + "]");
@@ -95,8 +95,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
   config.backend = o.backend;
   config.train.threads = o.threads;
   // fp32 throughout: fp32 GEMMs (the config's default) and the attention auto picks under
-  // them, whichever kernel trained the model (model.attention is how, not what, it computes).
-  config.model.attention = "auto";
+  // them, whichever kernel trained the model (with_any_attention_kernel above).
   // Made once the batch is known: the model's attention shape goes with it (make_backend.h).
   std::string evaluated_on;  // "cuda (NVIDIA H200 (sm_90, 139 GiB))", for the log
   auto make_eval_backend = [&config, &evaluated_on](int batch, int model_seq_len) {
@@ -136,6 +135,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
   } else {
     const std::string model_tokenizer = (fs::path(o.model_dir) / "tokenizer.model").string();
     const std::string tokenizer_path = o.tokenizer.empty() ? model_tokenizer : o.tokenizer;
+    Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     // --tokenizer is for a model folder without one: another tokenizer than the model's gives
     // ids that mean other words to it, and a loss that is no perplexity of the model.
     if (!o.tokenizer.empty() && fs::exists(model_tokenizer) &&
@@ -144,7 +144,6 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
                                        " is not the model's tokenizer (" + model_tokenizer +
                                        "); leave --tokenizer out to use the model's");
     }
-    Tokenizer tokenizer = Tokenizer::load(tokenizer_path);
     if (tokenizer.vocab_size() > config.model.vocab_size) {
       throw Error(ErrorKind::Data,
                   "tokenizer " + tokenizer_path + " has " + std::to_string(tokenizer.vocab_size()) +

@@ -16,6 +16,7 @@
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
 #include "train/safetensors.h"
+#include "train/zero_checkpoint.h"
 #include "util/atomic_file.h"
 #include "util/error.h"
 
@@ -34,6 +35,7 @@ json read_json(const fs::path& path) {
 
 // name -> file holding it, for single-file and sharded HF layouts and gnmr checkpoints.
 std::map<std::string, std::string> weight_files(const fs::path& dir) {
+  require_existing_model_dir(dir.string());
   std::map<std::string, std::string> out;
   fs::path index = dir / "model.safetensors.index.json";
   if (fs::exists(index)) {
@@ -123,20 +125,32 @@ double shortest_decimal(float f) {
   return std::strtod(text, nullptr);
 }
 
-// A gnmr checkpoint holds trainer.json and optimizer.safetensors; a folder with a config.json
-// and neither is read as an HF model folder.
-bool is_gnmr_checkpoint(const fs::path& dir) {
-  return fs::exists(dir / "trainer.json") || fs::exists(dir / "optimizer.safetensors");
+// A folder gnmr wrote (a checkpoint, whole or damaged, or a run directory): any of a
+// checkpoint's own files, or a config.json that is a gnmr config (a "model" section, no HF
+// model_type). Any other folder with a config.json is read as an HF model folder.
+bool is_gnmr_folder(const fs::path& dir) {
+  for (const char* name : {"trainer.json", "optimizer.safetensors", "controller.bin",
+                           "manifest.json", kZeroShardsIndexName, "checkpoints"}) {
+    if (fs::exists(dir / name)) return true;
+  }
+  const json config = json::parse(read_file((dir / "config.json").string()), nullptr, false);
+  return config.is_object() && config.contains("model") && config["model"].is_object() &&
+         !config.contains("model_type");
 }
 
 }  // namespace
 
 bool is_hf_model_dir(const std::string& dir) {
-  return fs::exists(fs::path(dir) / "config.json") && !is_gnmr_checkpoint(dir);
+  return fs::exists(fs::path(dir) / "config.json") && !is_gnmr_folder(dir);
 }
 
 json read_hf_model_section(const std::string& dir) {
   return model_section_from_hf(read_json(fs::path(dir) / "config.json"), dir);
+}
+
+json with_any_attention_kernel(json model_section) {
+  if (model_section.is_object()) model_section["attention"] = "auto";
+  return model_section;
 }
 
 json hf_config_from_model(const ModelConfig& m, const std::string& torch_dtype, int bos_id,
@@ -277,8 +291,9 @@ void load_model_weights(const std::string& dir, Backend& backend, LlamaModel& mo
 }
 
 void check_init_source(const std::string& dir, const RunConfig& config) {
-  const json section = is_hf_model_dir(dir) ? read_hf_model_section(dir)
-                                            : read_checkpoint_config(dir).value("model", json());
+  const json section = with_any_attention_kernel(
+      is_hf_model_dir(dir) ? read_hf_model_section(dir)
+                           : read_checkpoint_config(dir).value("model", json()));
   ModelConfig source;
   try {
     source = run_config_from_json({{"model", section}}).model;

@@ -30,6 +30,11 @@ nlohmann::json model_section_from_hf(const nlohmann::json& hf_config, const std:
 // model_section_from_hf of DIR/config.json; a file that is not JSON is a Checkpoint error.
 nlohmann::json read_hf_model_section(const std::string& dir);
 
+// A saved model section (a checkpoint's or an HF folder's) with model.attention = "auto": the
+// kernel that trained a model says how its attention was computed, not what, and a CUDA-only
+// one ("flash") is refused by the config check of a cpu run that reads the model.
+nlohmann::json with_any_attention_kernel(nlohmann::json model_section);
+
 // `gnmr train --init DIR` (a gnmr checkpoint or an HF folder): the weights must have been
 // trained as the model CONFIG builds, in every field that changes what they compute beyond
 // their shapes (heads, norm epsilon), and with its tokenizer (data.tokenizer against

@@ -256,11 +256,10 @@ void TrainingSession::set_up_on_communicator() {
 }
 
 RoutingPlan TrainingSession::with_fixed_recovery(RoutingPlan plan) const {
-  const int n_layers = config_.model.n_layers;
-  for (int layer : config_.precision.recovery_layers) {
-    const int l = layer < 0 ? n_layers + layer : layer;
-    for (int kind = 0; kind < kKindsPerLayer; ++kind)
-      plan.path[size_t(l * kKindsPerLayer + kind)] = Path::Recovery;
+  const DecisionUnits& units = controller_->decision_units();
+  for (int d = 0; d < units.n_decision_units(); ++d) {
+    if (!controller_->pinned()[d]) continue;
+    for (UnitId unit : units.members(d)) plan.path[size_t(unit)] = Path::Recovery;
   }
   return plan;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include "backend/cpu/blas_autotune.h"
@@ -87,30 +88,36 @@ void log_optimizer_state(TrainingSession& session) {
 
 namespace {
 
-// "precision.low_format" for the flattened key "/precision/low_format".
-std::string dotted(const std::string& pointer) {
-  std::string key = pointer.substr(1);
-  std::replace(key.begin(), key.end(), '/', '.');
-  return key;
+// The leaves of a config: "precision.low_format" -> its value, a list being one value (nlohmann's
+// flatten() splits lists into "precision.recovery_layers.0" and makes [] null).
+void config_leaves(const json& node, const std::string& prefix, std::map<std::string, json>& out) {
+  if (!node.is_object()) {
+    out[prefix] = node;
+    return;
+  }
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    config_leaves(it.value(), prefix.empty() ? it.key() : prefix + "." + it.key(), out);
+  }
 }
 
 void log_settings_changed_since(const std::string& checkpoint_dir, const RunConfig& config) {
-  const json before = read_checkpoint_config(checkpoint_dir).flatten();
-  const json now = config.resolved.flatten();
+  std::map<std::string, json> before, now;
+  config_leaves(read_checkpoint_config(checkpoint_dir), "", before);
+  config_leaves(config.resolved, "", now);
   std::string changes;
   auto add = [&changes](const std::string& key, const std::string& from, const std::string& to) {
-    changes += (changes.empty() ? "" : ", ") + dotted(key) + " " + from + " -> " + to;
+    changes += (changes.empty() ? "" : ", ") + key + " " + from + " -> " + to;
   };
-  for (auto it = now.begin(); it != now.end(); ++it) {
-    const auto old = before.find(it.key());
+  for (const auto& [key, value] : now) {
+    const auto old = before.find(key);
     if (old == before.end()) {
-      add(it.key(), "(unset)", it.value().dump());
-    } else if (*old != it.value()) {
-      add(it.key(), old->dump(), it.value().dump());
+      add(key, "(unset)", value.dump());
+    } else if (old->second != value) {
+      add(key, old->second.dump(), value.dump());
     }
   }
-  for (auto it = before.begin(); it != before.end(); ++it) {
-    if (!now.contains(it.key())) add(it.key(), it.value().dump(), "(unset)");
+  for (const auto& [key, value] : before) {
+    if (now.count(key) == 0) add(key, value.dump(), "(unset)");
   }
   if (!changes.empty()) spdlog::info("settings changed since {}: {}", checkpoint_dir, changes);
 }
@@ -179,7 +186,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (!plan.note.empty()) spdlog::info("{}", plan.note);
   if (!resume_from.empty()) {
     spdlog::info("resumed from {} at step {}", resume_from, state.step);
-    if (state.world_size > 0 && state.world_size != comm.world_size()) {
+    if (writer && state.world_size > 0 && state.world_size != comm.world_size()) {
       spdlog::warn(
           "{} was written by {} rank(s), this job has {}: the ranks read other slices "
           "of the data (with data.sampling = random, other batches) than the job that "

@@ -191,6 +191,23 @@ TEST(CliTrain, ExportedHfFolderEvaluatesToTheSameLossAndInitialisesTraining) {
   EXPECT_EQ(other_tokenizer.exit_code, 5) << other_tokenizer.output;
   EXPECT_NE(other_tokenizer.output.find("another tokenizer than data.tokenizer"), std::string::npos)
       << other_tokenizer.output;
+  // A checkpoint trained with a CUDA-only attention kernel is read on the cpu (its config
+  // check once refused "flash" there): the kernel is how attention was computed, not what.
+  const std::string flash = dir + "/flash_checkpoint";
+  fs::copy(ckpt, flash);
+  fs::remove(flash + "/manifest.json");
+  nlohmann::json flash_config =
+      nlohmann::json::parse(gnmr_test::read_bytes(flash + "/config.json"));
+  flash_config["model"]["attention"] = "flash";
+  std::ofstream(flash + "/config.json", std::ios::trunc) << flash_config.dump();
+  EXPECT_EQ(eval_loss("--checkpoint " + flash + data), from_checkpoint);
+  auto from_flash = run_gnmr(train_args(same_model, dir + "/from_flash") + " --init " + flash);
+  EXPECT_EQ(from_flash.exit_code, 0) << from_flash.output;
+  // A run directory given for a checkpoint is named as one (it was read as an HF folder).
+  auto run_dir = run_gnmr("eval --checkpoint " + dir + "/run" + data);
+  EXPECT_EQ(run_dir.exit_code, 5) << run_dir.output;
+  EXPECT_NE(run_dir.output.find("is a run directory, not a checkpoint"), std::string::npos)
+      << run_dir.output;
   // A damaged config.json in an HF folder is named as such (once: "optimizer.safetensors is
   // missing", as if the folder were a gnmr checkpoint).
   std::ofstream(dir + "/hf_other_tokenizer/config.json", std::ios::trunc) << "{\"model_type\":";
@@ -252,11 +269,22 @@ TEST(CliEval, TextFileAndTruncatedCheckpoint) {
       << mismatch.output;
   // --text with a --tokenizer other than the checkpoint's: the same, once without a word. The
   // checkpoint's own tokenizer under another name is its tokenizer.
-  std::ofstream(dir + "/other.model") << "another tokenizer";
+  {
+    std::ofstream corpus(dir + "/corpus.txt");
+    for (int i = 0; i < 400; ++i) corpus << "Line " << i << " of a small corpus about rivers.\n";
+  }
+  ASSERT_EQ(
+      run_gnmr("tokenizer train --vocab-size 300 --out " + dir + "/other " + dir + "/corpus.txt")
+          .exit_code,
+      0);
   auto other = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir +
                         "/text.txt --seq-len 16 --tokenizer " + dir + "/other.model");
   EXPECT_EQ(other.exit_code, 4) << other.output;
   EXPECT_NE(other.output.find("is not the model's tokenizer"), std::string::npos) << other.output;
+  // A --tokenizer that does not exist is a data error naming it (exit 4), as before the check.
+  auto missing = run_gnmr("eval --checkpoint " + ckpt + " --text " + dir +
+                          "/text.txt --seq-len 16 --tokenizer " + dir + "/none.model");
+  EXPECT_EQ(missing.exit_code, 4) << missing.output;
   fs::copy_file(ckpt + "/tokenizer.model", dir + "/same.model");
   EXPECT_EQ(run_gnmr("eval --checkpoint " + ckpt + " --text " + dir +
                      "/text.txt --seq-len 16 --tokenizer " + dir + "/same.model")

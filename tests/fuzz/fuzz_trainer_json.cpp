@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     gnmr::TrainerState again = gnmr::trainer_state_from_json(written, "trainer.json");
     if (again.step != state.step || again.tokens_seen != state.tokens_seen ||
         again.consecutive_nonfinite != state.consecutive_nonfinite ||
-        again.skipped_steps != state.skipped_steps) {
+        again.skipped_steps != state.skipped_steps || again.world_size != state.world_size) {
       __builtin_trap();
     }
   } catch (const gnmr::Error& e) {
