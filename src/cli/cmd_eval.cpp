@@ -26,7 +26,8 @@ CommandAction add_eval_command(CLI::App& app) {
                  "Tokenizer model for --text (default: CHECKPOINT/tokenizer.model)");
   app.add_option("--tokens", options->tokens, "Token budget (0 = all)")->capture_default_str();
   app.add_option("--seq-len", options->seq_len,
-                 "Window length (default: the checkpoint's data.seq_len)");
+                 "Window length (default: the checkpoint's data.seq_len; for an HF folder, "
+                 "max_position_embeddings up to 1024)");
   app.add_option("--batch", options->batch, "Windows per forward pass")->capture_default_str();
   app.add_option("--threads", options->threads, "CPU threads (0 = all cores)")
       ->check(in_range(0, kMaxThreads));
