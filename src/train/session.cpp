@@ -81,6 +81,33 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
   }
 }
 
+// Whether VALUE is the same on every rank (a collective).
+bool agree_on_value(Communicator& comm, const json& value) {
+  const std::string text = value.dump();
+  return comm.all_agree(fnv1a(text.data(), text.size()));
+}
+
+// The settings whose values differ between the ranks, "train.lr, data.train": each key of
+// the config schema, two levels deep, agreed on in the schema's order, which every rank's
+// binary shares (a collective per section, and per key of a differing section).
+std::string settings_that_differ(Communicator& comm, const json& resolved) {
+  std::string differ;
+  for (const auto& [section, keys] : default_config_json().items()) {
+    const json mine = resolved.value(section, json());
+    if (agree_on_value(comm, mine)) continue;
+    if (!keys.is_object()) {
+      differ += (differ.empty() ? "" : ", ") + section;
+      continue;
+    }
+    for (const auto& [key, unused] : keys.items()) {
+      const json value = mine.is_object() ? mine.value(key, json()) : json();
+      if (!agree_on_value(comm, value))
+        differ += (differ.empty() ? "" : ", ") + section + "." + key;
+    }
+  }
+  return differ.empty() ? "settings outside the schema" : differ;
+}
+
 double elapsed_ms(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - since)
       .count();
@@ -156,9 +183,10 @@ void TrainingSession::set_up_on_communicator() {
   const RunConfig& config = config_;
   // The first collective: ranks started with different configs (a stale file on one node)
   // would make collectives of different sizes, so they stop here, all at once.
-  const std::string config_text = config.resolved.dump();
-  if (!comm_->all_agree(fnv1a(config_text.data(), config_text.size()))) {
-    throw Error(ErrorKind::Usage, "the ranks of this job were started with different configs");
+  if (!agree_on_value(*comm_, config.resolved)) {
+    throw Error(ErrorKind::Usage,
+                "the ranks of this job were started with different configs (they differ in " +
+                    settings_that_differ(*comm_, config.resolved) + ")");
   }
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
