@@ -67,6 +67,21 @@ GNMR_HD_INLINE float decode_fp_storage(FpFormat format, uint8_t code) {
   return format == FpFormat::kE5M2 ? decode_fp8_e5m2(code) : decode_fp8_e4m3(code);
 }
 
+// Bits of a code in `format` (sign, exponent, mantissa): 8, 8, 6, 6, 4.
+inline int fp_format_bits(FpFormat format) {
+  switch (format) {
+    case FpFormat::kE4M3:
+    case FpFormat::kE5M2:
+      return 8;
+    case FpFormat::kE3M2:
+    case FpFormat::kE2M3:
+      return 6;
+    case FpFormat::kE2M1:
+      return 4;
+  }
+  return 0;
+}
+
 // Config spelling: "e4m3", "e5m2", "e3m2", "e2m3", "e2m1".
 inline const char* fp_format_name(FpFormat format) {
   switch (format) {

@@ -24,12 +24,6 @@ namespace gnmr {
 
 namespace {
 
-// Bits of a fine-grained FP format's code ("e4m3": 8), for comparing the two paths.
-int format_bits(const std::string& format) {
-  if (format.size() != 4 || format[0] != 'e' || format[2] != 'm') return 0;
-  return 1 + (format[1] - '0') + (format[3] - '0');
-}
-
 // Settings that are valid one by one but together do nothing, or not what their names say:
 // each is a warning at start, so a run that cannot do what it was set up to do says so.
 void warn_about_settings_that_do_nothing(const RunConfig& config, const Controller& controller) {
@@ -52,24 +46,22 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
           controller.budget(), config.gnmr.granularity, smallest);
     }
   }
-  const json& precision = config.resolved.value("precision", json::object());
-  if (config.precision.name == "fp8mix") {
-    const std::string low = precision.value("low_format", ""),
-                      high = precision.value("recovery_format", "");
-    if (format_bits(high) < format_bits(low)) {
-      spdlog::warn(
-          "precision.recovery_format {} has fewer bits than precision.low_format {}: "
-          "the recovery path is the coarser one",
-          high, low);
-    }
-  } else if (config.precision.name == "actq") {
-    const int low = precision.value("low_bits", 0), high = precision.value("recovery_bits", 0);
-    if (high != 0 && high < low) {
-      spdlog::warn(
-          "precision.recovery_bits {} is below precision.low_bits {}: the recovery path "
-          "is the coarser one",
-          high, low);
-    }
+  const PathSpec& low = config.precision.low;
+  const PathSpec& high = config.precision.recovery;
+  if (low.kind == PathKind::kFineGrainedFp && high.kind == PathKind::kFineGrainedFp &&
+      fp_format_bits(high.format) < fp_format_bits(low.format)) {
+    spdlog::warn(
+        "precision.recovery_format {} has fewer bits than precision.low_format {}: "
+        "the recovery path is the coarser one",
+        fp_format_name(high.format), fp_format_name(low.format));
+  }
+  // recovery_bits 0 keeps the recovery path full precision (a kBackendGemm path).
+  if (low.kind == PathKind::kSavedIntGroupwise && high.kind == PathKind::kSavedIntGroupwise &&
+      high.saved.bits < low.saved.bits) {
+    spdlog::warn(
+        "precision.recovery_bits {} is below precision.low_bits {}: the recovery path "
+        "is the coarser one",
+        high.saved.bits, low.saved.bits);
   }
   const ControllerOptions& g = config.gnmr;
   const bool moved = (std::isfinite(g.alpha_final) && g.alpha_final != g.alpha) ||

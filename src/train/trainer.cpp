@@ -84,10 +84,6 @@ void log_optimizer_state(TrainingSession& session) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // The leaves of a config: "precision.low_format" -> its value, a list being one value (nlohmann's
 // flatten() splits lists into "precision.recovery_layers.0" and makes [] null).
 void config_leaves(const json& node, const std::string& prefix, std::map<std::string, json>& out) {
