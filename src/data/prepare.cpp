@@ -18,6 +18,7 @@
 #include "data/shard.h"
 #include "data/tokenizer.h"
 #include "util/atomic_file.h"
+#include "util/directory_lock.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -295,34 +296,43 @@ void validate_options(const PrepareOptions& options) {
   if (options.threads < 0) throw Error(ErrorKind::Usage, "prepare: --threads must be >= 0");
 }
 
-// Creates OUT_DIR, or accepts an existing one that holds no shards (nothing is overwritten).
-// Returns whether it created the directory.
-bool claim_out_dir(const std::string& out_dir) {
-  std::error_code ec;
-  if (fs::exists(out_dir, ec)) {
-    if (!fs::is_directory(out_dir, ec)) {
-      throw Error(ErrorKind::Data, "prepare: output " + out_dir + " exists and is not a directory");
-    }
-    for (const auto& entry : fs::directory_iterator(out_dir)) {
-      const std::string name = entry.path().filename().string();
-      if (entry.path().extension() == ".bin" || name == "prepare.json") {
-        throw Error(ErrorKind::Data, "prepare: output directory " + out_dir + " already holds " +
-                                         name + "; choose a new --out or remove the old shards");
-      }
-    }
-    return false;
-  }
-  fs::create_directories(out_dir);
-  return true;
-}
-
-// The output directory, removed at destruction (if the run made it and it is empty again)
-// unless the run succeeded.
-struct CreatedDirectory {
+// The output directory, held for the run: created, or an existing one that holds no shards
+// (nothing is overwritten), locked against a second prepare into it (the two would interleave
+// their shards), and checked for shards only once locked. At destruction, after the shard
+// sequences, it drops its lock file and, if the run made it and failed, the directory (empty
+// again by then).
+struct OutputDirectory {
   std::string path;
   bool created = false;
   bool keep = false;
-  ~CreatedDirectory() {
+  DirectoryLock lock;
+
+  explicit OutputDirectory(const std::string& out_dir) : path(out_dir) {
+    std::error_code ec;
+    if (fs::exists(out_dir, ec) && !fs::is_directory(out_dir, ec)) {
+      throw Error(ErrorKind::Data, "prepare: output " + out_dir + " exists and is not a directory");
+    }
+    created = fs::create_directories(out_dir);
+    try {
+      lock = DirectoryLock(out_dir, "prepare: output directory", ErrorKind::Data);
+      for (const auto& entry : fs::directory_iterator(out_dir)) {
+        const std::string name = entry.path().filename().string();
+        if (entry.path().extension() == ".bin" || name == "prepare.json") {
+          throw Error(ErrorKind::Data, "prepare: output directory " + out_dir + " already holds " +
+                                           name + "; choose a new --out or remove the old shards");
+        }
+      }
+    } catch (...) {
+      release();  // no destructor runs for a constructor that throws
+      throw;
+    }
+  }
+  ~OutputDirectory() { release(); }
+  OutputDirectory(const OutputDirectory&) = delete;
+  OutputDirectory& operator=(const OutputDirectory&) = delete;
+
+  void release() {
+    lock.remove_and_release();
     std::error_code ec;
     if (created && !keep) fs::remove(path, ec);  // fails, and keeps it, unless empty
   }
@@ -353,7 +363,7 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
   }
   // Destroyed after the shard sequences below: a failed run removes its shards, then the
   // directory it made for them.
-  CreatedDirectory out_dir{options.out_dir, claim_out_dir(options.out_dir)};
+  OutputDirectory out_dir(options.out_dir);
 
   int64_t total_input_bytes = 0;
   for (const auto& input : options.inputs) total_input_bytes += fs::file_size(input);

@@ -1,12 +1,6 @@
 #include "train/run_dir.h"
 
-#include <fcntl.h>
-#include <spdlog/spdlog.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -148,62 +142,6 @@ RunDirPlan plan_run_dir(const TrainOptions& options) {
     plan.remove_run = true;
   }
   return plan;
-}
-
-RunDirLock::RunDirLock(const std::string& dir) {
-  const std::string path = (fs::path(dir) / ".gnmr.lock").string();
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw Error(ErrorKind::Checkpoint, "run directory " + dir + ": cannot create " + path + " (" +
-                                           std::strerror(errno) + "); choose another --out");
-  }
-  struct flock lock {};
-  lock.l_type = F_WRLCK;
-  lock.l_whence = SEEK_SET;
-  if (::fcntl(fd_, F_SETLK, &lock) == 0) return;
-  const int error = errno;
-  struct flock holder {};
-  holder.l_type = F_WRLCK;
-  holder.l_whence = SEEK_SET;
-  const bool known = ::fcntl(fd_, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
-  if (error == ENOLCK || error == ENOSYS || error == EOPNOTSUPP || error == EINVAL) {
-    // A filesystem without locks (NFS mounted nolock, Lustre mounted noflock, some FUSE ones):
-    // the run goes on unguarded, as before there was a lock. fd_ stays open, so tried() holds and
-    // nobody asks again.
-    spdlog::warn(
-        "run directory {}: its filesystem cannot lock {} ({}); nothing stops a second "
-        "gnmr train from writing into it while this one runs",
-        dir, path, std::strerror(error));
-    return;
-  }
-  ::close(fd_);
-  fd_ = -1;
-  if (error != EACCES && error != EAGAIN) {
-    throw Error(ErrorKind::Checkpoint, "run directory " + dir + ": cannot lock " + path + " (" +
-                                           std::strerror(error) + ")");
-  }
-  throw Error(ErrorKind::Checkpoint,
-              "run directory " + dir + " is in use by another gnmr process: " +
-                  (known ? "pid " + std::to_string(holder.l_pid) + " (of this host or another)"
-                         : std::string("a process")) +
-                  " holds " + path + "; wait for it to end, or choose another --out");
-}
-
-RunDirLock::~RunDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the lock
-}
-
-RunDirLock::RunDirLock(RunDirLock&& other) noexcept : fd_(other.fd_) {
-  other.fd_ = -1;
-}
-
-RunDirLock& RunDirLock::operator=(RunDirLock&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = other.fd_;
-    other.fd_ = -1;
-  }
-  return *this;
 }
 
 void apply_run_dir_plan(const RunDirPlan& plan) {

@@ -40,29 +40,6 @@ struct RunDirPlan {
   std::vector<std::string> abandoned_checkpoints;  // step_N(_consolidated) after the resumed step
 };
 
-// An exclusive lock on RUN_DIR/.gnmr.lock (a POSIX record lock, so NFS honours it too) for as
-// long as a run writes RUN_DIR: a second `gnmr train` into the same directory (a resubmitted
-// job while the first still runs, an orphaned child of an interrupted script) would otherwise
-// replace the first one's checkpoints under it. The lock goes with the process, however it ends.
-class RunDirLock {
- public:
-  RunDirLock() = default;
-  // Throws Error(ErrorKind::Checkpoint) naming the holder's pid when another process holds it.
-  // On a filesystem without locks (NFS mounted nolock, Lustre noflock) it warns and guards
-  // nothing.
-  explicit RunDirLock(const std::string& dir);
-  ~RunDirLock();
-  RunDirLock(RunDirLock&& other) noexcept;
-  RunDirLock& operator=(RunDirLock&& other) noexcept;
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
-  // Whether the lock was taken, or found unsupported by the filesystem (a warning said so).
-  bool tried() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
-
 // Reads --out and decides; throws Error (Usage, or Checkpoint naming the directory and the
 // fix) for a refused combination. Changes nothing on disk.
 RunDirPlan plan_run_dir(const TrainOptions& options);

@@ -25,6 +25,7 @@
 #include "train/run_dir.h"
 #include "train/session.h"
 #include "util/atomic_file.h"
+#include "util/directory_lock.h"
 #include "util/error.h"
 #include "util/fnv1a.h"
 #include "util/log.h"
@@ -142,7 +143,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   // Rank 0 decides what the run directory means; nothing in it changes until the checkpoint
   // (or the --init weights) has loaded, so a refused run leaves the directory as it was.
   RunDirPlan plan;
-  RunDirLock lock;  // rank 0's, for the whole run: before the plan where RUN_DIR exists
+  DirectoryLock lock;  // rank 0's, for the whole run: before the plan where RUN_DIR exists
   std::string resume_from;
   TrainerState& state = session.state();
   {
@@ -151,7 +152,8 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     // deadline (the barrier ends them all together).
     CommunicatorTimeoutScope file_waits(comm, config.dist.checkpoint_timeout_s);
     std::error_code ec;
-    if (writer && fs::is_directory(options.out_dir, ec)) lock = RunDirLock(options.out_dir);
+    if (writer && fs::is_directory(options.out_dir, ec))
+      lock = DirectoryLock(options.out_dir, "run directory", ErrorKind::Checkpoint);
     if (writer) plan = plan_run_dir(options);
     resume_from = broadcast_string(comm, plan.resume_from);
     if (!resume_from.empty()) {
@@ -172,7 +174,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
 
   if (writer) {
     apply_run_dir_plan(plan);
-    if (!lock.tried()) lock = RunDirLock(options.out_dir);  // a directory the plan just made
+    if (!lock.tried())
+      lock = DirectoryLock(options.out_dir, "run directory",
+                           ErrorKind::Checkpoint);  // a directory the plan just made
     add_log_file((fs::path(options.out_dir) / "log.txt").string());
     remove_stale_checkpoint_temps(options.out_dir);
     write_file_atomic((fs::path(options.out_dir) / "config.json").string(),

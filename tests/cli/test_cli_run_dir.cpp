@@ -18,7 +18,7 @@ std::string train_args(const std::string& config, const std::string& out) {
   return "train --config " + config + " --out " + out;
 }
 
-// Every regular file under DIR (relative path -> bytes), bar the run's lock file (RunDirLock),
+// Every regular file under DIR (relative path -> bytes), bar the run's lock file (DirectoryLock),
 // which a run takes before it reads the directory.
 std::map<std::string, std::string> snapshot(const std::string& dir) {
   std::map<std::string, std::string> files;

@@ -2,6 +2,7 @@
 // disjoint split, thread-count independence, and a loader over the result. On small
 // made-up gz inputs: document boundaries. And the refusals.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "data/tokenizer.h"
 #include "data_test_helpers.h"
 #include "test_paths.h"
+#include "util/directory_lock.h"
 
 namespace fs = std::filesystem;
 
@@ -376,6 +378,44 @@ TEST(Prepare, AStopSignalRemovesThePublishedShardsAndTheDirectoryItMade) {
     EXPECT_NE(std::string(e.what()).find("stopped by signal 15"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(options.out_dir)) << "the shards or the directory were left";
+}
+
+// Two prepares into one directory once interleaved their shards (both numbered from
+// train_000000.bin, each publishing over the other's). The second is refused while the first
+// holds the directory's lock (here a child process holding it), takes nothing of it (the lock
+// file stays the holder's), and a prepare after the holder has ended leaves no lock file behind.
+TEST(Prepare, ASecondPrepareIntoADirectoryInUseIsRefusedAndTheFirstKeepsIt) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_in_use");
+  gnmr_test::write_text(dir + "/corpus.txt", "One document.\n\nAnother one.\n");
+  const auto options = small_options(dir, {dir + "/corpus.txt"});
+  fs::create_directories(options.out_dir);
+  int locked[2], release[2];
+  ASSERT_EQ(::pipe(locked), 0);
+  ASSERT_EQ(::pipe(release), 0);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    gnmr::DirectoryLock lock(options.out_dir, "test", gnmr::ErrorKind::Data);
+    char byte = 1;
+    if (::write(locked[1], &byte, 1) != 1 || ::read(release[0], &byte, 1) < 0) ::_exit(2);
+    ::_exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(locked[0], &byte, 1), 1);
+  gnmr_test::expect_data_error(
+      [&] { gnmr::run_prepare(options); },
+      {options.out_dir, "is in use by another gnmr process: pid " + std::to_string(holder)});
+  EXPECT_TRUE(fs::exists(options.out_dir + "/.gnmr.lock"));
+  for (const auto& entry : fs::directory_iterator(options.out_dir)) {
+    EXPECT_NE(entry.path().extension(), ".bin") << entry.path() << " was written";
+  }
+  ASSERT_EQ(::write(release[1], &byte, 1), 1);
+  int status = 0;
+  ASSERT_EQ(::waitpid(holder, &status, 0), holder);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  gnmr::run_prepare(options);
+  EXPECT_TRUE(fs::exists(options.out_dir + "/prepare.json"));
+  EXPECT_FALSE(fs::exists(options.out_dir + "/.gnmr.lock"));
 }
 
 // Python's json.dumps writes a lone UTF-16 surrogate as "\ud800", which the JSON parser

@@ -1,0 +1,81 @@
+#include "util/directory_lock.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+namespace fs = std::filesystem;
+
+namespace gnmr {
+
+DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what, ErrorKind kind)
+    : path_((fs::path(dir) / ".gnmr.lock").string()) {
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) {
+    throw Error(kind, what + " " + dir + ": cannot create " + path_ + " (" + std::strerror(errno) +
+                          "); choose another --out");
+  }
+  struct flock lock {};
+  lock.l_type = F_WRLCK;
+  lock.l_whence = SEEK_SET;
+  if (::fcntl(fd_, F_SETLK, &lock) == 0) return;
+  const int error = errno;
+  struct flock holder {};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  const bool known = ::fcntl(fd_, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  if (error == ENOLCK || error == ENOSYS || error == EOPNOTSUPP || error == EINVAL) {
+    // A filesystem without locks (NFS mounted nolock, Lustre mounted noflock, some FUSE ones):
+    // the process goes on unguarded, as before there was a lock. fd_ stays open, so tried()
+    // holds and nobody asks again.
+    spdlog::warn(
+        "{} {}: its filesystem cannot lock {} ({}); nothing stops a second gnmr process from "
+        "writing into it while this one runs",
+        what, dir, path_, std::strerror(error));
+    return;
+  }
+  ::close(fd_);
+  fd_ = -1;
+  if (error != EACCES && error != EAGAIN) {
+    throw Error(kind,
+                what + " " + dir + ": cannot lock " + path_ + " (" + std::strerror(error) + ")");
+  }
+  throw Error(kind,
+              what + " " + dir + " is in use by another gnmr process: " +
+                  (known ? "pid " + std::to_string(holder.l_pid) + " (of this host or another)"
+                         : std::string("a process")) +
+                  " holds " + path_ + "; wait for it to end, or choose another --out");
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept
+    : fd_(other.fd_), path_(std::move(other.path_)) {
+  other.fd_ = -1;
+}
+
+DirectoryLock& DirectoryLock::operator=(DirectoryLock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = other.fd_;
+    path_ = std::move(other.path_);
+    other.fd_ = -1;
+  }
+  return *this;
+}
+
+void DirectoryLock::remove_and_release() {
+  if (fd_ < 0) return;
+  std::remove(path_.c_str());
+  ::close(fd_);
+  fd_ = -1;
+}
+
+}  // namespace gnmr
