@@ -199,7 +199,7 @@ void validate(const RunConfig& c) {
   } catch (const std::invalid_argument& e) {
     config_error(e.what());
   }
-  require_one_of("data.sampling", c.data.sampling, {"random", "sequential"});
+  require_one_of("data.sampling", c.data.sampling, {"random", "sequential", "shuffled"});
   const TrainConfig& t = c.train;
   require(t.steps > 0, "train.steps", "must be > 0");
   require(t.lr > 0, "train.lr", "must be > 0");

@@ -44,7 +44,7 @@ struct DataConfig {
   std::string val;        // glob of validation shards
   std::string tokenizer;  // sentencepiece .model used to make the shards
   int seq_len = 128;
-  std::string sampling = "random";  // random | sequential
+  std::string sampling = "random";  // random | sequential | shuffled (data/loader.h)
 };
 
 struct TrainConfig {

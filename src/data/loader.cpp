@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "data/counter_hash.h"
+#include "data/window_permutation.h"
 #include "util/error.h"
 #include "util/log.h"
 
@@ -43,8 +44,9 @@ size_t shard_of(const std::vector<int64_t>& prefix, int64_t index) {
 Sampling parse_sampling(const std::string& name) {
   if (name == "random") return Sampling::Random;
   if (name == "sequential") return Sampling::Sequential;
-  throw Error(ErrorKind::Config,
-              "data sampling \"" + name + "\" is not one of \"random\", \"sequential\"");
+  if (name == "shuffled") return Sampling::Shuffled;
+  throw Error(ErrorKind::Config, "data sampling \"" + name +
+                                     "\" is not one of \"random\", \"sequential\", \"shuffled\"");
 }
 
 TokenLoader::TokenLoader(const std::string& shard_glob, int seq_len, int vocab_size,
@@ -134,11 +136,18 @@ void TokenLoader::next_batch_at(int64_t step, int micro_step, int micro_batch, i
       const size_t shard = shard_of(random_starts_prefix_, start_index);
       copy_window(shard, start_index - random_starts_prefix_[shard], row_tokens, row_targets);
     } else {
-      // Rows of the whole run in order; rank r takes every world_size-th, so ranks stride.
+      // Rows of the whole run in order; rank r takes every world_size-th, so ranks stride;
+      // shuffled reads each epoch's windows in its own order.
       const int64_t local_row =
           (step * micro_steps_per_step_ + micro_step) * static_cast<int64_t>(micro_batch) + row;
       const int64_t global_row = local_row * world_size_ + rank_;
-      strided_window(global_row % num_strided_windows_, row_tokens, row_targets);
+      const int64_t epoch = global_row / num_strided_windows_;
+      const int64_t index = global_row % num_strided_windows_;
+      strided_window(
+          sampling_ == Sampling::Shuffled
+              ? permuted_window(seed_, static_cast<uint64_t>(epoch), index, num_strided_windows_)
+              : index,
+          row_tokens, row_targets);
     }
   }
 }

@@ -14,9 +14,9 @@
 
 namespace gnmr {
 
-enum class Sampling { Random, Sequential };
+enum class Sampling { Random, Sequential, Shuffled };
 
-// "random" | "sequential"; anything else is an Error(ErrorKind::Config).
+// "random" | "sequential" | "shuffled"; anything else is an Error(ErrorKind::Config).
 Sampling parse_sampling(const std::string& name);
 
 class TokenLoader {
@@ -27,10 +27,15 @@ class TokenLoader {
   // must carry the same vocab size in its header (else an Error naming two of them).
   // sampling:   "random" — each row is an independent uniformly random window (ranks hash
   //                        their own rank in, so they draw disjoint data in expectation);
+  //                        A window may repeat before another has been read once.
   //             "sequential" — windows at stride seq_len in order, global row r of the run
   //                        going to rank r % world_size, wrapping around at the end (epochs).
-  // micro_steps_per_step: gradient-accumulation steps per optimizer step; sequential
-  //             sampling needs it to number rows without gaps or repeats.
+  //             "shuffled" — the same windows and row numbering, read in a new pseudo-random
+  //                        order every epoch (data/window_permutation.h): each window once per
+  //                        epoch, ranks disjoint, and the windows of a step the same for any
+  //                        world size (a step's global rows are the same whatever the split).
+  // micro_steps_per_step: gradient-accumulation steps per optimizer step; sequential and
+  //             shuffled sampling need it to number rows without gaps or repeats.
   TokenLoader(const std::string& shard_glob, int seq_len, int vocab_size,
               const std::string& sampling, uint64_t seed, int rank, int world_size,
               int micro_steps_per_step = 1);
@@ -46,6 +51,9 @@ class TokenLoader {
   void eval_window(int64_t index, int32_t* tokens, int32_t* targets) const;
 
   int64_t total_tokens() const { return total_tokens_; }
+  // Windows of one epoch of sequential or shuffled sampling (seq_len + 1 tokens at stride
+  // seq_len): what a run reads once per epoch.
+  int64_t num_epoch_windows() const { return num_strided_windows_; }
   // The vocab size in the shards' headers: the piece count of the tokenizer that made them.
   int shard_vocab_size() const { return shard_vocab_size_; }
   int seq_len() const { return seq_len_; }

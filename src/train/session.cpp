@@ -266,6 +266,15 @@ void TrainingSession::set_up_on_communicator() {
       }
     };
     train_loader_ = open_loader("data.train", config.data.train, config.data.sampling);
+    // How much of the data the run reads: an epoch is the windows at stride seq_len.
+    const int64_t run_windows = config.train.steps * (config.train.global_batch_tokens / seq_len);
+    spdlog::info(
+        "data.train: {} tokens, {} windows of {} tokens; {} steps read {} windows, {:.3g} "
+        "epoch(s), data.sampling = {}{}",
+        train_loader_->total_tokens(), train_loader_->num_epoch_windows(), seq_len + 1,
+        config.train.steps, run_windows,
+        double(run_windows) / double(train_loader_->num_epoch_windows()), config.data.sampling,
+        config.data.sampling == "random" ? " (drawn with replacement)" : "");
     if (!config.data.val.empty()) {
       val_loader_ = open_loader("data.val", config.data.val, "sequential");
     }

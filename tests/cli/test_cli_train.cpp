@@ -29,21 +29,29 @@ double eval_loss(const std::string& args) {
 
 }  // namespace
 
+// For each data order: random draws hash the step, shuffled numbers the run's rows globally.
 TEST(CliTrain, ResumeAfterAStopIsBitExact) {
-  std::string dir = gnmr_test::scratch_dir("cli_resume");
-  std::string config = gnmr_test::write_tiny_config(dir);
-  auto whole = run_gnmr(train_args(config, dir + "/whole"));
-  ASSERT_EQ(whole.exit_code, 0) << whole.output;
-  auto first = run_gnmr(train_args(config, dir + "/split") + " --stop-at 6");
-  ASSERT_EQ(first.exit_code, 0) << first.output;
-  ASSERT_TRUE(fs::exists(dir + "/split/checkpoints/step_00000006"));
-  ASSERT_FALSE(fs::exists(dir + "/split/checkpoints/step_00000012"));
-  auto second = run_gnmr(train_args(config, dir + "/split") + " --resume auto");
-  ASSERT_EQ(second.exit_code, 0) << second.output;
+  for (const std::string sampling : {"random", "shuffled"}) {
+    SCOPED_TRACE(sampling);
+    std::string dir = gnmr_test::scratch_dir("cli_resume_" + sampling);
+    std::string config = gnmr_test::write_tiny_config(dir);
+    const std::string order = " --set data.sampling=" + sampling;
+    auto whole = run_gnmr(train_args(config, dir + "/whole") + order);
+    ASSERT_EQ(whole.exit_code, 0) << whole.output;
+    // The start-up line says how much of the data the run reads.
+    EXPECT_NE(whole.output.find("epoch(s), data.sampling = " + sampling), std::string::npos)
+        << whole.output;
+    auto first = run_gnmr(train_args(config, dir + "/split") + order + " --stop-at 6");
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    ASSERT_TRUE(fs::exists(dir + "/split/checkpoints/step_00000006"));
+    ASSERT_FALSE(fs::exists(dir + "/split/checkpoints/step_00000012"));
+    auto second = run_gnmr(train_args(config, dir + "/split") + order + " --resume auto");
+    ASSERT_EQ(second.exit_code, 0) << second.output;
 
-  gnmr_test::expect_same_checkpoint_files(dir + "/whole/checkpoints/step_00000012",
-                                          dir + "/split/checkpoints/step_00000012");
-  gnmr_test::expect_same_metrics(dir + "/whole", dir + "/split");
+    gnmr_test::expect_same_checkpoint_files(dir + "/whole/checkpoints/step_00000012",
+                                            dir + "/split/checkpoints/step_00000012");
+    gnmr_test::expect_same_metrics(dir + "/whole", dir + "/split");
+  }
 }
 
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {

@@ -137,8 +137,8 @@ TEST(ConfigErrors, ImpossibleValuesNameTheField) {
                       "\"data.seq_len\" (512) must be <= model.max_seq_len (256)");
   expect_config_error(path, {"gnmr.max_active=-1"}, "gnmr.max_active: must be >= 0");
   expect_config_error(path, {"train.global_batch_tokens=1000"}, "\"train.global_batch_tokens\"");
-  expect_config_error(path, {"data.sampling=shuffled"},
-                      "\"data.sampling\" is \"shuffled\", must be one of");
+  expect_config_error(path, {"data.sampling=shuffle"},
+                      "\"data.sampling\" is \"shuffle\", must be one of");
   expect_config_error(path, {"train.steps=0"}, "\"train.steps\" must be > 0");
   expect_config_error(path, {"precision.recipe=fp2"}, "\"precision.recipe\"");
 }

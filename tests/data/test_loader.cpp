@@ -3,6 +3,7 @@
 // bad shard sets are Data errors naming what is wrong.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,6 +107,58 @@ TEST(TokenLoader, SequentialRanksTakeStridedWindowsWithoutOverlap) {
   EXPECT_EQ(batch_at(rank1, 0, 0, 1).tokens[0], 100);
 }
 
+// The window starts the whole world reads at STEP: every rank's rows of every micro-step.
+std::vector<int32_t> step_starts(const std::string& glob, const std::string& sampling, int world,
+                                 int micro_steps, int micro_batch, int64_t step) {
+  constexpr int seq_len = 100;
+  std::vector<int32_t> starts;
+  for (int rank = 0; rank < world; ++rank) {
+    TokenLoader loader(glob, seq_len, kVocab, sampling, 7, rank, world, micro_steps);
+    for (int micro = 0; micro < micro_steps; ++micro) {
+      const Batch b = batch_at(loader, step, micro, micro_batch);
+      for (int r = 0; r < micro_batch; ++r) starts.push_back(b.tokens[r * seq_len]);
+    }
+  }
+  return starts;
+}
+
+// 18 windows; a step of 3 micro-steps x 3 rows x 2 ranks reads 18 rows: one epoch per step.
+// Each epoch reads every window once, in an order of its own.
+TEST(TokenLoader, ShuffledReadsEveryWindowOncePerEpochInANewOrder) {
+  const std::string glob = make_counting_shards("loader_shuffled", 1001, 801) + "/train_*.bin";
+  const std::vector<int32_t> sequential = step_starts(glob, "sequential", 2, 3, 3, 0);
+  const std::set<int32_t> all(sequential.begin(), sequential.end());
+  ASSERT_EQ(all.size(), 18u);
+  std::vector<std::vector<int32_t>> epochs;
+  for (int64_t step = 0; step < 3; ++step) {
+    epochs.push_back(step_starts(glob, "shuffled", 2, 3, 3, step));
+    EXPECT_EQ(std::set<int32_t>(epochs.back().begin(), epochs.back().end()), all)
+        << "epoch " << step << " is not every window once";
+    EXPECT_EQ(epochs.back().size(), 18u);
+    EXPECT_NE(epochs.back(), sequential);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
+}
+
+// A step's global rows are the same whatever the split into ranks and micro-steps, so a run
+// resumed on another number of ranks reads, at each step, the windows the first would have.
+TEST(TokenLoader, ShuffledStepsReadTheSameWindowsForAnyWorldSize) {
+  const std::string glob =
+      make_counting_shards("loader_shuffled_world", 1001, 801) + "/train_*.bin";
+  for (int64_t step = 0; step < 6; ++step) {  // 6 rows a step: an epoch every 3 steps
+    std::vector<int32_t> one = step_starts(glob, "shuffled", 1, 3, 2, step);
+    std::vector<int32_t> three = step_starts(glob, "shuffled", 3, 1, 2, step);
+    std::vector<int32_t> six = step_starts(glob, "shuffled", 6, 1, 1, step);
+    std::sort(one.begin(), one.end());
+    std::sort(three.begin(), three.end());
+    std::sort(six.begin(), six.end());
+    EXPECT_EQ(one, three) << "step " << step;
+    EXPECT_EQ(one, six) << "step " << step;
+    EXPECT_EQ(std::set<int32_t>(one.begin(), one.end()).size(), 6u) << "step " << step;
+  }
+}
+
 TEST(TokenLoader, EvalWindowsTileEachShardInOrder) {
   const std::string dir = make_counting_shards("loader_eval", 1001, 555);
   TokenLoader loader(dir + "/train_*.bin", 50, kVocab, "sequential", 0, 0, 1);
@@ -161,6 +214,6 @@ TEST(TokenLoader, ShardsShorterThanOneWindowAreADataError) {
 TEST(TokenLoader, UnknownSamplingIsAConfigError) {
   const std::string dir = make_counting_shards("loader_sampling", 100, 100);
   gnmr_test::expect_error(
-      [&] { TokenLoader loader(dir + "/train_*.bin", 8, kVocab, "shuffled", 0, 0, 1); },
-      gnmr::ErrorKind::Config, {"shuffled"});
+      [&] { TokenLoader loader(dir + "/train_*.bin", 8, kVocab, "shuffle", 0, 0, 1); },
+      gnmr::ErrorKind::Config, {"shuffle"});
 }
