@@ -169,9 +169,17 @@ std::string save_checkpoint_files(const std::string& run_dir, const RunConfig& c
     throw;
   }
 
-  std::vector<int64_t> steps = checkpoint_steps(run_dir);
+  // checkpoint.keep counts the run's checkpoints up to this step. A later one is a damaged
+  // checkpoint that --resume auto skipped, replaced above when the run reaches its step:
+  // counting it would delete the checkpoints the run can resume from, this one included.
+  std::vector<int64_t> steps;
+  for (int64_t step : checkpoint_steps(run_dir)) {
+    if (step <= state.step) steps.push_back(step);
+  }
   while (int(steps.size()) > config.checkpoint.keep) {
     fs::remove_all(root / checkpoint_dir_name(steps.front()));
+    spdlog::info("removed checkpoint {} (checkpoint.keep = {})",
+                 (root / checkpoint_dir_name(steps.front())).string(), config.checkpoint.keep);
     steps.erase(steps.begin());
   }
   spdlog::info("checkpoint {}", final_dir.string());
@@ -228,9 +236,20 @@ std::string newest_intact_checkpoint(const std::string& run_dir,
     if (newest_problem.empty()) newest_problem = dir + ": " + problem;
   }
   if (steps.empty()) return "";
-  throw Error(ErrorKind::Checkpoint, "--resume auto: no intact checkpoint in " + run_dir +
-                                         "/checkpoints (newest: " + newest_problem +
-                                         "); use --force to restart the run");
+  // Damage to the optimizer state alone leaves weights to start from: say so, before --force,
+  // which deletes them.
+  const std::string newest =
+      (fs::path(run_dir) / "checkpoints" / checkpoint_dir_name(steps.back())).string();
+  const std::string weights_note =
+      checkpoint_problem(newest, CheckpointUse::Weights).empty()
+          ? "; its weights are intact: `gnmr train --init " + newest +
+                " --out NEW_DIR` trains on from them with a new optimizer state, and gnmr eval "
+                "and export read them"
+          : "";
+  throw Error(ErrorKind::Checkpoint,
+              "--resume auto: no intact checkpoint in " + run_dir +
+                  "/checkpoints (newest: " + newest_problem + weights_note +
+                  "); --force restarts the run from step 0 and deletes its checkpoints");
 }
 
 void require_existing_model_dir(const std::string& dir) {

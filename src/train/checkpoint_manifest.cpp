@@ -147,7 +147,7 @@ void write_checkpoint_manifest(const std::string& dir) {
   write_file_atomic((fs::path(dir) / kManifestName).string(), manifest.dump(2) + "\n");
 }
 
-std::string checkpoint_problem(const std::string& dir) {
+std::string checkpoint_problem(const std::string& dir, CheckpointUse use) {
   const fs::path root(dir);
   std::error_code ec;
   if (!fs::exists(root, ec)) return "does not exist";
@@ -156,7 +156,13 @@ std::string checkpoint_problem(const std::string& dir) {
     return "is a run directory, not a checkpoint: give one of its checkpoints, " + dir +
            "/checkpoints/step_N";
   }
-  const std::vector<std::string> required = required_files_of(root);
+  // The files USE reads: all of them to resume; the weights' own otherwise.
+  static const std::vector<std::string> weights_files = {"model.safetensors", "config.json",
+                                                         "tokenizer.model"};
+  const bool weights_only = use == CheckpointUse::Weights;
+  const std::vector<std::string> required =
+      weights_only ? std::vector<std::string>{"model.safetensors", "config.json"}
+                   : required_files_of(root);
   for (const std::string& name : required) {
     if (!fs::is_regular_file(root / name, ec)) return name + " is missing";
   }
@@ -174,14 +180,18 @@ std::string checkpoint_problem(const std::string& dir) {
     if (!files.contains(name)) return std::string(kManifestName) + " does not list " + name;
   }
   for (auto it = files.begin(); it != files.end(); ++it) {
+    if (weights_only &&
+        std::find(weights_files.begin(), weights_files.end(), it.key()) == weights_files.end()) {
+      continue;
+    }
     problem = file_problem(root, it.key(), *it);
     if (!problem.empty()) return problem;
   }
   return "";
 }
 
-void verify_checkpoint(const std::string& dir) {
-  const std::string problem = checkpoint_problem(dir);
+void verify_checkpoint(const std::string& dir, CheckpointUse use) {
+  const std::string problem = checkpoint_problem(dir, use);
   if (!problem.empty()) throw Error(ErrorKind::Checkpoint, "checkpoint " + dir + ": " + problem);
 }
 

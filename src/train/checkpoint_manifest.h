@@ -21,13 +21,19 @@ const std::vector<std::string>& required_checkpoint_files();
 // Writes DIR/manifest.json listing the size and CRC-32 of every other file in DIR.
 void write_checkpoint_manifest(const std::string& dir);
 
-// "" when DIR is a complete, undamaged checkpoint; otherwise what is wrong, naming the file,
-// e.g. `trainer.json is missing` or `model.safetensors is damaged (checksum mismatch: manifest
-// says crc32 0badf00d, file has crc32 12345678)`. Reads every file once.
-std::string checkpoint_problem(const std::string& dir);
+// What a checkpoint is checked for: resuming the run reads every file; the weights (eval,
+// export, --init) read model.safetensors, config.json and tokenizer.model only, so a damaged
+// optimizer state does not keep intact weights from being evaluated, exported or trained on.
+enum class CheckpointUse { Resume, Weights };
 
-// Throws Error(Checkpoint) `checkpoint DIR: <problem>` unless DIR is complete and undamaged.
-void verify_checkpoint(const std::string& dir);
+// "" when DIR is a complete, undamaged checkpoint for USE; otherwise what is wrong, naming the
+// file, e.g. `trainer.json is missing` or `model.safetensors is damaged (checksum mismatch:
+// manifest says crc32 0badf00d, file has crc32 12345678)`. Reads each file it checks once.
+std::string checkpoint_problem(const std::string& dir, CheckpointUse use = CheckpointUse::Resume);
+
+// Throws Error(Checkpoint) `checkpoint DIR: <problem>` unless DIR is complete and undamaged for
+// USE.
+void verify_checkpoint(const std::string& dir, CheckpointUse use = CheckpointUse::Resume);
 
 // CRC-32 (zlib, IEEE 802.3 polynomial) of a whole file.
 uint32_t file_crc32(const std::string& path);

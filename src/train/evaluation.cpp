@@ -71,7 +71,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
     model_section = read_hf_model_section(o.model_dir);
     if (seq_len == 0) seq_len = std::min(1024, model_section["max_seq_len"].get<int>());
   } else {
-    verify_checkpoint(o.model_dir);
+    verify_checkpoint(o.model_dir, CheckpointUse::Weights);
     json saved = read_checkpoint_config(o.model_dir);
     model_section = saved.at("model");
     if (seq_len == 0) {

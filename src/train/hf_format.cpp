@@ -358,7 +358,7 @@ void export_hf_model(const std::string& checkpoint_dir, const std::string& out_d
                                            " already exists; choose a new folder (export "
                                            "never overwrites)");
   }
-  verify_checkpoint(checkpoint_dir);
+  verify_checkpoint(checkpoint_dir, CheckpointUse::Weights);
   json config = read_checkpoint_config(checkpoint_dir);
   RunConfig run = run_config_from_json(config);
   SafetensorsFile weights((fs::path(checkpoint_dir) / "model.safetensors").string());

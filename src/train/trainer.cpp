@@ -165,7 +165,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       }
       session.restore_controller_state(resume_from);
     } else if (!options.init.empty()) {
-      if (writer && !is_hf_model_dir(options.init)) verify_checkpoint(options.init);
+      if (writer && !is_hf_model_dir(options.init)) {
+        verify_checkpoint(options.init, CheckpointUse::Weights);
+      }
       if (writer) check_init_source(options.init, config);
       load_model_weights(options.init, session.backend(), session.model());
     }

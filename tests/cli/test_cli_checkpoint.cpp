@@ -71,12 +71,44 @@ TEST(CliCheckpoint, AMissingFileIsNamedByResumeEvalAndExport) {
       gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
   ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
   const std::string ckpt = dir + "/run/checkpoints/step_00000002";
-  fs::remove(ckpt + "/trainer.json");
-  const std::string named = ckpt + ": trainer.json is missing";
+  fs::remove(ckpt + "/model.safetensors");
+  const std::string named = ckpt + ": model.safetensors is missing";
   expect_exit_five_naming(run_gnmr(train_args(config, dir + "/run") + " --resume " + ckpt), named);
   expect_exit_five_naming(run_gnmr(train_args(config, dir + "/run") + " --resume auto"), named);
   expect_exit_five_naming(run_gnmr("eval --checkpoint " + ckpt + val_data()), named);
   expect_exit_five_naming(run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf"), named);
+}
+
+// A damaged optimizer state once made intact weights unusable: eval, export and --init refused
+// the checkpoint, and the resume error's only advice, --force, deleted it. Resuming is still
+// refused (it needs the moments); everything that reads only the weights works, and the error
+// says so before it names --force.
+TEST(CliCheckpoint, ADamagedOptimizerStateLeavesTheWeightsUsable) {
+  std::string dir = gnmr_test::scratch_dir("cli_ckpt_optimizer_damaged");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
+  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  fs::resize_file(ckpt + "/optimizer.safetensors", 100);
+  fs::remove(ckpt + "/trainer.json");
+  auto resumed = run_gnmr(train_args(config, dir + "/run") + " --resume auto");
+  expect_exit_five_naming(resumed, ckpt + ": trainer.json is missing");
+  EXPECT_NE(resumed.output.find("its weights are intact: `gnmr train --init " + ckpt),
+            std::string::npos)
+      << resumed.output;
+  EXPECT_NE(resumed.output.find("--force restarts the run from step 0 and deletes"),
+            std::string::npos)
+      << resumed.output;
+  auto evaluated = run_gnmr("eval --checkpoint " + ckpt + val_data());
+  EXPECT_EQ(evaluated.exit_code, 0) << evaluated.output;
+  auto exported = run_gnmr("export --checkpoint " + ckpt + " --out " + dir + "/hf");
+  EXPECT_EQ(exported.exit_code, 0) << exported.output;
+  auto initialised = run_gnmr(train_args(config, dir + "/again") + " --init " + ckpt);
+  EXPECT_EQ(initialised.exit_code, 0) << initialised.output;
+  // The weights themselves are still checked.
+  gnmr_test::flip_byte(ckpt + "/model.safetensors", 200);
+  expect_exit_five_naming(run_gnmr("eval --checkpoint " + ckpt + val_data()),
+                          ckpt + ": model.safetensors is damaged");
 }
 
 TEST(CliCheckpoint, StaleTemporaryDirectoriesAreRemovedAtTheNextStart) {

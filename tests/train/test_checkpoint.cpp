@@ -24,15 +24,16 @@ using gnmr_test::expect_error;
 
 namespace {
 
-gnmr::RunConfig tiny_config() {
+gnmr::RunConfig tiny_config(int keep = 3) {
   std::vector<std::string> all = {"data.seq_len=16", "train.micro_batch=2",
-                                  "train.global_batch_tokens=32", "train.threads=1"};
+                                  "train.global_batch_tokens=32", "train.threads=1",
+                                  "checkpoint.keep=" + std::to_string(keep)};
   return gnmr::load_run_config(gnmr_test::source_path("configs/models/tiny.json"), all);
 }
 
 // A checkpoint of a freshly initialised tiny model at STEP; returns its directory.
-std::string save_tiny_checkpoint(const std::string& run_dir, int64_t step) {
-  gnmr::RunConfig config = tiny_config();
+std::string save_tiny_checkpoint(const std::string& run_dir, int64_t step, int keep = 3) {
+  gnmr::RunConfig config = tiny_config(keep);
   gnmr::TrainingSession session(config, /*synthetic_data=*/true);
   session.state().step = step;
   session.save_controller_state();
@@ -182,6 +183,27 @@ TEST(CheckpointResume, ResavingADamagedCheckpointReplacesIt) {
   ASSERT_NE(gnmr::checkpoint_problem(dir), "");
   EXPECT_EQ(save_tiny_checkpoint(run, 3), dir);
   EXPECT_EQ(gnmr::checkpoint_problem(dir), "");
+}
+
+// checkpoint.keep once counted a damaged later checkpoint that --resume auto had skipped (step
+// 6 here, resumed from 3): with keep = 1 the save at step 4 deleted step 3 and itself, leaving
+// only the damaged one, and the next resume found nothing to resume from. Later steps are
+// replaced when the run reaches them; they do not count.
+TEST(CheckpointRotation, KeepCountsTheStepsUpToTheOneSavedNotDamagedLaterOnes) {
+  std::string run = gnmr_test::scratch_dir("ckpt_keep_damaged_later");
+  const std::string damaged = save_tiny_checkpoint(run, 6);
+  flip_byte(damaged + "/model.safetensors", 200);
+  save_tiny_checkpoint(run, 3);
+  const std::string saved = save_tiny_checkpoint(run, 4, /*keep=*/1);
+  std::vector<std::string> names = entries_of(run + "/checkpoints");
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"step_00000004", "step_00000006"}));
+  std::vector<std::string> skipped;
+  EXPECT_EQ(gnmr::newest_intact_checkpoint(run, skipped), saved);
+  // Reaching step 6 replaces the damaged one, and only then does keep = 1 remove step 4.
+  save_tiny_checkpoint(run, 6, /*keep=*/1);
+  EXPECT_EQ(entries_of(run + "/checkpoints"), std::vector<std::string>{"step_00000006"});
+  EXPECT_EQ(gnmr::checkpoint_problem(damaged), "");
 }
 
 TEST(CheckpointWrite, AFailedWriteLeavesNoTemporaryDirectory) {
