@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <csignal>
 
 #include "cli/commands.h"
 #include "cli/config_flags.h"
@@ -59,6 +60,12 @@ CommandAction add_train_command(CLI::App& app) {
       done += fmt::format(", final val loss {:.4f}", summary.final_val_loss);
     }
     spdlog::info("{}", done);
+    // Stopped by Ctrl-C or a closed terminal: checkpointed; now end by that signal, as the
+    // shell that sent it expects (a loop of trainings stops at Ctrl-C).
+    if (summary.stop_signal == SIGINT || summary.stop_signal == SIGHUP) {
+      std::signal(summary.stop_signal, SIG_DFL);
+      std::raise(summary.stop_signal);
+    }
   };
 }
 

@@ -8,8 +8,10 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "backend/cpu/blas_autotune.h"
@@ -42,6 +44,37 @@ std::atomic<int> g_stop_signal{0};
 void on_stop_signal(int signal) {
   g_stop_signal.store(signal);
 }
+
+// Ctrl-C and a closed terminal stop the run as SIGTERM does (a checkpoint after this step);
+// a second one ends the process at once, as its default does.
+void on_interrupt_signal(int signal) {
+  g_stop_signal.store(signal);
+  std::signal(signal, SIG_DFL);
+}
+
+// The signals that stop a run with a checkpoint, with what was installed before: SIGTERM and
+// SIGUSR1 (schedulers' notice), SIGINT and SIGHUP. A signal the launcher ignores (nohup's
+// SIGHUP, SIGINT of a background job) stays ignored.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    for (int i = 0; i < kCount; ++i) {
+      previous_[i] = std::signal(kSignals[i], i < 2 ? on_stop_signal : on_interrupt_signal);
+      if (previous_[i] == SIG_IGN) std::signal(kSignals[i], SIG_IGN);
+    }
+  }
+  ~StopSignals() {
+    for (int i = 0; i < kCount; ++i) std::signal(kSignals[i], previous_[i]);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
+  void (*previous_[kCount])(int) = {};
+};
 
 int64_t peak_rss_bytes() {
   struct rusage usage;
@@ -229,9 +262,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     metrics.write(header);
   }
 
-  g_stop_signal.store(0);
-  std::signal(SIGTERM, on_stop_signal);
-  std::signal(SIGUSR1, on_stop_signal);
+  std::optional<StopSignals> stop_signals(std::in_place);
 
   const TrainConfig& train = config.train;
   const double flops_per_token = double(session.model().flops_per_token());
@@ -391,15 +422,16 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (stop && !last) {
       const int own_signal = g_stop_signal.load();
       spdlog::warn("stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
-                   own_signal != 0 ? "signal " + std::to_string(own_signal)
+                   own_signal != 0 ? "signal " + std::to_string(own_signal) + " (" +
+                                         std::string(strsignal(own_signal)) + ")"
                    : signalled > 0 ? std::string("a signal to another rank")
                                    : std::string("--stop-at"));
       summary.stopped_by_signal = true;
+      summary.stop_signal = own_signal;
       break;
     }
   }
-  std::signal(SIGTERM, SIG_DFL);
-  std::signal(SIGUSR1, SIG_DFL);
+  stop_signals.reset();
   json controller_summary = session.controller().summary();
   if (writer) {
     write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(),

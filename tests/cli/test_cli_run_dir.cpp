@@ -275,3 +275,36 @@ TEST(CliRunDir, ASecondTrainingIntoADirectoryInUseIsRefused) {
       << r.output << gnmr_test::read_bytes(dir + "/first.txt");
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/first.txt").find("error"), std::string::npos);
 }
+
+// Ctrl-C or a closed terminal once killed the trainer at once: the steps since the last
+// checkpoint were lost, and log.txt said nothing. Now they stop it as SIGTERM does (the step
+// ends, a checkpoint, a log line), and it then ends by the signal (a shell loop stops).
+TEST(CliRunDir, SigintAndSighupCheckpointAndEndByTheSignal) {
+  const std::string dir = gnmr_test::scratch_dir("cli_run_dir_sigint");
+  const std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"steps": 100000}, "eval": {"every": 0}, "checkpoint": {"every": 0}})");
+  const std::string gnmr = "'" + gnmr_test::gnmr_binary() + "' ";
+  for (const std::string signal : {"INT", "HUP"}) {
+    SCOPED_TRACE(signal);
+    const std::string run = dir + "/run_" + signal;
+    // Job control on, so the background job's SIGINT is not ignored (as it is in a script).
+    std::ofstream(dir + "/run.sh") << "set -m\n"
+                                   << gnmr << train_args(config, run) << " 2>&1 & pid=$!\n"
+                                   << "for i in $(seq 1 600); do grep -q 'step ' '" << run
+                                   << "/log.txt' 2>/dev/null && break; sleep 0.05; done\n"
+                                   << "kill -" << signal << " $pid; wait $pid; echo status=$?\n";
+    auto r = gnmr_test::run_command("bash '" + dir + "/run.sh'");
+    EXPECT_NE(r.output.find(signal == "INT" ? "status=130" : "status=129"), std::string::npos)
+        << r.output;
+    const std::string log = gnmr_test::read_bytes(run + "/log.txt");
+    EXPECT_NE(log.find(signal == "INT" ? "(signal 2 (Interrupt)); checkpointed"
+                                       : "(signal 1 (Hangup)); checkpointed"),
+              std::string::npos)
+        << log;
+    bool checkpointed = false;
+    for (const auto& entry : fs::directory_iterator(run + "/checkpoints")) {
+      checkpointed |= entry.path().filename().string().rfind("step_", 0) == 0;
+    }
+    EXPECT_TRUE(checkpointed);
+  }
+}
