@@ -2,6 +2,7 @@
 // Entry point: parses the subcommand and maps every failure to a documented exit code.
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <iostream>
 #include <vector>
 
@@ -13,6 +14,10 @@
 #include "util/log.h"
 
 int main(int argc, char** argv) {
+  // A file past the size limit (ulimit -f, a quota on some filesystems) fails its write with
+  // EFBIG, which every writer reports naming the file, instead of killing the process unsaid
+  // between a checkpoint's files.
+  std::signal(SIGXFSZ, SIG_IGN);
   // May re-execute gnmr with a better OpenBLAS kernel (the library picks it only when it loads).
   gnmr::autotune_blas_kernel(argv);
   CLI::App app{"gnmr — LLaMA-2 pretraining with a GNMR runtime precision controller"};

@@ -1,5 +1,7 @@
 #include "train/metrics.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -46,6 +48,18 @@ void MetricsWriter::write_line(const std::string& json_text) {
     throw Error(ErrorKind::Runtime, "write " + path_ + ": " + why +
                                         "; the run stops here (continue with --resume auto once "
                                         "the file can be written)");
+  }
+}
+
+void MetricsWriter::sync() {
+  if (!file_) return;
+  if (std::fflush(file_) != 0 || ::fsync(::fileno(file_)) != 0) {
+    const std::string why = std::strerror(errno);
+    std::clearerr(file_);
+    throw Error(ErrorKind::Runtime,
+                "write " + path_ + ": " + why +
+                    "; the run stops here (continue with --resume auto once the file can be "
+                    "written)");
   }
 }
 

@@ -19,6 +19,9 @@ class MetricsWriter {
   // its checkpoint, torn line included, and writes them again).
   void write(const nlohmann::json& line);
   void write_line(const std::string& json_text);  // an already serialised object
+  // fsync: the lines written so far survive a machine crash (before each checkpoint). An
+  // Error(Runtime) naming the file when the disk reports a failed write.
+  void sync();
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

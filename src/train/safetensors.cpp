@@ -1,5 +1,6 @@
 #include "train/safetensors.h"
 
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -99,8 +100,9 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
     size_t bytes = size_t(count_elements(t.shape)) * dtype_bytes(t.dtype);
     out.write(static_cast<const char*>(t.data), std::streamsize(bytes));
   }
-  out.flush();
-  if (!out) throw Error(ErrorKind::Runtime, "write " + path + " failed (disk full?)");
+  // close() checked too: NFS reports a failed write back to the server only there.
+  out.close();
+  if (!out) throw Error(ErrorKind::Runtime, "write " + path + " failed: " + std::strerror(errno));
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

@@ -409,6 +409,9 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
         }
       }
       session.save_controller_state();
+      // The metrics through this step reach the disk with the checkpoint: a machine that
+      // crashes after it keeps no checkpoint whose steps the metrics lack.
+      if (writer) metrics.sync();
       if (ZeroAdamW* zero = session.zero_optimizer()) {
         save_checkpoint(options.out_dir, config, session.backend(), session.model(), *zero, comm,
                         state);  // every rank: the shards travel to rank 0

@@ -58,9 +58,12 @@ void write_all(int fd, const void* data, size_t bytes, const std::string& path) 
 void fsync_path(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(ErrorKind::Runtime, "open " + path + " for fsync: " + errno_text());
-  int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) throw Error(ErrorKind::Runtime, "fsync " + path + ": " + errno_text());
+  if (::fsync(fd) != 0) {
+    const std::string why = errno_text();
+    ::close(fd);
+    throw Error(ErrorKind::Runtime, "fsync " + path + ": " + why);
+  }
+  if (::close(fd) != 0) throw Error(ErrorKind::Runtime, "close " + path + ": " + errno_text());
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t bytes) {
@@ -75,7 +78,12 @@ void write_file_atomic(const std::string& path, const void* data, size_t bytes) 
     ::unlink(tmp.c_str());
     throw;
   }
-  ::close(fd);
+  // NFS may report a failed write only at close().
+  if (::close(fd) != 0) {
+    const std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    throw Error(ErrorKind::Runtime, "close " + tmp + ": " + why);
+  }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     ::unlink(tmp.c_str());
     throw Error(ErrorKind::Runtime, "rename " + tmp + " -> " + path + ": " + errno_text());
