@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "data/counter_hash.h"
@@ -318,8 +319,13 @@ struct OutputDirectory {
       for (const auto& entry : fs::directory_iterator(out_dir)) {
         const std::string name = entry.path().filename().string();
         if (entry.path().extension() == ".bin" || name == "prepare.json") {
-          throw Error(ErrorKind::Data, "prepare: output directory " + out_dir + " already holds " +
-                                           name + "; choose a new --out or remove the old shards");
+          const bool finished = fs::exists(fs::path(out_dir) / "prepare.json");
+          throw Error(ErrorKind::Data,
+                      "prepare: output directory " + out_dir + " already holds " + name +
+                          (finished ? ""
+                                    : " and no prepare.json: the shards of a prepare that "
+                                      "did not finish") +
+                          "; choose a new --out or remove the old shards");
         }
       }
     } catch (...) {
@@ -471,6 +477,61 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
         options.val_fraction);
   }
   return summary;
+}
+
+void check_prepared_shards(const std::string& field, const std::vector<std::string>& paths) {
+  std::map<std::string, std::vector<std::string>> by_dir;  // directory -> shard file names
+  for (const std::string& path : paths) {
+    const fs::path p(path);
+    by_dir[p.parent_path().string()].push_back(p.filename().string());
+  }
+  for (const auto& [dir, names] : by_dir) {
+    const fs::path shown = dir.empty() ? fs::path(".") : fs::path(dir);
+    const fs::path record_path = shown / "prepare.json";
+    std::error_code ec;
+    if (fs::exists(record_path, ec)) {
+      const nlohmann::json record =
+          nlohmann::json::parse(read_file(record_path.string()), nullptr, false);
+      std::set<std::string> listed;
+      for (const char* split : {"train_shards", "val_shards"}) {
+        if (!record.is_object() || !record.contains(split) || !record[split].is_array()) {
+          throw Error(ErrorKind::Data, field + ": " + record_path.string() + " is damaged (no \"" +
+                                           split + "\" list)");
+        }
+        for (const auto& name : record[split]) {
+          if (name.is_string()) listed.insert(name.get<std::string>());
+        }
+      }
+      for (const std::string& name : names) {
+        if (listed.count(name) == 0) {
+          throw Error(ErrorKind::Data,
+                      field + ": shard " + (shown / name).string() + " is not listed in " +
+                          record_path.string() +
+                          ", which names the shards of the prepare that wrote them: a file from "
+                          "elsewhere in their directory; move it out, or narrow the glob");
+        }
+      }
+      continue;
+    }
+    std::string unfinished;
+    for (const auto& entry : fs::directory_iterator(shown, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.find(".bin.tmp.") != std::string::npos) unfinished = name;
+    }
+    if (!unfinished.empty()) {
+      throw Error(ErrorKind::Data,
+                  field + ": " + shown.string() +
+                      " holds no prepare.json (gnmr prepare writes it "
+                      "last) and an unfinished shard, " +
+                      unfinished +
+                      ": the shards of a prepare that did not finish, part of the corpus; run "
+                      "gnmr prepare again into a new --out");
+    }
+    spdlog::warn(
+        "{}: {} holds no prepare.json (gnmr prepare writes it last): if gnmr prepare made these "
+        "shards, it did not finish and they are part of the corpus",
+        field, shown.string());
+  }
 }
 
 }  // namespace gnmr

@@ -55,4 +55,12 @@ struct PrepareSummary {
 // kept only once prepare.json, written last, describes them.
 PrepareSummary run_prepare(const PrepareOptions& options);
 
+// The shards a run reads (FIELD: the config field or flag that named them, for messages) are
+// a prepare's finished output. A directory with prepare.json must list every shard read from
+// it; one without prepare.json but with a prepare's unfinished shard (NAME.bin.tmp.PID) holds
+// the shards of a prepare that was killed: an Error(Data) naming it, where reading them would
+// train on part of the corpus unsaid. A directory with neither is warned about (shards written
+// by other tools carry no prepare.json).
+void check_prepared_shards(const std::string& field, const std::vector<std::string>& paths);
+
 }  // namespace gnmr

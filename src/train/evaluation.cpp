@@ -9,6 +9,7 @@
 
 #include "config/config.h"
 #include "data/loader.h"
+#include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "model/llama.h"
 #include "train/checkpoint.h"
@@ -107,6 +108,7 @@ EvalResult evaluate_saved_model(const EvalOptions& o) {
   EvalResult result;
   if (!o.data_glob.empty()) {
     TokenLoader loader(o.data_glob, seq_len, config.model.vocab_size, "sequential", 0, 0, 1);
+    check_prepared_shards("eval --data", loader.shard_paths());
     // The model's tokenizer (the checkpoint's copy) must be the one the shards were made with:
     // a loss over ids that mean other words is no perplexity of the model.
     const fs::path model_tokenizer = fs::path(o.model_dir) / "tokenizer.model";

@@ -10,6 +10,7 @@
 
 #include "controller/units.h"
 #include "data/counter_hash.h"
+#include "data/prepare.h"
 #include "train/data_checks.h"
 #include "train/lr_schedule.h"
 #include "train/make_backend.h"
@@ -279,6 +280,8 @@ void TrainingSession::set_up_on_communicator() {
       val_loader_ = open_loader("data.val", config.data.val, "sequential");
     }
     check_shards_match(config.data, tokenizer_pieces, *train_loader_, val_loader_.get());
+    check_prepared_shards("data.train", train_loader_->shard_paths());
+    if (val_loader_) check_prepared_shards("data.val", val_loader_->shard_paths());
     // The evaluation at the last step would fail after all the training: fail before it.
     if (val_loader_) eval_batches(config.eval.tokens);
   }

@@ -418,6 +418,38 @@ TEST(Prepare, ASecondPrepareIntoADirectoryInUseIsRefusedAndTheFirstKeepsIt) {
   EXPECT_FALSE(fs::exists(options.out_dir + "/.gnmr.lock"));
 }
 
+// A prepare killed with SIGKILL leaves its finished shards and no prepare.json; training on
+// them once read part of the corpus unsaid. Such a directory is refused where the prepare's
+// unfinished shard is left too, a shard that prepare.json does not list is refused, and shards
+// without either (other tools) pass with a warning.
+TEST(Prepare, ShardsAreCheckedAgainstThePrepareThatWroteThem) {
+  const std::string dir = gnmr_test::scratch_dir("prepare_shard_set");
+  gnmr_test::write_text(dir + "/corpus.txt", "One document.\n\nAnother one.\n\nA third.\n");
+  auto options = small_options(dir, {dir + "/corpus.txt"});
+  options.shard_tokens = 1;  // a shard per document
+  const gnmr::PrepareSummary summary = gnmr::run_prepare(options);
+  ASSERT_EQ(summary.train_shards.size(), 3u);
+  EXPECT_NO_THROW(gnmr::check_prepared_shards("data.train", summary.train_shards));
+  fs::copy_file(summary.train_shards[0], options.out_dir + "/train_000009.bin");
+  std::vector<std::string> with_stray = summary.train_shards;
+  with_stray.push_back(options.out_dir + "/train_000009.bin");
+  gnmr_test::expect_data_error(
+      [&] { gnmr::check_prepared_shards("data.train", with_stray); },
+      {"data.train: shard " + options.out_dir + "/train_000009.bin is not listed in"});
+  // What SIGKILL leaves: no prepare.json, the shard being written under its temporary name.
+  fs::remove(options.out_dir + "/prepare.json");
+  fs::rename(summary.train_shards[2], summary.train_shards[2] + ".tmp.12345");
+  const std::vector<std::string> finished(summary.train_shards.begin(),
+                                          summary.train_shards.begin() + 2);
+  gnmr_test::expect_data_error([&] { gnmr::check_prepared_shards("data.train", finished); },
+                               {"holds no prepare.json", "train_000002.bin.tmp.12345"});
+  gnmr_test::expect_data_error(
+      [&] { gnmr::run_prepare(options); },
+      {"and no prepare.json: the shards of a prepare that did not finish"});
+  fs::remove(summary.train_shards[2] + ".tmp.12345");
+  EXPECT_NO_THROW(gnmr::check_prepared_shards("data.train", finished));
+}
+
 // Python's json.dumps writes a lone UTF-16 surrogate as "\ud800", which the JSON parser
 // refuses: one such record once stopped prepare (exit 4). It is now U+FFFD, counted as the
 // invalid UTF-8 bytes are; a valid pair and an escaped backslash before "u" stay as they are.
