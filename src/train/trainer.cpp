@@ -11,7 +11,6 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <sstream>
 
 #include "backend/cpu/blas_autotune.h"
@@ -156,6 +155,10 @@ void log_settings_changed_since(const std::string& checkpoint_dir, const RunConf
 
 TrainSummary run_training(const RunConfig& config, const TrainOptions& options) {
   if (options.out_dir.empty()) throw Error(ErrorKind::Usage, "--out DIR is required");
+  // From the start, not only around the steps: SLURM's time-limit signal (sent up to a minute
+  // early) or a scancel during a long set-up or checkpoint load once killed the ranks, and the
+  // job script saw a failure. A signal before the first step stops the run after it.
+  StopSignals stop_signals;
   TrainingSession session(config, /*synthetic_data=*/false);
   return run_or_end_job(session.comm(), [&] { return train_loop(config, options, session); });
 }
@@ -261,8 +264,6 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (cpu) header.update(blas_json(config));
     metrics.write(header);
   }
-
-  std::optional<StopSignals> stop_signals(std::in_place);
 
   const TrainConfig& train = config.train;
   const double flops_per_token = double(session.model().flops_per_token());
@@ -434,7 +435,6 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       break;
     }
   }
-  stop_signals.reset();
   json controller_summary = session.controller().summary();
   if (writer) {
     write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(),

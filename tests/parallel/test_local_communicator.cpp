@@ -39,6 +39,23 @@ ErrorKind kind_of_error(const std::string& kind, const LaunchEnv& env,
   return ErrorKind::Runtime;
 }
 
+// srun --mpi=none starts CPU ranks that MPI cannot join: Open MPI aborted inside MPI_Init with
+// advice to rebuild SLURM. A usage error naming srun --mpi=pmix comes first, before any MPI
+// call; with a PMIx wire-up the check lets MPI start.
+TEST(MakeCommunicator, CpuRanksOfAnSrunWithoutMpiPluginAreAUsageErrorBeforeMpi) {
+  CommunicatorOptions options;
+  options.kind = "auto";
+  options.backend = "cpu";
+  try {
+    make_communicator(options, launched_by_slurm(0, 2));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::Usage);
+    EXPECT_NE(std::string(e.what()).find("without an MPI plugin"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("srun --mpi=pmix"), std::string::npos) << e.what();
+  }
+}
+
 TEST(LocalCommunicator, ShardCollectivesLeaveTheOneShardAsItIs) {
   LocalCommunicator comm;
   std::vector<float> values = {1.5f, -2.0f, 3.25f};

@@ -25,6 +25,7 @@ FAKE
 cat >"$work/bin/scontrol" <<'FAKE'
 #!/usr/bin/env bash
 echo "$*" >>"$FAKE_LOG/scontrol.log"
+exit "${FAKE_SCONTROL_EXIT:-0}"
 FAKE
 chmod +x "$work/bin/srun" "$work/bin/scontrol"
 
@@ -32,17 +33,20 @@ run_job() {  # run_job NAME SCRIPT ARGS... (environment: FAKE_*)
   local name=$1 script=$2
   shift 2
   mkdir -p "$work/$name"
-  (cd "$work/$name" && PATH="$work/bin:$PATH" FAKE_LOG="$work/$name" SLURM_SUBMIT_DIR="$repo" \
+  (cd "$work/$name" && PATH="$work/bin:$PATH" FAKE_LOG="$work/$name" \
+    SLURM_SUBMIT_DIR="${SUBMIT_DIR:-$repo}" \
     SLURM_JOB_ID=4242 SLURM_NTASKS=8 SLURM_JOB_NUM_NODES=1 SLURM_CPUS_PER_TASK=4 \
     bash "$repo/scripts/slurm/$script" "$@" >"$work/$name/out.log" 2>&1)
 }
 
-# One node of GPUs: no MPI plugin, the training command line, one run to completion.
+# One node of GPUs: no MPI plugin, the cuda backend, each task's cores (srun does not inherit
+# sbatch's --cpus-per-task since SLURM 22.05), one run to completion.
 run_job gpu gpu-1node.sbatch cfg.json runs/a --set train.steps=10 || fail "gpu-1node exited $?"
 grep -q -- "--mpi=none" "$work/gpu/srun.log" || fail "gpu-1node did not ask srun for --mpi=none"
-grep -q -- "gnmr train --config cfg.json --out runs/a --resume auto --set train.steps=10" \
+grep -q -- "--cpus-per-task=4" "$work/gpu/srun.log" || fail "srun was not given the task's cores"
+grep -q -- "gnmr train --config cfg.json --out runs/a --resume auto --backend cuda --set train.steps=10" \
   "$work/gpu/srun.log" || fail "gpu-1node's gnmr command line: $(cat "$work/gpu/srun.log")"
-grep -q "run complete" "$work/gpu/out.log" || fail "gpu-1node did not report completion"
+grep -q "ended with exit status 0" "$work/gpu/out.log" || fail "gpu-1node did not report its end"
 [[ ! -e "$work/gpu/scontrol.log" ]] || fail "a complete run was requeued"
 
 # CPU nodes: srun's MPI plugin and the cpu backend.
@@ -51,19 +55,30 @@ grep -q -- "--mpi=pmix" "$work/cpu/srun.log" || fail "cpu.sbatch did not ask for
 grep -q -- "--resume auto --backend cpu$" "$work/cpu/srun.log" ||
   fail "cpu.sbatch's gnmr command line: $(cat "$work/cpu/srun.log")"
 
-# The N-node job keeps its default plugin; no arguments is a usage error (exit 2).
+# The N-node GPU job needs no MPI plugin either; no arguments is a usage error (exit 2) naming
+# the script submitted.
 run_job multi train.sbatch cfg.json runs/c || fail "train.sbatch exited $?"
-grep -q -- "--mpi=pmix" "$work/multi/srun.log" || fail "train.sbatch lost its default plugin"
+grep -q -- "--mpi=none" "$work/multi/srun.log" || fail "train.sbatch lost its default plugin"
+grep -q -- "--resume auto --backend cuda$" "$work/multi/srun.log" ||
+  fail "train.sbatch's gnmr command line: $(cat "$work/multi/srun.log")"
 status=0
 run_job usage train.sbatch || status=$?
 [[ $status == 2 ]] || fail "train.sbatch without arguments exited $status, not 2"
 status=0
 run_job cpu_usage cpu.sbatch || status=$?
 [[ $status == 2 ]] || fail "cpu.sbatch without arguments exited $status, not 2 (it ran: $(cat "$work/cpu_usage/srun.log" 2>/dev/null))"
+grep -q "usage: sbatch scripts/slurm/cpu.sbatch" "$work/cpu_usage/out.log" ||
+  fail "cpu.sbatch's usage line: $(cat "$work/cpu_usage/out.log")"
+# Submitted from elsewhere: the body is not found, and the message says what to set.
+status=0
+SUBMIT_DIR=/nonexistent run_job elsewhere gpu-1node.sbatch cfg.json runs/h || status=$?
+[[ $status == 2 ]] || fail "a submission from elsewhere exited $status, not 2"
+grep -q "GNMR_SLURM_DIR" "$work/elsewhere/out.log" ||
+  fail "a submission from elsewhere: $(cat "$work/elsewhere/out.log")"
 # CONFIG and RUN_DIR from the environment: every argument is an extra flag.
 CONFIG=cfg.json RUN_DIR=runs/f run_job env cpu.sbatch --set train.steps=10 ||
   fail "cpu.sbatch with CONFIG and RUN_DIR in the environment exited $?"
-grep -q -- "gnmr train --config cfg.json --out runs/f --resume auto --set train.steps=10 --backend cpu$" \
+grep -q -- "gnmr train --config cfg.json --out runs/f --resume auto --backend cpu --set train.steps=10$" \
   "$work/env/srun.log" || fail "the environment form's command line: $(cat "$work/env/srun.log")"
 RUN_DIR=runs/g run_job env_dir cpu.sbatch cfg.json || fail "cpu.sbatch cfg.json with RUN_DIR exited $?"
 grep -q -- "gnmr train --config cfg.json --out runs/g --resume auto --backend cpu$" \
@@ -88,4 +103,19 @@ script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/e$$")
 kill -USR1 "$script_pid"
 wait "$job" || fail "the signalled job exited $?: $(cat "$work/limit/out.log")"
 grep -q "requeue 4242" "$work/limit/scontrol.log" || fail "the signalled job was not requeued"
+
+# A refused requeue (--no-requeue) fails the job and says the checkpoint is kept.
+mkdir -p "$work/refused"
+(FAKE_SRUN_WAIT=1 FAKE_SCONTROL_EXIT=1 run_job refused gpu-1node.sbatch cfg.json "runs/i$$") &
+job=$!
+for _ in $(seq 100); do [[ -e "$work/refused/srun.started" ]] && break; sleep 0.1; done
+[[ -e "$work/refused/srun.started" ]] || fail "srun never started under the refused-requeue test"
+script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/i$$")
+[[ -n "$script_pid" ]] || fail "no batch shell to signal"
+kill -USR1 "$script_pid"
+status=0
+wait "$job" || status=$?
+[[ $status == 1 ]] || fail "a refused requeue exited $status, not 1"
+grep -q "the requeue was refused" "$work/refused/out.log" ||
+  fail "a refused requeue: $(cat "$work/refused/out.log")"
 echo "check_slurm_scripts: all checks passed"
