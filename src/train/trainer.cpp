@@ -242,6 +242,25 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     spdlog::info("initialised weights from {}", options.init);
   }
   state.world_size = comm.world_size();  // recorded in this run's checkpoints
+  {
+    // A resume on another BLAS kernel or thread count (a requeue onto another CPU type, an
+    // override of train.threads, GNMR_BLAS_AUTOTUNE=0) or another GPU is correct, not
+    // bit-exact: say so where it happens.
+    std::string numerics = config.backend + ": " + session.backend().device();
+    if (config.backend == "cpu") {
+      const int gemm_threads = cpu_backend_threads(config.train.threads);
+      const BlasReport blas = blas_report(gemm_threads);
+      numerics = "cpu: " + blas.library + " " + blas.version + " kernel " + blas.kernel + ", " +
+                 std::to_string(gemm_threads) + " GEMM thread(s)";
+    }
+    if (writer && !resume_from.empty() && !state.numerics.empty() && state.numerics != numerics) {
+      spdlog::warn(
+          "{} was written with {}; this job runs with {}: the run goes on correctly, but its "
+          "bits now differ from an uninterrupted run's (README \"Same bits, same settings\")",
+          resume_from, state.numerics, numerics);
+    }
+    state.numerics = numerics;
+  }
 
   MetricsWriter metrics, trace;
   if (writer) {

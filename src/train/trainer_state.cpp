@@ -34,7 +34,8 @@ json trainer_state_to_json(const TrainerState& state) {
           {"tokens_seen", state.tokens_seen},
           {"consecutive_nonfinite", state.consecutive_nonfinite},
           {"skipped_steps", state.skipped_steps},
-          {"world_size", state.world_size}};
+          {"world_size", state.world_size},
+          {"numerics", state.numerics}};
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
@@ -58,6 +59,10 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
   state.skipped_steps = counter(trainer, "skipped_steps", kInt64Max, path);
   if (trainer.contains("world_size")) {
     state.world_size = counter(trainer, "world_size", std::numeric_limits<int>::max(), path);
+  }
+  if (const auto numerics = trainer.find("numerics");
+      numerics != trainer.end() && numerics->is_string()) {
+    state.numerics = numerics->get<std::string>();
   }
   return state;
 }

@@ -2,7 +2,8 @@
 // save_checkpoint / load_checkpoint (checkpoint.h). The controller state travels beside it
 // in controller.bin.
 //   {"format": 1, "step": 200, "tokens_seen": 819200, "consecutive_nonfinite": 0,
-//    "skipped_steps": 0, "world_size": 8}
+//    "skipped_steps": 0, "world_size": 8,
+//    "numerics": "cpu: OpenBLAS 0.3.21 kernel Cooperlake, 2 GEMM thread(s)"}
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,10 @@ struct TrainerState {
   int64_t skipped_steps = 0;
   // The ranks of the job that wrote it; 0 in checkpoints from before it was recorded.
   int64_t world_size = 0;
+  // What besides the config and seed fixes the run's bits (the CPU's BLAS kernel and GEMM
+  // thread count; the GPU): a resume under another one is correct but not bit-exact. "" in
+  // checkpoints from before it was recorded.
+  std::string numerics;
   std::vector<uint8_t> controller_state;
 };
 

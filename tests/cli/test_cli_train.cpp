@@ -47,11 +47,34 @@ TEST(CliTrain, ResumeAfterAStopIsBitExact) {
     ASSERT_FALSE(fs::exists(dir + "/split/checkpoints/step_00000012"));
     auto second = run_gnmr(train_args(config, dir + "/split") + order + " --resume auto");
     ASSERT_EQ(second.exit_code, 0) << second.output;
+    EXPECT_EQ(second.output.find("bits now differ"), std::string::npos) << second.output;
 
     gnmr_test::expect_same_checkpoint_files(dir + "/whole/checkpoints/step_00000012",
                                             dir + "/split/checkpoints/step_00000012");
     gnmr_test::expect_same_metrics(dir + "/whole", dir + "/split");
   }
+}
+
+// A resume with another GEMM thread count (or BLAS kernel: a requeue onto another CPU type)
+// went on silently under other bits; trainer.json records them and the resume says so.
+TEST(CliTrain, ResumeUnderAnotherThreadCountSaysItIsNoLongerBitExact) {
+  std::string dir = gnmr_test::scratch_dir("cli_resume_threads");
+  std::string config = gnmr_test::write_tiny_config(dir);
+  auto first = run_gnmr(train_args(config, dir + "/run") + " --set train.threads=1 --stop-at 6");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string trainer =
+      gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000006/trainer.json");
+  EXPECT_NE(trainer.find("\"numerics\": \"cpu: OpenBLAS"), std::string::npos) << trainer;
+  EXPECT_NE(trainer.find(", 1 GEMM thread(s)\""), std::string::npos) << trainer;
+  auto second = run_gnmr(train_args(config, dir + "/run") + " --set train.threads=2 --resume auto");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find(", 1 GEMM thread(s); this job runs with cpu: OpenBLAS"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("2 GEMM thread(s): the run goes on correctly, but its bits now "
+                               "differ"),
+            std::string::npos)
+      << second.output;
 }
 
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {
