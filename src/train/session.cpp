@@ -49,6 +49,12 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
   }
   const PathSpec& low = config.precision.low;
   const PathSpec& high = config.precision.recovery;
+  if (config.precision.has_low_path && low.kind == high.kind && low.describe() == high.describe()) {
+    spdlog::warn(
+        "the recovery path is the low path ({}): routing a unit to recovery changes "
+        "nothing (set precision.recovery_format or recovery_bits finer than the low one)",
+        low.describe());
+  }
   if (low.kind == PathKind::kFineGrainedFp && high.kind == PathKind::kFineGrainedFp &&
       fp_format_bits(high.format) < fp_format_bits(low.format)) {
     spdlog::warn(
@@ -71,6 +77,12 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
     spdlog::warn(
         "gnmr.alpha_final / beta_final are not used: gnmr.threshold_schedule is "
         "\"constant\" (set it to \"linear\" or \"cosine\" to move the thresholds)");
+  }
+  if (config.train.warmup_steps >= config.train.steps) {
+    spdlog::warn(
+        "train.warmup_steps {} is not below train.steps {}: the learning rate never reaches "
+        "train.lr {} (the warm-up is counted in optimizer steps, whatever the world size)",
+        config.train.warmup_steps, config.train.steps, config.train.lr);
   }
 }
 

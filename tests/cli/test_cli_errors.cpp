@@ -293,7 +293,11 @@ TEST(CliErrors, SettingsThatTogetherDoNothingAreWarnedAtStart) {
       // 0.1 of 14 units is 1, and the smallest group (an MLP) has 3.
       {R"({"precision": {"recipe": "actq"}, "gnmr": {"granularity": "group"}})",
        "less than the smallest decision unit of gnmr.granularity group (3 units)"},
-      {R"({"gnmr": {"alpha_final": 3}})", "gnmr.alpha_final / beta_final are not used"}};
+      {R"({"gnmr": {"alpha_final": 3}})", "gnmr.alpha_final / beta_final are not used"},
+      {R"({"precision": {"recipe": "fp8mix", "low_format": "e4m3", "recovery_format": "e4m3"}})",
+       "the recovery path is the low path (fp e4m3"},
+      // Every case runs 1 step, and the tiny config warms up for 2.
+      {"{}", "train.warmup_steps 2 is not below train.steps 1: the learning rate never reaches"}};
   for (const auto& [extra, warning] : cases) {
     nlohmann::json config_json = nlohmann::json::parse(extra);
     config_json["train"] = {{"steps", 1}};

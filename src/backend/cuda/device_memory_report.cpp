@@ -26,7 +26,8 @@ std::string device_out_of_memory_message(const std::string& name, size_t bytes,
          (by_role.empty() ? "" : " (" + by_role + ")") + ", and the device has " +
          format_gib(device_free) + " free of " + format_gib(device_total) +
          ". The config does not fit: lower train.micro_batch or data.seq_len (activations scale "
-         "with both), or use a smaller model";
+         "with both; gradient accumulation keeps train.global_batch_tokens), shard the AdamW "
+         "moments over the ranks with dist.zero=1, or use a smaller model";
 }
 
 }  // namespace gnmr
