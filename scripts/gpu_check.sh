@@ -170,6 +170,13 @@ export GNMR_TEST_SOURCE_DIR="$bundle/share" GNMR_TEST_BINARY="$bundle/bin/gnmr"
 stage_preflight() {
   local missing=0
   note "bundle: $(tr -d '\n' <"$bundle/BUNDLE.json" 2>/dev/null)"
+  # A bundle of another commit verifies that commit's code, not this checkout's.
+  local built_from head
+  built_from=$(grep -o '"commit": "[^"]*"' "$bundle/BUNDLE.json" 2>/dev/null | cut -d'"' -f4)
+  head=$(git rev-parse --short HEAD 2>/dev/null || true)
+  if [ -n "$head" ] && [ -n "$built_from" ] && [ "$built_from" != "$head" ]; then
+    note "WARNING: the bundle was built from commit $built_from, this checkout is at $head: what passes here is $built_from's code (scripts/gpu_bundle.sh rebuilds it)"
+  fi
   note "CUDA toolkit: ${cuda_root:-not found} (libcudart.so.13 in ${cuda_lib:-nowhere})"
   note "NCCL: ${GNMR_NCCL_LIBRARY:-not in the toolkit nor in PyTorch, so the dynamic loader decides (the GpuNccl tests skip, and gpu-tests fails, where it finds none)}"
   note "cuBLASLt and cudart as test_gpu loads them: $(ldd "$bundle/tests/test_gpu" 2>/dev/null | grep -o 'lib\(cublasLt\|cudart\)[^ ]* => [^ ]*' | tr '\n' ' ')"

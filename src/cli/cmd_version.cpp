@@ -17,7 +17,7 @@ CommandAction add_version_command(CLI::App&) {
     // The emulated preset: CUDA on the host emulation (tests/emulated_cuda), for tests only.
     std::cout << "backends: cpu, cuda (emulated on the host: a test build, not for training)\n";
 #else
-    std::cout << "backends: cpu, cuda (sm_80, sm_90a)\n";
+    std::cout << "backends: cpu, cuda (" << GNMR_CUDA_ARCHS << ")\n";
 #endif
 #else
     std::cout << "backends: cpu\n";
