@@ -279,7 +279,12 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (!crowded.empty()) spdlog::warn("{}", crowded);
   }
   if (writer) {
-    json header = {{"kind", "run"}, {"step", state.step}, {"backend", config.backend}};
+    json header = {{"kind", "run"},
+                   {"step", state.step},
+                   {"backend", config.backend},
+                   {"device", session.backend().device()},
+                   {"world_size", comm.world_size()},
+                   {"numerics", state.numerics}};
     if (cpu) header.update(blas_json(config));
     metrics.write(header);
   }
