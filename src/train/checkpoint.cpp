@@ -213,8 +213,8 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
       state);
 }
 
-void remove_stale_checkpoint_temps(const std::string& run_dir) {
-  remove_stale_temp_dirs((fs::path(run_dir) / "checkpoints").string(), kTempPrefix);
+void remove_stale_checkpoint_temps(const std::string& run_dir, bool run_dir_locked) {
+  remove_stale_temp_dirs((fs::path(run_dir) / "checkpoints").string(), kTempPrefix, run_dir_locked);
 }
 
 std::string find_latest_checkpoint(const std::string& run_dir) {

@@ -43,8 +43,9 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
                             const TrainerState& state);
 
 // Removes the temporary directories a failed or killed save left under RUN_DIR/checkpoints
-// (only the writing rank, rank 0, calls it).
-void remove_stale_checkpoint_temps(const std::string& run_dir);
+// (only the writing rank, rank 0, calls it). RUN_DIR_LOCKED: it holds the run directory's lock,
+// so every one is stale, whatever process its pid names now.
+void remove_stale_checkpoint_temps(const std::string& run_dir, bool run_dir_locked);
 
 // Newest checkpoint directory under RUN_DIR/checkpoints, or "" when none (unchecked).
 std::string find_latest_checkpoint(const std::string& run_dir);

@@ -216,7 +216,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       lock = DirectoryLock(options.out_dir, "run directory",
                            ErrorKind::Checkpoint);  // a directory the plan just made
     add_log_file((fs::path(options.out_dir) / "log.txt").string());
-    remove_stale_checkpoint_temps(options.out_dir);
+    remove_stale_checkpoint_temps(options.out_dir, lock.held());
     write_file_atomic((fs::path(options.out_dir) / "config.json").string(),
                       config.resolved.dump(2) + "\n");
   }

@@ -117,7 +117,7 @@ std::string without_trailing_separator(const std::string& path) {
   return p.string();
 }
 
-void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix) {
+void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix, bool only_writer) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -125,7 +125,7 @@ void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix) {
     if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
     const long pid = trailing_pid(name);
     if (pid <= 0 || pid == long(::getpid())) continue;  // not ours, or our own
-    if (process_is_alive(pid)) {
+    if (!only_writer && process_is_alive(pid)) {
       spdlog::warn("{} belongs to running process {}; left alone", entry.path().string(), pid);
       continue;
     }

@@ -23,7 +23,10 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what, Er
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  if (::fcntl(fd_, F_SETLK, &lock) == 0) return;
+  if (::fcntl(fd_, F_SETLK, &lock) == 0) {
+    held_ = true;
+    return;
+  }
   const int error = errno;
   struct flock holder {};
   holder.l_type = F_WRLCK;
@@ -57,16 +60,19 @@ DirectoryLock::~DirectoryLock() {
 }
 
 DirectoryLock::DirectoryLock(DirectoryLock&& other) noexcept
-    : fd_(other.fd_), path_(std::move(other.path_)) {
+    : fd_(other.fd_), held_(other.held_), path_(std::move(other.path_)) {
   other.fd_ = -1;
+  other.held_ = false;
 }
 
 DirectoryLock& DirectoryLock::operator=(DirectoryLock&& other) noexcept {
   if (this != &other) {
     if (fd_ >= 0) ::close(fd_);
     fd_ = other.fd_;
+    held_ = other.held_;
     path_ = std::move(other.path_);
     other.fd_ = -1;
+    other.held_ = false;
   }
   return *this;
 }
@@ -76,6 +82,7 @@ void DirectoryLock::remove_and_release() {
   std::remove(path_.c_str());
   ::close(fd_);
   fd_ = -1;
+  held_ = false;
 }
 
 }  // namespace gnmr

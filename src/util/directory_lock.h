@@ -25,6 +25,8 @@ class DirectoryLock {
   DirectoryLock& operator=(const DirectoryLock&) = delete;
   // Whether the lock was taken, or found unsupported by the filesystem (a warning said so).
   bool tried() const { return fd_ >= 0; }
+  // Whether this process holds the lock (false where the filesystem has no locks).
+  bool held() const { return held_; }
   // Removes the lock file, then releases the lock: for a directory that must be left without
   // it (prepare's output, or one it made and removes again). A process that opened the file
   // before the removal and locks it after holds a lock on a removed file; its own check of the
@@ -33,6 +35,7 @@ class DirectoryLock {
 
  private:
   int fd_ = -1;
+  bool held_ = false;
   std::string path_;
 };
 

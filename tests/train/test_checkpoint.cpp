@@ -238,8 +238,14 @@ TEST(CheckpointWrite, StaleTemporaryDirectoriesOfDeadProcessesAreRemoved) {
   const std::string live = ".tmp_step_00000009_" + std::to_string(getppid());  // still running
   fs::create_directories(root + live);
   fs::create_directories(root + ".tmp_notes");  // no pid: not a gnmr temporary
-  gnmr::remove_stale_checkpoint_temps(run);
+  gnmr::remove_stale_checkpoint_temps(run, /*run_dir_locked=*/false);
   std::vector<std::string> left = entries_of(root);
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", live, "step_00000003"}));
+  // The run directory's lock held: a live pid is another process that reused the killed
+  // writer's pid (a container's pid 1), and its temporary goes too.
+  gnmr::remove_stale_checkpoint_temps(run, /*run_dir_locked=*/true);
+  left = entries_of(root);
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", "step_00000003"}));
 }
