@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 
 #include "controller/units.h"
 #include "data/counter_hash.h"
@@ -297,6 +298,19 @@ void TrainingSession::set_up_on_communicator() {
     // The evaluation at the last step would fail after all the training: fail before it.
     if (val_loader_) eval_batches(config.eval.tokens);
   }
+}
+
+std::string TrainingSession::train_data_fingerprint() const {
+  if (!train_loader_) return "";
+  uint64_t h = kFnv1aOffsetBasis;
+  for (const std::string& path : train_loader_->shard_paths()) {
+    std::error_code ec;
+    const std::string entry = std::filesystem::path(path).filename().string() + ":" +
+                              std::to_string(std::filesystem::file_size(path, ec)) + ";";
+    h = fnv1a(entry.data(), entry.size(), h);
+  }
+  return fmt::format("{} shard(s), {} tokens, files {:016x}", train_loader_->shard_paths().size(),
+                     train_loader_->total_tokens(), h);
 }
 
 RoutingPlan TrainingSession::with_fixed_recovery(RoutingPlan plan) const {

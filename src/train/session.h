@@ -73,6 +73,9 @@ class TrainingSession {
   // The tokens evaluate() scores: TOKEN_BUDGET rounded down to whole batches and to the
   // validation set (`gnmr eval --tokens` with this count scores the same windows).
   int64_t eval_tokens(int64_t token_budget) const;
+  // The training shards as a resume compares them: "N shard(s), T tokens, files HHHHHHHH" (a
+  // hash of their names and sizes); "" on synthetic tokens.
+  std::string train_data_fingerprint() const;
 
   // The controller state goes into state().controller_state before a checkpoint and comes
   // back from it after a resume. A refused state is a Checkpoint error naming

@@ -260,6 +260,16 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
           resume_from, state.numerics, numerics);
     }
     state.numerics = numerics;
+    // Shards replaced or added under the same glob change the batches from the resumed step
+    // on (deliberately, in a continued pretraining; by accident, after a new prepare).
+    const std::string data = session.train_data_fingerprint();
+    if (writer && !resume_from.empty() && !state.data.empty() && state.data != data) {
+      spdlog::warn(
+          "{} was trained on other data.train shards ({}) than this job reads ({}): the run "
+          "goes on with other batches than an uninterrupted run's",
+          resume_from, state.data, data);
+    }
+    state.data = data;
   }
 
   MetricsWriter metrics, trace;
@@ -449,11 +459,13 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     summary.steps_done = r.step;
     if (stop && !last) {
       const int own_signal = g_stop_signal.load();
-      spdlog::warn("stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
-                   own_signal != 0 ? "signal " + std::to_string(own_signal) + " (" +
-                                         std::string(strsignal(own_signal)) + ")"
-                   : signalled > 0 ? std::string("a signal to another rank")
-                                   : std::string("--stop-at"));
+      // Rank 0's line speaks for the job (the other ranks log warnings only: theirs repeated it).
+      spdlog::log(writer ? spdlog::level::warn : spdlog::level::info,
+                  "stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
+                  own_signal != 0 ? "signal " + std::to_string(own_signal) + " (" +
+                                        std::string(strsignal(own_signal)) + ")"
+                  : signalled > 0 ? std::string("a signal to another rank")
+                                  : std::string("--stop-at"));
       summary.stopped_by_signal = true;
       summary.stop_signal = own_signal;
       break;

@@ -35,7 +35,8 @@ json trainer_state_to_json(const TrainerState& state) {
           {"consecutive_nonfinite", state.consecutive_nonfinite},
           {"skipped_steps", state.skipped_steps},
           {"world_size", state.world_size},
-          {"numerics", state.numerics}};
+          {"numerics", state.numerics},
+          {"data", state.data}};
 }
 
 TrainerState trainer_state_from_json(const std::string& text, const std::string& path) {
@@ -63,6 +64,9 @@ TrainerState trainer_state_from_json(const std::string& text, const std::string&
   if (const auto numerics = trainer.find("numerics");
       numerics != trainer.end() && numerics->is_string()) {
     state.numerics = numerics->get<std::string>();
+  }
+  if (const auto data = trainer.find("data"); data != trainer.end() && data->is_string()) {
+    state.data = data->get<std::string>();
   }
   return state;
 }

@@ -3,7 +3,8 @@
 // in controller.bin.
 //   {"format": 1, "step": 200, "tokens_seen": 819200, "consecutive_nonfinite": 0,
 //    "skipped_steps": 0, "world_size": 8,
-//    "numerics": "cpu: OpenBLAS 0.3.21 kernel Cooperlake, 2 GEMM thread(s)"}
+//    "numerics": "cpu: OpenBLAS 0.3.21 kernel Cooperlake, 2 GEMM thread(s)",
+//    "data": "3 shard(s), 1613527 tokens, files 0123456789abcdef"}
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,8 @@ struct TrainerState {
   // thread count; the GPU): a resume under another one is correct but not bit-exact. "" in
   // checkpoints from before it was recorded.
   std::string numerics;
+  // The training shards it read (TrainingSession::train_data_fingerprint); "" where not recorded.
+  std::string data;
   std::vector<uint8_t> controller_state;
 };
 

@@ -77,6 +77,31 @@ TEST(CliTrain, ResumeUnderAnotherThreadCountSaysItIsNoLongerBitExact) {
       << second.output;
 }
 
+// Shards replaced under the same glob (a new prepare into the same directory) once changed a
+// resumed run's batches unsaid; trainer.json records the shards' names and sizes.
+TEST(CliTrain, ResumeOnOtherShardsSaysTheBatchesDiffer) {
+  std::string dir = gnmr_test::scratch_dir("cli_resume_other_shards");
+  std::string config = gnmr_test::write_tiny_config(dir);
+  auto first = run_gnmr(train_args(config, dir + "/run") + " --stop-at 6");
+  ASSERT_EQ(first.exit_code, 0) << first.output;
+  const std::string trainer =
+      gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000006/trainer.json");
+  EXPECT_NE(trainer.find(" tokens, files "), std::string::npos) << trainer;
+  // The same shards twice over, in a directory of their own.
+  const std::string shards = gnmr_test::brown_shards_dir();
+  fs::create_directories(dir + "/more");
+  fs::copy_file(shards + "/train_000000.bin", dir + "/more/train_000000.bin");
+  fs::copy_file(shards + "/train_000000.bin", dir + "/more/train_000001.bin");
+  auto second = run_gnmr(train_args(config, dir + "/run") + " --set 'data.train=\"" + dir +
+                         "/more/train_*.bin\"' --resume auto");
+  ASSERT_EQ(second.exit_code, 0) << second.output;
+  EXPECT_NE(second.output.find("was trained on other data.train shards (1 shard(s)"),
+            std::string::npos)
+      << second.output;
+  EXPECT_NE(second.output.find("than this job reads (2 shard(s)"), std::string::npos)
+      << second.output;
+}
+
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {
   std::string dir = gnmr_test::scratch_dir("cli_overwrite");
   std::string config =
