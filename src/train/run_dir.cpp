@@ -148,6 +148,7 @@ void apply_run_dir_plan(const RunDirPlan& plan) {
   const fs::path dir = plan.dir;
   if (!plan.abandoned_dir.empty()) {
     const fs::path abandoned = plan.abandoned_dir;
+    std::vector<std::string> moved;
     try {
       fs::create_directories(abandoned / "checkpoints");
       for (const char* file : kRunFiles) {
@@ -155,10 +156,19 @@ void apply_run_dir_plan(const RunDirPlan& plan) {
       }
       for (const auto& name : plan.abandoned_checkpoints) {
         fs::rename(dir / "checkpoints" / name, abandoned / "checkpoints" / name);
+        moved.push_back(name);
       }
     } catch (const fs::filesystem_error& e) {
-      throw Error(ErrorKind::Checkpoint, "--resume: cannot keep the run's later checkpoints in " +
-                                             abandoned.string() + " (" + e.what() + ")");
+      // Undone (a full disk while copying the top-level files): the run stays as it was, with
+      // no half-filled abandoned_after_step_S/ for the next go-back to number past.
+      std::error_code ec;
+      for (const auto& name : moved) {
+        fs::rename(abandoned / "checkpoints" / name, dir / "checkpoints" / name, ec);
+      }
+      if (!ec) fs::remove_all(abandoned, ec);
+      throw Error(ErrorKind::Runtime, "--resume: cannot keep the run's later checkpoints in " +
+                                          abandoned.string() + " (" + e.code().message() + ": " +
+                                          e.what() + "); the run directory was left as it was");
     }
   }
   if (plan.remove_run) {

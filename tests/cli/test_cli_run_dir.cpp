@@ -171,6 +171,27 @@ TEST(CliRunDir, GoingBackToAnOlderCheckpointKeepsTheLaterOnesAsideAndWritesItsOw
   EXPECT_TRUE(fs::exists(run + "/abandoned_after_step_2_2/checkpoints/step_00000006"));
 }
 
+// A go-back that cannot copy the run's files aside (a full disk; here a file size limit of
+// 2 KiB against a metrics.jsonl of more) once left a half-filled abandoned_after_step_S/
+// and exited 5. Undone now: nothing of the run moves, exit 1 naming the cause.
+TEST(CliRunDir, AGoBackThatCannotKeepTheLaterCheckpointsChangesNothing) {
+  std::string run;
+  const std::string config = finished_run(
+      "cli_go_back_full",
+      R"({"train": {"steps": 6}, "eval": {"every": 0}, "checkpoint": {"every": 2}})", run);
+  const std::string metrics = gnmr_test::read_bytes(run + "/metrics.jsonl");
+  ASSERT_GT(metrics.size(), 2048u);
+  std::ofstream(run + "/../go_back.sh")
+      << "ulimit -f 2; '" << gnmr_test::gnmr_binary() << "' " << train_args(config, run)
+      << " --resume " << run << "/checkpoints/step_00000002 2>&1\n";
+  auto r = gnmr_test::run_command("bash '" + run + "/../go_back.sh'");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("the run directory was left as it was"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(run + "/abandoned_after_step_2"));
+  EXPECT_TRUE(fs::exists(run + "/checkpoints/step_00000006"));
+  EXPECT_EQ(gnmr_test::read_bytes(run + "/metrics.jsonl"), metrics);
+}
+
 // --resume of another run's checkpoint into a directory that holds a run once cut that run's
 // metrics, overwrote its config and mixed the two runs' checkpoints (with checkpoint.keep, the
 // new ones were removed first). Refused now, the run unchanged.
