@@ -1,5 +1,5 @@
 // `gnmr train --config FILE [--set K=V]... [--out DIR] [--resume auto|CKPT] [--force]
-//             [--backend cpu|cuda] [--steps N] [--init HF_DIR|CKPT]`
+//             [--backend cpu|cuda] [--steps N] [--init HF_DIR|CKPT] [--check [--world-size N]]`
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -9,6 +9,8 @@
 #include "cli/config_flags.h"
 #include "cli/path_flags.h"
 #include "cli/validators.h"
+#include "parallel/launch_env.h"
+#include "train/preflight.h"
 #include "train/trainer.h"
 
 namespace gnmr {
@@ -18,6 +20,8 @@ CommandAction add_train_command(CLI::App& app) {
   auto options = std::make_shared<TrainOptions>();
   auto backend = std::make_shared<std::string>();
   auto steps = std::make_shared<int64_t>(0);
+  auto check = std::make_shared<bool>(false);
+  auto world_size = std::make_shared<int>(0);
   options->out_dir = "runs/latest";
   app.add_option("--out", options->out_dir,
                  "Run directory (config.json, log.txt, metrics.jsonl, checkpoints/)")
@@ -44,13 +48,25 @@ CommandAction add_train_command(CLI::App& app) {
       ->check(at_least(1));
   app.add_option("--init", options->init,
                  "Initialise weights from a Hugging Face LLaMA folder or a gnmr checkpoint");
-  return [flags, options, backend, steps] {
+  app.add_flag("--check", *check,
+               "Check everything the job would refuse before its first step (config, batch "
+               "split, tokenizer, shards, run directory, checkpoint) without a model or backend, "
+               "print the plan, and exit");
+  app.add_option("--world-size", *world_size,
+                 "With --check: the job's ranks (default: the launcher's, else 1)")
+      ->check(at_least(1));
+  return [flags, options, backend, steps, check, world_size] {
     if (!options->init.empty()) require_directory("--init", options->init, ErrorKind::Checkpoint);
     ConfigFlags resolved = *flags;
     if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
     if (*steps > 0) resolved.overrides.push_back("train.steps=" + std::to_string(*steps));
     RunConfig config = resolved.load();
     if (config.log.level != "info") spdlog::set_level(spdlog::level::from_str(config.log.level));
+    if (*check) {
+      run_preflight(config, *options, *world_size > 0 ? *world_size : read_launch_env().world_size);
+      return;
+    }
+    if (*world_size > 0) throw Error(ErrorKind::Usage, "--world-size is for --check");
     TrainSummary summary = run_training(config, *options);
     std::string done = "done: " + std::to_string(summary.steps_done) + " steps";
     if (std::isfinite(summary.final_loss)) {

@@ -179,6 +179,13 @@ LlamaModel::LlamaModel(const ModelConfig& config, Backend& backend, int micro_ba
 
 LlamaModel::~LlamaModel() = default;
 
+int64_t llama_parameter_count(const ModelConfig& config) {
+  const int64_t dim = config.dim, vocab = config.vocab_size, ffn = config.ffn_dim;
+  const int64_t kv_dim = int64_t(config.n_kv_heads) * config.head_dim();
+  const int64_t per_layer = 2 * dim + 2 * dim * dim + 2 * dim * kv_dim + 3 * dim * ffn;
+  return 2 * vocab * dim + int64_t(config.n_layers) * per_layer + dim;
+}
+
 int64_t LlamaModel::num_params() const {
   int64_t total = 0;
   for (const ParamInfo& p : table_.params) total += p.weight.numel();

@@ -25,6 +25,11 @@ namespace gnmr {
 AttentionShape llama_attention_shape(const ModelConfig& config, int64_t micro_batch,
                                      int64_t seq_len);
 
+// The parameters a model of `config` holds (LlamaModel::num_params without building it): the
+// embedding, per layer two RMSNorm gains, q, k, v (n_kv_heads wide), o and the three MLP
+// matrices, the final norm and the untied lm_head. `gnmr train --check` sizes a run by it.
+int64_t llama_parameter_count(const ModelConfig& config);
+
 // Whether a model holds its parameters' gradients: a training model does. One that only
 // evaluates (forward_loss) needs none, and holds 4 bytes a parameter less, none of the
 // backward's scratch, and one layer's activations, which all its layers share.

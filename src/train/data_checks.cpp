@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
+#include "data/prepare.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
 
@@ -49,6 +52,81 @@ void check_shards_match(const DataConfig& data, int tokenizer_pieces, const Toke
                                      " with one of " + std::to_string(train.shard_vocab_size()) +
                                      "; prepare both with the same tokenizer");
   }
+}
+
+int accumulation_steps_for(const RunConfig& config, int world_size) {
+  const int64_t tokens_per_micro_step =
+      int64_t(config.train.micro_batch) * config.data.seq_len * world_size;
+  if (config.train.global_batch_tokens % tokens_per_micro_step != 0) {
+    throw Error(ErrorKind::Config,
+                "config: \"train.global_batch_tokens\" (" +
+                    std::to_string(config.train.global_batch_tokens) +
+                    ") must be a multiple of train.micro_batch × data.seq_len × ranks (" +
+                    std::to_string(tokens_per_micro_step) + " with " + std::to_string(world_size) +
+                    " ranks)");
+  }
+  return int(config.train.global_batch_tokens / tokens_per_micro_step);
+}
+
+int64_t eval_batch_count(const RunConfig& config, const TokenLoader& val, int64_t token_budget) {
+  const int micro_batch = config.train.micro_batch;
+  const int64_t batch_tokens = int64_t(micro_batch) * config.data.seq_len;
+  // Whole batches only: the model's shapes are fixed at construction.
+  if (token_budget < batch_tokens) {
+    throw Error(ErrorKind::Config, "eval.tokens " + std::to_string(token_budget) +
+                                       " is less than one evaluation batch of " +
+                                       std::to_string(batch_tokens) +
+                                       " tokens (train.micro_batch x data.seq_len); raise it to "
+                                       "at least " +
+                                       std::to_string(batch_tokens));
+  }
+  const int64_t windows = val.num_eval_windows();
+  if (windows < micro_batch) {
+    throw Error(
+        ErrorKind::Data,
+        "data.val: validation shards " + config.data.val + " hold " + std::to_string(windows) +
+            " windows of data.seq_len + 1 = " + std::to_string(config.data.seq_len + 1) +
+            " tokens, fewer than one batch (train.micro_batch = " + std::to_string(micro_batch) +
+            ")");
+  }
+  return std::min(token_budget / batch_tokens, windows / micro_batch);
+}
+
+TrainingData open_training_data(const RunConfig& config, int rank, int world_size,
+                                int accumulation_steps) {
+  if (config.data.train.empty()) {
+    throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
+  }
+  const int seq_len = config.data.seq_len;
+  const int tokenizer_pieces = check_tokenizer(config.data, config.model);
+  // Loader errors name the shard or glob; prefix the config field they came from.
+  auto open_loader = [&](const char* field, const std::string& glob, const std::string& sampling) {
+    try {
+      return std::make_unique<TokenLoader>(glob, seq_len, config.model.vocab_size, sampling,
+                                           config.train.seed, rank, world_size, accumulation_steps);
+    } catch (const Error& e) {
+      throw Error(e.kind(), std::string(field) + ": " + e.what());
+    }
+  };
+  TrainingData data;
+  data.train = open_loader("data.train", config.data.train, config.data.sampling);
+  // How much of the data the run reads: an epoch is the windows at stride seq_len.
+  const int64_t run_windows = config.train.steps * (config.train.global_batch_tokens / seq_len);
+  spdlog::info(
+      "data.train: {} tokens, {} windows of {} tokens; {} steps read {} windows, {:.3g} "
+      "epoch(s), data.sampling = {}{}",
+      data.train->total_tokens(), data.train->num_epoch_windows(), seq_len + 1, config.train.steps,
+      run_windows, double(run_windows) / double(data.train->num_epoch_windows()),
+      config.data.sampling, config.data.sampling == "random" ? " (drawn with replacement)" : "");
+  if (!config.data.val.empty()) {
+    data.val = open_loader("data.val", config.data.val, "sequential");
+  }
+  check_shards_match(config.data, tokenizer_pieces, *data.train, data.val.get());
+  check_prepared_shards("data.train", data.train->shard_paths());
+  if (data.val) check_prepared_shards("data.val", data.val->shard_paths());
+  // The evaluation at the last step would fail after all the training: fail before it.
+  if (data.val) eval_batch_count(config, *data.val, config.eval.tokens);
+  return data;
 }
 
 }  // namespace gnmr

@@ -3,6 +3,8 @@
 // Error(ErrorKind::Data) naming the config field and the file or glob.
 #pragma once
 
+#include <memory>
+
 #include "config/config.h"
 #include "data/loader.h"
 
@@ -20,5 +22,25 @@ int check_tokenizer(const DataConfig& data, const ModelConfig& model);
 // tokenizer, then train and val must still agree); VAL may be null (no data.val).
 void check_shards_match(const DataConfig& data, int tokenizer_pieces, const TokenLoader& train,
                         const TokenLoader* val);
+
+// Gradient-accumulation micro-steps per optimizer step for WORLD_SIZE ranks: an
+// Error(ErrorKind::Config) naming the numbers when train.global_batch_tokens is not a multiple
+// of train.micro_batch × data.seq_len × ranks.
+int accumulation_steps_for(const RunConfig& config, int world_size);
+
+// The evaluation batches of TOKEN_BUDGET on VAL: whole batches of train.micro_batch windows,
+// at most what VAL holds. A budget under one batch is an Error(Config), a validation set under
+// one batch an Error(Data).
+int64_t eval_batch_count(const RunConfig& config, const TokenLoader& val, int64_t token_budget);
+
+// data.train and data.val (null when not set) as RANK of WORLD_SIZE reads them, with every
+// check above, the shards' prepare.json and the evaluation budget made, and a log line saying
+// how many epochs of the data the run's steps read.
+struct TrainingData {
+  std::unique_ptr<TokenLoader> train;
+  std::unique_ptr<TokenLoader> val;
+};
+TrainingData open_training_data(const RunConfig& config, int rank, int world_size,
+                                int accumulation_steps);
 
 }  // namespace gnmr

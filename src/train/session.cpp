@@ -11,7 +11,6 @@
 
 #include "controller/units.h"
 #include "data/counter_hash.h"
-#include "data/prepare.h"
 #include "train/data_checks.h"
 #include "train/lr_schedule.h"
 #include "train/make_backend.h"
@@ -196,16 +195,7 @@ void TrainingSession::set_up_on_communicator() {
   }
   const int seq_len = config.data.seq_len;
   const int micro_batch = config.train.micro_batch;
-  const int64_t tokens_per_micro_step = int64_t(micro_batch) * seq_len * comm_->world_size();
-  if (config.train.global_batch_tokens % tokens_per_micro_step != 0) {
-    throw Error(ErrorKind::Config,
-                "config: \"train.global_batch_tokens\" (" +
-                    std::to_string(config.train.global_batch_tokens) +
-                    ") must be a multiple of train.micro_batch × data.seq_len × ranks (" +
-                    std::to_string(tokens_per_micro_step) + " with " +
-                    std::to_string(comm_->world_size()) + " ranks)");
-  }
-  accumulation_steps_ = int(config.train.global_batch_tokens / tokens_per_micro_step);
+  accumulation_steps_ = accumulation_steps_for(config, comm_->world_size());
   // ZeRO-1 cuts the flat buffers into equal shards, so they are padded to world × 64 elements.
   const bool zero = config.dist.zero == 1;
   model_ = std::make_unique<LlamaModel>(config.model, *backend_, micro_batch, seq_len,
@@ -265,38 +255,10 @@ void TrainingSession::set_up_on_communicator() {
   targets_.resize(tokens_.size());
 
   if (!synthetic_data_) {
-    if (config.data.train.empty())
-      throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
-    const int tokenizer_pieces = check_tokenizer(config.data, config.model);
-    // Loader errors name the shard or glob; prefix the config field they came from.
-    auto open_loader = [&](const char* field, const std::string& glob,
-                           const std::string& sampling) {
-      try {
-        return std::make_unique<TokenLoader>(glob, seq_len, config.model.vocab_size, sampling,
-                                             config.train.seed, comm_->rank(), comm_->world_size(),
-                                             accumulation_steps_);
-      } catch (const Error& e) {
-        throw Error(e.kind(), std::string(field) + ": " + e.what());
-      }
-    };
-    train_loader_ = open_loader("data.train", config.data.train, config.data.sampling);
-    // How much of the data the run reads: an epoch is the windows at stride seq_len.
-    const int64_t run_windows = config.train.steps * (config.train.global_batch_tokens / seq_len);
-    spdlog::info(
-        "data.train: {} tokens, {} windows of {} tokens; {} steps read {} windows, {:.3g} "
-        "epoch(s), data.sampling = {}{}",
-        train_loader_->total_tokens(), train_loader_->num_epoch_windows(), seq_len + 1,
-        config.train.steps, run_windows,
-        double(run_windows) / double(train_loader_->num_epoch_windows()), config.data.sampling,
-        config.data.sampling == "random" ? " (drawn with replacement)" : "");
-    if (!config.data.val.empty()) {
-      val_loader_ = open_loader("data.val", config.data.val, "sequential");
-    }
-    check_shards_match(config.data, tokenizer_pieces, *train_loader_, val_loader_.get());
-    check_prepared_shards("data.train", train_loader_->shard_paths());
-    if (val_loader_) check_prepared_shards("data.val", val_loader_->shard_paths());
-    // The evaluation at the last step would fail after all the training: fail before it.
-    if (val_loader_) eval_batches(config.eval.tokens);
+    TrainingData data =
+        open_training_data(config, comm_->rank(), comm_->world_size(), accumulation_steps_);
+    train_loader_ = std::move(data.train);
+    val_loader_ = std::move(data.val);
   }
 }
 
@@ -574,27 +536,7 @@ void TrainingSession::check_replicas(int64_t step) {
 }
 
 int64_t TrainingSession::eval_batches(int64_t token_budget) const {
-  const int micro_batch = config_.train.micro_batch;
-  const int64_t batch_tokens = int64_t(micro_batch) * config_.data.seq_len;
-  // Whole batches only: the model's shapes are fixed at construction.
-  if (token_budget < batch_tokens) {
-    throw Error(ErrorKind::Config, "eval.tokens " + std::to_string(token_budget) +
-                                       " is less than one evaluation batch of " +
-                                       std::to_string(batch_tokens) +
-                                       " tokens (train.micro_batch x data.seq_len); raise it to "
-                                       "at least " +
-                                       std::to_string(batch_tokens));
-  }
-  const int64_t windows = val_loader_->num_eval_windows();
-  if (windows < micro_batch) {
-    throw Error(
-        ErrorKind::Data,
-        "data.val: validation shards " + config_.data.val + " hold " + std::to_string(windows) +
-            " windows of data.seq_len + 1 = " + std::to_string(config_.data.seq_len + 1) +
-            " tokens, fewer than one batch (train.micro_batch = " + std::to_string(micro_batch) +
-            ")");
-  }
-  return std::min(token_budget / batch_tokens, windows / micro_batch);
+  return eval_batch_count(config_, *val_loader_, token_budget);
 }
 
 int64_t TrainingSession::eval_tokens(int64_t token_budget) const {

@@ -102,6 +102,38 @@ TEST(CliTrain, ResumeOnOtherShardsSaysTheBatchesDiffer) {
       << second.output;
 }
 
+// `--check` finds on a login node what the job would refuse before its first step, without a
+// model or a backend, and changes nothing: the plan for a fresh run, a batch that N ranks
+// cannot split (exit 3), a run directory that holds a run (exit 5), a resume it would take.
+TEST(CliTrain, CheckReportsThePlanOrTheRefusalAndChangesNothing) {
+  std::string dir = gnmr_test::scratch_dir("cli_train_check");
+  std::string config = gnmr_test::write_tiny_config(dir);
+  auto fresh = run_gnmr(train_args(config, dir + "/run") + " --check --world-size 2");
+  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
+  EXPECT_NE(fresh.output.find("the job would start (2 rank(s), backend cpu)"), std::string::npos)
+      << fresh.output;
+  EXPECT_NE(fresh.output.find("256 tokens a step = 1 micro-step(s) of 4 x 32 tokens on each of 2"),
+            std::string::npos)
+      << fresh.output;
+  EXPECT_FALSE(fs::exists(dir + "/run")) << "--check made the run directory";
+  auto split = run_gnmr(train_args(config, dir + "/run") + " --check --world-size 3");
+  EXPECT_EQ(split.exit_code, 3) << split.output;
+  EXPECT_NE(split.output.find("must be a multiple of train.micro_batch"), std::string::npos)
+      << split.output;
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run") + " --stop-at 6").exit_code, 0);
+  const std::string metrics = gnmr_test::read_bytes(dir + "/run/metrics.jsonl");
+  auto existing = run_gnmr(train_args(config, dir + "/run") + " --check");
+  EXPECT_EQ(existing.exit_code, 5) << existing.output;
+  EXPECT_NE(existing.output.find("already holds a run"), std::string::npos) << existing.output;
+  auto resume = run_gnmr(train_args(config, dir + "/run") + " --check --resume auto");
+  EXPECT_EQ(resume.exit_code, 0) << resume.output;
+  EXPECT_NE(resume.output.find("resumes from " + dir + "/run/checkpoints/step_00000006"),
+            std::string::npos)
+      << resume.output;
+  EXPECT_EQ(gnmr_test::read_bytes(dir + "/run/metrics.jsonl"), metrics);
+  EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012"));
+}
+
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {
   std::string dir = gnmr_test::scratch_dir("cli_overwrite");
   std::string config =

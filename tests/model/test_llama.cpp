@@ -320,6 +320,7 @@ TEST(LlamaModel, ParamTableFollowsHuggingFaceNamesAndUnits) {
   const int64_t d = 16, kv = 8, f = 40, v = 64;
   const int64_t per_layer = 2 * d * d + 2 * d * kv + 3 * d * f + 2 * d;
   EXPECT_EQ(model.num_params(), 2 * v * d + 2 * per_layer + d);
+  EXPECT_EQ(llama_parameter_count(c), model.num_params());  // the count without a model
   const int64_t matmul = 2 * (2 * d * d + 2 * d * kv + 3 * d * f) + v * d;
   EXPECT_EQ(model.flops_per_token(), 6 * matmul + 12 * 2 * d * kSeq);
 }
