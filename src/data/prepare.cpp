@@ -318,7 +318,9 @@ struct OutputDirectory {
       lock = DirectoryLock(out_dir, "prepare: output directory", ErrorKind::Data);
       for (const auto& entry : fs::directory_iterator(out_dir)) {
         const std::string name = entry.path().filename().string();
-        if (entry.path().extension() == ".bin" || name == "prepare.json") {
+        // A shard, finished or being written (NAME.bin.tmp.PID: a prepare at work or killed).
+        if (entry.path().extension() == ".bin" || name == "prepare.json" ||
+            name.find(".bin.tmp.") != std::string::npos) {
           const bool finished = fs::exists(fs::path(out_dir) / "prepare.json");
           throw Error(ErrorKind::Data,
                       "prepare: output directory " + out_dir + " already holds " + name +

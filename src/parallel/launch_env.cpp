@@ -185,8 +185,7 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
                  " is not between 1 and " + world->first + "=" + std::to_string(env.world_size));
     }
     read_rendezvous(lookup, env);
-    env.mpi_wireup = lookup("PMIX_RANK") || lookup("PMI_RANK") || lookup("PMI_FD") ||
-                     lookup("OMPI_COMM_WORLD_RANK");
+    if (auto mpi_type = lookup("SLURM_MPI_TYPE")) env.srun_mpi_type = *mpi_type;
     return env;
   }
   return LaunchEnv{};

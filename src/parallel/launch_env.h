@@ -50,9 +50,9 @@ struct LaunchEnv {
   int rendezvous_port = 29500;
   std::string job_id;                // "" when the launcher does not say
   std::string attempt = "restart0";  // which start of the job: "restart<N>[.step<S>]"
-  // Whether the launcher set up an MPI wire-up for this process (PMIX_RANK, PMI_RANK, PMI_FD or
-  // OMPI_COMM_WORLD_RANK is set): srun --mpi=none sets none, and MPI cannot start there.
-  bool mpi_wireup = false;
+  // srun's MPI plugin for this step (SLURM_MPI_TYPE: "pmix", "pmi2", "none", ...); "" when not
+  // started by srun.
+  std::string srun_mpi_type;
 };
 
 // The first host a SLURM node list names: "gpu[003-010,017],login1" -> "gpu003",

@@ -108,16 +108,20 @@ std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& optio
                   "communicator \"mpi\" sums host memory, but the backend is \"cuda\"; use "
                   "\"nccl\" (or \"auto\") for GPU ranks");
     }
-    // Under srun without an MPI plugin, MPI_Init aborts the job in the MPI library's words
-    // (Open MPI: "OMPI was not built with SLURM's PMI support"): say what to change first.
-    if (env.source == "slurm" && env.world_size > 1 && !env.mpi_wireup) {
+#ifdef GNMR_WITH_MPI
+#ifdef OPEN_MPI
+    // Open MPI under srun --mpi=none aborts the job in MPI_Init ("OMPI was not built with
+    // SLURM's PMI support"): say what to change first. (MPICH and Intel MPI can start there,
+    // through SLURM's own PMI-1 library.)
+    if (env.source == "slurm" && env.world_size > 1 && env.srun_mpi_type == "none") {
       throw Error(ErrorKind::Usage,
                   "srun started " + describe(env) +
-                      " without an MPI plugin (no PMIX_RANK or PMI_RANK: srun --mpi=none, or a "
-                      "cluster whose MpiDefault is none), and CPU ranks meet over MPI; launch "
-                      "them with srun --mpi=pmix (SRUN_MPI=pmix for scripts/slurm), or mpirun");
+                      " without an MPI plugin (SLURM_MPI_TYPE=none: srun --mpi=none, or a "
+                      "cluster whose MpiDefault is none), and this gnmr's Open MPI cannot start "
+                      "there; launch the CPU ranks with srun --mpi=pmix (SRUN_MPI=pmix for "
+                      "scripts/slurm), or mpirun");
     }
-#ifdef GNMR_WITH_MPI
+#endif
     auto comm = std::make_unique<MpiCommunicator>();
     check_matches_launch(*comm, env);
     return comm;

@@ -214,7 +214,19 @@ std::string save_checkpoint(const std::string& run_dir, const RunConfig& config,
 }
 
 void remove_stale_checkpoint_temps(const std::string& run_dir, bool run_dir_locked) {
-  remove_stale_temp_dirs((fs::path(run_dir) / "checkpoints").string(), kTempPrefix, run_dir_locked);
+  // The trainer's own temporaries, .tmp_[replaced_]step_NNNNNNNN_<pid>: written only under the
+  // run directory's lock. (`checkpoint consolidate` writes .tmp_step_N_consolidated_<pid>
+  // beside them without that lock: its pid decides.)
+  auto trainers_own = [](const std::string& name) {
+    std::string rest = name.substr(std::string(kTempPrefix).size());
+    if (rest.rfind("replaced_", 0) == 0) rest = rest.substr(9);
+    if (rest.size() < 15 || rest.rfind("step_", 0) != 0 || rest[13] != '_') return false;
+    const std::string digits = rest.substr(5, 8) + rest.substr(14);
+    return std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  remove_stale_temp_dirs(
+      (fs::path(run_dir) / "checkpoints").string(), kTempPrefix,
+      run_dir_locked ? std::function<bool(const std::string&)>(trainers_own) : nullptr);
 }
 
 std::string find_latest_checkpoint(const std::string& run_dir) {

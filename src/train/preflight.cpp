@@ -57,16 +57,18 @@ void run_preflight(const RunConfig& config, const TrainOptions& options, int wor
             << "  run directory: " << start << "\n"
             << "  model " << config.model.name << ": " << params << " parameters; per rank "
             << gigabytes(state_bytes) << " of fp32 weights, gradients and AdamW moments"
-            << (world_size > 1 ? (config.dist.zero == 1 ? " before dist.zero=1, " : " (dist.zero=1: ") +
-                                     gigabytes(zero_bytes) + (config.dist.zero == 1 ? " with it" : ")")
-                               : std::string())
+            << (world_size > 1
+                    ? (config.dist.zero == 1 ? " before dist.zero=1, " : " (dist.zero=1: ") +
+                          gigabytes(zero_bytes) + (config.dist.zero == 1 ? " with it" : ")")
+                    : std::string())
             << "; activations and the backend's own memory not counted (gnmr bench measures "
                "them)\n"
-            << "  batch: " << config.train.global_batch_tokens << " tokens a step = "
-            << accumulation << " micro-step(s) of " << config.train.micro_batch << " x "
-            << config.data.seq_len << " tokens on each of " << world_size << " rank(s)\n"
-            << "  data.train: " << data.train->total_tokens() << " tokens; "
-            << config.train.steps << " steps read "
+            << "  batch: " << config.train.global_batch_tokens
+            << " tokens a step = " << accumulation << " micro-step(s) of "
+            << config.train.micro_batch << " x " << config.data.seq_len << " tokens on each of "
+            << world_size << " rank(s)\n"
+            << "  data.train: " << data.train->total_tokens() << " tokens; " << config.train.steps
+            << " steps read "
             << fmt::format("{:.3g}", double(config.train.steps) *
                                          double(config.train.global_batch_tokens) /
                                          double(config.data.seq_len) /

@@ -117,7 +117,9 @@ std::string without_trailing_separator(const std::string& path) {
   return p.string();
 }
 
-void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix, bool only_writer) {
+void remove_stale_temp_dirs(
+    const std::string& dir, const std::string& prefix,
+    const std::function<bool(const std::string& name)>& stale_whatever_pid) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
@@ -125,7 +127,8 @@ void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix, b
     if (name.rfind(prefix, 0) != 0 || !entry.is_directory(ec)) continue;
     const long pid = trailing_pid(name);
     if (pid <= 0 || pid == long(::getpid())) continue;  // not ours, or our own
-    if (!only_writer && process_is_alive(pid)) {
+    const bool stale_anyway = stale_whatever_pid && stale_whatever_pid(name);
+    if (!stale_anyway && process_is_alive(pid)) {
       spdlog::warn("{} belongs to running process {}; left alone", entry.path().string(), pid);
       continue;
     }

@@ -2,6 +2,7 @@
 // complete and fsync'd. Used by `prepare` (shards), checkpoints and exports.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace gnmr {
@@ -24,11 +25,12 @@ std::string without_trailing_separator(const std::string& path);
 // Removes what a failed or killed writer left in DIR: directories named PREFIX..._<pid>
 // (publish_directory's temporaries) whose pid is no live process on this host, logging each.
 // A live pid's directory may be another process still writing, and a name without a pid is
-// not a gnmr temporary: both are left alone. ONLY_WRITER: the caller holds DIR's lock
-// (util/directory_lock.h), so no other process writes there and every temporary is stale
-// whatever its pid (pids are reused: a container's gnmr is often pid 1 after every restart).
-void remove_stale_temp_dirs(const std::string& dir, const std::string& prefix,
-                            bool only_writer = false);
+// not a gnmr temporary: both are left alone. STALE_WHATEVER_PID: names whose every writer takes
+// a lock the caller now holds (util/directory_lock.h), so they are stale whatever process their
+// pid names now (pids are reused: a container's gnmr is often pid 1 after every restart).
+void remove_stale_temp_dirs(
+    const std::string& dir, const std::string& prefix,
+    const std::function<bool(const std::string& name)>& stale_whatever_pid = nullptr);
 
 // Reads a whole file; throws Error(kind) naming the path if it cannot.
 std::string read_file(const std::string& path);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,17 +14,39 @@ namespace fs = std::filesystem;
 
 namespace gnmr {
 
+namespace {
+
+// Whether FD is the file now at PATH: a lock taken on a file that a releasing holder removed
+// in between (remove_and_release) guards nothing.
+bool is_file_at(int fd, const std::string& path) {
+  struct stat opened {
+  }, named{};
+  return ::fstat(fd, &opened) == 0 && ::stat(path.c_str(), &named) == 0 &&
+         opened.st_dev == named.st_dev && opened.st_ino == named.st_ino;
+}
+
+}  // namespace
+
 DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what, ErrorKind kind)
     : path_((fs::path(dir) / ".gnmr.lock").string()) {
-  fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd_ < 0) {
-    throw Error(kind, what + " " + dir + ": cannot create " + path_ + " (" + std::strerror(errno) +
-                          "); choose another --out");
-  }
   struct flock lock {};
   lock.l_type = F_WRLCK;
   lock.l_whence = SEEK_SET;
-  if (::fcntl(fd_, F_SETLK, &lock) == 0) {
+  int taken = -1;
+  for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      throw Error(kind, what + " " + dir + ": cannot create " + path_ + " (" +
+                            std::strerror(errno) + "); choose another --out");
+    }
+    taken = ::fcntl(fd_, F_SETLK, &lock);
+    if (taken == 0 && !is_file_at(fd_, path_)) {
+      ::close(fd_);  // locked a removed file: open the one now at the path
+      fd_ = -1;
+    }
+  }
+  if (fd_ < 0) throw Error(kind, what + " " + dir + ": " + path_ + " keeps being replaced");
+  if (taken == 0) {
     held_ = true;
     return;
   }

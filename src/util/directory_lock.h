@@ -29,8 +29,8 @@ class DirectoryLock {
   bool held() const { return held_; }
   // Removes the lock file, then releases the lock: for a directory that must be left without
   // it (prepare's output, or one it made and removes again). A process that opened the file
-  // before the removal and locks it after holds a lock on a removed file; its own check of the
-  // directory's contents, made after locking, is what keeps it from writing over this one's.
+  // before the removal and locks it after finds that the file it locked is no longer the one
+  // at the path, and locks that one instead (the constructor compares the two).
   void remove_and_release();
 
  private:

@@ -149,10 +149,12 @@ TEST(LaunchEnv, ReadsSlurmVariables) {
   EXPECT_EQ(env.world_size, 16);
   EXPECT_EQ(env.local_rank, 2);
   EXPECT_EQ(env.world_size_variable, "SLURM_NTASKS");
-  EXPECT_FALSE(env.mpi_wireup);  // srun --mpi=none
-  EXPECT_TRUE(
-      parse_launch_env(env_map({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "16"}, {"PMIX_RANK", "6"}}))
-          .mpi_wireup);  // srun --mpi=pmix
+  EXPECT_EQ(env.srun_mpi_type, "");
+  EXPECT_EQ(
+      parse_launch_env(
+          env_map({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "16"}, {"SLURM_MPI_TYPE", "none"}}))
+          .srun_mpi_type,
+      "none");
 }
 
 // Inside an allocation of 16 tasks an `srun -n 4` step has SLURM_NTASKS of the allocation

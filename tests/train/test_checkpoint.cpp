@@ -242,10 +242,13 @@ TEST(CheckpointWrite, StaleTemporaryDirectoriesOfDeadProcessesAreRemoved) {
   std::vector<std::string> left = entries_of(root);
   std::sort(left.begin(), left.end());
   EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", live, "step_00000003"}));
-  // The run directory's lock held: a live pid is another process that reused the killed
-  // writer's pid (a container's pid 1), and its temporary goes too.
+  // The run directory's lock held: a live pid on a trainer's temporary is another process that
+  // reused the killed writer's pid (a container's pid 1), and it goes too; a running
+  // `checkpoint consolidate` (no lock) keeps its own.
+  const std::string consolidating = ".tmp_step_00000003_consolidated_" + std::to_string(getppid());
+  fs::create_directories(root + consolidating);
   gnmr::remove_stale_checkpoint_temps(run, /*run_dir_locked=*/true);
   left = entries_of(root);
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", "step_00000003"}));
+  EXPECT_EQ(left, (std::vector<std::string>{".tmp_notes", consolidating, "step_00000003"}));
 }
