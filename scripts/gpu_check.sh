@@ -174,8 +174,11 @@ stage_preflight() {
   local built_from head
   built_from=$(grep -o '"commit": "[^"]*"' "$bundle/BUNDLE.json" 2>/dev/null | cut -d'"' -f4)
   head=$(git rev-parse --short HEAD 2>/dev/null || true)
-  if [ -n "$head" ] && [ -n "$built_from" ] && [ "$built_from" != "$head" ]; then
+  # Short hashes of two clones may differ in length: one a prefix of the other is the same.
+  if [ -n "$head" ] && [ -n "$built_from" ] && [[ "$head" != "$built_from"* && "$built_from" != "$head"* ]]; then
     note "WARNING: the bundle was built from commit $built_from, this checkout is at $head: what passes here is $built_from's code (scripts/gpu_bundle.sh rebuilds it)"
+  elif grep -q '"dirty": true' "$bundle/BUNDLE.json" 2>/dev/null; then
+    note "note: the bundle was built from $built_from with uncommitted changes"
   fi
   note "CUDA toolkit: ${cuda_root:-not found} (libcudart.so.13 in ${cuda_lib:-nowhere})"
   note "NCCL: ${GNMR_NCCL_LIBRARY:-not in the toolkit nor in PyTorch, so the dynamic loader decides (the GpuNccl tests skip, and gpu-tests fails, where it finds none)}"

@@ -6,8 +6,8 @@
 // 4^h >= n, each round keyed by (seed, epoch, round); values that land at or beyond n are
 // mapped again ("cycle walking") until they fall inside [0, n). A Feistel network is a
 // bijection of [0, 4^h) whatever its round function, and cycle walking restricts a bijection to
-// the subset, so every index of [0, n) appears exactly once per epoch. Since 4^h < 4n, a lookup
-// takes fewer than 4 rounds of the network on average.
+// the subset, so every index of [0, n) appears exactly once per epoch. Since 4^h <= 4n, a lookup
+// takes at most 4 passes of the network on average.
 #pragma once
 
 #include <cstdint>

@@ -185,10 +185,19 @@ LaunchEnv parse_launch_env(const EnvLookup& lookup) {
                  " is not between 1 and " + world->first + "=" + std::to_string(env.world_size));
     }
     read_rendezvous(lookup, env);
-    if (auto mpi_type = lookup("SLURM_MPI_TYPE")) env.srun_mpi_type = *mpi_type;
+    env.mpi_wireup = lookup("PMIX_RANK") || lookup("PMI_RANK") || lookup("PMI_FD") ||
+                     lookup("OMPI_COMM_WORLD_RANK");
     return env;
   }
   return LaunchEnv{};
+}
+
+std::string srun_without_mpi_plugin_hint(const LaunchEnv& env) {
+  if (env.source != "slurm" || env.world_size < 2 || env.mpi_wireup) return "";
+  return "srun started " + std::to_string(env.world_size) +
+         " processes without a PMIx or PMI-2 wire-up (srun --mpi=none, or a cluster whose "
+         "MpiDefault is none): if MPI fails to start now, launch the CPU ranks with srun "
+         "--mpi=pmix (SRUN_MPI=pmix for scripts/slurm) or mpirun";
 }
 
 GpuChoice gpu_for_process(const LaunchEnv& env, int visible_gpus) {

@@ -50,9 +50,9 @@ struct LaunchEnv {
   int rendezvous_port = 29500;
   std::string job_id;                // "" when the launcher does not say
   std::string attempt = "restart0";  // which start of the job: "restart<N>[.step<S>]"
-  // srun's MPI plugin for this step (SLURM_MPI_TYPE: "pmix", "pmi2", "none", ...); "" when not
-  // started by srun.
-  std::string srun_mpi_type;
+  // Whether the launcher set up a PMIx or PMI-2 wire-up for this process (PMIX_RANK, PMI_RANK,
+  // PMI_FD or OMPI_COMM_WORLD_RANK set); srun --mpi=none sets none of them.
+  bool mpi_wireup = false;
 };
 
 // The first host a SLURM node list names: "gpu[003-010,017],login1" -> "gpu003",
@@ -68,6 +68,12 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string& na
 // local size is not between 1 and the world size, or when a source is half present (a rank
 // without a size).
 LaunchEnv parse_launch_env(const EnvLookup& lookup);
+
+// For CPU ranks that srun started without a PMIx or PMI-2 wire-up (srun --mpi=none, or a
+// cluster whose MpiDefault is none): what to do if MPI_Init then fails, as Debian's Open MPI
+// does ("OMPI was not built with SLURM's PMI support"); "" for any other launch. Only a hint:
+// an MPI built with SLURM's PMI-1 (MPICH, Intel MPI) starts there.
+std::string srun_without_mpi_plugin_hint(const LaunchEnv& env);
 
 // Which GPU a process of the cuda backend takes among the `visible_gpus` CUDA shows it (after
 // CUDA_VISIBLE_DEVICES): device 0 when it sees at most one (a launcher that gives each task its

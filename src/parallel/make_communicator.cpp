@@ -1,3 +1,5 @@
+#include <spdlog/spdlog.h>
+
 #include <memory>
 
 #include "parallel/communicator.h"
@@ -109,19 +111,11 @@ std::unique_ptr<Communicator> make_communicator(const CommunicatorOptions& optio
                   "\"nccl\" (or \"auto\") for GPU ranks");
     }
 #ifdef GNMR_WITH_MPI
-#ifdef OPEN_MPI
-    // Open MPI under srun --mpi=none aborts the job in MPI_Init ("OMPI was not built with
-    // SLURM's PMI support"): say what to change first. (MPICH and Intel MPI can start there,
-    // through SLURM's own PMI-1 library.)
-    if (env.source == "slurm" && env.world_size > 1 && env.srun_mpi_type == "none") {
-      throw Error(ErrorKind::Usage,
-                  "srun started " + describe(env) +
-                      " without an MPI plugin (SLURM_MPI_TYPE=none: srun --mpi=none, or a "
-                      "cluster whose MpiDefault is none), and this gnmr's Open MPI cannot start "
-                      "there; launch the CPU ranks with srun --mpi=pmix (SRUN_MPI=pmix for "
-                      "scripts/slurm), or mpirun");
+    // Debian's Open MPI aborts in MPI_Init there, in words that do not name the fix.
+    if (const std::string hint = srun_without_mpi_plugin_hint(env);
+        !hint.empty() && env.rank == 0) {
+      spdlog::warn("{}", hint);
     }
-#endif
     auto comm = std::make_unique<MpiCommunicator>();
     check_matches_launch(*comm, env);
     return comm;

@@ -160,8 +160,9 @@ std::string checkpoint_problem(const std::string& dir, CheckpointUse use) {
   static const std::vector<std::string> weights_files = {"model.safetensors", "config.json",
                                                          "tokenizer.model"};
   const bool weights_only = use == CheckpointUse::Weights;
+  // (tokenizer.model is there only when the run had one.)
   const std::vector<std::string> required =
-      weights_only ? std::vector<std::string>{"model.safetensors", "config.json"}
+      weights_only ? std::vector<std::string>(weights_files.begin(), weights_files.begin() + 2)
                    : required_files_of(root);
   for (const std::string& name : required) {
     if (!fs::is_regular_file(root / name, ec)) return name + " is missing";

@@ -91,6 +91,7 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   std::string header_text = header.dump();
   // The spec allows padding the header with spaces; align the data to 8 bytes.
   while ((8 + header_text.size()) % 8 != 0) header_text += ' ';
+  errno = 0;  // a stream that fails without a system error says "short write", not "Success"
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   if (!out) throw Error(ErrorKind::Runtime, "cannot create " + path);
   uint64_t header_len = header_text.size();
@@ -102,7 +103,10 @@ void write_safetensors(const std::string& path, const std::vector<SafetensorsTen
   }
   // close() checked too: NFS reports a failed write back to the server only there.
   out.close();
-  if (!out) throw Error(ErrorKind::Runtime, "write " + path + " failed: " + std::strerror(errno));
+  if (!out) {
+    throw Error(ErrorKind::Runtime, "write " + path + " failed: " +
+                                        (errno != 0 ? std::strerror(errno) : "short write"));
+  }
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {

@@ -149,12 +149,14 @@ TEST(LaunchEnv, ReadsSlurmVariables) {
   EXPECT_EQ(env.world_size, 16);
   EXPECT_EQ(env.local_rank, 2);
   EXPECT_EQ(env.world_size_variable, "SLURM_NTASKS");
-  EXPECT_EQ(env.srun_mpi_type, "");
-  EXPECT_EQ(
-      parse_launch_env(
-          env_map({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "16"}, {"SLURM_MPI_TYPE", "none"}}))
-          .srun_mpi_type,
-      "none");
+  // srun --mpi=none: no wire-up, and the hint for an MPI_Init that then fails.
+  EXPECT_FALSE(env.mpi_wireup);
+  EXPECT_NE(srun_without_mpi_plugin_hint(env).find("srun --mpi=pmix"), std::string::npos);
+  // srun --mpi=pmix: PMIx's rank; no hint.
+  const LaunchEnv pmix = parse_launch_env(
+      env_map({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "16"}, {"PMIX_RANK", "6"}}));
+  EXPECT_TRUE(pmix.mpi_wireup);
+  EXPECT_EQ(srun_without_mpi_plugin_hint(pmix), "");
 }
 
 // Inside an allocation of 16 tasks an `srun -n 4` step has SLURM_NTASKS of the allocation

@@ -1,7 +1,6 @@
 // The one-process communicator and make_communicator's choice of communicator. These tests
 // make no MPI calls, so they run the same in the 1-process and the 2-rank ctest entries.
 #include <gtest/gtest.h>
-#include <mpi.h>  // OPEN_MPI: test_parallel is built only with MPI
 
 #include <cstring>
 #include <vector>
@@ -39,27 +38,6 @@ ErrorKind kind_of_error(const std::string& kind, const LaunchEnv& env,
   ADD_FAILURE() << "make_communicator(\"" << kind << "\") did not throw";
   return ErrorKind::Runtime;
 }
-
-#ifdef OPEN_MPI
-// srun --mpi=none starts CPU ranks that Open MPI cannot join: it aborted inside MPI_Init with
-// advice to rebuild SLURM. A usage error naming srun --mpi=pmix comes first, before any MPI
-// call.
-TEST(MakeCommunicator, OpenMpiRanksOfAnSrunWithoutMpiPluginAreAUsageErrorBeforeMpi) {
-  CommunicatorOptions options;
-  options.kind = "auto";
-  options.backend = "cpu";
-  LaunchEnv env = launched_by_slurm(0, 2);
-  env.srun_mpi_type = "none";
-  try {
-    make_communicator(options, env);
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::Usage);
-    EXPECT_NE(std::string(e.what()).find("SLURM_MPI_TYPE=none"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("srun --mpi=pmix"), std::string::npos) << e.what();
-  }
-}
-#endif
 
 TEST(LocalCommunicator, ShardCollectivesLeaveTheOneShardAsItIs) {
   LocalCommunicator comm;

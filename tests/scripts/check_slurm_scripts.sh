@@ -67,6 +67,10 @@ run_job usage train.sbatch || status=$?
 status=0
 run_job cpu_usage cpu.sbatch || status=$?
 [[ $status == 2 ]] || fail "cpu.sbatch without arguments exited $status, not 2 (it ran: $(cat "$work/cpu_usage/srun.log" 2>/dev/null))"
+# A --backend among the extra flags replaces the script's own (gnmr takes one).
+run_job own_backend train.sbatch cfg.json runs/j --backend cpu || fail "train.sbatch --backend exited $?"
+grep -q -- "--resume auto --backend cpu$" "$work/own_backend/srun.log" ||
+  fail "an extra --backend: $(cat "$work/own_backend/srun.log")"
 grep -q "usage: sbatch scripts/slurm/cpu.sbatch" "$work/cpu_usage/out.log" ||
   fail "cpu.sbatch's usage line: $(cat "$work/cpu_usage/out.log")"
 # Submitted from elsewhere: the body is not found, and the message says what to set.
