@@ -9,57 +9,38 @@
 #include "cli/validators.h"
 #include "data/prepare.h"
 #include "util/error.h"
+#include "util/stop_signals.h"
 
 namespace gnmr {
 
 namespace {
 
-std::atomic<int> g_prepare_signal{0};
-
-// The first signal asks prepare to stop and clean up; a second one (Ctrl-C again, while a long
-// batch finishes) ends the process at once, as the signal's default does.
-void on_prepare_signal(int signal) {
-  g_prepare_signal.store(signal);
-  std::signal(signal, SIG_DFL);
-}
-
-// SIGINT, SIGTERM and SIGHUP stop prepare through options.stop_signal, so its shards are
-// removed; then the process dies of the signal, as the shell that sent it expects (a loop of
-// prepares stops at Ctrl-C). A signal the launcher ignores (nohup's SIGHUP, SIGINT of a
-// script's background job) stays ignored.
+// SIGINT, SIGTERM and SIGHUP stop prepare through options.stop_signal after the batch it is
+// writing, so its shards are removed (a second one ends it at once); then the process dies of
+// the signal, as the shell that sent it expects (a loop of prepares stops at Ctrl-C).
 void run_prepare_stopping_on_signals(PrepareOptions& options) {
-  const int signals[] = {SIGINT, SIGTERM, SIGHUP};
-  void (*previous[3])(int) = {};
-  for (int i = 0; i < 3; ++i) {
-    previous[i] = std::signal(signals[i], on_prepare_signal);
-    if (previous[i] == SIG_IGN) std::signal(signals[i], SIG_IGN);
-  }
-  auto restore = [&] {
-    for (int i = 0; i < 3; ++i) std::signal(signals[i], previous[i]);
-  };
-  options.stop_signal = &g_prepare_signal;
-  try {
-    PrepareSummary s = run_prepare(options);
-    restore();
-    spdlog::info(
-        "prepared {} documents: {} train tokens in {} shard(s), {} val tokens in {} shard(s) -> "
-        "{}",
-        s.documents, s.train_tokens, s.train_shards.size(), s.val_tokens, s.val_shards.size(),
-        options.out_dir);
-    // A signal after the last batch: the dataset is complete and stays, and the process still
-    // ends by the signal it was sent.
-    if (const int late = g_prepare_signal.load(); late != 0) {
-      std::signal(late, SIG_DFL);
-      std::raise(late);
+  int stopped_by = 0;
+  {
+    StopSignals stop_signals({}, {SIGINT, SIGTERM, SIGHUP});
+    options.stop_signal = &StopSignals::flag();
+    try {
+      PrepareSummary s = run_prepare(options);
+      spdlog::info(
+          "prepared {} documents: {} train tokens in {} shard(s), {} val tokens in {} shard(s) "
+          "-> {}",
+          s.documents, s.train_tokens, s.train_shards.size(), s.val_tokens, s.val_shards.size(),
+          options.out_dir);
+    } catch (const Error& e) {
+      if (StopSignals::received() == 0) throw;
+      std::cerr << "gnmr: error: " << e.what() << "\n";
     }
-  } catch (const Error& e) {
-    restore();
-    const int stopped_by = g_prepare_signal.load();
-    if (stopped_by == 0) throw;
-    std::cerr << "gnmr: error: " << e.what() << "\n";
+    // Also a signal after the last batch: the dataset is complete and stays, and the process
+    // still ends by the signal it was sent.
+    stopped_by = StopSignals::received();
+  }  // the handlers from before are back
+  if (stopped_by != 0) {
     std::signal(stopped_by, SIG_DFL);
     std::raise(stopped_by);
-    throw;  // not reached: the default action of these signals ends the process
   }
 }
 

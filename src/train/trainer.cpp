@@ -30,6 +30,7 @@
 #include "util/error.h"
 #include "util/fnv1a.h"
 #include "util/log.h"
+#include "util/stop_signals.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -37,43 +38,6 @@ using nlohmann::json;
 namespace gnmr {
 
 namespace {
-
-std::atomic<int> g_stop_signal{0};
-
-void on_stop_signal(int signal) {
-  g_stop_signal.store(signal);
-}
-
-// Ctrl-C and a closed terminal stop the run as SIGTERM does (a checkpoint after this step);
-// a second one ends the process at once, as its default does.
-void on_interrupt_signal(int signal) {
-  g_stop_signal.store(signal);
-  std::signal(signal, SIG_DFL);
-}
-
-// The signals that stop a run with a checkpoint, with what was installed before: SIGTERM and
-// SIGUSR1 (schedulers' notice), SIGINT and SIGHUP. A signal the launcher ignores (nohup's
-// SIGHUP, SIGINT of a background job) stays ignored.
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal.store(0);
-    for (int i = 0; i < kCount; ++i) {
-      previous_[i] = std::signal(kSignals[i], i < 2 ? on_stop_signal : on_interrupt_signal);
-      if (previous_[i] == SIG_IGN) std::signal(kSignals[i], SIG_IGN);
-    }
-  }
-  ~StopSignals() {
-    for (int i = 0; i < kCount; ++i) std::signal(kSignals[i], previous_[i]);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  static constexpr int kCount = 4;
-  static constexpr int kSignals[kCount] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
-  void (*previous_[kCount])(int) = {};
-};
 
 int64_t peak_rss_bytes() {
   struct rusage usage;
@@ -158,7 +122,9 @@ TrainSummary run_training(const RunConfig& config, const TrainOptions& options) 
   // From the start, not only around the steps: SLURM's time-limit signal (sent up to a minute
   // early) or a scancel during a long set-up or checkpoint load once killed the ranks, and the
   // job script saw a failure. A signal before the first step stops the run after it.
-  StopSignals stop_signals;
+  // SIGUSR1 (a scheduler's notice) may come again; a second SIGTERM, SIGINT or SIGHUP ends a
+  // run (or a set-up) that does not stop at once.
+  StopSignals stop_signals({SIGUSR1}, {SIGTERM, SIGINT, SIGHUP});
   TrainingSession session(config, /*synthetic_data=*/false);
   return run_or_end_job(session.comm(), [&] { return train_loop(config, options, session); });
 }
@@ -426,7 +392,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     }
     // Ranks may receive a signal at different steps: they stop together at the first step
     // any of them saw it.
-    double signalled = g_stop_signal.load() != 0 ? 1.0 : 0.0;
+    double signalled = StopSignals::received() != 0 ? 1.0 : 0.0;
     if (comm.world_size() > 1) comm.allreduce_sum(&signalled, 1);
     const bool stop = signalled > 0 || r.step == options.stop_at;
     if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || last || stop) {
@@ -458,7 +424,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     }
     summary.steps_done = r.step;
     if (stop && !last) {
-      const int own_signal = g_stop_signal.load();
+      const int own_signal = StopSignals::received();
       // Rank 0's line speaks for the job (the other ranks log warnings only: theirs repeated it).
       spdlog::log(writer ? spdlog::level::warn : spdlog::level::info,
                   "stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
@@ -467,10 +433,11 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                   : signalled > 0 ? std::string("a signal to another rank")
                                   : std::string("--stop-at"));
       summary.stopped_by_signal = true;
-      summary.stop_signal = own_signal;
       break;
     }
   }
+  // Also a signal in the last step, or after it: Ctrl-C still ends the process by it.
+  summary.stop_signal = StopSignals::received();
   json controller_summary = session.controller().summary();
   if (writer) {
     write_file_atomic((fs::path(options.out_dir) / "gnmr_summary.json").string(),

@@ -22,7 +22,7 @@ struct TrainSummary {
   double final_loss = NAN;      // NAN: this job trained no step
   double final_val_loss = NAN;  // NAN: no evaluation ran (no data.val, or a stop before one)
   bool stopped_by_signal = false;
-  int stop_signal = 0;  // the signal this process got that stopped the run (0: none)
+  int stop_signal = 0;  // a stop signal this process got while it trained (0: none)
 };
 
 TrainSummary run_training(const RunConfig& config, const TrainOptions& options);

@@ -1,0 +1,32 @@
+// The signals that ask a long command to stop at a clean point, for an object's lifetime:
+// `gnmr train` checkpoints after its step, `gnmr prepare` stops after its batch and removes its
+// shards. A signal the launcher set to be ignored (nohup's SIGHUP, SIGINT of a script's
+// background job) stays ignored, and the handlers in place before come back at the end.
+#pragma once
+
+#include <atomic>
+#include <initializer_list>
+#include <vector>
+
+namespace gnmr {
+
+class StopSignals {
+ public:
+  // REPEATABLE: each arrival only records the signal (SIGUSR1: a scheduler's notice). ONCE: the
+  // first arrival records it and restores the default action, so a second one ends the process
+  // at once (Ctrl-C twice; SIGTERM twice, as to a set-up that hangs).
+  StopSignals(std::initializer_list<int> repeatable, std::initializer_list<int> once);
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // The last signal recorded since the newest StopSignals was made; 0 when none.
+  static int received() { return flag().load(); }
+  static const std::atomic<int>& flag();
+
+ private:
+  std::vector<int> signals_;
+  std::vector<void (*)(int)> previous_;
+};
+
+}  // namespace gnmr
