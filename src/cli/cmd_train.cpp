@@ -12,6 +12,7 @@
 #include "parallel/launch_env.h"
 #include "train/preflight.h"
 #include "train/trainer.h"
+#include "util/stop_signals.h"
 
 namespace gnmr {
 
@@ -63,6 +64,7 @@ CommandAction add_train_command(CLI::App& app) {
     RunConfig config = resolved.load();
     if (config.log.level != "info") spdlog::set_level(spdlog::level::from_str(config.log.level));
     if (*check) {
+      release_stop_signals();  // no checkpoint to make: Ctrl-C ends a check at once
       run_preflight(config, *options, *world_size > 0 ? *world_size : read_launch_env().world_size);
       return;
     }

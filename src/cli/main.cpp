@@ -12,12 +12,15 @@
 #include "train/wgmma_trial.h"
 #include "util/error.h"
 #include "util/log.h"
+#include "util/stop_signals.h"
 
 int main(int argc, char** argv) {
   // A file past the size limit (ulimit -f, a quota on some filesystems) fails its write with
   // EFBIG, which every writer reports naming the file, instead of killing the process unsaid
   // between a checkpoint's files.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Until train and prepare install their handlers; every other command releases them below.
+  gnmr::hold_stop_signals();
   // May re-execute gnmr with a better OpenBLAS kernel (the library picks it only when it loads).
   gnmr::autotune_blas_kernel(argv);
   CLI::App app{"gnmr — LLaMA-2 pretraining with a GNMR runtime precision controller"};
@@ -68,7 +71,11 @@ int main(int argc, char** argv) {
   try {
     gnmr::init_logging(log_level);
     for (auto& [sub, action] : commands) {
-      if (sub->parsed()) action();
+      if (!sub->parsed()) continue;
+      if (sub->get_name() != "train" && sub->get_name() != "prepare") {
+        gnmr::release_stop_signals();
+      }
+      action();
     }
   } catch (const gnmr::Error& e) {
     std::cerr << "gnmr: error: " << e.what() << "\n";

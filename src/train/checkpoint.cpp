@@ -169,6 +169,7 @@ std::string save_checkpoint_files(const std::string& run_dir, const RunConfig& c
     throw;
   }
 
+  spdlog::info("checkpoint {}", final_dir.string());
   // checkpoint.keep counts the run's checkpoints up to this step. A later one is a damaged
   // checkpoint that --resume auto skipped, replaced above when the run reaches its step:
   // counting it would delete the checkpoints the run can resume from, this one included.
@@ -182,7 +183,6 @@ std::string save_checkpoint_files(const std::string& run_dir, const RunConfig& c
                  (root / checkpoint_dir_name(steps.front())).string(), config.checkpoint.keep);
     steps.erase(steps.begin());
   }
-  spdlog::info("checkpoint {}", final_dir.string());
   return final_dir.string();
 }
 

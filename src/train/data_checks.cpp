@@ -110,14 +110,16 @@ TrainingData open_training_data(const RunConfig& config, int rank, int world_siz
   };
   TrainingData data;
   data.train = open_loader("data.train", config.data.train, config.data.sampling);
-  // How much of the data the run reads: an epoch is the windows at stride seq_len.
+  // How much of the data the run reads: an epoch is the windows at stride seq_len. (Rank 0's
+  // line speaks for the job.)
   const int64_t run_windows = config.train.steps * (config.train.global_batch_tokens / seq_len);
-  spdlog::info(
-      "data.train: {} tokens, {} windows of {} tokens; {} steps read {} windows, {:.3g} "
-      "epoch(s), data.sampling = {}{}",
-      data.train->total_tokens(), data.train->num_epoch_windows(), seq_len + 1, config.train.steps,
-      run_windows, double(run_windows) / double(data.train->num_epoch_windows()),
-      config.data.sampling, config.data.sampling == "random" ? " (drawn with replacement)" : "");
+  spdlog::log(rank == 0 ? spdlog::level::info : spdlog::level::debug,
+              "data.train: {} tokens, {} windows of {} tokens; {} steps read {} windows, {:.3g} "
+              "epoch(s), data.sampling = {}{}",
+              data.train->total_tokens(), data.train->num_epoch_windows(), seq_len + 1,
+              config.train.steps, run_windows,
+              double(run_windows) / double(data.train->num_epoch_windows()), config.data.sampling,
+              config.data.sampling == "random" ? " (drawn with replacement)" : "");
   if (!config.data.val.empty()) {
     data.val = open_loader("data.val", config.data.val, "sequential");
   }

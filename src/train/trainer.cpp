@@ -216,13 +216,14 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (config.backend == "cpu") {
       const int gemm_threads = cpu_backend_threads(config.train.threads);
       const BlasReport blas = blas_report(gemm_threads);
-      numerics = "cpu: " + blas.library + " " + blas.version + " kernel " + blas.kernel + ", " +
-                 std::to_string(gemm_threads) + " GEMM thread(s)";
+      numerics = "cpu: " + blas.library + " " + blas.version + " kernel " + blas.kernel +
+                 ", GEMM rows split over " + std::to_string(gemm_threads) + " thread(s)";
     }
     if (writer && !resume_from.empty() && !state.numerics.empty() && state.numerics != numerics) {
       spdlog::warn(
           "{} was written with {}; this job runs with {}: the run goes on correctly, but its "
-          "bits now differ from an uninterrupted run's (README \"Same bits, same settings\")",
+          "bits may now differ from an uninterrupted run's (they do where the BLAS kernel tiles "
+          "rows or the GPU differs: README \"Same bits, same settings\")",
           resume_from, state.numerics, numerics);
     }
     state.numerics = numerics;

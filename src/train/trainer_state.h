@@ -3,7 +3,7 @@
 // in controller.bin.
 //   {"format": 1, "step": 200, "tokens_seen": 819200, "consecutive_nonfinite": 0,
 //    "skipped_steps": 0, "world_size": 8,
-//    "numerics": "cpu: OpenBLAS 0.3.21 kernel Cooperlake, 2 GEMM thread(s)",
+//    "numerics": "cpu: OpenBLAS 0.3.21 kernel Cooperlake, GEMM rows split over 2 thread(s)",
 //    "data": "3 shard(s), 1613527 tokens, files 0123456789abcdef"}
 #pragma once
 

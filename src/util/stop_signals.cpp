@@ -1,5 +1,7 @@
 #include "util/stop_signals.h"
 
+#include <pthread.h>
+
 #include <csignal>
 
 namespace gnmr {
@@ -17,7 +19,24 @@ void record_once(int signal) {
   std::signal(signal, SIG_DFL);
 }
 
+sigset_t held_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int signal : {SIGTERM, SIGUSR1, SIGINT, SIGHUP}) sigaddset(&set, signal);
+  return set;
+}
+
 }  // namespace
+
+void hold_stop_signals() {
+  const sigset_t set = held_signals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void release_stop_signals() {
+  const sigset_t set = held_signals();
+  pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
+}
 
 StopSignals::StopSignals(std::initializer_list<int> repeatable, std::initializer_list<int> once) {
   g_received.store(0);
@@ -29,6 +48,7 @@ StopSignals::StopSignals(std::initializer_list<int> repeatable, std::initializer
   };
   for (int signal : repeatable) install(signal, record);
   for (int signal : once) install(signal, record_once);
+  release_stop_signals();
 }
 
 StopSignals::~StopSignals() {

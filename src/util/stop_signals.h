@@ -10,11 +10,20 @@
 
 namespace gnmr {
 
+// Holds SIGTERM, SIGUSR1, SIGINT and SIGHUP back (blocked, so they wait) from main's first line
+// until a command installs its StopSignals or says it takes none (release_stop_signals): one
+// that came in the ~0.2 s before the trainer's handlers (the BLAS re-exec, the config) once
+// killed it, and the job script did not requeue. The blocked set survives the re-exec.
+void hold_stop_signals();
+// Unblocks them in this thread: a held one is delivered now, to the handlers in place.
+void release_stop_signals();
+
 class StopSignals {
  public:
   // REPEATABLE: each arrival only records the signal (SIGUSR1: a scheduler's notice). ONCE: the
   // first arrival records it and restores the default action, so a second one ends the process
-  // at once (Ctrl-C twice; SIGTERM twice, as to a set-up that hangs).
+  // at once (Ctrl-C twice; SIGTERM twice, as to a set-up that hangs). Releases the held signals
+  // once its handlers are in.
   StopSignals(std::initializer_list<int> repeatable, std::initializer_list<int> once);
   ~StopSignals();
   StopSignals(const StopSignals&) = delete;

@@ -15,7 +15,7 @@ cat >"$work/bin/srun" <<'FAKE'
 #!/usr/bin/env bash
 echo "$*" >>"$FAKE_LOG/srun.log"
 if [[ "${FAKE_SRUN_WAIT:-0}" == 1 ]]; then
-  trap 'exit 0' USR1
+  trap 'exit ${FAKE_SRUN_USR1_EXIT:-0}' USR1
   touch "$FAKE_LOG/srun.started"
   for _ in $(seq 100); do sleep 0.1; done
   exit 9
@@ -107,6 +107,18 @@ script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/e$$")
 kill -USR1 "$script_pid"
 wait "$job" || fail "the signalled job exited $?: $(cat "$work/limit/out.log")"
 grep -q "requeue 4242" "$work/limit/scontrol.log" || fail "the signalled job was not requeued"
+
+# A rank killed by the time-limit signal before gnmr took it (status 138): still requeued.
+mkdir -p "$work/early"
+(FAKE_SRUN_WAIT=1 FAKE_SRUN_USR1_EXIT=138 run_job early gpu-1node.sbatch cfg.json "runs/k$$") &
+job=$!
+for _ in $(seq 100); do [[ -e "$work/early/srun.started" ]] && break; sleep 0.1; done
+[[ -e "$work/early/srun.started" ]] || fail "srun never started under the early-signal test"
+script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/k$$")
+[[ -n "$script_pid" ]] || fail "no batch shell to signal"
+kill -USR1 "$script_pid"
+wait "$job" || fail "the early-signalled job exited $?: $(cat "$work/early/out.log")"
+grep -q "requeue 4242" "$work/early/scontrol.log" || fail "the early-signalled job was not requeued"
 
 # A refused requeue (--no-requeue) fails the job and says the checkpoint is kept.
 mkdir -p "$work/refused"
