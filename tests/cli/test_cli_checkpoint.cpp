@@ -29,6 +29,13 @@ void expect_exit_five_naming(const gnmr_test::CommandResult& r, const std::strin
   EXPECT_NE(r.output.find(needle), std::string::npos) << r.output;
 }
 
+// A 2-step run in DIR/run (its config in CONFIG); returns its checkpoint.
+std::string two_step_run(const std::string& dir, std::string& config) {
+  config = gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  EXPECT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
+  return dir + "/run/checkpoints/step_00000002";
+}
+
 }  // namespace
 
 TEST(CliCheckpoint, ResumeAutoSkipsADamagedNewestCheckpointAndEndsLikeAnUninterruptedRun) {
@@ -67,10 +74,8 @@ TEST(CliCheckpoint, ResumeAutoSkipsADamagedNewestCheckpointAndEndsLikeAnUninterr
 
 TEST(CliCheckpoint, AMissingFileIsNamedByResumeEvalAndExport) {
   std::string dir = gnmr_test::scratch_dir("cli_ckpt_missing");
-  std::string config =
-      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
-  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
-  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  std::string config;
+  const std::string ckpt = two_step_run(dir, config);
   fs::remove(ckpt + "/model.safetensors");
   const std::string named = ckpt + ": model.safetensors is missing";
   expect_exit_five_naming(run_gnmr(train_args(config, dir + "/run") + " --resume " + ckpt), named);
@@ -85,10 +90,8 @@ TEST(CliCheckpoint, AMissingFileIsNamedByResumeEvalAndExport) {
 // says so before it names --force.
 TEST(CliCheckpoint, ADamagedOptimizerStateLeavesTheWeightsUsable) {
   std::string dir = gnmr_test::scratch_dir("cli_ckpt_optimizer_damaged");
-  std::string config =
-      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
-  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
-  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  std::string config;
+  const std::string ckpt = two_step_run(dir, config);
   fs::resize_file(ckpt + "/optimizer.safetensors", 100);
   fs::remove(ckpt + "/trainer.json");
   auto resumed = run_gnmr(train_args(config, dir + "/run") + " --resume auto");

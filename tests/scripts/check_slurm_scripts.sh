@@ -94,43 +94,36 @@ FAKE_SRUN_EXIT=3 run_job failed gpu-1node.sbatch cfg.json runs/d || status=$?
 [[ $status == 3 ]] || fail "a failed run exited $status, not 3"
 [[ ! -e "$work/failed/scontrol.log" ]] || fail "a failed run was requeued"
 
+# time_limit_job NAME: gpu-1node.sbatch as NAME, its batch shell sent SLURM's time-limit signal
+# once srun runs (environment: FAKE_*); returns the job's exit status.
+time_limit_job() {
+  local name=$1 job script_pid status=0
+  mkdir -p "$work/$name"
+  (FAKE_SRUN_WAIT=1 run_job "$name" gpu-1node.sbatch cfg.json "runs/$name$$") &
+  job=$!
+  for _ in $(seq 100); do [[ -e "$work/$name/srun.started" ]] && break; sleep 0.1; done
+  [[ -e "$work/$name/srun.started" ]] || fail "srun never started in $name"
+  # SLURM signals the batch shell: gpu-1node.sbatch's, which exec'd into train.sbatch's body.
+  script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/$name$$")
+  [[ -n "$script_pid" ]] || fail "no batch shell to signal in $name"
+  kill -USR1 "$script_pid"
+  wait "$job" || status=$?
+  return "$status"
+}
+
 # The time-limit signal: the script forwards it, the ranks checkpoint and exit 0, the job is
 # requeued under its own id.
-mkdir -p "$work/limit"
-(FAKE_SRUN_WAIT=1 run_job limit gpu-1node.sbatch cfg.json "runs/e$$") &
-job=$!
-for _ in $(seq 100); do [[ -e "$work/limit/srun.started" ]] && break; sleep 0.1; done
-[[ -e "$work/limit/srun.started" ]] || fail "srun never started under the time-limit test"
-# SLURM signals the batch shell: gpu-1node.sbatch's, which exec'd into train.sbatch's body.
-script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/e$$")
-[[ -n "$script_pid" ]] || fail "no batch shell to signal"
-kill -USR1 "$script_pid"
-wait "$job" || fail "the signalled job exited $?: $(cat "$work/limit/out.log")"
+time_limit_job limit || fail "the signalled job exited $?: $(cat "$work/limit/out.log")"
 grep -q "requeue 4242" "$work/limit/scontrol.log" || fail "the signalled job was not requeued"
 
 # A rank killed by the time-limit signal before gnmr took it (status 138): still requeued.
-mkdir -p "$work/early"
-(FAKE_SRUN_WAIT=1 FAKE_SRUN_USR1_EXIT=138 run_job early gpu-1node.sbatch cfg.json "runs/k$$") &
-job=$!
-for _ in $(seq 100); do [[ -e "$work/early/srun.started" ]] && break; sleep 0.1; done
-[[ -e "$work/early/srun.started" ]] || fail "srun never started under the early-signal test"
-script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/k$$")
-[[ -n "$script_pid" ]] || fail "no batch shell to signal"
-kill -USR1 "$script_pid"
-wait "$job" || fail "the early-signalled job exited $?: $(cat "$work/early/out.log")"
+FAKE_SRUN_USR1_EXIT=138 time_limit_job early ||
+  fail "the early-signalled job exited $?: $(cat "$work/early/out.log")"
 grep -q "requeue 4242" "$work/early/scontrol.log" || fail "the early-signalled job was not requeued"
 
 # A refused requeue (--no-requeue) fails the job and says the checkpoint is kept.
-mkdir -p "$work/refused"
-(FAKE_SRUN_WAIT=1 FAKE_SCONTROL_EXIT=1 run_job refused gpu-1node.sbatch cfg.json "runs/i$$") &
-job=$!
-for _ in $(seq 100); do [[ -e "$work/refused/srun.started" ]] && break; sleep 0.1; done
-[[ -e "$work/refused/srun.started" ]] || fail "srun never started under the refused-requeue test"
-script_pid=$(pgrep -f "slurm/train.sbatch cfg.json runs/i$$")
-[[ -n "$script_pid" ]] || fail "no batch shell to signal"
-kill -USR1 "$script_pid"
 status=0
-wait "$job" || status=$?
+FAKE_SCONTROL_EXIT=1 time_limit_job refused || status=$?
 [[ $status == 1 ]] || fail "a refused requeue exited $status, not 1"
 grep -q "the requeue was refused" "$work/refused/out.log" ||
   fail "a refused requeue: $(cat "$work/refused/out.log")"
