@@ -92,6 +92,12 @@ int64_t eval_batch_count(const RunConfig& config, const TokenLoader& val, int64_
   return std::min(token_budget / batch_tokens, windows / micro_batch);
 }
 
+double epochs_read(const RunConfig& config, const TokenLoader& train) {
+  const int64_t run_windows =
+      config.train.steps * (config.train.global_batch_tokens / config.data.seq_len);
+  return double(run_windows) / double(train.num_epoch_windows());
+}
+
 TrainingData open_training_data(const RunConfig& config, int rank, int world_size,
                                 int accumulation_steps) {
   if (config.data.train.empty()) {
@@ -110,15 +116,14 @@ TrainingData open_training_data(const RunConfig& config, int rank, int world_siz
   };
   TrainingData data;
   data.train = open_loader("data.train", config.data.train, config.data.sampling);
-  // How much of the data the run reads: an epoch is the windows at stride seq_len. (Rank 0's
-  // line speaks for the job.)
+  // How much of the data the run reads. (Rank 0's line speaks for the job.)
   const int64_t run_windows = config.train.steps * (config.train.global_batch_tokens / seq_len);
   spdlog::log(rank == 0 ? spdlog::level::info : spdlog::level::debug,
               "data.train: {} tokens, {} windows of {} tokens; {} steps read {} windows, {:.3g} "
               "epoch(s), data.sampling = {}{}",
               data.train->total_tokens(), data.train->num_epoch_windows(), seq_len + 1,
-              config.train.steps, run_windows,
-              double(run_windows) / double(data.train->num_epoch_windows()), config.data.sampling,
+              config.train.steps, run_windows, epochs_read(config, *data.train),
+              config.data.sampling,
               config.data.sampling == "random" ? " (drawn with replacement)" : "");
   if (!config.data.val.empty()) {
     data.val = open_loader("data.val", config.data.val, "sequential");

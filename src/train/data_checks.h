@@ -33,6 +33,9 @@ int accumulation_steps_for(const RunConfig& config, int world_size);
 // one batch an Error(Data).
 int64_t eval_batch_count(const RunConfig& config, const TokenLoader& val, int64_t token_budget);
 
+// The epochs of TRAIN (windows at stride data.seq_len) that train.steps optimizer steps read.
+double epochs_read(const RunConfig& config, const TokenLoader& train);
+
 // data.train and data.val (null when not set) as RANK of WORLD_SIZE reads them, with every
 // check above, the shards' prepare.json and the evaluation budget made, and a log line saying
 // how many epochs of the data the run's steps read.

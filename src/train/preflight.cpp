@@ -68,11 +68,7 @@ void run_preflight(const RunConfig& config, const TrainOptions& options, int wor
             << config.train.micro_batch << " x " << config.data.seq_len << " tokens on each of "
             << world_size << " rank(s)\n"
             << "  data.train: " << data.train->total_tokens() << " tokens; " << config.train.steps
-            << " steps read "
-            << fmt::format("{:.3g}", double(config.train.steps) *
-                                         double(config.train.global_batch_tokens) /
-                                         double(config.data.seq_len) /
-                                         double(data.train->num_epoch_windows()))
+            << " steps read " << fmt::format("{:.3g}", epochs_read(config, *data.train))
             << " epoch(s) (data.sampling = " << config.data.sampling << ")\n"
             << "  checkpoints: "
             << (config.checkpoint.every > 0

@@ -218,6 +218,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       const BlasReport blas = blas_report(gemm_threads);
       numerics = "cpu: " + blas.library + " " + blas.version + " kernel " + blas.kernel +
                  ", GEMM rows split over " + std::to_string(gemm_threads) + " thread(s)";
+      spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas), gemm_threads);
     }
     if (writer && !resume_from.empty() && !state.numerics.empty() && state.numerics != numerics) {
       spdlog::warn(
@@ -245,12 +246,11 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     if (config.log.gnmr_trace)
       trace.open((fs::path(options.out_dir) / "gnmr_trace.jsonl").string(), state.step);
   }
-  // The BLAS in the log and, as a header line at each (re)start, in the metrics: a weaker kernel
-  // than the CPU runs explains a slow run (README "Benchmarks").
+  // The BLAS (logged with the numerics above) as a header line at each (re)start of the metrics: a
+  // weaker kernel than the CPU runs explains a slow run (README "Benchmarks").
   const bool cpu = config.backend == "cpu";
   if (cpu) {
     const int gemm_threads = cpu_backend_threads(config.train.threads);
-    spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas_report(gemm_threads)), gemm_threads);
     const std::string crowded = thread_oversubscription_warning(
         current_thread_placement(gemm_threads, read_launch_env().local_size));
     if (!crowded.empty()) spdlog::warn("{}", crowded);
