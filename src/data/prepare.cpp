@@ -481,7 +481,8 @@ PrepareSummary run_prepare(const PrepareOptions& options) {
   return summary;
 }
 
-void check_prepared_shards(const std::string& field, const std::vector<std::string>& paths) {
+void check_prepared_shards(const std::string& field, const std::vector<std::string>& paths,
+                           bool warn) {
   std::map<std::string, std::vector<std::string>> by_dir;  // directory -> shard file names
   for (const std::string& path : paths) {
     const fs::path p(path);
@@ -520,6 +521,13 @@ void check_prepared_shards(const std::string& field, const std::vector<std::stri
       const std::string name = entry.path().filename().string();
       if (name.find(".bin.tmp.") != std::string::npos) unfinished = name;
     }
+    const std::string writer = unfinished.empty() ? "" : DirectoryLock::holder(shown.string());
+    if (!writer.empty()) {
+      throw Error(ErrorKind::Data, field + ": gnmr prepare is still writing " + shown.string() +
+                                       " (" + writer + " holds its lock; " + unfinished +
+                                       " is being written): wait for it to end, it writes "
+                                       "prepare.json last");
+    }
     if (!unfinished.empty()) {
       throw Error(ErrorKind::Data,
                   field + ": " + shown.string() +
@@ -529,6 +537,7 @@ void check_prepared_shards(const std::string& field, const std::vector<std::stri
                       ": the shards of a prepare that did not finish, part of the corpus; run "
                       "gnmr prepare again into a new --out");
     }
+    if (!warn) continue;
     spdlog::warn(
         "{}: {} holds no prepare.json (gnmr prepare writes it last): if gnmr prepare made these "
         "shards, it did not finish and they are part of the corpus",

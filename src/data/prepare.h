@@ -60,7 +60,8 @@ PrepareSummary run_prepare(const PrepareOptions& options);
 // it; one without prepare.json but with a prepare's unfinished shard (NAME.bin.tmp.PID) holds
 // the shards of a prepare that was killed: an Error(Data) naming it, where reading them would
 // train on part of the corpus unsaid. A directory with neither is warned about (shards written
-// by other tools carry no prepare.json).
-void check_prepared_shards(const std::string& field, const std::vector<std::string>& paths);
+// by other tools carry no prepare.json) where `warn` (one rank of a job: every rank checks).
+void check_prepared_shards(const std::string& field, const std::vector<std::string>& paths,
+                           bool warn = true);
 
 }  // namespace gnmr

@@ -129,8 +129,8 @@ TrainingData open_training_data(const RunConfig& config, int rank, int world_siz
     data.val = open_loader("data.val", config.data.val, "sequential");
   }
   check_shards_match(config.data, tokenizer_pieces, *data.train, data.val.get());
-  check_prepared_shards("data.train", data.train->shard_paths());
-  if (data.val) check_prepared_shards("data.val", data.val->shard_paths());
+  check_prepared_shards("data.train", data.train->shard_paths(), rank == 0);
+  if (data.val) check_prepared_shards("data.val", data.val->shard_paths(), rank == 0);
   // The evaluation at the last step would fail after all the training: fail before it.
   if (data.val) eval_batch_count(config, *data.val, config.eval.tokens);
   return data;

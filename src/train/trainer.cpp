@@ -347,10 +347,11 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     summary.final_loss = r.loss;
 
     if (r.skipped) {
-      spdlog::warn(
-          "step {}: non-finite loss or gradient (loss {}, grad norm {}); update skipped ({} in a "
-          "row)",
-          r.step, r.loss, r.grad_norm, state.consecutive_nonfinite);
+      // The loss and the norm are the job's (summed over the ranks): rank 0's line speaks for it.
+      spdlog::log(writer ? spdlog::level::warn : spdlog::level::info,
+                  "step {}: non-finite loss or gradient (loss {}, grad norm {}); update skipped "
+                  "({} in a row)",
+                  r.step, r.loss, r.grad_norm, state.consecutive_nonfinite);
       if (state.consecutive_nonfinite >= train.max_nonfinite_steps) {
         std::string last = find_latest_checkpoint(options.out_dir);
         throw Error(ErrorKind::Diverged,

@@ -25,6 +25,15 @@ bool is_file_at(int fd, const std::string& path) {
          opened.st_dev == named.st_dev && opened.st_ino == named.st_ino;
 }
 
+// The process holding a write lock on FD's file, as holder() says it; "" for none.
+std::string lock_holder_of(int fd) {
+  struct flock holder {};
+  holder.l_type = F_WRLCK;
+  holder.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_GETLK, &holder) != 0 || holder.l_type == F_UNLCK) return "";
+  return "pid " + std::to_string(holder.l_pid) + " (of this host or another)";
+}
+
 }  // namespace
 
 DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what, ErrorKind kind)
@@ -51,10 +60,7 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what, Er
     return;
   }
   const int error = errno;
-  struct flock holder {};
-  holder.l_type = F_WRLCK;
-  holder.l_whence = SEEK_SET;
-  const bool known = ::fcntl(fd_, F_GETLK, &holder) == 0 && holder.l_type != F_UNLCK;
+  const std::string holder = lock_holder_of(fd_);
   if (error == ENOLCK || error == ENOSYS || error == EOPNOTSUPP || error == EINVAL) {
     // A filesystem without locks (NFS mounted nolock, Lustre mounted noflock, some FUSE ones):
     // the process goes on unguarded, as before there was a lock. fd_ stays open, so tried()
@@ -71,11 +77,9 @@ DirectoryLock::DirectoryLock(const std::string& dir, const std::string& what, Er
     throw Error(kind,
                 what + " " + dir + ": cannot lock " + path_ + " (" + std::strerror(error) + ")");
   }
-  throw Error(kind,
-              what + " " + dir + " is in use by another gnmr process: " +
-                  (known ? "pid " + std::to_string(holder.l_pid) + " (of this host or another)"
-                         : std::string("a process")) +
-                  " holds " + path_ + "; wait for it to end, or choose another --out");
+  throw Error(kind, what + " " + dir + " is in use by another gnmr process: " +
+                        (holder.empty() ? std::string("a process") : holder) + " holds " + path_ +
+                        "; wait for it to end, or choose another --out");
 }
 
 DirectoryLock::~DirectoryLock() {
@@ -98,6 +102,15 @@ DirectoryLock& DirectoryLock::operator=(DirectoryLock&& other) noexcept {
     other.held_ = false;
   }
   return *this;
+}
+
+std::string DirectoryLock::holder(const std::string& dir) {
+  const std::string path = (fs::path(dir) / ".gnmr.lock").string();
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string holder = lock_holder_of(fd);
+  ::close(fd);
+  return holder;
 }
 
 void DirectoryLock::remove_and_release() {

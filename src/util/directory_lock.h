@@ -33,6 +33,10 @@ class DirectoryLock {
   // at the path, and locks that one instead (the constructor compares the two).
   void remove_and_release();
 
+  // The process holding DIR's lock now, "pid N (of this host or another)"; "" when none does
+  // or the filesystem cannot say. Creates nothing and takes no lock.
+  static std::string holder(const std::string& dir);
+
  private:
   int fd_ = -1;
   bool held_ = false;

@@ -1,7 +1,7 @@
 // Two MPI ranks training with the overlapped, bucketed gradient sum (dist.bucket_mb > 0)
 // against the one blocking sum (dist.bucket_mb = 0), and the dist.check_every replica check
-// firing on replicas made to diverge (debug.diverge_*_steps), and bench's per-device MFU under
-// two ranks. docs/DESIGN.md §7.
+// firing on replicas made to diverge (debug.diverge_*_steps), bench's per-device MFU under
+// two ranks, and one log line per warning of the job. docs/DESIGN.md §7.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -116,3 +116,28 @@ TEST(CliOverlap, ReplicaCheckStopsEveryRankWhenWeightsOrPlansDiverge) {
 }
 
 }  // namespace
+
+// A warning about the job's settings or data is the same on every rank: rank 0 says it, once
+// (64 copies of each would bury a 64-GPU job's log). Shards without a prepare.json and a
+// warm-up as long as the run give two such warnings.
+TEST(CliOverlap, EachWarningOfTheJobIsLoggedOnceNotOncePerRank) {
+  if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
+  const std::string dir = gnmr_test::scratch_dir("cli_overlap_warnings");
+  fs::create_directories(dir + "/shards");
+  fs::copy_file(gnmr_test::brown_shards_dir() + "/train_000000.bin",
+                dir + "/shards/train_000000.bin", fs::copy_options::overwrite_existing);
+  const std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"data": {"train": ")" + dir + R"(/shards/train_*.bin", "val": ""},
+               "train": {"threads": 1, "steps": 2, "warmup_steps": 2, "global_batch_tokens": 512},
+               "eval": {"every": 0}, "checkpoint": {"every": 0}})");
+  auto r = run_two_ranks("train --config " + config + " --out " + dir + "/run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto count = [&](const std::string& text) {
+    int n = 0;
+    for (size_t at = r.output.find(text); at != std::string::npos; at = r.output.find(text, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("holds no prepare.json"), 1) << r.output;
+  EXPECT_EQ(count("train.warmup_steps 2 is not below train.steps 2"), 1) << r.output;
+}

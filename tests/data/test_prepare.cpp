@@ -380,6 +380,35 @@ TEST(Prepare, AStopSignalRemovesThePublishedShardsAndTheDirectoryItMade) {
   EXPECT_FALSE(fs::exists(options.out_dir)) << "the shards or the directory were left";
 }
 
+// DIR's lock held by a child process (fcntl locks do not conflict within one process) until
+// release(), which requires the child to have exited cleanly.
+struct LockHeldByChild {
+  pid_t pid = -1;
+  int release_pipe[2] = {-1, -1};
+  explicit LockHeldByChild(const std::string& dir) {
+    int locked[2];
+    EXPECT_EQ(::pipe(locked), 0);
+    EXPECT_EQ(::pipe(release_pipe), 0);
+    pid = ::fork();
+    EXPECT_GE(pid, 0);
+    if (pid == 0) {
+      gnmr::DirectoryLock lock(dir, "test", gnmr::ErrorKind::Data);
+      char byte = 1;
+      if (::write(locked[1], &byte, 1) != 1 || ::read(release_pipe[0], &byte, 1) < 0) ::_exit(2);
+      ::_exit(0);
+    }
+    char byte = 0;
+    EXPECT_EQ(::read(locked[0], &byte, 1), 1);
+  }
+  void release() {
+    char byte = 1;
+    ASSERT_EQ(::write(release_pipe[1], &byte, 1), 1);
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+};
+
 // Two prepares into one directory once interleaved their shards (both numbered from
 // train_000000.bin, each publishing over the other's). The second is refused while the first
 // holds the directory's lock (here a child process holding it), takes nothing of it (the lock
@@ -389,30 +418,15 @@ TEST(Prepare, ASecondPrepareIntoADirectoryInUseIsRefusedAndTheFirstKeepsIt) {
   gnmr_test::write_text(dir + "/corpus.txt", "One document.\n\nAnother one.\n");
   const auto options = small_options(dir, {dir + "/corpus.txt"});
   fs::create_directories(options.out_dir);
-  int locked[2], release[2];
-  ASSERT_EQ(::pipe(locked), 0);
-  ASSERT_EQ(::pipe(release), 0);
-  const pid_t holder = ::fork();
-  ASSERT_GE(holder, 0);
-  if (holder == 0) {
-    gnmr::DirectoryLock lock(options.out_dir, "test", gnmr::ErrorKind::Data);
-    char byte = 1;
-    if (::write(locked[1], &byte, 1) != 1 || ::read(release[0], &byte, 1) < 0) ::_exit(2);
-    ::_exit(0);
-  }
-  char byte = 0;
-  ASSERT_EQ(::read(locked[0], &byte, 1), 1);
+  LockHeldByChild holder(options.out_dir);
   gnmr_test::expect_data_error(
       [&] { gnmr::run_prepare(options); },
-      {options.out_dir, "is in use by another gnmr process: pid " + std::to_string(holder)});
+      {options.out_dir, "is in use by another gnmr process: pid " + std::to_string(holder.pid)});
   EXPECT_TRUE(fs::exists(options.out_dir + "/.gnmr.lock"));
   for (const auto& entry : fs::directory_iterator(options.out_dir)) {
     EXPECT_NE(entry.path().extension(), ".bin") << entry.path() << " was written";
   }
-  ASSERT_EQ(::write(release[1], &byte, 1), 1);
-  int status = 0;
-  ASSERT_EQ(::waitpid(holder, &status, 0), holder);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  holder.release();
   gnmr::run_prepare(options);
   EXPECT_TRUE(fs::exists(options.out_dir + "/prepare.json"));
   EXPECT_FALSE(fs::exists(options.out_dir + "/.gnmr.lock"));
@@ -420,7 +434,8 @@ TEST(Prepare, ASecondPrepareIntoADirectoryInUseIsRefusedAndTheFirstKeepsIt) {
 
 // A prepare killed with SIGKILL leaves its finished shards and no prepare.json; training on
 // them once read part of the corpus unsaid. Such a directory is refused where the prepare's
-// unfinished shard is left too, a shard that prepare.json does not list is refused, and shards
+// unfinished shard is left too (saying so, or that the prepare still runs where it holds the
+// directory's lock), a shard that prepare.json does not list is refused, and shards
 // without either (other tools) pass with a warning.
 TEST(Prepare, ShardsAreCheckedAgainstThePrepareThatWroteThem) {
   const std::string dir = gnmr_test::scratch_dir("prepare_shard_set");
@@ -443,6 +458,13 @@ TEST(Prepare, ShardsAreCheckedAgainstThePrepareThatWroteThem) {
                                           summary.train_shards.begin() + 2);
   gnmr_test::expect_data_error([&] { gnmr::check_prepared_shards("data.train", finished); },
                                {"holds no prepare.json", "train_000002.bin.tmp.12345"});
+  {  // The same files while a prepare still holds the directory: it is at work, not killed.
+    LockHeldByChild running(options.out_dir);
+    gnmr_test::expect_data_error([&] { gnmr::check_prepared_shards("data.train", finished); },
+                                 {"data.train: gnmr prepare is still writing " + options.out_dir,
+                                  "pid " + std::to_string(running.pid), "wait for it to end"});
+    running.release();
+  }
   gnmr_test::expect_data_error(
       [&] { gnmr::run_prepare(options); },
       {"and no prepare.json: the shards of a prepare that did not finish"});
