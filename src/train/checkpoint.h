@@ -2,7 +2,8 @@
 //   model.safetensors      fp32 master weights under Hugging Face names
 //   optimizer.safetensors  AdamW moments ("m.NAME", "v.NAME"); with dist.zero=1 per-rank
 //                          shards instead (train/zero_checkpoint.h)
-//   trainer.json           step, tokens seen, non-finite counters
+//   trainer.json           step, tokens seen, non-finite counters, world size, numerics, data
+//                          (train/trainer_state.h)
 //   controller.bin         GNMR controller state (opaque, versioned by the controller)
 //   config.json            the resolved run config
 //   tokenizer.model        copy of the tokenizer, so a checkpoint is self-contained

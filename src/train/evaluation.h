@@ -1,5 +1,5 @@
 // `gnmr eval`: perplexity of a gnmr checkpoint or a Hugging Face LLaMA folder on token
-// shards or on a raw text file (docs/DESIGN.md §10: --text windows of seq_len tokens, no BOS,
+// shards or on a raw text file (README "`gnmr eval`": --text windows of seq_len tokens, no BOS,
 // every token after a window's first is predicted from those before it). In fp32 on either
 // backend: the model's weights as they are, whatever recipe trained them.
 #pragma once

@@ -370,7 +370,7 @@ StepResult TrainingSession::run_step(int64_t step_index) {
   r.units_recovery = model_->routing_stats().units_recovery;
   r.saved_activation_bytes = model_->routing_stats().saved_activation_bytes;
 
-  // Everything up to the readback is issued without waiting for the backend (docs/DESIGN.md §2).
+  // Everything up to the readback is issued without waiting for the backend (docs/DESIGN.md §6).
   auto t0 = std::chrono::steady_clock::now();
   model_->zero_grads();
   backend_->fill_zero(loss_sum_);

@@ -65,8 +65,8 @@ std::string broadcast_string(Communicator& comm, std::string text) {
 TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                         TrainingSession& session);
 
-// What the AdamW moments cost this rank (README "Distributed training"): with dist.zero=1 a
-// 1/world shard plus padding instead of a copy of everything.
+// What the AdamW moments cost this rank (README "Data parallel training and SLURM"): with
+// dist.zero=1 a 1/world shard plus padding instead of a copy of everything.
 void log_optimizer_state(TrainingSession& session) {
   const size_t bytes = session.optimizer_state_bytes();
   if (ZeroAdamW* zero = session.zero_optimizer()) {

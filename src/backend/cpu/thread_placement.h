@@ -1,9 +1,9 @@
 // Do this rank's OpenMP threads have cores of their own? The CPU backend runs train.threads
 // threads (0: every core the process may run on), and several ranks on one node each pick that
 // many. When together they ask for more threads than the node has cores, their threads take
-// turns on the cores, and OpenMP's spinning barriers make each step many times slower (measured
-// in CI: 20x for some tests, README "train.threads"). gnmr cannot see the other ranks' threads,
-// but the launcher says how many ranks share the node (LaunchEnv::local_size), and the
+// turns on the cores, and OpenMP's spinning barriers make each step many times slower (README
+// "train.threads": a whole ctest run 4x slower on 2 cores). gnmr cannot see the other ranks'
+// threads, but the launcher says how many ranks share the node (LaunchEnv::local_size), and the
 // affinity mask says where this one may run: the trainer logs a warning naming the fix.
 #pragma once
 
