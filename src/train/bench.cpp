@@ -86,8 +86,7 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size, int repea
   return best;
 }
 
-json blas_json(const RunConfig& config) {
-  const BlasReport r = blas_report(cpu_backend_threads(config.train.threads));
+json blas_json(const BlasReport& r) {
   return {{"blas", r.library + " " + r.version},
           {"blas_kernel", r.kernel},
           {"blas_kernel_isa", r.kernel_isa},
@@ -266,7 +265,7 @@ json bench_session(const RunConfig& config, const BenchOptions& options, Trainin
     result["op_timed_step_ms"] = timed_step_ms;
     result["op_timed_steps"] = timed_steps;
   }
-  if (!cuda) result.update(blas_json(config));
+  if (!cuda) result.update(blas_json(blas_report(cpu_backend_threads(config.train.threads))));
   const double datasheet = cuda ? datasheet_bf16_tflops(session.backend().device()) : 0.0;
   if (datasheet > 0) {
     result["datasheet_peak_gflops"] = datasheet * 1e3;

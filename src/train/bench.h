@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/cpu/blas_autotune.h"
 #include "config/config.h"
 #include "model/llama.h"
 
@@ -35,7 +36,7 @@ double measure_gemm_peak_gflops(const RunConfig& config, int64_t size = 2048, in
 
 // The BLAS the run's GEMMs go through (library, version, kernel and how it was chosen, threads,
 // nominal rates), as the metrics header line and the bench JSON carry it.
-nlohmann::json blas_json(const RunConfig& config);
+nlohmann::json blas_json(const BlasReport& report);
 
 // The share of the data-parallel gradient sum that backward hid (docs/DESIGN.md §7):
 // blocking_sum_ms is one blocking sum of the whole gradient with nothing else running (what

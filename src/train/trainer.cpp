@@ -208,6 +208,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     spdlog::info("initialised weights from {}", options.init);
   }
   state.world_size = comm.world_size();  // recorded in this run's checkpoints
+  BlasReport blas;  // the CPU backend's, asked once: its log line, numerics, the metrics header
   {
     // A resume on another BLAS kernel or thread count (a requeue onto another CPU type, an
     // override of train.threads, GNMR_BLAS_AUTOTUNE=0) or another GPU is correct, not
@@ -215,7 +216,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     std::string numerics = config.backend + ": " + session.backend().device();
     if (config.backend == "cpu") {
       const int gemm_threads = cpu_backend_threads(config.train.threads);
-      const BlasReport blas = blas_report(gemm_threads);
+      blas = blas_report(gemm_threads);
       numerics = "cpu: " + blas.library + " " + blas.version + " kernel " + blas.kernel +
                  ", GEMM rows split over " + std::to_string(gemm_threads) + " thread(s)";
       spdlog::info("BLAS: {} on {} core(s)", describe_blas(blas), gemm_threads);
@@ -262,7 +263,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                    {"device", session.backend().device()},
                    {"world_size", comm.world_size()},
                    {"numerics", state.numerics}};
-    if (cpu) header.update(blas_json(config));
+    if (cpu) header.update(blas_json(blas));
     metrics.write(header);
   }
 
