@@ -3,26 +3,20 @@
 #include "backend/cuda/cuda_backend.h"
 
 #include <cuda_runtime.h>
-#include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <array>
 #include <cstring>
-#include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <vector>
 
-#include "backend/cuda/attention_v1.h"
 #include "backend/cuda/cublaslt_gemm.h"
+#include "backend/cuda/cuda_attention.h"
 #include "backend/cuda/cuda_projection.h"
 #include "backend/cuda/device_memory.h"
 #include "backend/cuda/device_probe.h"
-#include "backend/cuda/flash_kernel_choice.h"
 #include "backend/cuda/op_timer.h"
 #include "backend/embedding_index.h"
-#include "backend/flash_layout.h"
 #include "backend/tensor_checks.h"
 #include "kernels/attention_ops.cuh"
 #include "kernels/cuda_check.cuh"
@@ -35,13 +29,6 @@
 namespace gnmr {
 
 namespace {
-
-// The emulated build (tests only): FlashTiles::Auto keeps the default tiles there.
-#ifdef GNMR_CUDA_EMULATED
-constexpr bool kEmulatedCuda = true;
-#else
-constexpr bool kEmulatedCuda = false;
-#endif
 
 // Host-to-device uploads go through pinned staging slots, so copy_from_host returns at once
 // (the caller's buffer is copied before it returns) without waiting for the GPU. A slot is
@@ -60,185 +47,6 @@ struct StagingSlot {
   cudaEvent_t done = nullptr;
 };
 
-// The attention kernels a layer runs: v1 (attention_v1.h), the SIMT flash kernels
-// (kernels/flash_attention.cu, fp32 throughout) or the bf16 tensor-core ones
-// (kernels/flash_attention_mma.cu).
-enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
-
-// The variant each tensor-core flash pass runs at an attention shape, chosen at its first
-// forward and first backward (flash_kernel_choice.h); shared by the backend and the shape's
-// attention states, whose kernel() names it.
-struct FlashPassChoice {
-  bool chosen = false;
-  cuda::FlashVariant variant;
-  bool wgmma_other_bits = false;  // wgmma was offered and its outputs' digest differed
-};
-struct FlashShapeChoice {
-  FlashPassChoice forward, backward;
-  // Under auto, where wgmma could be offered: CudaBackendOptions::wgmma_trial's answer at this
-  // shape, asked at its first plan ("" the kernels may run; else why not).
-  std::optional<std::string> wgmma_trial_problem;
-};
-
-// Either kernel's saved tensors: v1 keeps probs; flash keeps lse and either its own copy of out
-// or, when the caller keeps out (plan_attention's out_kept), where the forward wrote it.
-class CudaAttentionState final : public AttentionState {
- public:
-  // Only the tensors this state allocated: an unallocated Tensor has no shape, which numel()
-  // counts as one element.
-  size_t saved_bytes() const override {
-    size_t bytes = 0;
-    for (const Tensor* t : {&probs, &out, &lse, &inputs_bf16}) bytes += t->data ? t->bytes() : 0;
-    return bytes;
-  }
-  // The tensor-core kernels' backward reads the forward's bf16 copies of q, k, v, kept here.
-  bool keeps_inputs() const override { return kernel_kind == AttentionKernel::FlashTensorCores; }
-  std::string kernel() const override {
-    switch (kernel_kind) {
-      case AttentionKernel::Materialized:
-        return v1_precision == GemmPrecision::BF16
-                   ? "materialized (cuBLASLt GEMMs on bf16 tensor cores + fp32 causal softmax)"
-                   : "materialized (cuBLASLt fp32 GEMMs + causal softmax)";
-      case AttentionKernel::FlashSimt:
-        return "flash (fp32 SIMT)";
-      case AttentionKernel::FlashTensorCores: {
-        const std::string kernels =
-            instruction == cuda::FlashMmaInstruction::Wgmma
-                ? "flash_wgmma (bf16 tensor cores, wgmma; query tiles of "
-            : wgmma_offered
-                ? "flash_bf16 (bf16 tensor cores, mma.sync, or wgmma where it gives mma.sync's "
-                  "bits and is faster; query tiles of "
-                : "flash_bf16 (bf16 tensor cores, mma.sync; query tiles of ";
-        if (tiles_timed) {
-          return kernels + "64 or 128 rows in the forward" +
-                 (shape.head_dim == 64 ? " and the dq pass" : ", 64 in the dq pass") +
-                 ", the faster at this shape, timed at its first forward and backward" +
-                 chosen_text() + ")";
-        }
-        return kernels + std::to_string(kFlashMmaForwardQueryTile) + " rows in the forward, " +
-               std::to_string(flash_mma_query_pass_tile(shape.head_dim)) + " in the dq pass)";
-      }
-    }
-    return "?";
-  }
-  // "; chosen: the forward on wgmma, 128-row query tiles, ..." once a pass has chosen.
-  std::string chosen_text() const {
-    std::string text;
-    const std::pair<const char*, const FlashPassChoice*> passes[2] = {
-        {"the forward", choice ? &choice->forward : nullptr},
-        {"the backward", choice ? &choice->backward : nullptr}};
-    for (const auto& [pass, c] : passes) {
-      if (c == nullptr || !c->chosen) continue;
-      text += (text.empty() ? "; chosen: " : ", ") + std::string(pass) + " on " +
-              cuda::flash_variant_text(c->variant);
-    }
-    return text;
-  }
-  // The out the flash backward reads: the copy, or the caller's own.
-  const float* flash_out() const {
-    if (!out_kept) return static_cast<const float*>(out.data);
-    GNMR_CHECK(caller_out != nullptr, "attention_backward before its attention_forward");
-    return caller_out;
-  }
-  bool flash() const { return kernel_kind != AttentionKernel::Materialized; }
-  AttentionKernel kernel_kind = AttentionKernel::Materialized;
-  bool tiles_timed = false;  // the tensor-core kernels' query tiles: timed, not the defaults
-  // The tensor-core kernels' instruction: wgmma for model.attention = flash_wgmma. Under auto,
-  // with the tiles timed on a device that runs wgmma, the default of a choice that offers wgmma
-  // too (wgmma_offered; flash_kernel_choice.h).
-  cuda::FlashMmaInstruction instruction = cuda::FlashMmaInstruction::MmaSync;
-  bool wgmma_offered = false;
-  // The tensor-core kernels' choice at this shape, shared by the backend's states of the shape
-  // (the backend's flash_choices_).
-  std::shared_ptr<FlashShapeChoice> choice;
-  // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
-  GemmPrecision v1_precision = GemmPrecision::FP32;
-  bool out_kept = false;
-  Tensor probs;                       // v1: [B, H, T, T]
-  Tensor out;                         // flash, out not kept: [B, T, H, hd]
-  const float* caller_out = nullptr;  // flash, out kept: the last forward's out
-  Tensor lse;                         // flash: [B, H, T]
-  Tensor inputs_bf16;  // tensor cores: bf16 q, k, v (flash_attention_mma_inputs_bytes)
-  AttentionShape shape{};
-};
-
-const char* attention_choice_name(CudaAttention choice) {
-  switch (choice) {
-    case CudaAttention::Auto:
-      return "auto";
-    case CudaAttention::Flash:
-      return "flash";
-    case CudaAttention::FlashBf16:
-      return "flash_bf16";
-    case CudaAttention::FlashWgmma:
-      return "flash_wgmma";
-    case CudaAttention::Materialized:
-      return "materialized";
-  }
-  return "?";
-}
-
-// Which kernels `shape` runs under `choice` on a device allowing `shared_limit` bytes of shared
-// memory per block (opt-in). auto takes the flash kernels of the GEMMs' precision (tensor cores
-// when `bf16_gemms`, else fp32 SIMT) where the head dim is theirs and their tiles fit, else the
-// materialized kernels, and says so (`warned`: once per backend, not once per layer). An explicit
-// flash choice whose head dim the kernels lack, or whose tiles do not fit, is an error naming the
-// shape and the bytes, raised here, before the first step.
-AttentionKernel attention_kernel_for(CudaAttention choice, bool bf16_gemms,
-                                     const AttentionShape& shape, int64_t shared_limit,
-                                     bool& warned) {
-  if (choice == CudaAttention::Materialized) return AttentionKernel::Materialized;
-  const bool tensor_cores = choice == CudaAttention::FlashBf16 ||
-                            choice == CudaAttention::FlashWgmma ||
-                            (choice == CudaAttention::Auto && bf16_gemms);
-  const AttentionKernel flash =
-      tensor_cores ? AttentionKernel::FlashTensorCores : AttentionKernel::FlashSimt;
-  const bool supported = cuda::flash_attention_supports_head_dim(shape.head_dim);
-  if (choice != CudaAttention::Auto && !supported) {
-    throw Error(ErrorKind::Config, std::string("model.attention \"") +
-                                       attention_choice_name(choice) + "\": head dim " +
-                                       std::to_string(shape.head_dim) + " (" +
-                                       attention_shape_text(shape) +
-                                       ") is not supported by the flash kernels (64, 128); use "
-                                       "model.attention=materialized or auto");
-  }
-  if (!supported) return AttentionKernel::Materialized;
-  const int64_t needed =
-      cuda::flash_attention_shared_bytes(shape.head_dim, shape.seq, tensor_cores);
-  if (needed <= shared_limit) return flash;
-  if (choice != CudaAttention::Auto) {
-    throw Error(ErrorKind::Runtime,
-                std::string("model.attention \"") + attention_choice_name(choice) + "\": the " +
-                    "kernels need " + std::to_string(needed) +
-                    " bytes of shared memory per block for " + attention_shape_text(shape) +
-                    ", this GPU allows " + std::to_string(shared_limit) +
-                    "; use model.attention=materialized or auto");
-  }
-  if (!warned) {
-    spdlog::warn(
-        "model.attention auto: the flash kernels need {} bytes of shared memory per "
-        "block for {}, this GPU allows {}; running the materialized kernels",
-        needed, attention_shape_text(shape), shared_limit);
-  }
-  warned = true;
-  return AttentionKernel::Materialized;
-}
-
-// Whether the backend asks CudaBackendOptions::wgmma_trial at an attention shape: under
-// attention auto with a trial to ask, the tiles timed, where the shape runs the tensor-core flash
-// kernels (`kernel`), on a device that runs wgmma. Asked by the backend at the shape's first
-// plan_attention and by run_wgmma_trial_before_backend before the backend exists.
-bool asks_wgmma_trial(CudaAttention choice, bool has_trial, bool tiles_timed,
-                      AttentionKernel kernel, bool device_runs_wgmma) {
-  return choice == CudaAttention::Auto && has_trial && tiles_timed &&
-         kernel == AttentionKernel::FlashTensorCores && device_runs_wgmma;
-}
-
-// CudaBackendOptions::flash_tiles as the backend runs them: Auto is Timed on a GPU.
-bool flash_tiles_timed(FlashTiles tiles) {
-  return tiles == FlashTiles::Timed || (tiles == FlashTiles::Auto && !kEmulatedCuda);
-}
-
 int64_t last_dim(const Tensor& t) {
   return matrix_cols(t);
 }
@@ -248,11 +56,7 @@ class CudaBackend final : public Backend {
   int device_index() const { return device_index_; }
   cudaStream_t stream() const { return stream_; }
 
-  explicit CudaBackend(const CudaBackendOptions& options)
-      : memory_(options.poison),
-        attention_choice_(options.attention),
-        time_flash_tiles_(flash_tiles_timed(options.flash_tiles)),
-        wgmma_trial_(options.wgmma_trial) {
+  explicit CudaBackend(const CudaBackendOptions& options) : memory_(options.poison) {
     const CudaDeviceProbe probe = probe_cuda_device(options.device);
     if (!probe.usable) {
       throw Error(ErrorKind::Runtime, "cuda backend: " + probe.problem +
@@ -263,15 +67,14 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     GNMR_CUDA_CHECK(cudaGetDeviceProperties(&prop, options.device));
     target_.compute_capability = prop.major * 10 + prop.minor;
-    shared_optin_bytes_ = int64_t(prop.sharedMemPerBlockOptin);
     device_name_ = probe.device;
     // A blocking stream: it orders after the synchronous cudaMemset of each allocation
     // (issued on the legacy default stream).
     GNMR_CUDA_CHECK(cudaStreamCreate(&stream_));
     op_timer_ = std::make_unique<cuda::OpTimer>(stream_);
     gemm_ = std::make_unique<LtGemmRunner>();
-    attention_ = std::make_unique<cuda::MaterializedAttention>(gemm_->handle(), gemm_->workspace(),
-                                                               LtGemmRunner::kWorkspaceBytes);
+    attention_ = std::make_unique<cuda::CudaAttentionOps>(
+        options, options.device, int64_t(prop.sharedMemPerBlockOptin), *gemm_);
     for (StagingSlot& slot : staging_) {
       GNMR_CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
     }
@@ -296,13 +99,7 @@ class CudaBackend final : public Backend {
   // ---- memory ----
   Tensor allocate(const std::string& name, std::vector<int64_t> shape, DType dtype,
                   MemoryRole role) override {
-    Tensor t;
-    t.dtype = dtype;
-    t.shape = std::move(shape);
-    for (int64_t s : t.shape) {
-      GNMR_CHECK(s >= 0, "allocate " + name + ": negative extent in " + t.shape_string());
-    }
-    t.data = memory_.allocate(name, t.bytes(), role);
+    Tensor t = allocate_tensor(memory_, name, std::move(shape), dtype, role);
     if (dtype == DType::I32) {
       // Token ids: room for the embedding index of a batch of this size (embedding_backward:
       // at most n unique tokens, their n + 1 offsets, n positions), and staging slots that
@@ -705,143 +502,31 @@ class CudaBackend final : public Backend {
   std::unique_ptr<AttentionState> plan_attention(const std::string& name,
                                                  const AttentionShape& shape,
                                                  bool out_kept) override {
-    auto state = std::make_unique<CudaAttentionState>();
-    state->shape = shape;
-    state->kernel_kind =
-        attention_kernel_for(attention_choice_, gemm_precision() == GemmPrecision::BF16, shape,
-                             shared_optin_bytes_, warned_flash_fallback_);
-    state->tiles_timed = time_flash_tiles_;
-    if (state->kernel_kind ==
-        AttentionKernel::FlashTensorCores) {  // made at the shape's first plan
-      std::shared_ptr<FlashShapeChoice>& choice = flash_choices_[FlashChoiceKey{
-          shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim}];
-      if (!choice) choice = std::make_shared<FlashShapeChoice>();
-      state->choice = choice;
-    }
-    if (attention_choice_ == CudaAttention::FlashWgmma &&
-        state->kernel_kind == AttentionKernel::FlashTensorCores) {
-      const std::string unavailable = cuda::flash_wgmma_unavailable(device_index_);
-      if (!unavailable.empty()) {
-        throw Error(ErrorKind::Config,
-                    "model.attention \"flash_wgmma\" needs sm_90a's wgmma (an H100 or H200, and "
-                    "a build with sm_90a code); here: " +
-                        unavailable + "; use model.attention=flash_bf16 or auto");
-      }
-      state->instruction = cuda::FlashMmaInstruction::Wgmma;
-    }
-    state->wgmma_offered =
-        asks_wgmma_trial(attention_choice_, bool(wgmma_trial_), time_flash_tiles_,
-                         state->kernel_kind, cuda::flash_wgmma_unavailable(device_index_).empty());
-    if (state->wgmma_offered) {
-      std::optional<std::string>& problem = state->choice->wgmma_trial_problem;
-      if (!problem) {
-        problem = wgmma_trial_(shape);
-        if (!problem->empty()) {
-          spdlog::warn(
-              "tensor-core flash at {}: the wgmma kernels are left out ({}); running "
-              "mma.sync",
-              attention_shape_text(shape), *problem);
-        }
-      }
-      state->wgmma_offered = problem->empty();
-    }
-    if (state->wgmma_offered && !digest_partials_.data) {
-      digest_partials_ = allocate("flash.digest_partials", {2 * cuda::kBitsDigestPartials},
-                                  DType::F32, MemoryRole::Scratch);
-    }
-    state->v1_precision = gemm_precision();
-    state->out_kept = state->flash() && out_kept;
-    if (state->flash() && !out_kept) {
-      state->out = allocate(name + ".out", {shape.batch, shape.seq, shape.heads, shape.head_dim},
-                            DType::F32, MemoryRole::SavedActivations);
-    }
-    if (state->flash()) {
-      state->lse = allocate(name + ".lse", {shape.batch, shape.heads, shape.seq}, DType::F32,
-                            MemoryRole::SavedActivations);
-    }
-    if (state->keeps_inputs()) {  // whole floats: 256-byte regions (flash_mma_buffers)
-      const int64_t bytes = cuda::flash_attention_mma_inputs_bytes(
-          shape.batch, shape.seq, shape.heads, shape.kv_heads, shape.head_dim);
-      state->inputs_bf16 =
-          allocate(name + ".inputs_bf16", {bytes / 4}, DType::F32, MemoryRole::SavedActivations);
-    }
-    if (!state->flash()) {
-      state->probs = allocate(name + ".probs", {shape.batch, shape.heads, shape.seq, shape.seq},
-                              DType::F32, MemoryRole::SavedActivations);
-    }
-    attention_scratch_.reserve(memory_, attention_scratch_bytes(*state));
-    return state;
+    return attention_->plan(attention_context(), name, shape, out_kept);
   }
   void attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, Tensor& out,
                          AttentionState& saved) override {
-    run_attention_forward(q, k, v, nullptr, out, saved);
+    attention_->forward(attention_context(), q, k, v, nullptr, out, saved);
   }
   // Where the tensor-core kernels run, RoPE rotates q and k as the forward copies them to bf16
   // (rope_forward_to_bf16), q and k left unrotated; elsewhere the three ops.
   void rope_attention_forward(Tensor& q, Tensor& k, const Tensor& v, const Tensor& cos,
                               const Tensor& sin, Tensor& out, AttentionState& saved) override {
-    const CudaAttentionState& state = attention_state(saved, attention_shape_of(q, k));
-    if (state.kernel_kind != AttentionKernel::FlashTensorCores) {
+    const cuda::CudaAttentionState& state =
+        cuda::CudaAttentionOps::state_of(saved, attention_shape_of(q, k));
+    if (state.kernel_kind != cuda::AttentionKernel::FlashTensorCores) {
       Backend::rope_attention_forward(q, k, v, cos, sin, out, saved);
       return;
     }
     check_rope_tables(q, cos, sin, "rope_attention_forward");
     check_rope_tables(k, cos, sin, "rope_attention_forward");
-    const RopeTables tables{f32_data(cos), f32_data(sin)};
-    run_attention_forward(q, k, v, &tables, out, saved);
+    const cuda::RopeTables tables{f32_data(cos), f32_data(sin)};
+    attention_->forward(attention_context(), q, k, v, &tables, out, saved);
   }
   void attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                           const AttentionState& saved, const Tensor& dout, Tensor& dq, Tensor& dk,
                           Tensor& dv) override {
-    const auto timing = time_op("attention");
-    const AttentionShape s = attention_shape_of(q, k);
-    check_same_numel(q, dq, "attention_backward");
-    check_same_numel(q, dout, "attention_backward");
-    check_same_numel(k, dk, "attention_backward");
-    check_same_numel(v, dv, "attention_backward");
-    const CudaAttentionState& state = attention_state(saved, s);
-    void* scratch = attention_scratch_.reserve(memory_, attention_scratch_bytes(state));
-    if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
-      // q, k, v as the forward's bf16 copies in the state (keeps_inputs): those passed are
-      // not read.
-      FlashPassChoice& choice = state.choice->backward;
-      const bool choose = !choice.chosen;
-      const int64_t default_tile = flash_mma_query_pass_tile(s.head_dim);
-      const cuda::FlashVariant variant =
-          choose ? cuda::FlashVariant{state.instruction, default_tile} : choice.variant;
-      cuda::flash_attention_backward_mma(
-          state.inputs_bf16.data, state.flash_out(), f32_data(state.lse), f32_data(dout),
-          f32_data(dq), f32_data(dk), f32_data(dv), scratch, s.batch, s.seq, s.heads, s.kv_heads,
-          s.head_dim, stream_, variant.tile, variant.instruction);
-      if (choose) {
-        // The two passes again on the dout copy and delta the call left in scratch; the dq
-        // pass has 128-row tiles at head dim 64 only.
-        const std::vector<int64_t> tiles = s.head_dim == 64 ? cuda::flash_query_tiles(default_tile)
-                                                            : std::vector<int64_t>{default_tile};
-        choose_flash_variant(
-            choice, state, "the backward", variant, tiles,
-            [&](const cuda::FlashVariant& v) {
-              cuda::flash_dq_pass_mma_only(state.inputs_bf16.data, f32_data(state.lse), scratch,
-                                           f32_data(dq), s.batch, s.seq, s.heads, s.kv_heads,
-                                           s.head_dim, stream_, v.tile, v.instruction);
-              cuda::flash_key_value_pass_mma_only(
-                  state.inputs_bf16.data, f32_data(state.lse), scratch, f32_data(dk), f32_data(dv),
-                  s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, v.instruction);
-            },
-            {&dq, &dk, &dv});
-      }
-      return;
-    }
-    if (state.flash()) {  // each backward takes its own forward's out and lse
-      cuda::flash_attention_backward(f32_data(q), f32_data(k), f32_data(v), state.flash_out(),
-                                     f32_data(state.lse), f32_data(dout), f32_data(dq),
-                                     f32_data(dk), f32_data(dv), static_cast<float*>(scratch),
-                                     s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_);
-      return;
-    }
-    attention_->backward(f32_data(q), f32_data(k), f32_data(v), f32_data(state.probs),
-                         f32_data(dout), f32_data(dq), f32_data(dk), f32_data(dv),
-                         static_cast<float*>(scratch), s, state.v1_precision, stream_);
+    attention_->backward(attention_context(), q, k, v, saved, dout, dq, dk, dv);
   }
 
   void swiglu_forward(const Tensor& gate, const Tensor& up, Tensor& out) override {
@@ -1072,90 +757,6 @@ class CudaBackend final : public Backend {
     return sum_squares_workspace_.reserve(memory_,
                                           sizeof(double) * size_t(std::max<int64_t>(1, doubles)));
   }
-  // The RoPE tables the tensor-core forward rotates q and k with (rope_attention_forward).
-  struct RopeTables {
-    const float* cos;
-    const float* sin;
-  };
-  // attention_forward, with q and k rotated by `rope` as the tensor-core kernels copy them where
-  // it is given (only for those kernels).
-  void run_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v,
-                             const RopeTables* rope, Tensor& out, AttentionState& saved) {
-    const auto timing = time_op("attention");
-    const AttentionShape s = attention_shape_of(q, k);
-    check_same_numel(k, v, "attention_forward");
-    check_same_numel(q, out, "attention_forward");
-    CudaAttentionState& state = attention_state(saved, s);
-    GNMR_CHECK(rope == nullptr || state.kernel_kind == AttentionKernel::FlashTensorCores,
-               "attention_forward: only the tensor-core kernels rotate q and k");
-    if (state.flash()) {
-      if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
-        // Its bf16 copies of q, k, v go to the state, for the backward.
-        FlashPassChoice& choice = state.choice->forward;
-        const bool choose = !choice.chosen;
-        const cuda::FlashVariant variant =
-            choose ? cuda::FlashVariant{state.instruction, kFlashMmaForwardQueryTile}
-                   : choice.variant;
-        cuda::flash_attention_forward_mma(
-            f32_data(q), f32_data(k), f32_data(v), rope ? rope->cos : nullptr,
-            rope ? rope->sin : nullptr, f32_data(out), f32_data(state.lse), state.inputs_bf16.data,
-            s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_, variant.tile,
-            variant.instruction);
-        if (choose) {  // the kernel again on the bf16 copies the call made
-          choose_flash_variant(choice, state, "the forward", variant,
-                               cuda::flash_query_tiles(kFlashMmaForwardQueryTile),
-                               [&](const cuda::FlashVariant& v) {
-                                 cuda::flash_forward_mma_kernel_only(
-                                     state.inputs_bf16.data, f32_data(out), f32_data(state.lse),
-                                     s.batch, s.seq, s.heads, s.kv_heads, s.head_dim, stream_,
-                                     v.tile, v.instruction);
-                               },
-                               {&out, &state.lse});
-        }
-      } else {
-        cuda::flash_attention_forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out),
-                                      f32_data(state.lse), s.batch, s.seq, s.heads, s.kv_heads,
-                                      s.head_dim, stream_);
-      }
-      if (state.out_kept) {
-        state.caller_out = f32_data(out);  // the caller leaves it unchanged until the backward
-      } else {
-        // The backward reads the state's out: the caller may overwrite its own.
-        GNMR_CUDA_CHECK(cudaMemcpyAsync(state.out.data, out.data, out.bytes(),
-                                        cudaMemcpyDeviceToDevice, stream_));
-      }
-      return;
-    }
-    attention_->forward(f32_data(q), f32_data(k), f32_data(v), f32_data(out), f32_data(state.probs),
-                        s, state.v1_precision, stream_);
-  }
-  static size_t attention_scratch_bytes(const CudaAttentionState& state) {
-    const AttentionShape& s = state.shape;
-    if (state.kernel_kind == AttentionKernel::FlashTensorCores) {
-      return size_t(
-          cuda::flash_attention_mma_scratch_bytes(s.batch, s.seq, s.heads, s.kv_heads, s.head_dim));
-    }
-    const int64_t floats =
-        state.flash() ? cuda::flash_attention_backward_scratch_floats(s.batch, s.seq, s.heads)
-                      : cuda::MaterializedAttention::backward_scratch_floats(s);
-    return sizeof(float) * size_t(floats);
-  }
-  static const CudaAttentionState& attention_state(const AttentionState& saved,
-                                                   const AttentionShape& s) {
-    const auto* state = dynamic_cast<const CudaAttentionState*>(&saved);
-    GNMR_CHECK(state != nullptr, "attention state was not planned by the cuda backend");
-    const AttentionShape& p = state->shape;
-    GNMR_CHECK(p.batch == s.batch && p.seq == s.seq && p.heads == s.heads &&
-                   p.kv_heads == s.kv_heads && p.head_dim == s.head_dim,
-               "attention: state planned for " + attention_shape_text(p) + ", called with " +
-                   attention_shape_text(s));
-    return *state;
-  }
-  static CudaAttentionState& attention_state(AttentionState& saved, const AttentionShape& s) {
-    return const_cast<CudaAttentionState&>(
-        attention_state(static_cast<const AttentionState&>(saved), s));
-  }
-
   static cuda::CudaProjectionState& cuda_state(ProjectionState& state) {
     auto* s = dynamic_cast<cuda::CudaProjectionState*>(&state);
     GNMR_CHECK(s != nullptr, "projection state was not planned by the cuda backend");
@@ -1165,57 +766,9 @@ class CudaBackend final : public Backend {
     return cuda::ProjectionContext{memory_, projection_scratch_, *gemm_,  *op_timer_,
                                    stream_, gemm_precision(),    target_, weights_epoch_};
   }
-  // Makes `choice`: the variant `pass` runs from now on, after a first call that ran `ran` (the
-  // state's instruction at the default tile, `tiles[0]`) and left `outputs`. With the tiles not
-  // timed, `ran`. Otherwise: where the state offers wgmma, `run` runs it at that tile and the
-  // bits digest of `outputs` decides whether it joins (the same bits as mma.sync's) or is left
-  // out (logged as a warning, and choice.wgmma_other_bits); then the offered variants are timed
-  // (a single one is run once, to leave its bits), the choice is logged, and `outputs` hold the
-  // chosen variant's bits. Each digest and the timing wait for the stream: a shape's first step
-  // waits a few times more.
-  void choose_flash_variant(FlashPassChoice& choice, const CudaAttentionState& state,
-                            const char* pass, const cuda::FlashVariant& ran,
-                            const std::vector<int64_t>& tiles,
-                            const std::function<void(const cuda::FlashVariant&)>& run,
-                            const std::vector<const Tensor*>& outputs) {
-    choice.chosen = true;
-    choice.variant = ran;
-    if (!time_flash_tiles_) return;
-    const std::string shape = attention_shape_text(state.shape);
-    std::vector<cuda::FlashMmaInstruction> instructions = {ran.instruction};
-    if (state.wgmma_offered) {
-      const std::vector<uint64_t> reference = output_digests(outputs);
-      run(cuda::FlashVariant{cuda::FlashMmaInstruction::Wgmma, ran.tile});
-      if (output_digests(outputs) == reference) {
-        instructions.push_back(cuda::FlashMmaInstruction::Wgmma);
-      } else {
-        choice.wgmma_other_bits = true;
-        spdlog::warn(
-            "tensor-core flash at {}: {}'s wgmma kernels wrote other bits than its mma.sync "
-            "kernels; running mma.sync (model.attention=flash_wgmma runs wgmma)",
-            shape, pass);
-      }
-    }
-    const std::vector<cuda::FlashVariant> variants = cuda::flash_variants(instructions, tiles);
-    if (variants.size() == 1 && !state.wgmma_offered) return;  // nothing ran since the call
-    ++sync_count_;
-    const cuda::FlashVariantTiming timing =
-        cuda::time_flash_variants(stream_, variants.size(), [&](size_t i) { run(variants[i]); });
-    spdlog::info("tensor-core flash at {}: {} runs {}", shape, pass,
-                 cuda::flash_variant_timing_text(variants, timing));
-    choice.variant = variants[timing.chosen];
+  cuda::AttentionContext attention_context() {
+    return cuda::AttentionContext{memory_, stream_, *op_timer_, sync_count_, gemm_precision()};
   }
-  // The bits digest of each tensor (bits_digest.h); each waits for the stream.
-  std::vector<uint64_t> output_digests(const std::vector<const Tensor*>& outputs) {
-    std::vector<uint64_t> digests;
-    for (const Tensor* t : outputs) {
-      ++sync_count_;
-      digests.push_back(cuda::bits_digest(t->data, int64_t(t->bytes() / 4),
-                                          static_cast<uint64_t*>(digest_partials_.data), stream_));
-    }
-    return digests;
-  }
-
   // The span of one op in `gnmr bench`'s breakdown (op_timer.h); nothing while timing is off.
   cuda::OpTimer::Scope time_op(const char* family) {
     return cuda::OpTimer::Scope(*op_timer_, family);
@@ -1223,20 +776,12 @@ class CudaBackend final : public Backend {
 
   DeviceMemory memory_;
   int device_index_ = 0;
-  int64_t shared_optin_bytes_ = 0;  // shared memory per block a kernel may opt in to
-  bool warned_flash_fallback_ = false;
-  CudaAttention attention_choice_;
-  bool time_flash_tiles_ = false;  // CudaBackendOptions::flash_tiles
-  std::function<std::string(const AttentionShape&)> wgmma_trial_;  // CudaBackendOptions
-  using FlashChoiceKey = std::array<int64_t, 5>;  // batch, seq, heads, kv_heads, head_dim
-  std::map<FlashChoiceKey, std::shared_ptr<FlashShapeChoice>> flash_choices_;
-  Tensor digest_partials_;  // kBitsDigestPartials words for output_digests, where wgmma is offered
   GpuTarget target_;
   std::string device_name_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpTimer> op_timer_;  // set_op_timing
   std::unique_ptr<LtGemmRunner> gemm_;
-  std::unique_ptr<cuda::MaterializedAttention> attention_;
+  std::unique_ptr<cuda::CudaAttentionOps> attention_;  // before gemm_, whose handle it uses
   int64_t sync_count_ = 0;
   uint64_t weights_epoch_ = 1;  // bumped by invalidate_prepared_weights
   StagingSlot staging_[kStagingSlots];
@@ -1245,8 +790,7 @@ class CudaBackend final : public Backend {
   std::map<const void*, std::vector<int32_t>> host_tokens_;
   cuda::ProjectionScratch projection_scratch_;
   DeviceScratch embedding_index_{"embedding_index"}, rmsnorm_workspace_{"rmsnorm_workspace"},
-      attention_scratch_{"attention_scratch"}, sum_squares_workspace_{"sum_squares_workspace"},
-      matmul_a_{"matmul_a"}, matmul_b_{"matmul_b"};
+      sum_squares_workspace_{"sum_squares_workspace"}, matmul_a_{"matmul_a"}, matmul_b_{"matmul_b"};
 };
 
 }  // namespace
@@ -1291,13 +835,13 @@ void run_wgmma_trial_before_backend(const CudaBackendOptions& options, bool bf16
     return;
   }
   bool warned = true;  // the backend warns of a shape that does not fit, at its plan
-  const AttentionKernel kernel =
-      attention_kernel_for(options.attention, bf16_gemms, shape, shared_limit, warned);
+  const cuda::AttentionKernel kernel =
+      cuda::attention_kernel_for(options.attention, bf16_gemms, shape, shared_limit, warned);
   // Compute capability 9.0 stands for flash_wgmma_unavailable, which loads a kernel to read
   // whether the build has sm_90a code (a context): without it the trial answers why, and the
   // backend, which checks that itself, never asks.
-  if (asks_wgmma_trial(options.attention, true, flash_tiles_timed(options.flash_tiles), kernel,
-                       major == 9 && minor == 0)) {
+  if (cuda::asks_wgmma_trial(options.attention, true, cuda::flash_tiles_timed(options.flash_tiles),
+                             kernel, major == 9 && minor == 0)) {
     options.wgmma_trial(shape);
   }
 }
@@ -1312,7 +856,7 @@ std::string flash_wgmma_trial(int device, const AttentionShape& shape) {
   backend.set_gemm_precision(GemmPrecision::BF16);
   const std::unique_ptr<AttentionState> saved =
       backend.plan_attention("wgmma_trial", shape, /*out_kept=*/false);
-  const auto& state = static_cast<const CudaAttentionState&>(*saved);
+  const auto& state = static_cast<const cuda::CudaAttentionState&>(*saved);
   if (!state.wgmma_offered) {
     const std::string unavailable = cuda::flash_wgmma_unavailable(device);
     return "auto does not offer the wgmma kernels at " + attention_shape_text(shape) + ": " +

@@ -1,7 +1,7 @@
 // The CUDA backend (docs/DESIGN.md §6): Backend on one GPU. Tensors live in device memory
 // (DeviceMemory, fp32 / i32 / f64 as the seam says); every op is queued on one stream; the
 // projections run on cuBLASLt (cuda_projection.h), attention on the flash kernels or v1's
-// cuBLASLt batched GEMMs and causal-softmax kernel (model.attention); the rest are the kernels in
+// cuBLASLt batched GEMMs and causal-softmax kernel (cuda_attention.h); the rest are the kernels in
 // kernels/, each tested against its CPU twin (tests/gpu). copy_to_host and synchronize are its only
 // waits for the device in a step (docs/DESIGN.md §6 names the few outside one).
 #pragma once

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <utility>
 
 #include "backend/cuda/device_memory_report.h"
 #include "kernels/cuda_check.cuh"
@@ -14,6 +15,18 @@ namespace gnmr {
 DeviceMemory::~DeviceMemory() {
   // Nothing actionable to report from a destructor.
   for (auto& [p, block] : blocks_) cudaFree(p);
+}
+
+Tensor allocate_tensor(DeviceMemory& memory, const std::string& name, std::vector<int64_t> shape,
+                       DType dtype, MemoryRole role) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  for (int64_t s : t.shape) {
+    GNMR_CHECK(s >= 0, "allocate " + name + ": negative extent in " + t.shape_string());
+  }
+  t.data = memory.allocate(name, t.bytes(), role);
+  return t;
 }
 
 void* DeviceMemory::allocate(const std::string& name, size_t bytes, MemoryRole role) {

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -45,6 +46,11 @@ class DeviceMemory {
   MemoryUse use_;
   size_t peak_ = 0;
 };
+
+// A tensor of `shape` and `dtype` in `memory`, filled as DeviceMemory::allocate fills; a
+// negative extent is an internal error naming the tensor.
+Tensor allocate_tensor(DeviceMemory& memory, const std::string& name, std::vector<int64_t> shape,
+                       DType dtype, MemoryRole role);
 
 // A scratch buffer that only grows: reserve() frees and reallocates when `bytes` is larger.
 // Only called while planning or by an op's first use, when nothing refers to the old buffer.
