@@ -89,6 +89,26 @@ double Controller::decision_gap(int decision) const {
   return gap;
 }
 
+int64_t Controller::first_selecting_step() const {
+  switch (kind_) {
+    case ControllerKind::StaticLow:
+    case ControllerKind::StaticHigh:
+      return std::numeric_limits<int64_t>::max();
+    case ControllerKind::Random:
+    case ControllerKind::TopkNorm:
+    case ControllerKind::Oracle:
+      return std::max<int64_t>(options_.warmup_steps, 1);
+    case ControllerKind::Gnmr:
+    case ControllerKind::GnmrNoDelta:
+    case ControllerKind::GnmrNoLock:
+      break;
+  }
+  // RiskMonitor::observe: GNMR from the second observed norm, Δ-GNMR once `window` GNMR values
+  // fill its ring; UnitScores::ready needs both.
+  const int64_t first_observed = std::max<int64_t>(options_.history_start, 1);
+  return std::max<int64_t>(options_.warmup_steps, first_observed + 1 + options_.window);
+}
+
 void Controller::select_by_gaps(int64_t step, std::vector<uint8_t>& selected) const {
   const int n_decision = units_.n_decision_units();
   selected.assign(static_cast<size_t>(n_decision), 0);

@@ -108,6 +108,12 @@ class Controller {
   int n_layers() const { return units_.n_layers(); }
   int n_units() const { return units_.n_units(); }
   int budget() const { return budget_; }  // in projection units
+  // The first step whose observe() can select a unit by its norms (a non-finite norm aside):
+  // gnmr.warmup_steps, and for the GNMR kinds also the first step with both scores defined (the
+  // first observed step, max(history_start, 1), then one norm of history and `window` GNMR
+  // values). Steps count from 1; the plan made at step t runs at step t + 1. Static kinds: never
+  // (INT64_MAX).
+  int64_t first_selecting_step() const;
   const DecisionUnits& decision_units() const { return units_; }
   // Lock of each decision unit after the last observation.
   const std::vector<int32_t>& locks() const { return locks_; }

@@ -161,12 +161,7 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
   const int32_t n_layers = r.i32();
   const int32_t n_decision = r.i32();
   const int32_t window = r.i32();
-  if (n_layers != units_.n_layers() || n_decision != units_.n_decision_units()) {
-    mismatch("made for " + std::to_string(n_layers) + " layers (" +
-             std::to_string(int64_t{n_layers} * kKindsPerLayer) + " units), this model has " +
-             std::to_string(units_.n_layers()) + " layers (" + std::to_string(units_.n_units()) +
-             " units)");
-  }
+  // The options first: one that changes the decision units (gnmr.granularity) is named.
   const nlohmann::json current = controller_options_to_json(options_);
   const nlohmann::json defaults = controller_options_to_json(ControllerOptions{});
   for (const auto& [key, value] : current.items()) {
@@ -182,6 +177,13 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
     }
   }
   if (window != options_.window) damaged("damaged blob (window record)");
+  if (n_layers != units_.n_layers() || n_decision != units_.n_decision_units()) {
+    mismatch("made for " + std::to_string(n_layers) + " layers (" +
+             std::to_string(int64_t{n_layers} * kKindsPerLayer) + " units, " +
+             std::to_string(n_decision) + " decision units), this model has " +
+             std::to_string(units_.n_layers()) + " layers (" + std::to_string(units_.n_units()) +
+             " units, " + std::to_string(units_.n_decision_units()) + " decision units)");
+  }
 
   const int64_t observations = r.i64();
   const int64_t last_step = r.i64();

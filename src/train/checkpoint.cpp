@@ -31,18 +31,6 @@ std::vector<float> tensor_to_host(Backend& backend, const Tensor& t) {
   return host;
 }
 
-void check_same_model(const json& saved, const json& current, const std::string& dir) {
-  for (auto it = current.begin(); it != current.end(); ++it) {
-    if (it.key() == "name") continue;
-    if (!saved.contains(it.key()) || saved[it.key()] != *it) {
-      throw Error(ErrorKind::Checkpoint,
-                  "checkpoint " + dir + " was trained with model." + it.key() + "=" +
-                      (saved.contains(it.key()) ? saved[it.key()].dump() : "(absent)") +
-                      ", the config says " + it->dump());
-    }
-  }
-}
-
 using Metadata = std::map<std::string, std::string>;
 using OptimizerWriter = std::function<void(const fs::path& dir, const Metadata& meta)>;
 
@@ -284,16 +272,30 @@ json read_checkpoint_config(const std::string& checkpoint_dir) {
   return j;
 }
 
+void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& config) {
+  const json saved_config = read_checkpoint_config(checkpoint_dir);
+  if (!saved_config.contains("model")) {
+    throw Error(ErrorKind::Checkpoint, checkpoint_dir + "/config.json has no model section");
+  }
+  const json& saved = saved_config["model"];
+  const json& current = config.resolved["model"];
+  for (auto it = current.begin(); it != current.end(); ++it) {
+    if (it.key() == "name") continue;
+    if (!saved.contains(it.key()) || saved[it.key()] != *it) {
+      throw Error(ErrorKind::Checkpoint,
+                  "checkpoint " + checkpoint_dir + " was trained with model." + it.key() + "=" +
+                      (saved.contains(it.key()) ? saved[it.key()].dump() : "(absent)") +
+                      ", the config says " + it->dump());
+    }
+  }
+}
+
 namespace {
 
 // Weights and trainer state (shared by both optimizers); the moments are the caller's.
 TrainerState load_weights_and_state(const std::string& checkpoint_dir, const RunConfig& config,
                                     Backend& backend, LlamaModel& model) {
-  json saved_config = read_checkpoint_config(checkpoint_dir);
-  if (!saved_config.contains("model")) {
-    throw Error(ErrorKind::Checkpoint, checkpoint_dir + "/config.json has no model section");
-  }
-  check_same_model(saved_config["model"], config.resolved["model"], checkpoint_dir);
+  check_checkpoint_model(checkpoint_dir, config);
 
   fs::path trainer_path = fs::path(checkpoint_dir) / "trainer.json";
   TrainerState state =

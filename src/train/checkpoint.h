@@ -59,6 +59,10 @@ std::string newest_intact_checkpoint(const std::string& run_dir, std::vector<std
 // The resolved config stored in a checkpoint.
 nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 
+// A resume continues the same model: an Error(Checkpoint) naming the key where the model
+// section of CHECKPOINT_DIR's config.json differs from `config`'s (its name aside).
+void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& config);
+
 // A Checkpoint error when DIR (a checkpoint or a model folder every rank reads) does not
 // exist: on a rank other than the one that found it, the sign of a filesystem that is not
 // shared between the nodes, which the message says.

@@ -2,14 +2,20 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <iostream>
+#include <memory>
+#include <vector>
 
 #include "model/llama.h"
+#include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
 #include "train/data_checks.h"
 #include "train/hf_format.h"
+#include "train/run_controller.h"
 #include "train/run_dir.h"
+#include "util/atomic_file.h"
 #include "util/directory_lock.h"
 #include "util/error.h"
 
@@ -28,6 +34,8 @@ std::string gigabytes(double bytes) {
 void run_preflight(const RunConfig& config, const TrainOptions& options, int world_size) {
   if (world_size < 1) throw Error(ErrorKind::Usage, "--world-size must be at least 1");
   const int accumulation = accumulation_steps_for(config, world_size);
+  // The controller as every rank makes it (restored below from the checkpoint a resume reads).
+  const std::unique_ptr<Controller> controller = make_run_controller(config, world_size, true);
   const TrainingData data = open_training_data(config, 0, world_size, accumulation);
 
   // The run directory as rank 0 would find it: in use by a job, a run to refuse or resume.
@@ -40,7 +48,10 @@ void run_preflight(const RunConfig& config, const TrainOptions& options, int wor
   const RunDirPlan plan = plan_run_dir(options);
   std::string start = "a fresh run in " + options.out_dir;
   if (!plan.resume_from.empty()) {
-    check_init_source(plan.resume_from, config);  // of this model and tokenizer
+    check_checkpoint_model(plan.resume_from, config);
+    const std::string bytes = read_file((fs::path(plan.resume_from) / "controller.bin").string());
+    load_controller_state(*controller, std::vector<uint8_t>(bytes.begin(), bytes.end()),
+                          plan.resume_from);
     start = "resumes from " + plan.resume_from;
   } else if (!options.init.empty()) {
     if (!is_hf_model_dir(options.init)) verify_checkpoint(options.init, CheckpointUse::Weights);

@@ -15,6 +15,7 @@
 #include "train/lr_schedule.h"
 #include "train/make_backend.h"
 #include "train/replica_check.h"
+#include "train/run_controller.h"
 #include "util/error.h"
 #include "util/fnv1a.h"
 #include "util/json_integer.h"
@@ -24,67 +25,6 @@ using nlohmann::json;
 namespace gnmr {
 
 namespace {
-
-// Settings that are valid one by one but together do nothing, or not what their names say:
-// each is a warning at start, so a run that cannot do what it was set up to do says so.
-void warn_about_settings_that_do_nothing(const RunConfig& config, const Controller& controller) {
-  const ControllerKind kind = controller.kind();
-  const bool dynamic = kind != ControllerKind::StaticLow && kind != ControllerKind::StaticHigh;
-  if (dynamic && config.precision.has_low_path) {
-    int smallest = controller.n_units();
-    for (int d = 0; d < controller.decision_units().n_decision_units(); ++d)
-      smallest = std::min(smallest, int(controller.decision_units().members(d).size()));
-    if (controller.budget() == 0 && config.gnmr.max_active > 0) {
-      spdlog::warn(
-          "gnmr.max_active {} of {} units rounds down to a budget of 0: the controller "
-          "will recover nothing (give at least 1 unit)",
-          config.gnmr.max_active, controller.n_units());
-    } else if (controller.budget() > 0 && controller.budget() < smallest) {
-      spdlog::warn(
-          "gnmr.max_active gives a budget of {} unit(s), less than the smallest "
-          "decision unit of gnmr.granularity {} ({} units): the controller will "
-          "recover nothing",
-          controller.budget(), config.gnmr.granularity, smallest);
-    }
-  }
-  const PathSpec& low = config.precision.low;
-  const PathSpec& high = config.precision.recovery;
-  if (config.precision.has_low_path && low.kind == high.kind && low.describe() == high.describe()) {
-    spdlog::warn(
-        "the recovery path is the low path ({}): routing a unit to recovery changes "
-        "nothing (set precision.recovery_format or recovery_bits finer than the low one)",
-        low.describe());
-  }
-  if (low.kind == PathKind::kFineGrainedFp && high.kind == PathKind::kFineGrainedFp &&
-      fp_format_bits(high.format) < fp_format_bits(low.format)) {
-    spdlog::warn(
-        "precision.recovery_format {} has fewer bits than precision.low_format {}: "
-        "the recovery path is the coarser one",
-        fp_format_name(high.format), fp_format_name(low.format));
-  }
-  // recovery_bits 0 keeps the recovery path full precision (a kBackendGemm path).
-  if (low.kind == PathKind::kSavedIntGroupwise && high.kind == PathKind::kSavedIntGroupwise &&
-      high.saved.bits < low.saved.bits) {
-    spdlog::warn(
-        "precision.recovery_bits {} is below precision.low_bits {}: the recovery path "
-        "is the coarser one",
-        high.saved.bits, low.saved.bits);
-  }
-  const ControllerOptions& g = config.gnmr;
-  const bool moved = (std::isfinite(g.alpha_final) && g.alpha_final != g.alpha) ||
-                     (std::isfinite(g.beta_final) && g.beta_final != g.beta);
-  if (g.threshold_schedule == "constant" && moved) {
-    spdlog::warn(
-        "gnmr.alpha_final / beta_final are not used: gnmr.threshold_schedule is "
-        "\"constant\" (set it to \"linear\" or \"cosine\" to move the thresholds)");
-  }
-  if (config.train.warmup_steps >= config.train.steps) {
-    spdlog::warn(
-        "train.warmup_steps {} is not below train.steps {}: the learning rate never reaches "
-        "train.lr {} (the warm-up is counted in optimizer steps, whatever the world size)",
-        config.train.warmup_steps, config.train.steps, config.train.lr);
-  }
-}
 
 // Whether VALUE is the same on every rank (a collective).
 bool agree_on_value(Communicator& comm, const json& value) {
@@ -219,21 +159,9 @@ void TrainingSession::set_up_on_communicator() {
           config.dist.bucket_mb);
     }
   }
-  try {
-    controller_ = std::make_unique<Controller>(config.gnmr, config.model.n_layers,
-                                               config.precision.recovery_layers);
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorKind::Config, std::string("config: ") + e.what());
-  }
-  if (comm_->rank() == 0) warn_about_settings_that_do_nothing(config, *controller_);
+  controller_ = make_run_controller(config, comm_->world_size(), comm_->rank() == 0);
   measure_gaps_ = config.log.recovery_gap || controller_->needs_recovery_gaps();
   if (measure_gaps_) {
-    if (comm_->world_size() > 1) {
-      throw Error(ErrorKind::Config,
-                  "config: log.recovery_gap and gnmr.controller = \"oracle\" run on one rank "
-                  "(the gap is measured on one rank's batches; this job has " +
-                      std::to_string(comm_->world_size()) + " ranks)");
-    }
     gap_loss_ = backend_->allocate("recovery_gap_loss", {1}, DType::F64, MemoryRole::Scratch);
     spdlog::info(
         "recovery gap: every step also runs its batches with all units low, then all on "
@@ -317,17 +245,7 @@ void TrainingSession::fill_batch(int64_t step_index, int micro_step) {
 }
 
 void TrainingSession::restore_controller_state(const std::string& checkpoint_dir) {
-  const std::string file = "checkpoint " + checkpoint_dir + ": controller.bin";
-  try {
-    controller_->load_state(state_.controller_state);
-  } catch (const ControllerStateDamaged& e) {
-    throw Error(ErrorKind::Checkpoint,
-                file + " is damaged (" + e.what() + "); resume from an earlier checkpoint");
-  } catch (const ControllerStateMismatch& e) {
-    throw Error(ErrorKind::Checkpoint,
-                file + " was saved under other gnmr.* options or another model (" + e.what() +
-                    "); the gnmr.* options must match the checkpointed run (its config.json)");
-  }
+  load_controller_state(*controller_, state_.controller_state, checkpoint_dir);
   plan_ = with_fixed_recovery(controller_->current_plan());
 }
 

@@ -130,8 +130,30 @@ TEST(CliTrain, CheckReportsThePlanOrTheRefusalAndChangesNothing) {
   EXPECT_NE(resume.output.find("resumes from " + dir + "/run/checkpoints/step_00000006"),
             std::string::npos)
       << resume.output;
+  // What the job would refuse only once it had a model: the checkpointed controller state under
+  // other gnmr.* options, another model shape, the oracle on two ranks.
+  auto other_alpha =
+      run_gnmr(train_args(config, dir + "/run") + " --check --resume auto --set gnmr.alpha=3");
+  EXPECT_EQ(other_alpha.exit_code, 5) << other_alpha.output;
+  EXPECT_NE(other_alpha.output.find("gnmr.alpha differs"), std::string::npos) << other_alpha.output;
+  auto other_dim =
+      run_gnmr(train_args(config, dir + "/run") + " --check --resume auto --set model.dim=128");
+  EXPECT_EQ(other_dim.exit_code, 5) << other_dim.output;
+  EXPECT_NE(other_dim.output.find("step_00000006 was trained with model.dim=64"), std::string::npos)
+      << other_dim.output;
+  auto oracle = run_gnmr(train_args(config, dir + "/fresh") +
+                         " --check --world-size 2 --set gnmr.controller=oracle");
+  EXPECT_EQ(oracle.exit_code, 3) << oracle.output;
+  EXPECT_NE(oracle.output.find("run on one rank"), std::string::npos) << oracle.output;
+  // And what it would warn of: a controller that cannot select before the run ends.
+  auto late = run_gnmr(train_args(config, dir + "/fresh") +
+                       " --check --set precision.recipe=actq --set gnmr.warmup_steps=12");
+  EXPECT_EQ(late.exit_code, 0) << late.output;
+  EXPECT_NE(late.output.find("can first select a unit at step 12"), std::string::npos)
+      << late.output;
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/run/metrics.jsonl"), metrics);
   EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012"));
+  EXPECT_FALSE(fs::exists(dir + "/fresh"));
 }
 
 TEST(CliTrain, ExistingRunIsNeverOverwrittenWithoutForce) {

@@ -95,10 +95,17 @@ TEST(ControllerState, LoadRefusesOtherUnitCountsOtherOptionsAndDamagedBlobs) {
   const std::vector<uint8_t> blob = source.save_state();
 
   Controller smaller(quick_options(), 2);
-  EXPECT_NE(error_of(smaller, blob).find("made for 3 layers (21 units)"), std::string::npos)
+  EXPECT_NE(error_of(smaller, blob).find("made for 3 layers (21 units, 21 decision units)"),
+            std::string::npos)
       << error_of(smaller, blob);
 
   ControllerOptions other = quick_options();
+  other.granularity = "group";  // other decision units: named as the option, not as a count
+  Controller grouped(other, kLayers);
+  EXPECT_NE(error_of(grouped, blob).find("gnmr.granularity differs"), std::string::npos)
+      << error_of(grouped, blob);
+
+  other = quick_options();
   other.alpha = 2.0;
   Controller other_alpha(other, kLayers);
   EXPECT_NE(error_of(other_alpha, blob).find("gnmr.alpha differs"), std::string::npos)
@@ -143,6 +150,12 @@ TEST(ControllerState, DamagedBlobsAreToldApartFromOtherOptions) {
   }
 
   ControllerOptions other = quick_options();
+  other.granularity = "group";  // other decision units: named as the option, not as a count
+  Controller grouped(other, kLayers);
+  EXPECT_NE(error_of(grouped, blob).find("gnmr.granularity differs"), std::string::npos)
+      << error_of(grouped, blob);
+
+  other = quick_options();
   other.alpha = 2.0;
   Controller other_alpha(other, kLayers);
   EXPECT_THROW(other_alpha.load_state(blob), ControllerStateMismatch);
@@ -163,7 +176,7 @@ TEST(ControllerState, HugeLayerCountInADamagedBlobIsRefusedByName) {
   const uint64_t checksum = fnv1a(blob.data(), blob.size());
   for (int i = 0; i < 8; ++i) blob.push_back(static_cast<uint8_t>(checksum >> (8 * i)));
   Controller target(quick_options(), kLayers);
-  EXPECT_NE(error_of(target, blob).find("made for 2147483647 layers (15032385529 units)"),
+  EXPECT_NE(error_of(target, blob).find("made for 2147483647 layers (15032385529 units"),
             std::string::npos)
       << error_of(target, blob);
 }

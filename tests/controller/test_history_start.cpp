@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,38 @@ TEST(HistoryStart, WarmupAndMonitorFreeBaselinePlansAreUnchanged) {
     EXPECT_EQ(plan.active_count(), step < 20 ? 0 : 1) << step;
   }
   EXPECT_TRUE(is_recovery(c.current_plan(), 6));
+}
+
+// Controller::first_selecting_step (what the trainer's warning of a run too short for its
+// controller reads) is the first step at which observe() selects a unit: norms fed from step
+// 1, as the trainer does, every unit a candidate once it has both scores (α = β tiny).
+TEST(HistoryStart, FirstSelectingStepIsTheFirstStepThatSelects) {
+  const auto norms = testing::noisy_stream(kUnits, 80, 7);
+  for (const std::string kind : {"gnmr", "gnmr_no_delta", "gnmr_no_lock", "random", "topk_norm"}) {
+    for (const int history_start : {0, 1, 9}) {
+      for (const int warmup : {0, 5, 30}) {
+        ControllerOptions o = quick_options(kind, 2);
+        o.alpha = o.beta = 1e-9;
+        o.window = 4;
+        o.history_start = history_start;
+        o.warmup_steps = warmup;
+        Controller c(o, kLayers);
+        int64_t first = -1;
+        for (int step = 1; step < 80 && first < 0; ++step) {
+          std::vector<float> finite = norms[step];
+          for (float& n : finite) n = std::isfinite(n) ? n : 1.0f;  // no NaN-made candidate
+          const RoutingPlan plan = c.observe(step, finite);
+          for (int u = 0; u < kUnits; ++u) {
+            if (is_recovery(plan, u)) first = step;
+          }
+        }
+        EXPECT_EQ(first, c.first_selecting_step())
+            << kind << " history_start " << history_start << " warmup " << warmup;
+      }
+    }
+  }
+  Controller never(quick_options("static_low"), kLayers);
+  EXPECT_EQ(never.first_selecting_step(), INT64_MAX);
 }
 
 }  // namespace
