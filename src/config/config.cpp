@@ -2,6 +2,7 @@
 #include "config/config.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +34,19 @@ void collect_key_paths(const json& schema, const std::string& prefix,
 }
 
 std::string suggestion_for(const std::string& path) {
+  // The paper's names for the controller's settings (maxO, T_lock, δ), in any case.
+  static const std::pair<const char*, const char*> kPaperNames[] = {
+      {"gnmr.maxo", "gnmr.max_active"},
+      {"gnmr.max_o", "gnmr.max_active"},
+      {"gnmr.lock", "gnmr.lock_steps"},
+      {"gnmr.t_lock", "gnmr.lock_steps"},
+      {"gnmr.delta", "gnmr.window"}};
+  std::string lower = path;
+  std::transform(lower.begin(), lower.end(), lower.begin(),
+                 [](unsigned char c) { return char(std::tolower(c)); });
+  for (const auto& [paper, key] : kPaperNames) {
+    if (lower == paper) return " (the paper's name for \"" + std::string(key) + "\")";
+  }
   std::vector<std::string> candidates;
   collect_key_paths(default_config_json(), "", candidates);
   // A section key given at the top level ("lr" for "train.lr") is matched by its leaf.

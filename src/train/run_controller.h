@@ -17,8 +17,7 @@ namespace gnmr {
 // Error(Config) naming the key, as is log.recovery_gap or the oracle (both measure recovery gaps
 // on one rank's batches) under more than one rank. Where `warn` (one rank of the job), settings
 // that are valid one by one but together do nothing are warnings.
-std::unique_ptr<Controller> make_run_controller(const RunConfig& config, int world_size,
-                                                bool warn);
+std::unique_ptr<Controller> make_run_controller(const RunConfig& config, int world_size, bool warn);
 
 // Restores `controller` from the controller.bin bytes of CHECKPOINT_DIR: an Error(Checkpoint)
 // naming the file for damaged bytes or a state saved under other gnmr.* options.

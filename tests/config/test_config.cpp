@@ -112,6 +112,12 @@ TEST(ConfigErrors, UnknownKeySuggestsTheNearestValidKey) {
                       "did you mean \"train.micro_batch\"");
   expect_config_error(write_config(dir, "d.json", R"({"modle": {}})"), {},
                       "did you mean \"model\"");
+  // The paper's names, too far from ours for an edit distance.
+  expect_config_error(write_config(dir, "e.json", "{}"), {"gnmr.maxO=2"},
+                      "unknown key \"gnmr.maxO\" in --set gnmr.maxO=2 (the paper's name for "
+                      "\"gnmr.max_active\")");
+  expect_config_error(write_config(dir, "f.json", R"({"gnmr": {"T_lock": 5}})"), {},
+                      "the paper's name for \"gnmr.lock_steps\"");
 }
 
 TEST(ConfigErrors, WrongTypesNameTheField) {

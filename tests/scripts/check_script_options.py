@@ -86,8 +86,29 @@ def check_calibrate(tmp):
     for window in ("0", "-1"):
         rc, out = run("calibrate_gnmr.py", trace, "--window", window)
         expect(f"calibrate_gnmr.py --window {window}", rc, out, 2, "--window")
+    for alpha in ("-1", "0", "nan"):
+        rc, out = run("calibrate_gnmr.py", trace, "--alpha", alpha)
+        expect(f"calibrate_gnmr.py --alpha {alpha}", rc, out, 2, "--alpha")
     rc, out = run("calibrate_gnmr.py", os.path.join(tmp, "missing.jsonl"))
     expect("calibrate_gnmr.py with a missing trace", rc, out, 2, "missing.jsonl")
+    # The capped history records a spike as α × the mean (RiskMonitor::observe), so the step
+    # after it, 2.6 against a mean of 1.25 rather than 3.25, exceeds α = 2 too: 2 of the 4
+    # eligible steps against 1 of 4 with the raw history (window 1, from step 2).
+    os.makedirs(os.path.join(tmp, "spike"), exist_ok=True)
+    spike = write(os.path.join(tmp, "spike", "gnmr_trace.jsonl"), "".join(
+        json.dumps({"kind": "gnmr_trace", "step": s, "norm": [n]}) + "\n"
+        for s, n in enumerate([1.0, 1.0, 1.0, 10.0, 2.6, 1.0])))
+    for history, rate in (("raw", "| 25.0% |"), ("capped", "| 50.0% |")):
+        rc, out = run("calibrate_gnmr.py", spike, "--window", "1", "--warmup", "0", "--alpha", "2",
+                      "--history", history)
+        expect(f"calibrate_gnmr.py --history {history}", rc, out, 0, rate)
+    # Options left out are the run's, from the config.json beside the trace.
+    write(os.path.join(tmp, "spike", "config.json"), json.dumps(
+        {"gnmr": {"history": "capped", "window": 1, "warmup_steps": 0, "alpha": 2, "beta": 2,
+                  "threshold_schedule": "linear"}}))
+    rc, out = run("calibrate_gnmr.py", spike)
+    expect("calibrate_gnmr.py with the run's settings", rc, out, 0, "| 50.0% |")
+    expect("calibrate_gnmr.py under a schedule", rc, out, 0, "threshold_schedule is 'linear'")
     binary = os.path.join(tmp, "binary.jsonl")
     with open(binary, "wb") as f:
         f.write(bytes(range(256)) * 4)
