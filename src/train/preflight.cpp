@@ -25,7 +25,9 @@ namespace gnmr {
 
 namespace {
 
-std::string gigabytes(double bytes) {
+// "21.8 GB", or "5.0 MB" below a gigabyte (a small model's state is not "0.0 GB").
+std::string size_text(double bytes) {
+  if (bytes < 1e9) return fmt::format("{:.1f} MB", bytes / 1e6);
   return fmt::format("{:.1f} GB", bytes / 1e9);
 }
 
@@ -67,10 +69,10 @@ void run_preflight(const RunConfig& config, const TrainOptions& options, int wor
             << config.backend << ")\n"
             << "  run directory: " << start << "\n"
             << "  model " << config.model.name << ": " << params << " parameters; per rank "
-            << gigabytes(state_bytes) << " of fp32 weights, gradients and AdamW moments"
+            << size_text(state_bytes) << " of fp32 weights, gradients and AdamW moments"
             << (world_size > 1
                     ? (config.dist.zero == 1 ? " before dist.zero=1, " : " (dist.zero=1: ") +
-                          gigabytes(zero_bytes) + (config.dist.zero == 1 ? " with it" : ")")
+                          size_text(zero_bytes) + (config.dist.zero == 1 ? " with it" : ")")
                     : std::string())
             << "; activations and the backend's own memory not counted (gnmr bench measures "
                "them)\n"
