@@ -20,7 +20,8 @@ uses the monitor's definitions (src/controller/monitor.h, one decision unit per 
 GNMR_t = n_t / mean of the unit's earlier recorded norms, Δ-GNMR_t = GNMR_t / mean of its
 previous δ GNMR values; under --history capped a GNMR above α is recorded as α (its norm as α
 × the mean); steps before --history-start are not recorded; a unit-step is eligible from
---warmup on once both are defined. Thresholds are constant: a run with a linear or cosine
+--warmup on once both are defined; a gnmr_no_delta run counts no Δ-GNMR exceedance (β = ∞
+unless --beta is given). Thresholds are constant: a run with a linear or cosine
 gnmr.threshold_schedule is replayed at its starting α, β, with a warning. Replaying a
 static-low trace ignores that routing changes the norms a little. Standard library only. Exit
 status 2 for a bad option or an unreadable trace, 1 for a trace that is not one.
@@ -112,9 +113,10 @@ def number_list(text, kind, positive=False):
     return values
 
 
-# The controller's defaults (src/controller/controller_options.h), for a trace without a run.
-DEFAULTS = {"history_start": 0, "warmup_steps": 20, "alpha": 1.5, "beta": 1.5, "window": 8,
-            "history": "raw", "threshold_schedule": "constant"}
+# The controller's defaults (src/controller/controller_options.h; `gnmr config show` prints
+# them, and tests/scripts/check_reproduce_smoke.py compares), for a trace without a run.
+DEFAULTS = {"controller": "gnmr", "history_start": 0, "warmup_steps": 20, "alpha": 1.5,
+            "beta": 1.5, "window": 8, "history": "raw", "threshold_schedule": "constant"}
 
 
 def run_settings(trace):
@@ -174,6 +176,8 @@ def main():
         for warmup in warmups:
             for alpha in alphas:
                 betas = args.beta or ([alpha] if args.alpha else [run_gnmr["beta"]])
+                if run_gnmr["controller"] == "gnmr_no_delta" and not args.beta:
+                    betas = [math.inf]  # as Controller::observe: no Δ-GNMR exceedance
                 for beta in betas:
                     r = exceedance(steps, history_start, warmup, alpha, beta, window, history)
                     if r is None:

@@ -521,12 +521,14 @@ void check_prepared_shards(const std::string& field, const std::vector<std::stri
       const std::string name = entry.path().filename().string();
       if (name.find(".bin.tmp.") != std::string::npos) unfinished = name;
     }
-    const std::string writer = unfinished.empty() ? "" : DirectoryLock::holder(shown.string());
+    // A prepare at work holds the lock from before its first shard until after prepare.json.
+    const std::string writer = DirectoryLock::holder(shown.string());
     if (!writer.empty()) {
-      throw Error(ErrorKind::Data, field + ": gnmr prepare is still writing " + shown.string() +
-                                       " (" + writer + " holds its lock; " + unfinished +
-                                       " is being written): wait for it to end, it writes "
-                                       "prepare.json last");
+      throw Error(ErrorKind::Data,
+                  field + ": gnmr prepare is still writing " + shown.string() + " (" + writer +
+                      " holds its lock" +
+                      (unfinished.empty() ? "" : "; " + unfinished + " is being written") +
+                      "): wait for it to end, it writes prepare.json last");
     }
     if (!unfinished.empty()) {
       throw Error(ErrorKind::Data,

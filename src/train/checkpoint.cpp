@@ -290,6 +290,11 @@ void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& 
   }
 }
 
+std::vector<uint8_t> read_controller_state(const std::string& checkpoint_dir) {
+  const std::string bytes = read_file((fs::path(checkpoint_dir) / "controller.bin").string());
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
 namespace {
 
 // Weights and trainer state (shared by both optimizers); the moments are the caller's.
@@ -311,8 +316,7 @@ TrainerState load_weights_and_state(const std::string& checkpoint_dir, const Run
     backend.copy_from_host(w, host.data());
   }
 
-  std::string controller = read_file((fs::path(checkpoint_dir) / "controller.bin").string());
-  state.controller_state.assign(controller.begin(), controller.end());
+  state.controller_state = read_controller_state(checkpoint_dir);
   return state;
 }
 

@@ -63,6 +63,10 @@ nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 // section of CHECKPOINT_DIR's config.json differs from `config`'s (its name aside).
 void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& config);
 
+// The bytes of CHECKPOINT_DIR's controller.bin (the controller's state; run_controller.h
+// restores it).
+std::vector<uint8_t> read_controller_state(const std::string& checkpoint_dir);
+
 // A Checkpoint error when DIR (a checkpoint or a model folder every rank reads) does not
 // exist: on a rank other than the one that found it, the sign of a filesystem that is not
 // shared between the nodes, which the message says.

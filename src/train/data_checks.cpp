@@ -10,9 +10,9 @@
 
 namespace gnmr {
 
-int check_tokenizer(const DataConfig& data, const ModelConfig& model) {
+int check_tokenizer(const DataConfig& data, const ModelConfig& model, bool warn) {
   if (data.tokenizer.empty()) {
-    spdlog::warn("data.tokenizer is not set: checkpoints will hold no tokenizer.model");
+    if (warn) spdlog::warn("data.tokenizer is not set: checkpoints will hold no tokenizer.model");
     return 0;
   }
   try {
@@ -104,7 +104,7 @@ TrainingData open_training_data(const RunConfig& config, int rank, int world_siz
     throw Error(ErrorKind::Config, "config: \"data.train\" is not set");
   }
   const int seq_len = config.data.seq_len;
-  const int tokenizer_pieces = check_tokenizer(config.data, config.model);
+  const int tokenizer_pieces = check_tokenizer(config.data, config.model, rank == 0);
   // Loader errors name the shard or glob; prefix the config field they came from.
   auto open_loader = [&](const char* field, const std::string& glob, const std::string& sampling) {
     try {

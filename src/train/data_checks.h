@@ -13,8 +13,9 @@ namespace gnmr {
 // data.tokenizer is copied into every checkpoint, so it is loaded before the first step. It
 // may have fewer pieces than model.vocab_size (a vocabulary padded to a round size, as
 // LLaMA-style models do, leaves the extra embedding rows unused), never more: the model could
-// not embed the extra ids. Returns its piece count; 0 when data.tokenizer is not set.
-int check_tokenizer(const DataConfig& data, const ModelConfig& model);
+// not embed the extra ids. Returns its piece count; 0 when data.tokenizer is not set (a
+// warning where `warn`: one rank of a job says it).
+int check_tokenizer(const DataConfig& data, const ModelConfig& model, bool warn);
 
 // The shards' headers carry the piece count of the tokenizer that made them. A different
 // count is a different tokenizer: its ids mean other words, and the checkpoints would carry a

@@ -2,11 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdint>
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <vector>
 
 #include "model/llama.h"
 #include "train/checkpoint.h"
@@ -15,7 +13,6 @@
 #include "train/hf_format.h"
 #include "train/run_controller.h"
 #include "train/run_dir.h"
-#include "util/atomic_file.h"
 #include "util/directory_lock.h"
 #include "util/error.h"
 
@@ -51,9 +48,7 @@ void run_preflight(const RunConfig& config, const TrainOptions& options, int wor
   std::string start = "a fresh run in " + options.out_dir;
   if (!plan.resume_from.empty()) {
     check_checkpoint_model(plan.resume_from, config);
-    const std::string bytes = read_file((fs::path(plan.resume_from) / "controller.bin").string());
-    load_controller_state(*controller, std::vector<uint8_t>(bytes.begin(), bytes.end()),
-                          plan.resume_from);
+    load_controller_state(*controller, read_controller_state(plan.resume_from), plan.resume_from);
     start = "resumes from " + plan.resume_from;
   } else if (!options.init.empty()) {
     if (!is_hf_model_dir(options.init)) verify_checkpoint(options.init, CheckpointUse::Weights);

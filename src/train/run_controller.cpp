@@ -35,13 +35,16 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
           "recover nothing",
           controller.budget(), config.gnmr.granularity, smallest);
     }
-    // The plan made at step t runs at step t + 1: the last plan of the run never runs.
+    // The plan made at step t runs at step t + 1 (the last plan of the run never runs), or at
+    // step t itself for the oracle under gnmr.oracle_same_step (session.cpp's run_step).
+    const ControllerOptions& g = config.gnmr;
+    const bool same_step = kind == ControllerKind::Oracle && g.oracle_same_step;
+    const int64_t last_planned = config.train.steps - (same_step ? 0 : 1);
     const int64_t first = controller.first_selecting_step();
-    if (controller.budget() > 0 && first >= config.train.steps) {
-      const ControllerOptions& g = config.gnmr;
+    if (controller.budget() > 0 && first > last_planned) {
       spdlog::warn(
           "gnmr: the controller can first select a unit at step {} (gnmr.warmup_steps {}{}), and "
-          "a plan made at step t runs at step t + 1: in train.steps {} it will recover nothing",
+          "a plan made at step t runs at step {}: in train.steps {} it will recover nothing",
           first, g.warmup_steps,
           kind == ControllerKind::Oracle || kind == ControllerKind::Random ||
                   kind == ControllerKind::TopkNorm
@@ -49,7 +52,7 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
               : "; its scores need gnmr.history_start " + std::to_string(g.history_start) +
                     ", one norm of history and gnmr.window " + std::to_string(g.window) +
                     " GNMR values",
-          config.train.steps);
+          same_step ? "t (gnmr.oracle_same_step)" : "t + 1", config.train.steps);
     }
   }
   const PathSpec& low = config.precision.low;

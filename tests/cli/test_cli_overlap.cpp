@@ -118,8 +118,8 @@ TEST(CliOverlap, ReplicaCheckStopsEveryRankWhenWeightsOrPlansDiverge) {
 }  // namespace
 
 // A warning about the job's settings or data is the same on every rank: rank 0 says it, once
-// (64 copies of each would bury a 64-GPU job's log). Shards without a prepare.json and a
-// warm-up as long as the run give two such warnings.
+// (64 copies of each would bury a 64-GPU job's log). Shards without a prepare.json, a warm-up
+// as long as the run, no data.tokenizer and a non-finite step give four such warnings.
 TEST(CliOverlap, EachWarningOfTheJobIsLoggedOnceNotOncePerRank) {
   if (std::string(GNMR_MPIEXEC).empty()) GTEST_SKIP() << "built without MPI (GNMR_MPI=OFF)";
   const std::string dir = gnmr_test::scratch_dir("cli_overlap_warnings");
@@ -127,9 +127,10 @@ TEST(CliOverlap, EachWarningOfTheJobIsLoggedOnceNotOncePerRank) {
   fs::copy_file(gnmr_test::brown_shards_dir() + "/train_000000.bin",
                 dir + "/shards/train_000000.bin", fs::copy_options::overwrite_existing);
   const std::string config = gnmr_test::write_tiny_config(
-      dir, R"({"data": {"train": ")" + dir + R"(/shards/train_*.bin", "val": ""},
+      dir, R"({"data": {"train": ")" + dir + R"(/shards/train_*.bin", "val": "", "tokenizer": ""},
                "train": {"threads": 1, "steps": 2, "warmup_steps": 2, "global_batch_tokens": 512},
-               "eval": {"every": 0}, "checkpoint": {"every": 0}})");
+               "eval": {"every": 0}, "checkpoint": {"every": 0},
+               "debug": {"nonfinite_grad_steps": [1]}})");
   auto r = run_two_ranks("train --config " + config + " --out " + dir + "/run");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto count = [&](const std::string& text) {
@@ -140,4 +141,6 @@ TEST(CliOverlap, EachWarningOfTheJobIsLoggedOnceNotOncePerRank) {
   };
   EXPECT_EQ(count("holds no prepare.json"), 1) << r.output;
   EXPECT_EQ(count("train.warmup_steps 2 is not below train.steps 2"), 1) << r.output;
+  EXPECT_EQ(count("data.tokenizer is not set"), 1) << r.output;
+  EXPECT_EQ(count("step 1: non-finite loss or gradient"), 1) << r.output;
 }

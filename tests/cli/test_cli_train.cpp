@@ -151,6 +151,12 @@ TEST(CliTrain, CheckReportsThePlanOrTheRefusalAndChangesNothing) {
   EXPECT_EQ(late.exit_code, 0) << late.output;
   EXPECT_NE(late.output.find("can first select a unit at step 12"), std::string::npos)
       << late.output;
+  // The oracle under gnmr.oracle_same_step runs the plan of step 12 at step 12 itself.
+  auto same_step = run_gnmr(train_args(config, dir + "/fresh") +
+                            " --check --set precision.recipe=actq --set gnmr.warmup_steps=12 "
+                            "--set gnmr.controller=oracle --set gnmr.oracle_same_step=true");
+  EXPECT_EQ(same_step.exit_code, 0) << same_step.output;
+  EXPECT_EQ(same_step.output.find("can first select"), std::string::npos) << same_step.output;
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/run/metrics.jsonl"), metrics);
   EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012"));
   EXPECT_FALSE(fs::exists(dir + "/fresh"));

@@ -156,7 +156,8 @@ TEST(HistoryStart, WarmupAndMonitorFreeBaselinePlansAreUnchanged) {
 // 1, as the trainer does, every unit a candidate once it has both scores (α = β tiny).
 TEST(HistoryStart, FirstSelectingStepIsTheFirstStepThatSelects) {
   const auto norms = testing::noisy_stream(kUnits, 80, 7);
-  for (const std::string kind : {"gnmr", "gnmr_no_delta", "gnmr_no_lock", "random", "topk_norm"}) {
+  for (const std::string kind :
+       {"gnmr", "gnmr_no_delta", "gnmr_no_lock", "random", "topk_norm", "oracle"}) {
     for (const int history_start : {0, 1, 9}) {
       for (const int warmup : {0, 5, 30}) {
         ControllerOptions o = quick_options(kind, 2);
@@ -169,6 +170,7 @@ TEST(HistoryStart, FirstSelectingStepIsTheFirstStepThatSelects) {
         for (int step = 1; step < 80 && first < 0; ++step) {
           std::vector<float> finite = norms[step];
           for (float& n : finite) n = std::isfinite(n) ? n : 1.0f;  // no NaN-made candidate
+          if (kind == "oracle") c.set_recovery_gaps(finite);  // any gaps: it takes the largest
           const RoutingPlan plan = c.observe(step, finite);
           for (int u = 0; u < kUnits; ++u) {
             if (is_recovery(plan, u)) first = step;

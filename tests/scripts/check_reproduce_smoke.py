@@ -37,10 +37,11 @@ def reproduce(args, *extra, out=None):
     return result.returncode, result.stdout + result.stderr
 
 
-def check_calibration_replay(table_dir):
+def check_calibration_replay(table_dir, gnmr):
     """scripts/calibrate_gnmr.py replays a run's norm trace with the run's own settings and
     must find the exceedance rate the controller reported (gnmr_summary.json), within one
-    unit-step for the trace's 6-digit norms."""
+    unit-step for the trace's 6-digit norms. Its defaults, for a trace without a run, are the
+    controller's."""
     traces = glob.glob(os.path.join(table_dir, "*", "seed-*", "gnmr_trace.jsonl"))
     if not traces:
         fail(f"no gnmr_trace.jsonl under {table_dir}")
@@ -49,6 +50,13 @@ def check_calibration_replay(table_dir):
         "calibrate_gnmr", os.path.join(REPO, "scripts", "calibrate_gnmr.py"))
     calibrate = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(calibrate)
+    shown = subprocess.run([gnmr, "config", "show", "--config",
+                            os.path.join(REPO, "configs", "models", "tiny.json")],
+                           capture_output=True, text=True, timeout=60)
+    defaults = json.loads(shown.stdout)["gnmr"]
+    differ = {k: (v, defaults[k]) for k, v in calibrate.DEFAULTS.items() if defaults[k] != v}
+    if differ:
+        fail(f"calibrate_gnmr.py DEFAULTS differ from the controller's (script, gnmr): {differ}")
     with open(os.path.join(run_dir, "config.json"), encoding="utf-8") as f:
         options = json.load(f)["gnmr"]
     with open(os.path.join(run_dir, "gnmr_summary.json"), encoding="utf-8") as f:
@@ -196,7 +204,7 @@ def main():
     if rc != 0 or "finished earlier: skipped" not in out or " ran " in out:
         fail(f"a second invocation did not skip the finished runs (exit {rc})", out)
 
-    check_calibration_replay(table_dir)
+    check_calibration_replay(table_dir, args.gnmr)
     check_stale_and_unfinished(args, table_dir)
     check_estimate()
 

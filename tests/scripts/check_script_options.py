@@ -109,6 +109,12 @@ def check_calibrate(tmp):
     rc, out = run("calibrate_gnmr.py", spike)
     expect("calibrate_gnmr.py with the run's settings", rc, out, 0, "| 50.0% |")
     expect("calibrate_gnmr.py under a schedule", rc, out, 0, "threshold_schedule is 'linear'")
+    # gnmr_no_delta counts no Δ-GNMR exceedance (β = ∞): only step 3's GNMR exceeds.
+    write(os.path.join(tmp, "spike", "config.json"), json.dumps(
+        {"gnmr": {"controller": "gnmr_no_delta", "window": 1, "warmup_steps": 0, "alpha": 2,
+                  "beta": 0.5}}))
+    rc, out = run("calibrate_gnmr.py", spike)
+    expect("calibrate_gnmr.py of a gnmr_no_delta run", rc, out, 0, "| 2 | inf | 25.0% |")
     binary = os.path.join(tmp, "binary.jsonl")
     with open(binary, "wb") as f:
         f.write(bytes(range(256)) * 4)

@@ -34,8 +34,8 @@ namespace gnmr::cuda {
 enum class AttentionKernel { Materialized, FlashSimt, FlashTensorCores };
 
 // The variant each tensor-core flash pass runs at an attention shape, chosen at its first
-// forward and first backward (flash_kernel_choice.h); shared by the backend and the shape's
-// attention states, whose kernel() names it.
+// forward and first backward (flash_kernel_choice.h); shared by the CudaAttentionOps that made
+// it and the shape's attention states, whose kernel() names it.
 struct FlashPassChoice {
   bool chosen = false;
   cuda::FlashVariant variant;
@@ -116,8 +116,8 @@ class CudaAttentionState final : public AttentionState {
   // too (wgmma_offered; flash_kernel_choice.h).
   cuda::FlashMmaInstruction instruction = cuda::FlashMmaInstruction::MmaSync;
   bool wgmma_offered = false;
-  // The tensor-core kernels' choice at this shape, shared by the backend's states of the shape
-  // (the backend's flash_choices_).
+  // The tensor-core kernels' choice at this shape, shared by the states of the shape
+  // (CudaAttentionOps::flash_choices_).
   std::shared_ptr<FlashShapeChoice> choice;
   // v1's GEMMs: the run's GEMM precision when the state was planned (attention_v1_compute_type).
   GemmPrecision v1_precision = GemmPrecision::FP32;

@@ -781,7 +781,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<cuda::OpTimer> op_timer_;  // set_op_timing
   std::unique_ptr<LtGemmRunner> gemm_;
-  std::unique_ptr<cuda::CudaAttentionOps> attention_;  // before gemm_, whose handle it uses
+  // Reset before gemm_ in the destructor: v1's GEMMs use gemm_'s handle and workspace.
+  std::unique_ptr<cuda::CudaAttentionOps> attention_;
   int64_t sync_count_ = 0;
   uint64_t weights_epoch_ = 1;  // bumped by invalidate_prepared_weights
   StagingSlot staging_[kStagingSlots];

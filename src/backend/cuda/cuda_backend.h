@@ -3,7 +3,7 @@
 // projections run on cuBLASLt (cuda_projection.h), attention on the flash kernels or v1's
 // cuBLASLt batched GEMMs and causal-softmax kernel (cuda_attention.h); the rest are the kernels in
 // kernels/, each tested against its CPU twin (tests/gpu). copy_to_host and synchronize are its only
-// waits for the device in a step (docs/DESIGN.md §6 names the few outside one).
+// waits for the device in a steady-state step (docs/DESIGN.md §6 names the others).
 #pragma once
 
 #include <functional>
