@@ -469,6 +469,13 @@ TEST(Prepare, ShardsAreCheckedAgainstThePrepareThatWroteThem) {
       [&] { gnmr::run_prepare(options); },
       {"and no prepare.json: the shards of a prepare that did not finish"});
   fs::remove(summary.train_shards[2] + ".tmp.12345");
+  {  // Between its last shard and prepare.json a prepare at work has no shard mid-write.
+    LockHeldByChild running(options.out_dir);
+    gnmr_test::expect_data_error(
+        [&] { gnmr::check_prepared_shards("data.train", finished); },
+        {"gnmr prepare is still writing", "pid " + std::to_string(running.pid)});
+    running.release();
+  }
   EXPECT_NO_THROW(gnmr::check_prepared_shards("data.train", finished));
 }
 
