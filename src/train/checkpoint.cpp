@@ -280,7 +280,9 @@ void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& 
   const json& saved = saved_config["model"];
   const json& current = config.resolved["model"];
   for (auto it = current.begin(); it != current.end(); ++it) {
-    if (it.key() == "name") continue;
+    // The attention kernel is a runtime choice, as for --init (with_any_attention_kernel): the
+    // weights are the same; the log names the change (log_settings_changed_since).
+    if (it.key() == "name" || it.key() == "attention") continue;
     if (!saved.contains(it.key()) || saved[it.key()] != *it) {
       throw Error(ErrorKind::Checkpoint,
                   "checkpoint " + checkpoint_dir + " was trained with model." + it.key() + "=" +

@@ -60,7 +60,8 @@ std::string newest_intact_checkpoint(const std::string& run_dir, std::vector<std
 nlohmann::json read_checkpoint_config(const std::string& checkpoint_dir);
 
 // A resume continues the same model: an Error(Checkpoint) naming the key where the model
-// section of CHECKPOINT_DIR's config.json differs from `config`'s (its name aside).
+// section of CHECKPOINT_DIR's config.json differs from `config`'s (its name and attention
+// kernel aside).
 void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& config);
 
 // The bytes of CHECKPOINT_DIR's controller.bin (the controller's state; run_controller.h

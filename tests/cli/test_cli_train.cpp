@@ -184,6 +184,12 @@ TEST(CliTrain, ResumeWithADifferentModelIsRefused) {
   auto r = run_gnmr(train_args(config, dir + "/run") + " --resume auto --set model.ffn_dim=128");
   EXPECT_EQ(r.exit_code, 5) << r.output;
   EXPECT_NE(r.output.find("model.ffn_dim"), std::string::npos) << r.output;
+  // Another attention kernel is the same model: it goes on, and the log says what changed.
+  auto kernel = run_gnmr(train_args(config, dir + "/run") +
+                         " --resume auto --steps 3 --set model.attention=materialized");
+  EXPECT_EQ(kernel.exit_code, 0) << kernel.output;
+  EXPECT_NE(kernel.output.find("model.attention \"auto\" -> \"materialized\""), std::string::npos)
+      << kernel.output;
 }
 
 TEST(CliTrain, NonFiniteStepIsSkippedAndCounted) {
