@@ -346,8 +346,8 @@ RunConfig run_config_from_json(const json& resolved) {
     read_value(t, "train.global_batch_tokens", c.train.global_batch_tokens);
     read_value(t, "train.micro_batch", c.train.micro_batch);
     read_value(t, "train.weight_decay", c.train.weight_decay);
-    c.train.beta1 = t["beta1"];
-    c.train.beta2 = t["beta2"];
+    read_value(t, "train.beta1", c.train.beta1);
+    read_value(t, "train.beta2", c.train.beta2);
     read_value(t, "train.eps", c.train.eps);
     read_value(t, "train.grad_clip", c.train.grad_clip);
     read_value(t, "train.seed", c.train.seed);

@@ -64,8 +64,8 @@ nlohmann::json make_defaults() {
     },
     "dist": {
       "communicator": "auto",
-      "timeout_s": 600,
-      "checkpoint_timeout_s": 3600,
+      "timeout_s": 600.0,
+      "checkpoint_timeout_s": 3600.0,
       "rendezvous": "tcp",
       "rendezvous_dir": "",
       "bucket_mb": 25.0,

@@ -19,6 +19,10 @@
 // - History "capped": when GNMR > α_t (finite, mean > 0) the running mean receives α_t·mean
 //   instead of n and the window receives α_t instead of GNMR (ZClip/AdaGC feed back the
 //   clipped value).
+//
+// scripts/calibrate_gnmr.py replays these statistics in Python on a recorded trace (raw and
+// capped history): a change here is a change there, and tests/scripts checks the replay
+// against a run's reported exceedance rate.
 #pragma once
 
 #include <cstdint>

@@ -120,6 +120,17 @@ TEST(ConfigErrors, UnknownKeySuggestsTheNearestValidKey) {
                       "the paper's name for \"gnmr.lock_steps\"");
 }
 
+// A key's type is its default's JSON type: the timeouts, seconds held as doubles, once had
+// integer defaults, and --set dist.timeout_s=1.5 was refused as "must be an integer".
+TEST(ConfigLoad, SecondsTakeFractionsAndWholeNumbers) {
+  std::string dir = gnmr_test::scratch_dir("config_seconds");
+  auto path = write_config(dir, "a.json", R"({"dist": {"checkpoint_timeout_s": 7200}})");
+  auto c = load_run_config(path, {"dist.timeout_s=1.5", "train.beta2=0.99"});
+  EXPECT_DOUBLE_EQ(c.dist.timeout_s, 1.5);
+  EXPECT_DOUBLE_EQ(c.dist.checkpoint_timeout_s, 7200);
+  EXPECT_DOUBLE_EQ(c.train.beta2, 0.99);
+}
+
 TEST(ConfigErrors, WrongTypesNameTheField) {
   std::string dir = gnmr_test::scratch_dir("config_types");
   expect_config_error(write_config(dir, "a.json", R"({"model": {"dim": "big"}})"), {},

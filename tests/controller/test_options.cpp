@@ -69,6 +69,32 @@ TEST(ControllerOptionsJson, EveryKeyRoundTrips) {
             true);
 }
 
+// The names map to the enums by their position in controller_options.cpp's lists: each name's
+// value, spelled out, so a list reordered or an enum grown in one place only fails here.
+TEST(ControllerOptionsJson, EachNameParsesToItsOwnEnumValue) {
+  const std::pair<const char*, ControllerKind> kinds[] = {
+      {"gnmr", ControllerKind::Gnmr},
+      {"static_low", ControllerKind::StaticLow},
+      {"static_high", ControllerKind::StaticHigh},
+      {"random", ControllerKind::Random},
+      {"topk_norm", ControllerKind::TopkNorm},
+      {"gnmr_no_delta", ControllerKind::GnmrNoDelta},
+      {"gnmr_no_lock", ControllerKind::GnmrNoLock},
+      {"oracle", ControllerKind::Oracle}};
+  for (const auto& [name, kind] : kinds) EXPECT_EQ(parse_controller_kind(name), kind) << name;
+  EXPECT_EQ(parse_threshold_schedule("constant"), ThresholdSchedule::Constant);
+  EXPECT_EQ(parse_threshold_schedule("linear"), ThresholdSchedule::Linear);
+  EXPECT_EQ(parse_threshold_schedule("cosine"), ThresholdSchedule::Cosine);
+  EXPECT_EQ(parse_ranking_key("max_ratio"), RankingKey::MaxRatio);
+  EXPECT_EQ(parse_ranking_key("sum_ratio"), RankingKey::SumRatio);
+  EXPECT_EQ(parse_ranking_key("gnmr"), RankingKey::Gnmr);
+  EXPECT_EQ(parse_ranking_key("delta"), RankingKey::Delta);
+  EXPECT_EQ(parse_history_mode("raw"), HistoryMode::Raw);
+  EXPECT_EQ(parse_history_mode("capped"), HistoryMode::Capped);
+  EXPECT_EQ(parse_granularity("projection"), Granularity::Projection);
+  EXPECT_EQ(parse_granularity("group"), Granularity::Group);
+}
+
 TEST(ControllerOptionsJson, ErrorsNameTheKey) {
   EXPECT_NE(error_of({{"bogus", 1}}).find("gnmr.bogus: unknown key"), std::string::npos);
   EXPECT_EQ(error_of({{"max_active", -1}}), "gnmr.max_active: must be >= 0 (got -1)");
