@@ -27,6 +27,14 @@ double eval_loss(const std::string& args) {
   return nlohmann::json::parse(r.output.substr(brace))["loss"].get<double>();
 }
 
+// Runs `gnmr ARGS`, expecting exit code CODE and TEXT in its output; returns the output.
+std::string expect_gnmr(const std::string& args, int code, const std::string& text) {
+  auto r = run_gnmr(args);
+  EXPECT_EQ(r.exit_code, code) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(text), std::string::npos) << args << "\n" << r.output;
+  return r.output;
+}
+
 }  // namespace
 
 // For each data order: random draws hash the step, shuffled numbers the run's rows globally.
@@ -108,55 +116,33 @@ TEST(CliTrain, ResumeOnOtherShardsSaysTheBatchesDiffer) {
 TEST(CliTrain, CheckReportsThePlanOrTheRefusalAndChangesNothing) {
   std::string dir = gnmr_test::scratch_dir("cli_train_check");
   std::string config = gnmr_test::write_tiny_config(dir);
-  auto fresh = run_gnmr(train_args(config, dir + "/run") + " --check --world-size 2");
-  EXPECT_EQ(fresh.exit_code, 0) << fresh.output;
-  EXPECT_NE(fresh.output.find("the job would start (2 rank(s), backend cpu)"), std::string::npos)
-      << fresh.output;
-  EXPECT_NE(fresh.output.find("256 tokens a step = 1 micro-step(s) of 4 x 32 tokens on each of 2"),
+  const std::string run = train_args(config, dir + "/run") + " --check";
+  const std::string fresh = train_args(config, dir + "/fresh") + " --check";
+  const std::string plan =
+      expect_gnmr(run + " --world-size 2", 0, "the job would start (2 rank(s), backend cpu)");
+  EXPECT_NE(plan.find("256 tokens a step = 1 micro-step(s) of 4 x 32 tokens on each of 2"),
             std::string::npos)
-      << fresh.output;
+      << plan;
   EXPECT_FALSE(fs::exists(dir + "/run")) << "--check made the run directory";
-  auto split = run_gnmr(train_args(config, dir + "/run") + " --check --world-size 3");
-  EXPECT_EQ(split.exit_code, 3) << split.output;
-  EXPECT_NE(split.output.find("must be a multiple of train.micro_batch"), std::string::npos)
-      << split.output;
+  expect_gnmr(run + " --world-size 3", 3, "must be a multiple of train.micro_batch");
   ASSERT_EQ(run_gnmr(train_args(config, dir + "/run") + " --stop-at 6").exit_code, 0);
   const std::string metrics = gnmr_test::read_bytes(dir + "/run/metrics.jsonl");
-  auto existing = run_gnmr(train_args(config, dir + "/run") + " --check");
-  EXPECT_EQ(existing.exit_code, 5) << existing.output;
-  EXPECT_NE(existing.output.find("already holds a run"), std::string::npos) << existing.output;
-  auto resume = run_gnmr(train_args(config, dir + "/run") + " --check --resume auto");
-  EXPECT_EQ(resume.exit_code, 0) << resume.output;
-  EXPECT_NE(resume.output.find("resumes from " + dir + "/run/checkpoints/step_00000006"),
-            std::string::npos)
-      << resume.output;
+  expect_gnmr(run, 5, "already holds a run");
+  expect_gnmr(run + " --resume auto", 0, "resumes from " + dir + "/run/checkpoints/step_00000006");
   // What the job would refuse only once it had a model: the checkpointed controller state under
   // other gnmr.* options, another model shape, the oracle on two ranks.
-  auto other_alpha =
-      run_gnmr(train_args(config, dir + "/run") + " --check --resume auto --set gnmr.alpha=3");
-  EXPECT_EQ(other_alpha.exit_code, 5) << other_alpha.output;
-  EXPECT_NE(other_alpha.output.find("gnmr.alpha differs"), std::string::npos) << other_alpha.output;
-  auto other_dim =
-      run_gnmr(train_args(config, dir + "/run") + " --check --resume auto --set model.dim=128");
-  EXPECT_EQ(other_dim.exit_code, 5) << other_dim.output;
-  EXPECT_NE(other_dim.output.find("step_00000006 was trained with model.dim=64"), std::string::npos)
-      << other_dim.output;
-  auto oracle = run_gnmr(train_args(config, dir + "/fresh") +
-                         " --check --world-size 2 --set gnmr.controller=oracle");
-  EXPECT_EQ(oracle.exit_code, 3) << oracle.output;
-  EXPECT_NE(oracle.output.find("run on one rank"), std::string::npos) << oracle.output;
-  // And what it would warn of: a controller that cannot select before the run ends.
-  auto late = run_gnmr(train_args(config, dir + "/fresh") +
-                       " --check --set precision.recipe=actq --set gnmr.warmup_steps=12");
-  EXPECT_EQ(late.exit_code, 0) << late.output;
-  EXPECT_NE(late.output.find("can first select a unit at step 12"), std::string::npos)
-      << late.output;
-  // The oracle under gnmr.oracle_same_step runs the plan of step 12 at step 12 itself.
-  auto same_step = run_gnmr(train_args(config, dir + "/fresh") +
-                            " --check --set precision.recipe=actq --set gnmr.warmup_steps=12 "
-                            "--set gnmr.controller=oracle --set gnmr.oracle_same_step=true");
-  EXPECT_EQ(same_step.exit_code, 0) << same_step.output;
-  EXPECT_EQ(same_step.output.find("can first select"), std::string::npos) << same_step.output;
+  expect_gnmr(run + " --resume auto --set gnmr.alpha=3", 5, "gnmr.alpha differs");
+  expect_gnmr(run + " --resume auto --set model.dim=128", 5,
+              "step_00000006 was trained with model.dim=64");
+  expect_gnmr(fresh + " --world-size 2 --set gnmr.controller=oracle", 3, "run on one rank");
+  // And what it would warn of: a controller that cannot select before the run ends; the oracle
+  // under gnmr.oracle_same_step runs the plan of step 12 at step 12 itself.
+  const std::string late = fresh + " --set precision.recipe=actq --set gnmr.warmup_steps=12";
+  expect_gnmr(late, 0, "can first select a unit at step 12");
+  const std::string same_step =
+      expect_gnmr(late + " --set gnmr.controller=oracle --set gnmr.oracle_same_step=true", 0,
+                  "the job would start");
+  EXPECT_EQ(same_step.find("can first select"), std::string::npos) << same_step;
   EXPECT_EQ(gnmr_test::read_bytes(dir + "/run/metrics.jsonl"), metrics);
   EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012"));
   EXPECT_FALSE(fs::exists(dir + "/fresh"));
@@ -181,15 +167,12 @@ TEST(CliTrain, ResumeWithADifferentModelIsRefused) {
   std::string config =
       gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
   ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
-  auto r = run_gnmr(train_args(config, dir + "/run") + " --resume auto --set model.ffn_dim=128");
-  EXPECT_EQ(r.exit_code, 5) << r.output;
-  EXPECT_NE(r.output.find("model.ffn_dim"), std::string::npos) << r.output;
+  expect_gnmr(train_args(config, dir + "/run") + " --resume auto --set model.ffn_dim=128", 5,
+              "model.ffn_dim");
   // Another attention kernel is the same model: it goes on, and the log says what changed.
-  auto kernel = run_gnmr(train_args(config, dir + "/run") +
-                         " --resume auto --steps 3 --set model.attention=materialized");
-  EXPECT_EQ(kernel.exit_code, 0) << kernel.output;
-  EXPECT_NE(kernel.output.find("model.attention \"auto\" -> \"materialized\""), std::string::npos)
-      << kernel.output;
+  expect_gnmr(train_args(config, dir + "/run") +
+                  " --resume auto --steps 3 --set model.attention=materialized",
+              0, "model.attention \"auto\" -> \"materialized\"");
 }
 
 TEST(CliTrain, NonFiniteStepIsSkippedAndCounted) {
