@@ -46,12 +46,11 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
           "gnmr: the controller can first select a unit at step {} (gnmr.warmup_steps {}{}), and "
           "a plan made at step t runs at step {}: in train.steps {} it will recover nothing",
           first, g.warmup_steps,
-          kind == ControllerKind::Oracle || kind == ControllerKind::Random ||
-                  kind == ControllerKind::TopkNorm
-              ? std::string()
-              : "; its scores need gnmr.history_start " + std::to_string(g.history_start) +
+          first > std::max(g.warmup_steps, 1)  // the scores, not the warm-up, come last
+              ? "; its scores need gnmr.history_start " + std::to_string(g.history_start) +
                     ", one norm of history and gnmr.window " + std::to_string(g.window) +
-                    " GNMR values",
+                    " GNMR values"
+              : std::string(),
           same_step ? "t (gnmr.oracle_same_step)" : "t + 1", config.train.steps);
     }
   }
