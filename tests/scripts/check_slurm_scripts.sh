@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/slurm/*.sbatch without SLURM: fake `srun` and `scontrol` on PATH record how they were
 # called. Checks what each script asks srun for (the MPI plugin, the gnmr command line), that a
-# failed run is not requeued, and that the time-limit signal leads to a requeue.
+# failed run is requeued only after a checkpoint it saved and never after gnmr refused it, and
+# that the time-limit signal leads to a requeue.
 #   check_slurm_scripts.sh REPO_DIR WORK_DIR
 set -euo pipefail
 repo=$1
@@ -14,6 +15,8 @@ fail() { echo "check_slurm_scripts: $*" >&2; exit 1; }
 cat >"$work/bin/srun" <<'FAKE'
 #!/usr/bin/env bash
 echo "$*" >>"$FAKE_LOG/srun.log"
+# FAKE_SRUN_SAVES: a checkpoint directory the run saves before it ends.
+[[ -z "${FAKE_SRUN_SAVES:-}" ]] || mkdir -p "$FAKE_SRUN_SAVES"
 if [[ "${FAKE_SRUN_WAIT:-0}" == 1 ]]; then
   trap 'exit ${FAKE_SRUN_USR1_EXIT:-0}' USR1
   touch "$FAKE_LOG/srun.started"
@@ -88,11 +91,37 @@ RUN_DIR=runs/g run_job env_dir cpu.sbatch cfg.json || fail "cpu.sbatch cfg.json 
 grep -q -- "gnmr train --config cfg.json --out runs/g --resume auto --backend cpu$" \
   "$work/env_dir/srun.log" || fail "RUN_DIR from the environment: $(cat "$work/env_dir/srun.log")"
 
-# A failed run keeps its exit status and is not requeued.
+# A run that ends with one of gnmr's own exit statuses (3: a config it refuses; 6: diverged)
+# keeps it and is not requeued, though it saved a checkpoint.
+for code in 3 6; do
+  status=0
+  FAKE_SRUN_EXIT=$code FAKE_SRUN_SAVES=runs/d/checkpoints/step_00000012 \
+    run_job "failed$code" gpu-1node.sbatch cfg.json runs/d || status=$?
+  [[ $status == "$code" ]] || fail "a failed run exited $status, not $code"
+  [[ ! -e "$work/failed$code/scontrol.log" ]] || fail "a run that exited $code was requeued"
+  grep -q "not requeueing (exit status $code is gnmr's own" "$work/failed$code/out.log" ||
+    fail "a refused run: $(cat "$work/failed$code/out.log")"
+done
+
+# A failure after a checkpoint saved in this job (a lost rank: srun reports a killed task) is
+# requeued to resume from it; without one since the job started, the job ends with the status.
+FAKE_SRUN_EXIT=137 FAKE_SRUN_SAVES=runs/e/checkpoints/step_00000012 \
+  run_job lost gpu-1node.sbatch cfg.json runs/e || fail "a requeued failure exited $?"
+grep -q "requeue 4242" "$work/lost/scontrol.log" || fail "a failure after a checkpoint was not requeued"
+grep -q "exit status 137 after saving step_00000012 (no checkpoint at the job's start)" \
+  "$work/lost/out.log" || fail "the failure's requeue: $(cat "$work/lost/out.log")"
+mkdir -p "$work/again/runs/e/checkpoints/step_00000012"  # the requeued job starts from it
 status=0
-FAKE_SRUN_EXIT=3 run_job failed gpu-1node.sbatch cfg.json runs/d || status=$?
-[[ $status == 3 ]] || fail "a failed run exited $status, not 3"
-[[ ! -e "$work/failed/scontrol.log" ]] || fail "a failed run was requeued"
+FAKE_SRUN_EXIT=1 run_job again gpu-1node.sbatch cfg.json runs/e || status=$?
+[[ $status == 1 ]] || fail "a failure before a new checkpoint exited $status, not 1"
+[[ ! -e "$work/again/scontrol.log" ]] || fail "a failure without a new checkpoint was requeued"
+grep -q "no checkpoint saved since the job started from step_00000012" "$work/again/out.log" ||
+  fail "a failure without a new checkpoint: $(cat "$work/again/out.log")"
+status=0
+REQUEUE_ON_FAILURE=0 FAKE_SRUN_EXIT=137 FAKE_SRUN_SAVES=runs/e/checkpoints/step_00000012 \
+  run_job off gpu-1node.sbatch cfg.json runs/e || status=$?
+[[ $status == 137 && ! -e "$work/off/scontrol.log" ]] ||
+  fail "REQUEUE_ON_FAILURE=0: exit $status, $(cat "$work/off/out.log")"
 
 # time_limit_job NAME: gpu-1node.sbatch as NAME, its batch shell sent SLURM's time-limit signal
 # once srun runs (environment: FAKE_*); returns the job's exit status.

@@ -1,0 +1,11 @@
+#include "util/build_id.h"
+
+#include "gnmr_git_commit.h"  // generated: src/util/git_commit.cmake
+
+namespace gnmr {
+
+const char* gnmr_build_id() {
+  return GNMR_VERSION " (git " GNMR_GIT_COMMIT ")";
+}
+
+}  // namespace gnmr
