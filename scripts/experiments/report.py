@@ -35,7 +35,8 @@ def load_run(run):
         "val_loss": final.get("val_loss") if final else None,
         "train": [(r["step"], r["loss"]) for r in train
                   if isinstance(r.get("loss"), (int, float)) and math.isfinite(r["loss"])],
-        "evals": [(r["step"], r["val_loss"]) for r in evals],
+        "evals": [(r["step"], r["val_loss"]) for r in evals
+                  if isinstance(r.get("val_loss"), (int, float))],
         "tokens_per_s": median([r.get("tokens_per_s") for r in timed]),
         "step_ms": median([r.get("step_ms") for r in timed]),
         "peak_rss": max((r.get("peak_rss_bytes") or 0 for r in train), default=None),
@@ -69,7 +70,9 @@ def collect(cells, runs, results):
         # A stale run (its config.json no longer matches the table) is not a run of this table.
         loaded = [load_run(r) for r in cell_runs
                   if results.get(r["run_dir"], {}).get("status") != "stale"]
-        done = [l for l in loaded if l["finished"]]
+        # A run whose final validation loss is not finite (null in metrics.jsonl) finished
+        # diverged: no perplexity to average, and a note says so.
+        done = [l for l in loaded if l["finished"] and l["val_ppl"] is not None]
         ppl = [l["val_ppl"] for l in done]
         summaries = [l["summary"] for l in done if l["summary"]]
         problems = []
@@ -78,6 +81,10 @@ def collect(cells, runs, results):
             if res["status"] not in ("done", "ran"):
                 problems.append(f"seed {r['seed']}: {res['status']}"
                                 + (f": {res['detail']}" if res.get("detail") else ""))
+        for l in loaded:
+            if l["finished"] and l["val_ppl"] is None:
+                problems.append(f"seed {l['seed']}: diverged (its final validation loss is not "
+                                "finite)")
         stats.append({
             "cell": cell, "runs": loaded, "n": len(done), "n_asked": len(cell_runs),
             "ppl_mean": mean(ppl), "ppl_sd": statistics.stdev(ppl) if len(ppl) >= 2 else None,

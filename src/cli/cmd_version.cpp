@@ -4,12 +4,13 @@
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_features.h"
 #include "cli/commands.h"
+#include "util/build_id.h"
 
 namespace gnmr {
 
 CommandAction add_version_command(CLI::App&) {
   return [] {
-    std::cout << "gnmr " << GNMR_VERSION << "\n";
+    std::cout << "gnmr " << gnmr_build_id() << "\n";
 #ifdef GNMR_WITH_CUDA
     // nvcc was found: the CUDA backend is in this binary (docs/DESIGN.md §6); whether this
     // machine can run it is what `--backend cuda` (make_backend) reports.

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/unknown_subcommand.h"
 #include "train/wgmma_trial.h"
+#include "util/build_id.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/stop_signals.h"
@@ -25,7 +26,7 @@ int main(int argc, char** argv) {
   gnmr::autotune_blas_kernel(argv);
   CLI::App app{"gnmr — LLaMA-2 pretraining with a GNMR runtime precision controller"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", GNMR_VERSION);
+  app.set_version_flag("--version", gnmr::gnmr_build_id());
   std::string log_level = "info";
   app.add_option("--log-level", log_level, "trace, debug, info, warn, error, critical or off")
       ->capture_default_str();

@@ -40,14 +40,20 @@
 
 namespace gnmr {
 
-// Controller::load_state's two refusals, so that a caller can say which it is: the blob is
-// not a valid state at all (truncated, a flipped bit, bad magic, unknown version) ...
+// Controller::load_state's three refusals, so that a caller can say which it is: the blob is
+// not a valid state at all (truncated, a flipped bit, bad magic) ...
 class ControllerStateDamaged : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
 };
 
-// ... or it is a valid state of another controller (other gnmr.* options or unit count).
+// ... or an intact state of a format version this build does not read (a newer gnmr's) ...
+class ControllerStateVersion : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// ... or a valid state of another controller (other gnmr.* options or unit count).
 class ControllerStateMismatch : public std::invalid_argument {
  public:
   using std::invalid_argument::invalid_argument;
@@ -99,7 +105,8 @@ class Controller {
   // sums/counts/windows, locks, current plan, last step, run telemetry accumulators): a
   // controller restored from it continues bit-exactly. load_state throws
   // ControllerStateMismatch naming the difference for a blob from another unit count or
-  // other options, ControllerStateDamaged for a damaged blob. (controller_state.cpp)
+  // other options, ControllerStateVersion for an intact blob of another format version,
+  // ControllerStateDamaged for a damaged blob. (controller_state.cpp)
   std::vector<uint8_t> save_state() const;
   void load_state(const std::vector<uint8_t>& blob);
 

@@ -14,6 +14,8 @@
 //                  delta_exceedances, invalid_norms, active_unit_steps, switches,
 //                  recovered_steps[n_units]
 //   u64 FNV-1a checksum of all preceding bytes
+// Every version keeps the frame (magic, u32 version, ..., the checksum last), so that an
+// intact blob of another version is told apart from a damaged one.
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -148,8 +150,9 @@ void Controller::load_state(const std::vector<uint8_t>& blob) {
   r.raw(sizeof kMagic);
   const uint32_t version = r.u32();
   if (version != kVersion) {
-    damaged("version " + std::to_string(version) + " is not supported (this build reads " +
-            std::to_string(kVersion) + ")");
+    throw ControllerStateVersion("gnmr controller state: format version " +
+                                 std::to_string(version) + ", this build reads version " +
+                                 std::to_string(kVersion));
   }
   const uint64_t options_size = r.u64();
   if (options_size > body) damaged("truncated blob");

@@ -279,14 +279,20 @@ void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& 
   }
   const json& saved = saved_config["model"];
   const json& current = config.resolved["model"];
+  const json& defaults = default_config_json()["model"];
   for (auto it = current.begin(); it != current.end(); ++it) {
     // The attention kernel is a runtime choice, as for --init (with_any_attention_kernel): the
     // weights are the same; the log names the change (log_settings_changed_since).
     if (it.key() == "name" || it.key() == "attention") continue;
-    if (!saved.contains(it.key()) || saved[it.key()] != *it) {
+    // A key the checkpoint lacks was added to the schema after that gnmr wrote it: its default
+    // is what that gnmr did (docs/DESIGN.md §5), so the checkpoint was trained with it.
+    const bool absent = !saved.contains(it.key());
+    const json& trained_with = absent ? defaults.at(it.key()) : saved[it.key()];
+    if (trained_with != *it) {
       throw Error(ErrorKind::Checkpoint,
                   "checkpoint " + checkpoint_dir + " was trained with model." + it.key() + "=" +
-                      (saved.contains(it.key()) ? saved[it.key()].dump() : "(absent)") +
+                      trained_with.dump() +
+                      (absent ? " (its config.json predates the key: the default)" : "") +
                       ", the config says " + it->dump());
     }
   }

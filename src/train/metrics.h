@@ -12,8 +12,9 @@ class MetricsWriter {
   MetricsWriter() = default;
   // Opens PATH for appending. On resume, lines of steps after `keep_through_step` (written
   // by the interrupted run after its last checkpoint) are dropped first, so the file reads
-  // as if the run had never stopped.
+  // as if the run had never stopped: cut in place where they are its last lines.
   void open(const std::string& path, int64_t keep_through_step);
+  // Writes LINE with a "time" field added (seconds since the Unix epoch).
   // A line that cannot be written whole (a full disk) is an Error(Runtime) naming the file:
   // the run stops there, so the metrics never have a silent gap (a resume cuts them back to
   // its checkpoint, torn line included, and writes them again).

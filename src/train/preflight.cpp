@@ -34,7 +34,8 @@ void run_preflight(const RunConfig& config, const TrainOptions& options, int wor
   if (world_size < 1) throw Error(ErrorKind::Usage, "--world-size must be at least 1");
   const int accumulation = accumulation_steps_for(config, world_size);
   // The controller as every rank makes it (restored below from the checkpoint a resume reads).
-  const std::unique_ptr<Controller> controller = make_run_controller(config, world_size, true);
+  const std::unique_ptr<Controller> controller =
+      make_run_controller(config, world_size, SettingsWarnings::kAll);
   const TrainingData data = open_training_data(config, 0, world_size, accumulation);
 
   // The run directory as rank 0 would find it: in use by a job, a run to refuse or resume.

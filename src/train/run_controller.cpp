@@ -16,7 +16,8 @@ namespace {
 
 // Settings that are valid one by one but together do nothing, or not what their names say:
 // each is a warning at start, so a run that cannot do what it was set up to do says so.
-void warn_about_settings_that_do_nothing(const RunConfig& config, const Controller& controller) {
+void warn_about_settings_that_do_nothing(const RunConfig& config, const Controller& controller,
+                                         bool about_train_steps) {
   const ControllerKind kind = controller.kind();
   const bool dynamic = kind != ControllerKind::StaticLow && kind != ControllerKind::StaticHigh;
   if (dynamic && config.precision.has_low_path) {
@@ -41,7 +42,7 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
     const bool same_step = kind == ControllerKind::Oracle && g.oracle_same_step;
     const int64_t last_planned = config.train.steps - (same_step ? 0 : 1);
     const int64_t first = controller.first_selecting_step();
-    if (controller.budget() > 0 && first > last_planned) {
+    if (about_train_steps && controller.budget() > 0 && first > last_planned) {
       spdlog::warn(
           "gnmr: the controller can first select a unit at step {} (gnmr.warmup_steps {}{}), and "
           "a plan made at step t runs at step {}: in train.steps {} it will recover nothing",
@@ -85,7 +86,7 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
         "gnmr.alpha_final / beta_final are not used: gnmr.threshold_schedule is "
         "\"constant\" (set it to \"linear\" or \"cosine\" to move the thresholds)");
   }
-  if (config.train.warmup_steps >= config.train.steps) {
+  if (about_train_steps && config.train.warmup_steps >= config.train.steps) {
     spdlog::warn(
         "train.warmup_steps {} is not below train.steps {}: the learning rate never reaches "
         "train.lr {} (the warm-up is counted in optimizer steps, whatever the world size)",
@@ -96,7 +97,7 @@ void warn_about_settings_that_do_nothing(const RunConfig& config, const Controll
 }  // namespace
 
 std::unique_ptr<Controller> make_run_controller(const RunConfig& config, int world_size,
-                                                bool warn) {
+                                                SettingsWarnings warnings) {
   std::unique_ptr<Controller> controller;
   try {
     controller = std::make_unique<Controller>(config.gnmr, config.model.n_layers,
@@ -104,7 +105,9 @@ std::unique_ptr<Controller> make_run_controller(const RunConfig& config, int wor
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorKind::Config, std::string("config: ") + e.what());
   }
-  if (warn) warn_about_settings_that_do_nothing(config, *controller);
+  if (warnings != SettingsWarnings::kNone) {
+    warn_about_settings_that_do_nothing(config, *controller, warnings == SettingsWarnings::kAll);
+  }
   if ((config.log.recovery_gap || controller->needs_recovery_gaps()) && world_size > 1) {
     throw Error(ErrorKind::Config,
                 "config: log.recovery_gap and gnmr.controller = \"oracle\" run on one rank "
@@ -122,6 +125,10 @@ void load_controller_state(Controller& controller, const std::vector<uint8_t>& s
   } catch (const ControllerStateDamaged& e) {
     throw Error(ErrorKind::Checkpoint,
                 file + " is damaged (" + e.what() + "); resume from an earlier checkpoint");
+  } catch (const ControllerStateVersion& e) {
+    throw Error(ErrorKind::Checkpoint,
+                file + " was written by another gnmr (" + e.what() +
+                    "); resume it with a gnmr build that reads that version");
   } catch (const ControllerStateMismatch& e) {
     throw Error(ErrorKind::Checkpoint,
                 file + " was saved under other gnmr.* options or another model (" + e.what() +

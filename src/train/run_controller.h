@@ -13,11 +13,16 @@
 
 namespace gnmr {
 
+// Which start-up warnings make_run_controller logs: one rank of a job says them (kNone on the
+// others), and `gnmr bench`, which runs its own --steps, leaves out those about train.steps.
+enum class SettingsWarnings { kNone, kAllButTrainSteps, kAll };
+
 // The controller of `config` for a job of `world_size` ranks: options it refuses are an
 // Error(Config) naming the key, as is log.recovery_gap or the oracle (both measure recovery gaps
-// on one rank's batches) under more than one rank. Where `warn` (one rank of the job), settings
-// that are valid one by one but together do nothing are warnings.
-std::unique_ptr<Controller> make_run_controller(const RunConfig& config, int world_size, bool warn);
+// on one rank's batches) under more than one rank. Settings that are valid one by one but
+// together do nothing are warnings, as `warnings` says.
+std::unique_ptr<Controller> make_run_controller(const RunConfig& config, int world_size,
+                                                SettingsWarnings warnings);
 
 // Restores `controller` from the controller.bin bytes of CHECKPOINT_DIR: an Error(Checkpoint)
 // naming the file for damaged bytes or a state saved under other gnmr.* options.

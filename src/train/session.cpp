@@ -159,7 +159,10 @@ void TrainingSession::set_up_on_communicator() {
           config.dist.bucket_mb);
     }
   }
-  controller_ = make_run_controller(config, comm_->world_size(), comm_->rank() == 0);
+  const SettingsWarnings warnings = comm_->rank() != 0 ? SettingsWarnings::kNone
+                                    : synthetic_data_  ? SettingsWarnings::kAllButTrainSteps
+                                                       : SettingsWarnings::kAll;
+  controller_ = make_run_controller(config, comm_->world_size(), warnings);
   measure_gaps_ = config.log.recovery_gap || controller_->needs_recovery_gaps();
   if (measure_gaps_) {
     gap_loss_ = backend_->allocate("recovery_gap_loss", {1}, DType::F64, MemoryRole::Scratch);

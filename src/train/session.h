@@ -69,7 +69,8 @@ class TrainingSession {
   TrainingSession(const RunConfig& config, bool synthetic_data);
 
   StepResult run_step(int64_t step_index /* 0-based */);
-  double evaluate(int64_t token_budget);  // mean validation loss
+  bool has_validation() const { return bool(val_loader_); }  // data.val is set
+  double evaluate(int64_t token_budget);  // mean validation loss; NaN without data.val
   // The tokens evaluate() scores: TOKEN_BUDGET rounded down to whole batches and to the
   // validation set (`gnmr eval --tokens` with this count scores the same windows).
   int64_t eval_tokens(int64_t token_budget) const;

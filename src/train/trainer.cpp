@@ -26,6 +26,7 @@
 #include "train/run_dir.h"
 #include "train/session.h"
 #include "util/atomic_file.h"
+#include "util/build_id.h"
 #include "util/directory_lock.h"
 #include "util/error.h"
 #include "util/fnv1a.h"
@@ -259,6 +260,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (writer) {
     json header = {{"kind", "run"},
                    {"step", state.step},
+                   {"gnmr", gnmr_build_id()},
                    {"backend", config.backend},
                    {"device", session.backend().device()},
                    {"world_size", comm.world_size()},
@@ -273,6 +275,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   // GPU needs 4096^3, 128 MiB for a moment, to fill its SMs: 1024^3 is 64 output tiles).
   const double gemm_peak_gflops =
       measure_gemm_peak_gflops(config, config.backend == "cuda" ? 4096 : 1024, 3);
+  spdlog::info("gnmr {}", gnmr_build_id());
   spdlog::info(
       "model {}: {} layers, dim {}, {} projection units; {} steps × {} tokens ({} micro-steps of "
       "{}×{})",
@@ -354,6 +357,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
                   "({} in a row)",
                   r.step, r.loss, r.grad_norm, state.consecutive_nonfinite);
       if (state.consecutive_nonfinite >= train.max_nonfinite_steps) {
+        metrics.write({{"kind", "end"}, {"step", r.step}, {"reason", "diverged"}});
         std::string last = find_latest_checkpoint(options.out_dir);
         throw Error(ErrorKind::Diverged,
                     "training stopped: " + std::to_string(state.consecutive_nonfinite) +
@@ -380,18 +384,23 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     }
 
     const bool last = r.step == train.steps;
-    if ((config.eval.every > 0 && r.step % config.eval.every == 0) || last) {
+    if (session.has_validation() &&
+        ((config.eval.every > 0 && r.step % config.eval.every == 0) || last)) {
       double val_loss = session.evaluate(config.eval.tokens);
+      // A non-finite loss is written too (JSON null): a dashboard waiting for the eval line
+      // must not take a diverged model for a stalled run.
+      metrics.write({{"kind", "eval"},
+                     {"step", r.step},
+                     {"val_loss", val_loss},
+                     {"val_ppl", std::exp(val_loss)},
+                     {"val_tokens", session.eval_tokens(config.eval.tokens)}});
       if (std::isfinite(val_loss)) {
-        metrics.write({{"kind", "eval"},
-                       {"step", r.step},
-                       {"val_loss", val_loss},
-                       {"val_ppl", std::exp(val_loss)},
-                       {"val_tokens", session.eval_tokens(config.eval.tokens)}});
         spdlog::info("step {:>6} | val loss {:.4f} | val ppl {:.2f}", r.step, val_loss,
                      std::exp(val_loss));
-        summary.final_val_loss = val_loss;
+      } else {
+        spdlog::warn("step {:>6} | val loss {} is not finite", r.step, val_loss);
       }
+      summary.final_val_loss = val_loss;
     }
     // Ranks may receive a signal at different steps: they stop together at the first step
     // any of them saw it.
@@ -413,9 +422,12 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
         }
       }
       session.save_controller_state();
-      // The metrics through this step reach the disk with the checkpoint: a machine that
-      // crashes after it keeps no checkpoint whose steps the metrics lack.
-      if (writer) metrics.sync();
+      // The metrics and the trace through this step reach the disk with the checkpoint: a
+      // machine that crashes after it keeps no checkpoint whose steps they lack.
+      if (writer) {
+        metrics.sync();
+        trace.sync();
+      }
       if (ZeroAdamW* zero = session.zero_optimizer()) {
         save_checkpoint(options.out_dir, config, session.backend(), session.model(), *zero, comm,
                         state);  // every rank: the shards travel to rank 0
@@ -428,16 +440,21 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
     summary.steps_done = r.step;
     if (stop && !last) {
       const int own_signal = StopSignals::received();
+      const std::string by = own_signal != 0 ? "signal " + std::to_string(own_signal) + " (" +
+                                                   std::string(strsignal(own_signal)) + ")"
+                             : signalled > 0 ? std::string("a signal to another rank")
+                                             : std::string("--stop-at");
       // Rank 0's line speaks for the job (the other ranks log warnings only: theirs repeated it).
       spdlog::log(writer ? spdlog::level::warn : spdlog::level::info,
                   "stopped after step {} ({}); checkpointed, continue with --resume auto", r.step,
-                  own_signal != 0 ? "signal " + std::to_string(own_signal) + " (" +
-                                        std::string(strsignal(own_signal)) + ")"
-                  : signalled > 0 ? std::string("a signal to another rank")
-                                  : std::string("--stop-at"));
+                  by);
+      metrics.write({{"kind", "end"}, {"step", r.step}, {"reason", "stopped"}, {"stopped_by", by}});
       summary.stopped_by_signal = true;
       break;
     }
+  }
+  if (state.step == train.steps) {
+    metrics.write({{"kind", "end"}, {"step", state.step}, {"reason", "complete"}});
   }
   // Also a signal in the last step, or after it: Ctrl-C still ends the process by it.
   summary.stop_signal = StopSignals::received();

@@ -11,7 +11,8 @@ namespace gnmr {
 // Sets up the default logger to stderr. level: "trace"…"off".
 void init_logging(const std::string& level);
 
-// Adds RUN_DIR/log.txt (appending) to the default logger.
+// Adds RUN_DIR/log.txt (appending) to the default logger, starting with the lines logged since
+// init_logging (the first add_log_file of the process only).
 void add_log_file(const std::string& path);
 
 // Writes MESSAGE as an error line to the log files only (not stderr): the error that ends a

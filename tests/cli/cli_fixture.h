@@ -38,8 +38,8 @@ inline std::string write_tiny_config(const std::string& dir, const std::string& 
 }
 
 // The train and eval lines of a metrics file; with_run_headers keeps the "kind":"run" line
-// each start or resume writes (the BLAS it ran on), which differ between a resumed run and an
-// uninterrupted one by design.
+// each start or resume writes (the BLAS it ran on) and the "kind":"end" line each job that
+// stops writes, which differ between a resumed run and an uninterrupted one by design.
 inline std::vector<nlohmann::json> read_metrics(const std::string& path,
                                                 bool with_run_headers = false) {
   std::vector<nlohmann::json> lines;
@@ -47,7 +47,8 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path,
   std::string line;
   while (std::getline(in, line)) {
     nlohmann::json j = nlohmann::json::parse(line);
-    if (with_run_headers || j.value("kind", "") != "run") lines.push_back(j);
+    const std::string kind = j.value("kind", "");
+    if (with_run_headers || (kind != "run" && kind != "end")) lines.push_back(j);
   }
   return lines;
 }
@@ -55,7 +56,7 @@ inline std::vector<nlohmann::json> read_metrics(const std::string& path,
 // The metric fields that depend on wall-clock time or process memory.
 inline nlohmann::json without_timing(nlohmann::json line) {
   for (const char* key : {"tokens_per_s", "step_ms", "gflops_per_s", "peak_rss_bytes",
-                          "controller_ms", "mfu", "recovery_gap_ms"})
+                          "controller_ms", "mfu", "recovery_gap_ms", "time"})
     line.erase(key);
   return line;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "cli_fixture.h"
@@ -118,4 +119,20 @@ TEST(CliBench, NamesTheAttentionKernel) {
   ASSERT_TRUE(b.figures.contains("attention")) << b.output;
   EXPECT_EQ(b.figures["attention"].get<std::string>(), "materialized (cpu)");
   EXPECT_NE(b.output.find("  attention       materialized (cpu)\n"), std::string::npos) << b.output;
+}
+
+// bench runs its own --steps, not train.steps: the start-up warnings about a run too short for
+// its learning-rate warm-up or for the controller to select a unit are the trainer's, not its.
+TEST(CliBench, SaysNothingAboutTrainSteps) {
+  const BenchRun b =
+      bench_tiny_model("cli_bench_train_steps", R"({"train": {"steps": 3, "warmup_steps": 5},
+          "precision": {"recipe": "actq"}, "gnmr": {"controller": "gnmr", "warmup_steps": 20}})");
+  EXPECT_EQ(b.output.find("train.steps"), std::string::npos) << b.output;
+  // The trainer's --check on the same config says both.
+  const std::string run_dir = std::filesystem::path(b.config).parent_path().string() + "/run";
+  auto r = run_gnmr("train --check --config " + b.config + " --out " + run_dir);
+  EXPECT_NE(r.output.find("train.warmup_steps 5 is not below train.steps 3"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("in train.steps 3 it will recover nothing"), std::string::npos)
+      << r.output;
 }

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,27 @@ TEST(CliBasics, VersionAndHelpSucceed) {
   EXPECT_NE(v.output.find("gnmr "), std::string::npos);
   EXPECT_EQ(run_gnmr("--help").exit_code, 0);
   EXPECT_EQ(run_gnmr("train --help").exit_code, 0);
+}
+
+// The version names the commit the binary was built from (util/build_id.h): a result, a log or
+// a bug report says which code made it.
+TEST(CliBasics, VersionNamesTheGitCommitOfTheBuild) {
+  if (!std::filesystem::exists(gnmr_test::source_path(".git"))) {
+    GTEST_SKIP() << "the source tree is not a git checkout: the version says \"git unknown\"";
+  }
+  auto v = run_gnmr("version");
+  ASSERT_EQ(v.exit_code, 0) << v.output;
+  std::smatch m;
+  const std::string first_line = v.output.substr(0, v.output.find('\n'));
+  ASSERT_TRUE(std::regex_match(first_line, m,
+                               std::regex(R"(gnmr \d+\.\d+\.\d+ \(git ([0-9a-f]{12})(-dirty)?\))")))
+      << first_line << " (a build from a git checkout)";
+  // A commit of this repository (a later one may be checked out since the build).
+  auto known = gnmr_test::run_command("git -C '" + gnmr_test::source_path("") + "' cat-file -e " +
+                                      m[1].str() + "^{commit} 2>&1");
+  EXPECT_EQ(known.exit_code, 0) << m[1] << ": " << known.output;
+  auto flag = run_gnmr("--version");
+  EXPECT_EQ(flag.output.find(first_line.substr(5)), 0u) << flag.output;  // less "gnmr "
 }
 
 TEST(CliErrors, UsageErrorsExitTwo) {

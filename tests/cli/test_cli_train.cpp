@@ -9,6 +9,7 @@
 
 #include "cli_fixture.h"
 #include "data/shard.h"
+#include "train/checkpoint_manifest.h"
 
 namespace fs = std::filesystem;
 using gnmr_test::run_gnmr;
@@ -175,6 +176,80 @@ TEST(CliTrain, ResumeWithADifferentModelIsRefused) {
               0, "model.attention \"auto\" -> \"materialized\"");
 }
 
+// A model key added to the schema after a checkpoint was written: that gnmr did what the
+// key's default says, so the run resumes under the default and is refused under another value.
+TEST(CliTrain, ACheckpointFromBeforeAModelKeyResumesUnderTheKeysDefault) {
+  std::string dir = gnmr_test::scratch_dir("cli_older_model_keys");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
+  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  auto saved = nlohmann::json::parse(gnmr_test::read_bytes(ckpt + "/config.json"));
+  ASSERT_EQ(saved["model"]["rope_theta"], 10000.0);  // tiny.json leaves it at the default
+  saved["model"].erase("rope_theta");
+  std::ofstream(ckpt + "/config.json") << saved.dump(2);
+  gnmr::write_checkpoint_manifest(ckpt);  // intact, as that gnmr wrote it
+
+  expect_gnmr(train_args(config, dir + "/run") + " --resume auto --set model.rope_theta=5000", 5,
+              "model.rope_theta=10000.0 (its config.json predates the key: the default), the "
+              "config says 5000");
+  expect_gnmr(train_args(config, dir + "/run") + " --resume auto --steps 3 --check", 0,
+              "step_00000002");
+  expect_gnmr(train_args(config, dir + "/run") + " --resume auto --steps 3", 0,
+              "model.rope_theta (unset) -> 10000.0");
+}
+
+// For a monitor: every metrics line says when it was written, each job's header which gnmr
+// wrote it, and each job that ends says how in a "kind":"end" line (a stop and a complete run
+// both exit 0).
+TEST(CliTrain, EveryMetricsLineHasATimeAndEachJobAnEndLine) {
+  std::string dir = gnmr_test::scratch_dir("cli_metrics_end");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 4}, "eval": {"every": 2}})");
+  const std::string args = "train --config " + config + " --out " + dir + "/run";
+  ASSERT_EQ(run_gnmr(args + " --stop-at 2").exit_code, 0);
+  ASSERT_EQ(run_gnmr(args + " --resume auto").exit_code, 0);
+  std::vector<nlohmann::json> ends;
+  double previous = 0;
+  // Each job's header names the build, as `gnmr version` does.
+  const std::string version_output = run_gnmr("version").output;
+  const std::string version = version_output.substr(0, version_output.find('\n'));
+  for (const auto& line :
+       gnmr_test::read_metrics(dir + "/run/metrics.jsonl", /*with_run_headers=*/true)) {
+    ASSERT_TRUE(line["time"].is_number()) << line.dump();
+    const double time = line["time"].get<double>();
+    EXPECT_GE(time, previous) << line.dump();
+    EXPECT_GT(time, 1.7e9) << line.dump();  // seconds since 1970, not since start-up
+    previous = time;
+    if (line["kind"] == "end") ends.push_back(line);
+    if (line["kind"] == "run") {
+      EXPECT_EQ("gnmr " + line["gnmr"].get<std::string>(), version);
+    }
+  }
+  ASSERT_EQ(ends.size(), 2u);
+  EXPECT_EQ(ends[0]["step"], 2);
+  EXPECT_EQ(ends[0]["reason"], "stopped");
+  EXPECT_EQ(ends[0]["stopped_by"], "--stop-at");
+  EXPECT_EQ(ends[1]["step"], 4);
+  EXPECT_EQ(ends[1]["reason"], "complete");
+}
+
+// The start-up lines (said before the run directory may be touched) are in log.txt too, not
+// only on stderr.
+TEST(CliTrain, LogTxtHoldsTheStartUpWarnings) {
+  std::string dir = gnmr_test::scratch_dir("cli_startup_log");
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"steps": 3, "warmup_steps": 5}, "eval": {"every": 0}})");
+  auto r = run_gnmr("train --config " + config + " --out " + dir + "/run");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::string log = gnmr_test::read_bytes(dir + "/run/log.txt");
+  EXPECT_NE(log.find("warning train.warmup_steps 5 is not below train.steps 3"), std::string::npos)
+      << log;
+  EXPECT_NE(log.find("data.train: "), std::string::npos) << log;
+  // In the order they were said: before the trainer's own first lines.
+  EXPECT_LT(log.find("train.warmup_steps 5"), log.find("model tiny: ")) << log;
+}
+
 TEST(CliTrain, NonFiniteStepIsSkippedAndCounted) {
   std::string dir = gnmr_test::scratch_dir("cli_nonfinite");
   std::string config =
@@ -193,6 +268,25 @@ TEST(CliTrain, NonFiniteStepIsSkippedAndCounted) {
   auto trainer = nlohmann::json::parse(
       gnmr_test::read_bytes(dir + "/run/checkpoints/step_00000012/trainer.json"));
   EXPECT_EQ(trainer["skipped_steps"], 1);
+}
+
+// A validation loss that is not finite is an eval line too (null), and a warning: a monitor
+// that waits for the eval lines must see the diverged model, not a gap.
+TEST(CliTrain, ANonFiniteValidationLossIsWrittenAsNull) {
+  std::string dir = gnmr_test::scratch_dir("cli_nonfinite_eval");
+  std::string config = gnmr_test::write_tiny_config(
+      dir, R"({"train": {"lr": 1e6, "grad_clip": 0, "max_nonfinite_steps": 100}})");
+  const std::string output = expect_gnmr(train_args(config, dir + "/run"), 0, "is not finite");
+  int evals = 0;
+  for (const auto& l : gnmr_test::read_metrics(dir + "/run/metrics.jsonl")) {
+    if (l["kind"] != "eval") continue;
+    ++evals;
+    EXPECT_TRUE(l["val_loss"].is_null() || l["val_loss"].is_number()) << l.dump();
+    if (l["step"] == 12) {
+      EXPECT_TRUE(l["val_loss"].is_null()) << l.dump() << "\n" << output;
+    }
+  }
+  EXPECT_EQ(evals, 2);  // eval.every 6 of 12 steps
 }
 
 TEST(CliTrain, RepeatedNonFiniteStepsStopTheRunWithTheLastCheckpointIntact) {

@@ -148,6 +148,16 @@ TEST(ControllerState, DamagedBlobsAreToldApartFromOtherOptions) {
   for (const auto& damaged : {flipped, bad_magic, truncated, std::vector<uint8_t>{}}) {
     EXPECT_THROW(target.load_state(damaged), ControllerStateDamaged);
   }
+  // An intact blob of another format version (the u32 after the magic; checksum redone) is not
+  // called damaged: resuming from an earlier checkpoint would not help.
+  std::vector<uint8_t> version_2(blob.begin(), blob.end() - 8);
+  version_2[8] = 2;
+  const uint64_t checksum = fnv1a(version_2.data(), version_2.size());
+  for (int i = 0; i < 8; ++i) version_2.push_back(static_cast<uint8_t>(checksum >> (8 * i)));
+  EXPECT_THROW(target.load_state(version_2), ControllerStateVersion);
+  EXPECT_NE(error_of(target, version_2).find("format version 2, this build reads version 1"),
+            std::string::npos)
+      << error_of(target, version_2);
 
   ControllerOptions other = quick_options();
   other.granularity = "group";  // other decision units: named as the option, not as a count
