@@ -273,7 +273,11 @@ def main(argv):
     print(text)
     print(f"wrote {display_path(os.path.join(table_dir, 'table.md'))}"
           + (f" and {len(plot_files)} plot(s)" if plot_files else ""))
-    unfinished = sum(s["n_asked"] - s["n"] for s in stats)
+    # A diverged run finished: its divergence is the cell's result, named under the table.
+    diverged = sum(s["n_diverged"] for s in stats)
+    unfinished = sum(s["n_asked"] - s["n"] for s in stats) - diverged
+    if diverged:
+        print(f"{diverged} run(s) diverged: see the notes under the table")
     if unfinished:
         print(f"{unfinished} run(s) not finished: see the notes under the table")
     return 1 if unfinished else 0

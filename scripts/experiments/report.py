@@ -81,12 +81,14 @@ def collect(cells, runs, results):
             if res["status"] not in ("done", "ran"):
                 problems.append(f"seed {r['seed']}: {res['status']}"
                                 + (f": {res['detail']}" if res.get("detail") else ""))
-        for l in loaded:
-            if l["finished"] and l["val_ppl"] is None:
-                problems.append(f"seed {l['seed']}: diverged (its final validation loss is not "
-                                "finite)")
+        diverged = [l for l in loaded if l["finished"] and l["val_ppl"] is None]
+        for l in diverged:
+            problems.append(f"seed {l['seed']}: diverged (its final validation " + (
+                "loss is not finite)" if l["val_loss"] is None else
+                f"loss is {l['val_loss']:.1f}: its perplexity overflows)"))
         stats.append({
             "cell": cell, "runs": loaded, "n": len(done), "n_asked": len(cell_runs),
+            "n_diverged": len(diverged),
             "ppl_mean": mean(ppl), "ppl_sd": statistics.stdev(ppl) if len(ppl) >= 2 else None,
             "ppl_min": min(ppl) if ppl else None, "ppl_max": max(ppl) if ppl else None,
             "val_loss_mean": mean([l["val_loss"] for l in done]),

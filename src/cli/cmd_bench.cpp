@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/build_id.h"
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "cli/validators.h"
@@ -36,6 +37,7 @@ CommandAction add_bench_command(CLI::App& app) {
     if (*threads >= 0) resolved.overrides.push_back("train.threads=" + std::to_string(*threads));
     if (!backend->empty()) resolved.overrides.push_back("backend=\"" + *backend + "\"");
     RunConfig config = resolved.load();
+    options->build_id = gnmr_build_id();
     auto r = run_bench(config, *options);
     // One report per job: every rank measured the same steps, and two ranks' lines written at
     // once interleave in the launcher's forwarded output (mpirun cuts lines at its buffer).

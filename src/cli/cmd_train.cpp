@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 
+#include "cli/build_id.h"
 #include "cli/commands.h"
 #include "cli/config_flags.h"
 #include "cli/path_flags.h"
@@ -69,6 +70,10 @@ CommandAction add_train_command(CLI::App& app) {
       return;
     }
     if (*world_size > 0) throw Error(ErrorKind::Usage, "--world-size is for --check");
+    // The run's first line (log.txt begins with the start-up lines): which gnmr this is, also
+    // in a run refused during its set-up.
+    options->build_id = gnmr_build_id();
+    if (read_launch_env().rank == 0) spdlog::info("gnmr {}", options->build_id);
     TrainSummary summary = run_training(config, *options);
     std::string done = "done: " + std::to_string(summary.steps_done) + " steps";
     if (std::isfinite(summary.final_loss)) {

@@ -3,8 +3,8 @@
 
 #include "backend/cpu/blas_autotune.h"
 #include "backend/cpu/cpu_features.h"
+#include "cli/build_id.h"
 #include "cli/commands.h"
-#include "util/build_id.h"
 
 namespace gnmr {
 

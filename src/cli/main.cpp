@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "backend/cpu/blas_autotune.h"
+#include "cli/build_id.h"
 #include "cli/commands.h"
 #include "cli/unknown_subcommand.h"
 #include "train/wgmma_trial.h"
-#include "util/build_id.h"
 #include "util/error.h"
 #include "util/log.h"
 #include "util/stop_signals.h"

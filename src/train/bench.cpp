@@ -11,7 +11,6 @@
 #include "backend/cpu/cpu_backend.h"
 #include "train/make_backend.h"
 #include "train/session.h"
-#include "util/build_id.h"
 #include "util/error.h"
 #ifdef GNMR_WITH_CUDA
 #include "backend/cuda/gemm_peak.h"
@@ -205,7 +204,7 @@ json bench_session(const RunConfig& config, const BenchOptions& options, Trainin
   const double peak_gflops = std::max(peak_before, peak_after);
 
   json result = {
-      {"gnmr", gnmr_build_id()},
+      {"gnmr", options.build_id},
       {"model", config.model.name},
       {"parameters", session.model().num_params()},
       {"recipe", config.resolved["precision"]["recipe"]},

@@ -15,6 +15,7 @@ namespace gnmr {
 struct BenchOptions {
   int64_t steps = 10;
   int64_t warmup_steps = 2;  // excluded from every figure
+  std::string build_id;      // the gnmr measured, for the JSON (cli/build_id.h)
 };
 
 // How the backend runs each projection kind's GEMMs on the recipe's low and recovery paths

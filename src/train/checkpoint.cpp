@@ -285,8 +285,16 @@ void check_checkpoint_model(const std::string& checkpoint_dir, const RunConfig& 
     // weights are the same; the log names the change (log_settings_changed_since).
     if (it.key() == "name" || it.key() == "attention") continue;
     // A key the checkpoint lacks was added to the schema after that gnmr wrote it: its default
-    // is what that gnmr did (docs/DESIGN.md §5), so the checkpoint was trained with it.
+    // is what that gnmr did (docs/DESIGN.md §5), so the checkpoint was trained with it. The
+    // shape keys were there from the first checkpoint: one without them is not of a model.
     const bool absent = !saved.contains(it.key());
+    const bool shape_key = it.key() == "dim" || it.key() == "n_layers" || it.key() == "n_heads" ||
+                           it.key() == "n_kv_heads" || it.key() == "ffn_dim" ||
+                           it.key() == "vocab_size";
+    if (absent && shape_key) {
+      throw Error(ErrorKind::Checkpoint,
+                  "checkpoint " + checkpoint_dir + "/config.json has no model." + it.key());
+    }
     const json& trained_with = absent ? defaults.at(it.key()) : saved[it.key()];
     if (trained_with != *it) {
       throw Error(ErrorKind::Checkpoint,

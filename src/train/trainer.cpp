@@ -26,7 +26,6 @@
 #include "train/run_dir.h"
 #include "train/session.h"
 #include "util/atomic_file.h"
-#include "util/build_id.h"
 #include "util/directory_lock.h"
 #include "util/error.h"
 #include "util/fnv1a.h"
@@ -260,7 +259,7 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   if (writer) {
     json header = {{"kind", "run"},
                    {"step", state.step},
-                   {"gnmr", gnmr_build_id()},
+                   {"gnmr", options.build_id},
                    {"backend", config.backend},
                    {"device", session.backend().device()},
                    {"world_size", comm.world_size()},
@@ -275,7 +274,6 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
   // GPU needs 4096^3, 128 MiB for a moment, to fill its SMs: 1024^3 is 64 output tiles).
   const double gemm_peak_gflops =
       measure_gemm_peak_gflops(config, config.backend == "cuda" ? 4096 : 1024, 3);
-  spdlog::info("gnmr {}", gnmr_build_id());
   spdlog::info(
       "model {}: {} layers, dim {}, {} projection units; {} steps × {} tokens ({} micro-steps of "
       "{}×{})",
@@ -309,6 +307,10 @@ TrainSummary train_loop(const RunConfig& config, const TrainOptions& options,
       spdlog::warn("--stop-at {}: the run is already at step {}; nothing to train", options.stop_at,
                    state.step);
     }
+    metrics.write({{"kind", "end"},
+                   {"step", state.step},
+                   {"reason", "stopped"},
+                   {"stopped_by", "--stop-at"}});
     summary.stopped_by_signal = true;
   }
   auto run_start = std::chrono::steady_clock::now();

@@ -15,6 +15,7 @@ struct TrainOptions {
   bool force = false;   // replace a run directory that already holds a run
   std::string init;     // initialise weights from an HF folder or a gnmr checkpoint
   int64_t stop_at = 0;  // checkpoint and stop after this step, as a pre-emption would (0 = never)
+  std::string build_id;  // the gnmr that trains, for the metrics header (cli/build_id.h)
 };
 
 struct TrainSummary {

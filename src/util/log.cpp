@@ -23,19 +23,26 @@ class StartupLinesSink final : public spdlog::sinks::base_sink<std::mutex> {
  public:
   static constexpr size_t kMaxLines = 2000;
 
-  std::vector<spdlog::details::log_msg_buffer> take() {
+  // The lines kept, and how many came after them.
+  std::vector<spdlog::details::log_msg_buffer> take(size_t& dropped) {
     std::lock_guard<std::mutex> lock(mutex_);
+    dropped = dropped_;
     return std::move(lines_);
   }
 
  protected:
   void sink_it_(const spdlog::details::log_msg& msg) override {
-    if (lines_.size() < kMaxLines) lines_.emplace_back(msg);
+    if (lines_.size() < kMaxLines) {
+      lines_.emplace_back(msg);
+    } else {
+      ++dropped_;
+    }
   }
   void flush_() override {}
 
  private:
   std::vector<spdlog::details::log_msg_buffer> lines_;
+  size_t dropped_ = 0;
 };
 
 std::shared_ptr<StartupLinesSink>& startup_lines() {
@@ -71,7 +78,12 @@ void add_log_file(const std::string& path) {
   sink->set_pattern("%Y-%m-%d %H:%M:%S %l %v");
   auto& sinks = spdlog::default_logger()->sinks();
   if (const std::shared_ptr<StartupLinesSink> startup = startup_lines()) {
-    for (const auto& line : startup->take()) sink->log(line);
+    size_t dropped = 0;
+    for (const auto& line : startup->take(dropped)) sink->log(line);
+    if (dropped > 0) {
+      spdlog::logger("gnmr-file", sink)
+          .warn("{} more start-up lines were logged to stderr only", dropped);
+    }
     sink->flush();
     sinks.erase(std::remove(sinks.begin(), sinks.end(), startup), sinks.end());
     startup_lines().reset();

@@ -10,6 +10,7 @@
 #include "cli_fixture.h"
 #include "data/shard.h"
 #include "train/checkpoint_manifest.h"
+#include "util/fnv1a.h"
 
 namespace fs = std::filesystem;
 using gnmr_test::run_gnmr;
@@ -199,6 +200,29 @@ TEST(CliTrain, ACheckpointFromBeforeAModelKeyResumesUnderTheKeysDefault) {
               "model.rope_theta (unset) -> 10000.0");
 }
 
+// A controller state of another format version (a newer gnmr's) is intact: the error says
+// which version, not that the checkpoint is damaged.
+TEST(CliTrain, AControllerStateOfAnotherFormatVersionIsNamedAsSuch) {
+  std::string dir = gnmr_test::scratch_dir("cli_controller_version");
+  std::string config =
+      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
+  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  std::string blob = gnmr_test::read_bytes(ckpt + "/controller.bin");
+  ASSERT_GT(blob.size(), 20u);
+  blob[8] = 2;  // the u32 version after the 8-byte magic; the FNV-1a checksum (last 8) redone
+  blob.resize(blob.size() - 8);
+  const uint64_t checksum = gnmr::fnv1a(blob.data(), blob.size());
+  for (int i = 0; i < 8; ++i) blob.push_back(char(checksum >> (8 * i)));
+  std::ofstream(ckpt + "/controller.bin", std::ios::binary | std::ios::trunc) << blob;
+  gnmr::write_checkpoint_manifest(ckpt);
+  const std::string output =
+      expect_gnmr(train_args(config, dir + "/run") + " --resume auto --steps 3", 5,
+                  "controller.bin was written by another gnmr (gnmr controller state: format "
+                  "version 2, this build reads version 1)");
+  EXPECT_EQ(output.find("damaged"), std::string::npos) << output;
+}
+
 // For a monitor: every metrics line says when it was written, each job's header which gnmr
 // wrote it, and each job that ends says how in a "kind":"end" line (a stop and a complete run
 // both exit 0).
@@ -246,7 +270,8 @@ TEST(CliTrain, LogTxtHoldsTheStartUpWarnings) {
   EXPECT_NE(log.find("warning train.warmup_steps 5 is not below train.steps 3"), std::string::npos)
       << log;
   EXPECT_NE(log.find("data.train: "), std::string::npos) << log;
-  // In the order they were said: before the trainer's own first lines.
+  // In the order they were said: the build first, then the warnings, then the trainer's lines.
+  EXPECT_EQ(log.find(" info gnmr 0."), std::string("2026-12-08 01:37:46").size()) << log;
   EXPECT_LT(log.find("train.warmup_steps 5"), log.find("model tiny: ")) << log;
 }
 
@@ -297,6 +322,11 @@ TEST(CliTrain, RepeatedNonFiniteStepsStopTheRunWithTheLastCheckpointIntact) {
   EXPECT_EQ(r.exit_code, 6) << r.output;
   EXPECT_NE(r.output.find("step_00000006"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir + "/run/checkpoints/step_00000012"));
+  const auto lines = gnmr_test::read_metrics(dir + "/run/metrics.jsonl", /*with_run_headers=*/true);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["kind"], "end");
+  EXPECT_EQ(lines.back()["reason"], "diverged");
+  EXPECT_EQ(lines.back()["step"], 10);
   double loss = eval_loss("--checkpoint " + dir + "/run/checkpoints/step_00000006 --data '" +
                           gnmr_test::brown_shards_dir() + "/val_*.bin' --tokens 2048");
   EXPECT_TRUE(std::isfinite(loss));

@@ -122,6 +122,23 @@ REQUEUE_ON_FAILURE=0 FAKE_SRUN_EXIT=137 FAKE_SRUN_SAVES=runs/e/checkpoints/step_
   run_job off gpu-1node.sbatch cfg.json runs/e || status=$?
 [[ $status == 137 && ! -e "$work/off/scontrol.log" ]] ||
   fail "REQUEUE_ON_FAILURE=0: exit $status, $(cat "$work/off/out.log")"
+# A stop by SIGINT (scancel --signal=INT): gnmr checkpoints and ends by the signal, 130.
+status=0
+FAKE_SRUN_EXIT=130 FAKE_SRUN_SAVES=runs/i/checkpoints/step_00000012 \
+  run_job interrupted gpu-1node.sbatch cfg.json runs/i || status=$?
+[[ $status == 130 && ! -e "$work/interrupted/scontrol.log" ]] &&
+  grep -q "stopped by SIGHUP or SIGINT (exit status 130), checkpointed" "$work/interrupted/out.log" ||
+  fail "a stop by SIGINT: exit $status, $(cat "$work/interrupted/out.log")"
+# A consolidated copy beside the checkpoints is not one the run saved.
+status=0
+FAKE_SRUN_EXIT=1 FAKE_SRUN_SAVES=runs/k/checkpoints/step_00000012_consolidated \
+  run_job consolidated gpu-1node.sbatch cfg.json runs/k || status=$?
+[[ $status == 1 && ! -e "$work/consolidated/scontrol.log" ]] ||
+  fail "a consolidated copy counted as a checkpoint: exit $status"
+status=0
+REQUEUE_ON_FAILURE=false run_job not_a_switch gpu-1node.sbatch cfg.json runs/l || status=$?
+[[ $status == 2 ]] && grep -q "REQUEUE_ON_FAILURE=false: give 0 or 1" "$work/not_a_switch/out.log" ||
+  fail "REQUEUE_ON_FAILURE=false: exit $status, $(cat "$work/not_a_switch/out.log")"
 
 # time_limit_job NAME: gpu-1node.sbatch as NAME, its batch shell sent SLURM's time-limit signal
 # once srun runs (environment: FAKE_*); returns the job's exit status.
@@ -149,6 +166,12 @@ grep -q "requeue 4242" "$work/limit/scontrol.log" || fail "the signalled job was
 FAKE_SRUN_USR1_EXIT=138 time_limit_job early ||
   fail "the early-signalled job exited $?: $(cat "$work/early/out.log")"
 grep -q "requeue 4242" "$work/early/scontrol.log" || fail "the early-signalled job was not requeued"
+
+# A failure after the time-limit signal, with a checkpoint saved in the job: requeued too.
+FAKE_SRUN_USR1_EXIT=1 FAKE_SRUN_SAVES="runs/late$$/checkpoints/step_00000012" time_limit_job late ||
+  fail "a failure after the time-limit signal exited $?: $(cat "$work/late/out.log")"
+grep -q "requeue 4242" "$work/late/scontrol.log" ||
+  fail "a failure after the time-limit signal was not requeued: $(cat "$work/late/out.log")"
 
 # A refused requeue (--no-requeue) fails the job and says the checkpoint is kept.
 status=0

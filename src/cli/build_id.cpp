@@ -1,6 +1,6 @@
-#include "util/build_id.h"
+#include "cli/build_id.h"
 
-#include "gnmr_git_commit.h"  // generated: src/util/git_commit.cmake
+#include "gnmr_git_commit.h"  // generated: src/cli/git_commit.cmake
 
 namespace gnmr {
 
