@@ -37,6 +37,22 @@ std::string expect_gnmr(const std::string& args, int code, const std::string& te
   return r.output;
 }
 
+// A 2-step run of the tiny model in the scratch directory NAME (its run in NAME/run), with
+// its one checkpoint, for a test that edits the checkpoint and resumes.
+struct TwoStepRun {
+  std::string dir, config, checkpoint;
+};
+TwoStepRun two_step_run(const std::string& name) {
+  TwoStepRun r;
+  r.dir = gnmr_test::scratch_dir(name);
+  r.config =
+      gnmr_test::write_tiny_config(r.dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
+  auto trained = run_gnmr(train_args(r.config, r.dir + "/run"));
+  EXPECT_EQ(trained.exit_code, 0) << trained.output;
+  r.checkpoint = r.dir + "/run/checkpoints/step_00000002";
+  return r;
+}
+
 }  // namespace
 
 // For each data order: random draws hash the step, shuffled numbers the run's rows globally.
@@ -180,11 +196,8 @@ TEST(CliTrain, ResumeWithADifferentModelIsRefused) {
 // A model key added to the schema after a checkpoint was written: that gnmr did what the
 // key's default says, so the run resumes under the default and is refused under another value.
 TEST(CliTrain, ACheckpointFromBeforeAModelKeyResumesUnderTheKeysDefault) {
-  std::string dir = gnmr_test::scratch_dir("cli_older_model_keys");
-  std::string config =
-      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
-  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
-  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  const TwoStepRun run = two_step_run("cli_older_model_keys");
+  const std::string &dir = run.dir, &config = run.config, &ckpt = run.checkpoint;
   auto saved = nlohmann::json::parse(gnmr_test::read_bytes(ckpt + "/config.json"));
   ASSERT_EQ(saved["model"]["rope_theta"], 10000.0);  // tiny.json leaves it at the default
   saved["model"].erase("rope_theta");
@@ -203,11 +216,8 @@ TEST(CliTrain, ACheckpointFromBeforeAModelKeyResumesUnderTheKeysDefault) {
 // A controller state of another format version (a newer gnmr's) is intact: the error says
 // which version, not that the checkpoint is damaged.
 TEST(CliTrain, AControllerStateOfAnotherFormatVersionIsNamedAsSuch) {
-  std::string dir = gnmr_test::scratch_dir("cli_controller_version");
-  std::string config =
-      gnmr_test::write_tiny_config(dir, R"({"train": {"steps": 2}, "eval": {"every": 0}})");
-  ASSERT_EQ(run_gnmr(train_args(config, dir + "/run")).exit_code, 0);
-  const std::string ckpt = dir + "/run/checkpoints/step_00000002";
+  const TwoStepRun run = two_step_run("cli_controller_version");
+  const std::string &dir = run.dir, &config = run.config, &ckpt = run.checkpoint;
   std::string blob = gnmr_test::read_bytes(ckpt + "/controller.bin");
   ASSERT_GT(blob.size(), 20u);
   blob[8] = 2;  // the u32 version after the 8-byte magic; the FNV-1a checksum (last 8) redone
